@@ -1,0 +1,502 @@
+"""Static cost of a PyTorch module: capture aten ops under a TorchDispatchMode, attribute them to
+modules, and cost them with the handlers of ``layerscope.ops.aten``.
+
+How it works
+- The model runs through ``torch.func.functional_call`` on *fake* copies of its parameters and
+  inputs (``FakeTensorMode``): no arithmetic is done and no weight memory is needed, and the
+  module itself is never touched (its parameters are swapped for the call and swapped back).
+  Parameters on the meta device are analysed as CPU tensors, so the CPU kernels are chosen.
+- Forward ops are attributed to the innermost module running (global forward pre/post hooks,
+  removed afterwards). Backward ops (``mode="training"``) are attributed through the autograd
+  graph: when a module's forward returns, every autograd node it created is tagged with its name,
+  and during backward ``torch._C._current_autograd_node()`` names the node being run.
+- Tensor lifetimes come from storage weak references: a storage is live from the op that created
+  it until Python frees it, exactly as in eager execution; the peak is taken after every op.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from layerscope.core.cost import ZERO, Cost
+from layerscope.core.report import LayerRow, Totals, UncountedOp
+from layerscope.ops.aten import ATEN
+from layerscope.ops.registry import ALLOC, VIEW, T
+
+_TAG = "layerscope.module"
+
+# Bytes of optimizer state per trainable parameter byte (exp_avg + exp_avg_sq for Adam).
+OPTIMIZER_STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+class ModelRunError(Exception):
+    """The model itself rejected the inputs (wrong shape, wrong dtype, ...)."""
+
+
+@dataclass
+class InputSpec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+@dataclass
+class _ModuleStats:
+    name: str
+    type: str
+    depth: int
+    children: list[str] = field(default_factory=list)
+    calls: int = 0
+    input_shapes: list = field(default_factory=list)
+    output_shapes: list = field(default_factory=list)
+    params: int = 0
+    weight_bytes: int = 0
+    buffer_bytes: int = 0
+    forward: Cost = ZERO
+    backward: Cost = ZERO
+    activation_bytes: int = 0
+    ops: int = 0
+
+
+@dataclass
+class Capture:
+    """Everything one analysis run measured, before it is shaped into rows."""
+
+    modules: dict[str, _ModuleStats]
+    order: list[str]
+    op_calls: int
+    uncounted: Counter
+    peak_activation_bytes: int
+    input_bytes: int
+    output_bytes: int
+    training: bool
+
+
+def _shapes(obj) -> list[list[int]]:
+    return [list(t.shape) for t in pytree.tree_leaves(obj) if isinstance(t, torch.Tensor)]
+
+
+def _meta(t: torch.Tensor) -> T:
+    return T(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."), t.element_size())
+
+
+def _tensor_nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+class _Liveness:
+    """Live non-parameter storages, their running total and its peak."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, tuple[int, StorageWeakRef]] = {}
+        self.resident: set[int] = set()  # parameters and buffers: never activations
+        self.total = 0
+        self.peak = 0
+
+    def purge(self) -> None:
+        dead = [k for k, (_, ref) in self.live.items() if ref.expired()]
+        for k in dead:
+            self.total -= self.live.pop(k)[0]
+
+    def known(self, t: torch.Tensor) -> bool:
+        key = _storage_key(t)
+        return key in self.live or key in self.resident
+
+    def add(self, t: torch.Tensor) -> int:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in self.live or key in self.resident:
+            return 0
+        nbytes = storage.nbytes()
+        self.live[key] = (nbytes, StorageWeakRef(storage))
+        self.total += nbytes
+        self.peak = max(self.peak, self.total)
+        return nbytes
+
+
+class _ModuleTracker:
+    """Which module is running: global hooks keyed by module identity, removed on exit."""
+
+    def __init__(self, model: nn.Module, stats: dict[str, _ModuleStats], tag_autograd: bool):
+        self.names = {id(m): name for name, m in model.named_modules()}
+        self.stats = stats
+        self.stack: list[str] = []
+        self.tag_autograd = tag_autograd
+        self._handles: list[Any] = []
+
+    def current(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def _pre(self, module, args):
+        name = self.names.get(id(module))
+        if name is None:
+            return
+        if self.tag_autograd and self.stack:
+            # Autograd nodes not tagged yet were made by the enclosing module's own code.
+            _tag_graph(args, self.stack[-1])
+        self.stack.append(name)
+        s = self.stats[name]
+        s.calls += 1
+        if s.calls == 1:
+            s.input_shapes = _shapes(args)
+
+    def _post(self, module, args, output):
+        name = self.names.get(id(module))
+        if name is None or not self.stack or self.stack[-1] != name:
+            return
+        if self.tag_autograd:
+            _tag_graph(output, name)
+        s = self.stats[name]
+        if s.calls == 1:
+            s.output_shapes = _shapes(output)
+        self.stack.pop()
+
+    def __enter__(self):
+        from torch.nn.modules import module as M
+
+        self._handles = [
+            M.register_module_forward_pre_hook(self._pre),
+            M.register_module_forward_hook(self._post, always_call=True),
+        ]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
+
+
+def _tag_graph(obj, name: str) -> None:
+    """Tag every untagged autograd node reachable from ``obj``'s tensors with ``name``."""
+    todo = [t.grad_fn for t in pytree.tree_leaves(obj)
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        meta = node.metadata
+        if _TAG in meta:
+            continue
+        meta[_TAG] = name
+        todo.extend(f for f, _ in node.next_functions if f is not None)
+
+
+class _CountingMode(TorchDispatchMode):
+    """Costs every aten op and charges it to the module (forward) or autograd node (backward)."""
+
+    def __init__(self, tracker: _ModuleTracker, stats: dict[str, _ModuleStats],
+                 liveness: _Liveness):
+        super().__init__()
+        self.tracker = tracker
+        self.stats = stats
+        self.liveness = liveness
+        self.uncounted: Counter = Counter()
+        self.op_calls = 0
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.paused:
+            return out
+        self.op_calls += 1
+        node = torch._C._current_autograd_node()
+        backward = node is not None
+        owner = node.metadata.get(_TAG, "") if backward else self.tracker.current()
+        stats = self.stats[owner]
+        stats.ops += 1
+
+        entry = ATEN.lookup(str(func), str(func.overloadpacket))
+        kind = entry.kind if entry else (VIEW if func.is_view else None)
+        self.liveness.purge()
+        out_tensors = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        created = sum(self.liveness.add(t) for t in out_tensors)
+        if not backward:
+            stats.activation_bytes += created
+        if kind is None:
+            self.uncounted[str(func.overloadpacket)] += 1
+            return out
+        if kind == VIEW or kind == ALLOC:
+            return out
+        in_tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        to_meta = lambda x: _meta(x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        op = entry.handler(pytree.tree_map(to_meta, tuple(args)),
+                           pytree.tree_map(to_meta, kwargs), pytree.tree_map(to_meta, out))
+        cost = Cost(op.macs, op.flops, sum(map(_tensor_nbytes, in_tensors)),
+                    sum(map(_tensor_nbytes, out_tensors)))
+        if backward:
+            stats.backward = stats.backward + cost
+        else:
+            stats.forward = stats.forward + cost
+        return out
+
+
+def _fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool) -> torch.Tensor:
+    """A fake tensor (call inside FakeTensorMode) shaped like ``t``; meta becomes CPU."""
+    device = "cpu" if t.device.type == "meta" else t.device
+    target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
+    fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=target, device=device)
+    if requires_grad and fake.is_floating_point():
+        fake.requires_grad_(True)
+    return fake
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for t in list(model.parameters()) + list(model.buffers()):
+        return torch.device("cpu") if t.device.type == "meta" else t.device
+    return torch.device("cpu")
+
+
+def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
+    return [(m, m.training) for m in model.modules()]
+
+
+def _module_table(model: nn.Module) -> tuple[dict[str, _ModuleStats], list[str]]:
+    """One entry per distinct module, parameters charged to the first module that owns them."""
+    stats: dict[str, _ModuleStats] = {}
+    order: list[str] = []
+    seen: set[int] = set()
+    for name, module in model.named_modules():
+        depth = 0 if name == "" else name.count(".") + 1
+        s = _ModuleStats(name, type(module).__name__, depth)
+        for p in module._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                s.params += p.numel()
+                s.weight_bytes += _tensor_nbytes(p)
+        for b in module._buffers.values():
+            if b is not None and id(b) not in seen:
+                seen.add(id(b))
+                s.buffer_bytes += _tensor_nbytes(b)
+        stats[name] = s
+        order.append(name)
+        if name:
+            parent = name.rsplit(".", 1)[0] if "." in name else ""
+            stats[parent].children.append(name)
+    return stats, order
+
+
+def capture(model: nn.Module, inputs: Sequence[torch.Tensor | InputSpec], *,
+            training: bool = False, dtype: torch.dtype | None = None,
+            fake: bool = True) -> Capture:
+    """Run ``model`` once (fake by default) and record what every module costs."""
+    stats, order = _module_table(model)
+    flags = _flags(model)
+    try:
+        model.train(training)
+        if fake:
+            return _capture_fake(model, inputs, stats, order, training, dtype)
+        return _capture_real(model, inputs, stats, order, training, dtype)
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def _run(model_call, tracker, mode, liveness, training) -> tuple[int, int]:
+    """Run forward (and backward) under the tracker and mode; returns output bytes."""
+    with tracker, mode, torch.set_grad_enabled(training):
+        out = model_call()
+        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if training:
+            diff = [t for t in outs if t.requires_grad]
+            if diff:
+                mode.paused = True
+                grads = [torch.ones_like(t) for t in diff]
+                mode.paused = False
+                torch.autograd.backward(diff, grads)
+    return sum(map(_tensor_nbytes, outs))
+
+
+def _wrap_model_error(exc: Exception) -> ModelRunError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ModelRunError(f"{type(exc).__name__}: {first}")
+
+
+def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake_mode = FakeTensorMode()
+    liveness = _Liveness()
+    device = _model_device(model)
+    with fake_mode:
+        memo: dict[int, torch.Tensor] = {}
+        state: dict[str, torch.Tensor] = {}
+        named = list(model.named_parameters(remove_duplicate=False)) + list(
+            model.named_buffers(remove_duplicate=False))
+        for name, t in named:
+            if id(t) not in memo:
+                memo[id(t)] = _fake_like(t, dtype, training and isinstance(t, nn.Parameter)
+                                         and t.requires_grad)
+            state[name] = memo[id(t)]
+        fake_inputs = []
+        for x in inputs:
+            if isinstance(x, InputSpec):
+                x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
+                fake_inputs.append(torch.zeros(x.shape, dtype=x_dtype, device=device))
+            else:
+                fake_inputs.append(_fake_like(x, dtype, False).to(
+                    device if x.device.type == "meta" else x.device))
+    for t in memo.values():
+        liveness.resident.add(_storage_key(t))
+    for x in fake_inputs:
+        liveness.add(x)
+    input_bytes = sum(map(_tensor_nbytes, fake_inputs))
+
+    tracker = _ModuleTracker(model, stats, tag_autograd=training)
+    mode = _CountingMode(tracker, stats, liveness)
+    call = lambda: torch.func.functional_call(  # noqa: E731
+        model, state, tuple(fake_inputs), strict=False, tie_weights=False)
+    try:
+        with fake_mode:
+            output_bytes = _run(call, tracker, mode, liveness, training)
+    except (torch._subclasses.fake_tensor.UnsupportedOperatorException,
+            torch._subclasses.fake_tensor.DynamicOutputShapeException,
+            torch._subclasses.fake_tensor.DataDependentOutputException):
+        # The model needs real values (data-dependent shapes); run it for real on a copy.
+        if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
+            raise
+        fresh, _ = _module_table(model)
+        stats.clear()
+        stats.update(fresh)
+        return _capture_real(model, inputs, stats, order, training, dtype)
+    except Exception as exc:  # the model's own error: shape mismatch and the like
+        raise _wrap_model_error(exc) from exc
+    return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak, input_bytes,
+                   output_bytes, training)
+
+
+def _capture_real(model, inputs, stats, order, training, dtype) -> Capture:
+    """Fallback with real tensors, on a deep copy so the caller's model is untouched."""
+    work = copy.deepcopy(model)
+    if dtype is not None:
+        work = work.to(dtype)
+    # Statistics are keyed by name; the copy has the same names.
+    device = _model_device(work)
+    real_inputs = []
+    for x in inputs:
+        if isinstance(x, InputSpec):
+            x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
+            real_inputs.append(torch.zeros(x.shape, dtype=x_dtype, device=device))
+        else:
+            real_inputs.append(x.detach().clone())
+    liveness = _Liveness()
+    for t in list(work.parameters()) + list(work.buffers()):
+        liveness.resident.add(_storage_key(t))
+    for x in real_inputs:
+        liveness.add(x)
+    tracker = _ModuleTracker(work, stats, tag_autograd=training)
+    mode = _CountingMode(tracker, stats, liveness)
+    try:
+        output_bytes = _run(lambda: work(*real_inputs), tracker, mode, liveness, training)
+    except Exception as exc:
+        raise _wrap_model_error(exc) from exc
+    return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
+                   sum(map(_tensor_nbytes, real_inputs)), output_bytes, training)
+
+
+# ---------------------------------------------------------------- shaping rows
+def _subtree(cap: Capture, name: str) -> list[_ModuleStats]:
+    out, todo = [], [name]
+    while todo:
+        n = todo.pop()
+        out.append(cap.modules[n])
+        todo.extend(cap.modules[n].children)
+    return out
+
+
+def _row(stats: list[_ModuleStats], head: _ModuleStats, self_only: bool,
+         training: bool) -> LayerRow:
+    fwd = sum((s.forward for s in stats), ZERO)
+    bwd = sum((s.backward for s in stats), ZERO)
+    row = LayerRow(
+        name=head.name or "(root)",
+        type=head.type,
+        depth=head.depth,
+        calls=head.calls,
+        input_shapes=head.input_shapes,
+        output_shapes=head.output_shapes,
+        params=sum(s.params for s in stats),
+        weight_bytes=sum(s.weight_bytes for s in stats),
+        buffer_bytes=sum(s.buffer_bytes for s in stats),
+        macs=fwd.macs,
+        flops=fwd.flops,
+        bytes_read=fwd.bytes_read,
+        bytes_written=fwd.bytes_written,
+        activation_bytes=sum(s.activation_bytes for s in stats),
+        self_only=self_only,
+    )
+    if training:
+        row.backward_macs, row.backward_flops = bwd.macs, bwd.flops
+        row.backward_bytes_read, row.backward_bytes_written = bwd.bytes_read, bwd.bytes_written
+    return row
+
+
+def _has_own(s: _ModuleStats) -> bool:
+    return s.ops > 0 or s.params > 0 or s.buffer_bytes > 0
+
+
+def layer_rows(cap: Capture, depth: int | None = None) -> list[LayerRow]:
+    """Rows at ``depth`` (None: leaf modules). A container above the cut-off gets a
+    ``self_only`` row for its own ops and parameters, so rows always sum to the totals."""
+    rows = []
+    for name in cap.order:
+        s = cap.modules[name]
+        if depth is not None and s.depth > depth:
+            continue
+        leaf = not s.children
+        if leaf or (depth is not None and s.depth == depth):
+            rows.append(_row(_subtree(cap, name), s, False, cap.training))
+        elif _has_own(s):
+            rows.append(_row([s], s, True, cap.training))
+    return rows
+
+
+def totals(cap: Capture, model: nn.Module, optimizer: str = "adam") -> Totals:
+    every = list(cap.modules.values())
+    fwd = sum((s.forward for s in every), ZERO)
+    bwd = sum((s.backward for s in every), ZERO)
+    distinct = {id(p): p for p in model.parameters()}.values()
+    trainable = [p for p in distinct if p.requires_grad]
+    tot = Totals(
+        params=sum(s.params for s in every),
+        trainable_params=sum(p.numel() for p in trainable),
+        weight_bytes=sum(s.weight_bytes for s in every),
+        buffer_bytes=sum(s.buffer_bytes for s in every),
+        macs=fwd.macs,
+        flops=fwd.flops,
+        bytes_read=fwd.bytes_read,
+        bytes_written=fwd.bytes_written,
+        activation_bytes=sum(s.activation_bytes for s in every),
+        peak_activation_bytes=cap.peak_activation_bytes,
+        input_bytes=cap.input_bytes,
+        output_bytes=cap.output_bytes,
+    )
+    if cap.training:
+        grad_bytes = sum(_tensor_nbytes(p) for p in trainable)
+        tot.backward_macs, tot.backward_flops = bwd.macs, bwd.flops
+        tot.backward_bytes_read, tot.backward_bytes_written = bwd.bytes_read, bwd.bytes_written
+        tot.gradient_bytes = grad_bytes
+        tot.optimizer_state_bytes = OPTIMIZER_STATE_FACTOR[optimizer] * grad_bytes
+    return tot
+
+
+def uncounted(cap: Capture) -> tuple[list[UncountedOp], float]:
+    ops = [UncountedOp(op, n) for op, n in cap.uncounted.most_common()]
+    missing = sum(cap.uncounted.values())
+    coverage = 1.0 if cap.op_calls == 0 else (cap.op_calls - missing) / cap.op_calls
+    return ops, coverage

@@ -1,0 +1,1 @@
+"""Pure data and arithmetic: imports neither torch nor onnx."""

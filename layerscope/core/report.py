@@ -1,0 +1,163 @@
+"""The Report every analysis fills: a header, one row per layer, totals and what was not counted.
+
+Plain data only (see DESIGN.md section 1): renderers turn it into text, JSON, CSV or HTML.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass
+class LayerRow:
+    """One module (or ONNX node). Costs are for the forward pass over all calls of the module.
+
+    ``self_only`` marks the row of a container's own ops (e.g. the residual add written in a
+    ResNet block's forward), so that rows never double count their children.
+    """
+
+    name: str
+    type: str
+    depth: int
+    calls: int = 0
+    input_shapes: list = field(default_factory=list)
+    output_shapes: list = field(default_factory=list)
+    params: int = 0
+    weight_bytes: int = 0
+    buffer_bytes: int = 0
+    macs: int = 0
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    activation_bytes: int = 0
+    self_only: bool = False
+    # Filled in --mode training only: the cost of the backward ops this layer's forward caused.
+    backward_macs: int | None = None
+    backward_flops: int | None = None
+    backward_bytes_read: int | None = None
+    backward_bytes_written: int | None = None
+
+    @property
+    def intensity(self) -> float | None:
+        moved = self.bytes_read + self.bytes_written
+        return self.flops / moved if moved else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["intensity"] = self.intensity
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LayerRow":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Totals:
+    params: int = 0
+    trainable_params: int = 0
+    weight_bytes: int = 0
+    buffer_bytes: int = 0
+    macs: int = 0
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    activation_bytes: int = 0
+    peak_activation_bytes: int = 0
+    input_bytes: int = 0
+    output_bytes: int = 0
+    backward_macs: int | None = None
+    backward_flops: int | None = None
+    backward_bytes_read: int | None = None
+    backward_bytes_written: int | None = None
+    gradient_bytes: int | None = None
+    optimizer_state_bytes: int | None = None
+
+    @property
+    def intensity(self) -> float | None:
+        moved = self.bytes_read + self.bytes_written
+        return self.flops / moved if moved else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["intensity"] = self.intensity
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Totals":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class UncountedOp:
+    op: str
+    calls: int
+
+
+@dataclass
+class Report:
+    """Header + rows + totals. ``coverage`` is the share of op calls that had a cost handler."""
+
+    model: str
+    frontend: str
+    inputs: list[dict[str, Any]]
+    totals: Totals
+    layers: list[LayerRow]
+    uncounted_ops: list[UncountedOp] = field(default_factory=list)
+    coverage: float = 1.0
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    kind: str = "analyze"
+    schema_version: str = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "kind": self.kind,
+            "model": self.model,
+            "frontend": self.frontend,
+            "inputs": self.inputs,
+            "settings": self.settings,
+            "totals": self.totals.to_dict(),
+            "layers": [row.to_dict() for row in self.layers],
+            "uncounted_ops": [asdict(u) for u in self.uncounted_ops],
+            "coverage": self.coverage,
+            "environment": self.environment,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Report":
+        major = str(d.get("schema_version", "")).split(".")[0]
+        if major != SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(
+                f"report schema_version {d.get('schema_version')!r} is not readable by this "
+                f"layerscope (reads {SCHEMA_VERSION})"
+            )
+        return cls(
+            model=d["model"],
+            frontend=d["frontend"],
+            inputs=d["inputs"],
+            totals=Totals.from_dict(d["totals"]),
+            layers=[LayerRow.from_dict(r) for r in d["layers"]],
+            uncounted_ops=[UncountedOp(**u) for u in d.get("uncounted_ops", [])],
+            coverage=d.get("coverage", 1.0),
+            settings=d.get("settings", {}),
+            environment=d.get("environment", {}),
+            kind=d.get("kind", "analyze"),
+            schema_version=d["schema_version"],
+        )
+
+    # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.
+    def __rich__(self):
+        from layerscope.renderers.terminal import render_table
+
+        return render_table(self)
+
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)

@@ -1,0 +1,1 @@
+"""Model specs -> something runnable or analysable."""

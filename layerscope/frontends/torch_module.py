@@ -1,0 +1,189 @@
+"""Model specs for PyTorch: built-in names, ``file.py:factory``, ``pkg.module:factory`` and
+TorchScript files saved with ``torch.jit.save``."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from layerscope.analysis.static_torch import InputSpec
+from layerscope.errors import UserError
+from layerscope.frontends import zoo
+
+TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
+_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
+           "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+           "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
+           "uint8": torch.uint8, "bool": torch.bool}
+
+
+@dataclass
+class LoadedModel:
+    """A runnable PyTorch model plus the inputs it is analysed with by default."""
+
+    module: nn.Module
+    inputs: list[Any]  # tensors or InputSpec; the first dimension is the batch
+    name: str
+    frontend: str  # "torch" or "torchscript"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return _DTYPES[text.strip().lower()]
+    except KeyError:
+        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
+
+
+def parse_input(text: str) -> InputSpec:
+    """'1x3x224x224' or '1x3x224x224:float16' -> InputSpec."""
+    shape_text, _, dtype_text = text.partition(":")
+    if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
+        raise UserError(
+            f"malformed --input {text!r}: write the shape as dimensions joined by 'x', "
+            "optionally with a dtype, e.g. 1x3x224x224 or 1x128:int64")
+    shape = tuple(int(d) for d in shape_text.strip().split("x"))
+    if any(d == 0 for d in shape):
+        raise UserError(f"malformed --input {text!r}: dimensions must be positive")
+    return InputSpec(shape, parse_dtype(dtype_text) if dtype_text else torch.float32)
+
+
+def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
+    """Replace the first dimension of every input by ``batch_size``."""
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    out = []
+    for x in inputs:
+        if isinstance(x, InputSpec):
+            out.append(InputSpec((batch_size,) + tuple(x.shape[1:]), x.dtype))
+        elif isinstance(x, torch.Tensor) and x.dim() > 0:
+            reps = (batch_size + x.shape[0] - 1) // x.shape[0]
+            out.append(x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size])
+        else:
+            out.append(x)
+    return out
+
+
+def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any] | None]:
+    example = None
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
+        result, example = result
+        if isinstance(example, torch.Tensor):
+            example = [example]
+        elif isinstance(example, (tuple, list)):
+            example = list(example)
+        else:
+            raise UserError(f"{spec}: the factory's example inputs must be a tensor or a tuple of "
+                            f"tensors, got {type(example).__name__}")
+    if not isinstance(result, nn.Module):
+        raise UserError(f"{spec}: the factory returned {type(result).__name__}, not a torch.nn.Module "
+                        "or (module, example_inputs)")
+    return result, example
+
+
+def _load_python_attr(spec: str) -> Any:
+    target, _, attr = spec.rpartition(":")
+    if target.endswith(".py"):
+        if not os.path.isfile(target):
+            raise UserError(f"{spec}: no such file {target!r}")
+        mod_name = f"_layerscope_user_{abs(hash(os.path.abspath(target)))}"
+        loader_spec = importlib.util.spec_from_file_location(mod_name, target)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[mod_name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise UserError(f"{spec}: importing {target} failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise UserError(f"{spec}: cannot import module {target!r} ({exc}); "
+                            "check the name and PYTHONPATH") from exc
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"{spec}: {target!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _looks_like_zip(path: str) -> bool:
+    return zipfile.is_zipfile(path)
+
+
+def load_torchscript(path: str) -> nn.Module:
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory, not a TorchScript file")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{path} is empty: expected a TorchScript file saved with torch.jit.save")
+    if not _looks_like_zip(path):
+        raise UserError(f"{path} is not a TorchScript file (not a torch.jit.save archive); "
+                        "save the model with torch.jit.save or pass a factory as file.py:function")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return torch.jit.load(path, map_location="cpu")
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
+
+
+def resolve(spec: str | nn.Module, *, meta: bool = False) -> LoadedModel:
+    """Turn a model spec into a module and its default inputs.
+
+    ``meta=True`` builds built-in models on the meta device: no weight memory, no init time
+    (enough for static analysis, which never reads values).
+    """
+    if isinstance(spec, nn.Module):
+        return LoadedModel(spec, [], type(spec).__name__, _frontend_of(spec))
+    if not isinstance(spec, str) or not spec.strip():
+        raise UserError("no model given: name a built-in model (e.g. resnet50), a file.py:factory, "
+                        "a package.module:factory or a TorchScript file")
+    entry = zoo.lookup(spec)
+    if entry is not None:
+        if meta:
+            with torch.device("meta"):
+                module = entry.build()
+        else:
+            module = entry.build()
+        return LoadedModel(module, [InputSpec((1,) + entry.input_shape)], spec, "torch",
+                           {"source": entry.source})
+    if os.path.exists(spec):
+        if spec.endswith(".onnx"):
+            raise UserError(f"{spec}: ONNX models are not supported by this command yet")
+        return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript")
+    if ":" in spec:
+        module, example = _from_factory(_call_factory(spec), spec)
+        return LoadedModel(module, example or [], spec, _frontend_of(module))
+    if spec.endswith(TORCHSCRIPT_SUFFIXES):
+        raise UserError(f"{spec}: no such file")
+    close = zoo.suggestions(spec)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in names, "
+                    "or pass file.py:factory, package.module:factory or a TorchScript file.")
+
+
+def _call_factory(spec: str) -> Any:
+    factory = _load_python_attr(spec)
+    if isinstance(factory, nn.Module):
+        return factory
+    if not callable(factory):
+        raise UserError(f"{spec}: {type(factory).__name__} is not callable")
+    try:
+        return factory()
+    except Exception as exc:
+        raise UserError(f"{spec}: the factory raised {type(exc).__name__}: {exc}") from exc
+
+
+def _frontend_of(module: nn.Module) -> str:
+    return "torchscript" if isinstance(module, torch.jit.ScriptModule) else "torch"

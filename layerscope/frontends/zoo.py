@@ -1,0 +1,131 @@
+"""Built-in models: the reference workloads plus every torchvision classifier by its name."""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    """CIFAR ResNet basic block; a 1x1 conv + BN projection where the shape changes (option B)."""
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or in_planes != planes:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet20(nn.Module):
+    """ResNet-20 for CIFAR-10 (He et al. 2016, section 4.2): 3x3 stem with 16 channels, three
+    stages of three basic blocks at 16/32/64 channels, strides 1/2/2, global average pool, linear."""
+
+    def __init__(self, num_classes: int = 10, blocks: int = 3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        stages, in_planes = [], 16
+        for planes, stride in ((16, 1), (32, 2), (64, 2)):
+            layers = []
+            for i in range(blocks):
+                layers.append(BasicBlock(in_planes, planes, stride if i == 0 else 1))
+                in_planes = planes
+            stages.append(nn.Sequential(*layers))
+        self.layer1, self.layer2, self.layer3 = stages
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class MnistCNN(nn.Module):
+    """The network of PyTorch's examples/mnist/main.py."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.max_pool2d(x, 2)
+        x = self.dropout1(x)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = self.dropout2(x)
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]  # without the batch dimension
+    source: str
+
+
+# Inputs torchvision's models need beyond 224x224 RGB.
+_TV_INPUT = {"inception_v3": (3, 299, 299)}
+# Auxiliary classifier heads are off by default: they only run in training and users expect the
+# inference parameter counts (GoogLeNet 6,624,904).
+_TV_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
+              "inception_v3": {"aux_logits": False, "init_weights": False}}
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def _torchvision_entry(name: str) -> ZooEntry:
+    import torchvision
+
+    def build() -> nn.Module:
+        return torchvision.models.get_model(name, weights=None, **_TV_KWARGS.get(name, {}))
+
+    return ZooEntry(name, build, _TV_INPUT.get(name, (3, 224, 224)), "torchvision")
+
+
+_OWN = {
+    "resnet20": ZooEntry("resnet20", ResNet20, (3, 32, 32), "layerscope"),
+    "mnist-cnn": ZooEntry("mnist-cnn", MnistCNN, (1, 28, 28), "layerscope"),
+}
+
+
+def names() -> list[str]:
+    return sorted(_OWN) + _torchvision_names()
+
+
+def lookup(name: str) -> ZooEntry | None:
+    if name in _OWN:
+        return _OWN[name]
+    if name in _torchvision_names():
+        return _torchvision_entry(name)
+    return None
+
+
+def suggestions(name: str, n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, names(), n=n, cutoff=0.5)

@@ -1,0 +1,1 @@
+"""Cost handlers: one pure function per op, one registration line each."""

@@ -1,0 +1,485 @@
+"""Cost handlers for PyTorch aten ops, keyed by overload packet ("aten.addmm") or overload.
+
+Conventions (README "Definitions"):
+- MACs count contractions only; FLOPs = 2 x MACs + the op's other arithmetic.
+- Elementwise ops cost 1 FLOP per output element unless stated beside their registration.
+- Contraction formulas reuse ``torch.utils.flop_counter`` (its FLOPs are 2 x MACs and leave bias
+  adds out, so MACs = its figure / 2 and bias adds are added here).
+- Fused kernels (SDPA, the MultiheadAttention / TransformerEncoderLayer fast paths, RNN layers)
+  cost exactly what the unfused ops they replace cost, so every kernel path agrees on MACs.
+
+Each handler's first comment gives the shapes it reads.
+"""
+from __future__ import annotations
+
+import math
+
+from torch.utils import flop_counter as fc
+
+from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, T
+
+ATEN = HandlerTable("aten")
+register = ATEN.register
+
+ZERO = OpCost()
+
+
+def _first_out(out) -> T:
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    return out
+
+
+def _outs(out) -> list[T]:
+    if isinstance(out, T):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _outs(o)]
+    return []
+
+
+# ---------------------------------------------------------------- zero-cost and data movement
+def zero(args, kwargs, out) -> OpCost:
+    # any shapes: no arithmetic (views, allocation, copies, indexing)
+    return ZERO
+
+
+register(
+    [
+        "aten.view", "aten._unsafe_view", "aten.t", "aten.transpose", "aten.permute",
+        "aten.expand", "aten.squeeze", "aten.unsqueeze", "aten.select", "aten.slice",
+        "aten.split", "aten.split_with_sizes", "aten.unsafe_split", "aten.unsafe_split_with_sizes",
+        "aten.unbind", "aten.chunk", "aten.detach", "aten.alias", "aten.as_strided",
+        "aten.narrow", "aten.diagonal", "aten._reshape_alias", "aten.view_as", "aten.unfold",
+        "aten.transpose_", "aten.t_", "aten.squeeze_", "aten.unsqueeze_", "aten.lift_fresh",
+        "aten._nested_tensor_from_mask", "prim.device", "aten.sym_size", "aten.sym_stride",
+        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size", "aten._local_scalar_dense",
+        "aten.set_", "aten.resize_", "aten._has_compatible_shallow_copy_type", "aten.is_nonzero",
+    ],
+    zero,
+    kind=VIEW,
+)
+register(
+    ["aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+     "aten.new_empty_strided"],
+    zero,
+    kind=ALLOC,
+)
+register(
+    [
+        "aten.clone", "aten.copy_", "aten._to_copy", "aten.copy", "aten.cat", "aten.stack",
+        "aten.constant_pad_nd", "aten.reflection_pad2d", "aten.replication_pad2d",
+        "aten.index", "aten.index_select", "aten.gather", "aten.embedding",
+        "aten.zeros", "aten.ones", "aten.full", "aten.zeros_like", "aten.ones_like",
+        "aten.full_like", "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.arange",
+        "aten.fill_", "aten.zero_", "aten.fill", "aten.scalar_tensor", "aten.tril", "aten.triu",
+        "aten.slice_backward", "aten.select_backward", "aten.roll", "aten.flip", "aten.repeat",
+        "aten.masked_select", "aten.index_put_", "aten.index_put", "aten.scatter",
+        "aten.scatter_", "aten.select_scatter", "aten.slice_scatter", "aten.as_strided_scatter",
+        "aten.pixel_shuffle", "aten.channel_shuffle", "aten.native_channel_shuffle",
+        "aten.bernoulli_", "aten.bernoulli", "aten.uniform_", "aten.normal_", "aten.rand",
+        "aten.randn", "aten.rand_like", "aten.randn_like", "aten.randperm",
+        "aten.upsample_nearest2d", "aten.im2col", "aten.col2im",
+        "aten.argmax", "aten.argmin", "aten.topk", "aten.sort",
+    ],
+    zero,
+)
+
+
+# ---------------------------------------------------------------- elementwise
+def elementwise(k: int):
+    """k FLOPs per element of the first output."""
+
+    def handler(args, kwargs, out) -> OpCost:
+        # out: any shape; cost = k * numel(out)
+        return OpCost(flops=k * _first_out(out).numel)
+
+    handler.__name__ = f"elementwise_{k}"
+    return handler
+
+
+ONE_FLOP_ELEMENTWISE = [
+    "aten.add", "aten.add_", "aten.sub", "aten.sub_", "aten.rsub", "aten.mul", "aten.mul_",
+    "aten.div", "aten.div_", "aten.neg", "aten.reciprocal", "aten.abs", "aten.sign",
+    "aten.relu", "aten.relu_", "aten.relu6", "aten.leaky_relu", "aten.leaky_relu_",
+    "aten.hardtanh", "aten.hardtanh_", "aten.hardswish", "aten.hardswish_", "aten.hardsigmoid",
+    "aten.hardsigmoid_", "aten.sigmoid", "aten.sigmoid_", "aten.tanh", "aten.tanh_",
+    "aten.gelu", "aten.gelu_", "aten.silu", "aten.silu_", "aten.mish", "aten.elu", "aten.elu_",
+    "aten.softplus", "aten.exp", "aten.exp_", "aten.log", "aten.sqrt", "aten.rsqrt", "aten.pow",
+    "aten.clamp", "aten.clamp_", "aten.clamp_min", "aten.clamp_min_", "aten.clamp_max",
+    "aten.where", "aten.maximum", "aten.minimum", "aten.erf", "aten.sin", "aten.cos",
+    "aten.masked_fill", "aten.masked_fill_", "aten.eq", "aten.ne", "aten.lt", "aten.le",
+    "aten.gt", "aten.ge", "aten.logical_not", "aten.logical_and", "aten.logical_or",
+    "aten.bitwise_not", "aten.floor", "aten.ceil", "aten.round", "aten.trunc",
+    "aten.threshold", "aten.threshold_backward", "aten.sigmoid_backward", "aten.tanh_backward",
+    "aten.gelu_backward", "aten.silu_backward", "aten.hardtanh_backward",
+    "aten.hardswish_backward", "aten.hardsigmoid_backward", "aten.leaky_relu_backward",
+    "aten.elu_backward", "aten.softplus_backward", "aten.native_dropout_backward",
+    "aten.prelu", "aten._prelu_kernel", "aten.log_sigmoid_forward", "aten.glu",
+]
+register(ONE_FLOP_ELEMENTWISE, elementwise(1))
+# a*b+c, a+w*(b-a) and friends: two arithmetic ops per element.
+register(["aten.addcmul", "aten.addcmul_", "aten.addcdiv", "aten.addcdiv_", "aten.lerp",
+          "aten.lerp_"], elementwise(2))
+# Dropout in training: draw the mask and scale (1 each) per element.
+register("aten.native_dropout", elementwise(2))
+
+
+# ---------------------------------------------------------------- reductions and pooling
+def reduce_sum(args, kwargs, out) -> OpCost:
+    # x: any shape -> reduced; one add per input element
+    return OpCost(flops=args[0].numel)
+
+
+def reduce_mean(args, kwargs, out) -> OpCost:
+    # x: any shape -> reduced; one add per input element + one divide per output element
+    return OpCost(flops=args[0].numel + _first_out(out).numel)
+
+
+register(["aten.sum", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.prod",
+          "aten.logsumexp", "aten.norm", "aten.linalg_vector_norm", "aten.any", "aten.all"],
+         reduce_sum)
+register(["aten.mean", "aten.var", "aten.std", "aten.var_mean", "aten.std_mean"], reduce_mean)
+
+
+def _kernel_size(args, index: int, spatial: int) -> int:
+    k = args[index]
+    k = list(k) if isinstance(k, (list, tuple)) else [k]
+    if len(k) == 1:
+        k = k * spatial
+    return math.prod(k)
+
+
+def max_pool(args, kwargs, out) -> OpCost:
+    # x: (N, C, *in), kernel_size -> (N, C, *out); one comparison per window element
+    spatial = len(args[0].shape) - 2
+    return OpCost(flops=_first_out(out).numel * _kernel_size(args, 1, spatial))
+
+
+def avg_pool(args, kwargs, out) -> OpCost:
+    # x: (N, C, *in), kernel_size -> (N, C, *out); window adds + one divide per output
+    spatial = len(args[0].shape) - 2
+    n_out = _first_out(out).numel
+    return OpCost(flops=n_out * _kernel_size(args, 1, spatial) + n_out)
+
+
+def adaptive_avg_pool(args, kwargs, out) -> OpCost:
+    # x: (N, C, *in) -> (N, C, *out); every input element is added once (non-overlapping
+    # windows when in divides by out) + one divide per output
+    return OpCost(flops=args[0].numel + _first_out(out).numel)
+
+
+def pool_backward(args, kwargs, out) -> OpCost:
+    # grad_out, x -> grad_x: one add per grad_x element
+    return OpCost(flops=_first_out(out).numel)
+
+
+register(["aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",
+          "aten.max_pool1d", "aten.max_pool2d"], max_pool)
+register(["aten.avg_pool2d", "aten.avg_pool3d", "aten.avg_pool1d"], avg_pool)
+register(["aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d",
+          "aten.adaptive_avg_pool1d", "aten.adaptive_max_pool2d"], adaptive_avg_pool)
+register(["aten.max_pool2d_with_indices_backward", "aten.avg_pool2d_backward",
+          "aten._adaptive_avg_pool2d_backward", "aten.adaptive_max_pool2d_backward",
+          "aten.max_pool3d_with_indices_backward", "aten.avg_pool3d_backward",
+          "aten._adaptive_avg_pool3d_backward"], pool_backward)
+
+
+# ---------------------------------------------------------------- normalisation and softmax
+# Normalise + affine: (x - mean) * invstd * w + b = 4 FLOPs per element. Computing the
+# statistics (training BatchNorm, LayerNorm, GroupNorm) adds mean (1) and variance (3) per element.
+NORM_APPLY = 4
+NORM_STATS = 4
+
+
+def batch_norm(args, kwargs, out) -> OpCost:
+    # native_batch_norm(x: (N, C, *), w, b, running_mean, running_var, training, momentum, eps)
+    training = bool(args[5]) if len(args) > 5 else bool(kwargs.get("training", False))
+    per = NORM_APPLY + (NORM_STATS if training else 0)
+    return OpCost(flops=per * args[0].numel)
+
+
+def batch_norm_no_stats(args, kwargs, out) -> OpCost:
+    # _native_batch_norm_legit_no_training(x: (N, C, *), ...): normalise with running stats
+    return OpCost(flops=NORM_APPLY * args[0].numel)
+
+
+def batch_norm_legit(args, kwargs, out) -> OpCost:
+    # _native_batch_norm_legit(x, w, b, running_mean?, running_var?, training, momentum, eps)
+    training = bool(args[5]) if len(args) > 5 else True
+    return OpCost(flops=(NORM_APPLY + (NORM_STATS if training else 0)) * args[0].numel)
+
+
+def norm_with_stats(args, kwargs, out) -> OpCost:
+    # native_layer_norm(x, normalized_shape, w, b, eps) / native_group_norm(x, w, b, N, C, HxW, g, eps)
+    return OpCost(flops=(NORM_APPLY + NORM_STATS) * args[0].numel)
+
+
+def norm_backward(args, kwargs, out) -> OpCost:
+    # native_*_norm_backward(grad_out: x-shaped, x, ...): dx (6/elem) + dw, db (1 each) per element
+    return OpCost(flops=8 * args[0].numel)
+
+
+# softmax over the last dim: subtract max (2: compare + sub), exp (1), sum (1), divide (1).
+SOFTMAX = 5
+
+
+def softmax(args, kwargs, out) -> OpCost:
+    # _softmax(x: any, dim, half_to_float) -> x-shaped
+    return OpCost(flops=SOFTMAX * args[0].numel)
+
+
+def softmax_backward(args, kwargs, out) -> OpCost:
+    # _softmax_backward_data(grad: x-shaped, out, dim, dtype): g*y, row sum, sub, mul
+    return OpCost(flops=4 * args[0].numel)
+
+
+register("aten.native_batch_norm", batch_norm)
+register("aten._native_batch_norm_legit_no_training", batch_norm_no_stats)
+register(["aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional"],
+         batch_norm_legit)
+register(["aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm"],
+         norm_with_stats)
+register(["aten.native_batch_norm_backward", "aten.native_layer_norm_backward",
+          "aten.native_group_norm_backward"], norm_backward)
+register(["aten._softmax", "aten._log_softmax", "aten._safe_softmax"], softmax)
+register(["aten._softmax_backward_data", "aten._log_softmax_backward_data"], softmax_backward)
+
+
+# ---------------------------------------------------------------- contractions
+def mm(args, kwargs, out) -> OpCost:
+    # a: (m, k) @ b: (k, n) -> (m, n)
+    macs = fc.mm_flop(args[0].shape, args[1].shape) // 2
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+def addmm(args, kwargs, out) -> OpCost:
+    # bias + a: (m, k) @ b: (k, n) -> (m, n); the bias add is m*n FLOPs, not MACs
+    macs = fc.mm_flop(args[1].shape, args[2].shape) // 2
+    return OpCost(macs=macs, flops=2 * macs + _first_out(out).numel)
+
+
+def bmm(args, kwargs, out) -> OpCost:
+    # a: (b, m, k) @ b: (b, k, n) -> (b, m, n)
+    macs = fc.bmm_flop(args[0].shape, args[1].shape) // 2
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+def baddbmm(args, kwargs, out) -> OpCost:
+    # bias + a: (b, m, k) @ b: (b, k, n) -> (b, m, n)
+    macs = fc.bmm_flop(args[1].shape, args[2].shape) // 2
+    return OpCost(macs=macs, flops=2 * macs + _first_out(out).numel)
+
+
+def dot(args, kwargs, out) -> OpCost:
+    # a: (k,) . b: (k,) -> scalar; mv: (m, k) @ (k,) -> (m,)
+    macs = args[0].numel
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+def convolution(args, kwargs, out) -> OpCost:
+    # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)], bias?, stride,
+    # padding, dilation, transposed, ... -> (N, Cout, *out).
+    # MACs = N * Cout * prod(out) * Cin/g * prod(k); transposed: N * Cin * prod(in) * Cout/g * prod(k)
+    x, w, bias, transposed = args[0], args[1], args[2], bool(args[6])
+    y = _first_out(out)
+    macs = fc.conv_flop_count(list(x.shape), list(w.shape), list(y.shape), transposed) // 2
+    bias_flops = y.numel if isinstance(bias, T) else 0
+    return OpCost(macs=macs, flops=2 * macs + bias_flops)
+
+
+def convolution_backward(args, kwargs, out) -> OpCost:
+    # grad_out: (N, Cout, *out), x, w, bias_sizes, stride, padding, dilation, transposed,
+    # output_padding, groups, output_mask -> (grad_x?, grad_w?, grad_b?)
+    shapes = [o if isinstance(o, T) else None for o in out]
+    out_shapes = [s.shape if s is not None else None for s in shapes]
+    flops = fc.conv_backward_flop(args[0].shape, args[1].shape, args[2].shape, *args[3:11],
+                                  out_shape=out_shapes)
+    macs = flops // 2
+    bias_grad = args[0].numel if args[10][2] else 0  # sum grad_out over N and space
+    return OpCost(macs=macs, flops=2 * macs + bias_grad)
+
+
+register("aten.mm", mm)
+register("aten.addmm", addmm)
+register("aten.bmm", bmm)
+register("aten.baddbmm", baddbmm)
+register(["aten.dot", "aten.mv", "aten.vdot"], dot)
+register(["aten.convolution", "aten._convolution", "aten.mkldnn_convolution",
+          "aten.cudnn_convolution", "aten.cudnn_convolution_transpose",
+          "aten._slow_conv2d_forward", "aten.convolution_overrideable"], convolution)
+register("aten.convolution_backward", convolution_backward)
+
+
+# ---------------------------------------------------------------- attention
+# Scaled dot-product attention on any kernel: MACs = B*H*Lq*Lk*(E + Ev) (scores and values);
+# FLOPs add one scale multiply and the softmax per score element.
+ATTN_PER_SCORE = 1 + SOFTMAX
+
+
+def _sdpa(q: T, k: T, v: T) -> OpCost:
+    macs = fc.sdpa_flop_count(q.shape, k.shape, v.shape) // 2
+    b, h, lq, _ = q.shape
+    scores = b * h * lq * k.shape[-2]
+    return OpCost(macs=macs, flops=2 * macs + ATTN_PER_SCORE * scores)
+
+
+def sdpa(args, kwargs, out) -> OpCost:
+    # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev)
+    return _sdpa(*args[:3])
+
+
+def sdpa_backward(args, kwargs, out) -> OpCost:
+    # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute scores + 4 gradient products
+    macs = fc.sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape,
+                                       args[3].shape) // 2
+    b, h, lq, _ = args[1].shape
+    scores = b * h * lq * args[2].shape[-2]
+    return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * scores)
+
+
+register(["aten._scaled_dot_product_flash_attention_for_cpu",
+          "aten._scaled_dot_product_flash_attention",
+          "aten._scaled_dot_product_efficient_attention",
+          "aten._scaled_dot_product_cudnn_attention",
+          "aten._scaled_dot_product_fused_attention_overrideable"], sdpa)
+register(["aten._scaled_dot_product_flash_attention_for_cpu_backward",
+          "aten._scaled_dot_product_flash_attention_backward",
+          "aten._scaled_dot_product_efficient_attention_backward",
+          "aten._scaled_dot_product_cudnn_attention_backward"], sdpa_backward)
+
+
+def _seq_batch(x: T) -> tuple[int, int, int]:
+    """(B, L, E) for the fast paths, which always run batch-first."""
+    b, length, e = x.shape
+    return b, length, e
+
+
+def _mha(q: T, k: T, v: T, num_heads: int, has_in_bias: bool, has_out_bias: bool) -> OpCost:
+    """nn.MultiheadAttention: in-projections, attention, out-projection (as the unfused path)."""
+    b, lq, e = _seq_batch(q)
+    lk, lv = k.shape[1], v.shape[1]
+    proj_macs = b * (lq + lk + lv) * e * e + b * lq * e * e
+    head = e // num_heads
+    attn = _sdpa(T((b, num_heads, lq, head)), T((b, num_heads, lk, head)),
+                 T((b, num_heads, lv, head)))
+    bias = (b * (lq + lk + lv) * e if has_in_bias else 0) + (b * lq * e if has_out_bias else 0)
+    return OpCost(macs=proj_macs + attn.macs, flops=2 * proj_macs + attn.flops + bias)
+
+
+def native_mha(args, kwargs, out) -> OpCost:
+    # _native_multi_head_attention(q: (B, Lq, E), k: (B, Lk, E), v: (B, Lv, E), embed_dim,
+    # num_heads, qkv_weight: (3E, E), qkv_bias?, proj_weight: (E, E), proj_bias?, ...)
+    return _mha(args[0], args[1], args[2], int(args[4]), isinstance(args[6], T),
+                isinstance(args[8], T))
+
+
+def transformer_encoder_layer(args, kwargs, out) -> OpCost:
+    # _transformer_encoder_layer_fwd(src: (B, L, E), embed_dim, num_heads, qkv_weight, qkv_bias,
+    # proj_weight, proj_bias, use_gelu, norm_first, eps, ln1_w, ln1_b, ln2_w, ln2_b,
+    # ffn1_w: (F, E), ffn1_b, ffn2_w: (E, F), ffn2_b, mask?, mask_type?)
+    src = args[0]
+    b, length, e = _seq_batch(src)
+    attn = _mha(src, src, src, int(args[2]), isinstance(args[4], T), isinstance(args[6], T))
+    f = args[14].shape[0]
+    tokens = b * length
+    ffn_macs = 2 * tokens * e * f
+    ffn_flops = 2 * ffn_macs + tokens * (f + e) + tokens * f  # biases + activation
+    norms = 2 * (NORM_APPLY + NORM_STATS) * tokens * e
+    residuals = 2 * tokens * e
+    return OpCost(macs=attn.macs + ffn_macs,
+                  flops=attn.flops + ffn_flops + norms + residuals)
+
+
+register("aten._native_multi_head_attention", native_mha)
+register("aten._transformer_encoder_layer_fwd", transformer_encoder_layer)
+
+
+# ---------------------------------------------------------------- recurrent layers
+# Per time step and batch element, a layer-direction with weights w_ih: (G*H, I), w_hh: (G*H, H)
+# does G*H*I + G*H*H MACs (G = 4 LSTM, 3 GRU, 1 RNN), i.e. numel(w_ih) + numel(w_hh); so a
+# whole RNN costs T * B * (sum of its 2-D weight matrices' sizes) MACs, on every path.
+# Gate arithmetic per hidden unit and step (FLOPs besides the contractions):
+#   LSTM: add the two projections (4), gate nonlinearities (4), c = f*c + i*g (3), tanh(c) (1),
+#         h = o*tanh(c) (1) = 13;  GRU: r, z (add + sigmoid: 4), n = tanh(xn + r*hn) (3),
+#         h = (1-z)*n + z*h (4) = 11;  RNN: add + nonlinearity = 2.
+# Biases add 2*G*H per step when present.
+GATES = {"lstm": 4, "gru": 3, "rnn": 1}
+GATE_FLOPS = {"lstm": 13, "gru": 11, "rnn": 2}
+CUDNN_MODES = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
+
+
+def _rnn_cost(steps: int, weights: list[T], kind: str, has_biases: bool) -> OpCost:
+    matrices = [w for w in weights if isinstance(w, T) and len(w.shape) == 2]
+    macs = steps * sum(w.numel for w in matrices)
+    gates = GATES[kind]
+    # every w_ih (first of each layer-direction's pair) has G*H rows
+    hidden_rows = sum(w.shape[0] for w in matrices[::2]) if matrices else 0
+    hidden_units = hidden_rows // gates
+    elementwise = steps * hidden_units * GATE_FLOPS[kind]
+    bias = steps * 2 * hidden_rows if has_biases else 0
+    return OpCost(macs=macs, flops=2 * macs + elementwise + bias)
+
+
+def _steps(x: T, batch_first: bool) -> int:
+    # (T, B, I) or (B, T, I) or unbatched (T, I): time steps x batch
+    return x.shape[0] * x.shape[1] if len(x.shape) == 3 else x.shape[0]
+
+
+def aten_rnn(kind: str):
+    def handler(args, kwargs, out) -> OpCost:
+        # lstm(x: (T, B, I), hx[], params[], has_biases, num_layers, dropout, train, bidir,
+        # batch_first); gru/rnn_*(x, hx, params[], has_biases, ...)
+        return _rnn_cost(_steps(args[0], bool(args[8])), list(args[2]), kind, bool(args[3]))
+
+    handler.__name__ = f"{kind}_layer"
+    return handler
+
+
+def mkldnn_rnn_layer(args, kwargs, out) -> OpCost:
+    # mkldnn_rnn_layer(x: (T, B, I), w_ih: (G*H, I), w_hh: (G*H, H), b_ih, b_hh, hx, cx, reverse,
+    # batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train)
+    kind = CUDNN_MODES.get(int(args[9]), "lstm")
+    return _rnn_cost(_steps(args[0], bool(args[14])), [args[1], args[2]], kind, bool(args[12]))
+
+
+def mkldnn_rnn_layer_backward(args, kwargs, out) -> OpCost:
+    # (x, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy, grad_out, grad_hy, grad_cy, reverse,
+    # mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, ws)
+    # Each projection's backward is a data-gradient and a weight-gradient product: 2 x forward MACs.
+    kind = CUDNN_MODES.get(int(args[14]), "lstm")
+    fwd = _rnn_cost(_steps(args[0], bool(args[21])), [args[1], args[2]], kind, bool(args[17]))
+    return OpCost(macs=2 * fwd.macs, flops=2 * fwd.flops)
+
+
+def cudnn_rnn(args, kwargs, out) -> OpCost:
+    # _cudnn_rnn(x: (T, B, I), weights[], weight_stride0, weight_buf, hx, cx, mode, hidden, proj,
+    # num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
+    weights = list(args[1])
+    has_biases = len(weights) > 2 and any(isinstance(w, T) and len(w.shape) == 1 for w in weights)
+    return _rnn_cost(_steps(args[0], bool(args[10])), weights,
+                     CUDNN_MODES.get(int(args[6]), "lstm"), has_biases)
+
+
+def fused_cell(kind: str):
+    def handler(args, kwargs, out) -> OpCost:
+        # _thnn_fused_{lstm,gru}_cell(input_gates: (B, G*H), hidden_gates: (B, G*H), ...):
+        # the projections were already done by mm; only the gate arithmetic remains
+        rows = args[0].shape[-1]
+        batch = args[0].numel // rows
+        units = rows // GATES[kind]
+        bias = 2 * rows * batch if len(args) > 3 and isinstance(args[3], T) else 0
+        return OpCost(flops=batch * units * GATE_FLOPS[kind] + bias)
+
+    handler.__name__ = f"fused_{kind}_cell"
+    return handler
+
+
+register("aten.lstm", aten_rnn("lstm"))
+register("aten.gru", aten_rnn("gru"))
+register(["aten.rnn_tanh", "aten.rnn_relu"], aten_rnn("rnn"))
+register("aten.mkldnn_rnn_layer", mkldnn_rnn_layer)
+register("aten.mkldnn_rnn_layer_backward", mkldnn_rnn_layer_backward)
+register("aten._cudnn_rnn", cudnn_rnn)
+register("aten._thnn_fused_lstm_cell", fused_cell("lstm"))
+register("aten._thnn_fused_gru_cell", fused_cell("gru"))
