@@ -1,0 +1,17 @@
+"""layerscope: where a model's compute, memory and time go."""
+from layerscope.core.report import LayerRow, Report, Totals
+
+__version__ = "0.1.0"
+__all__ = ["analyze", "activations", "Report", "LayerRow", "Totals", "__version__"]
+
+
+def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
+    if name == "analyze":
+        from layerscope.analysis.analyze import analyze
+
+        return analyze
+    if name == "activations":
+        from layerscope.analysis.activations import activations
+
+        return activations
+    raise AttributeError(f"module 'layerscope' has no attribute {name!r}")

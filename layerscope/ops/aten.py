@@ -291,10 +291,10 @@ def convolution(args, kwargs, out) -> OpCost:
 def convolution_backward(args, kwargs, out) -> OpCost:
     # grad_out: (N, Cout, *out), x, w, bias_sizes, stride, padding, dilation, transposed,
     # output_padding, groups, output_mask -> (grad_x?, grad_w?, grad_b?)
-    shapes = [o if isinstance(o, T) else None for o in out]
-    out_shapes = [s.shape if s is not None else None for s in shapes]
+    out_shapes = tuple(o.shape if isinstance(o, T) else None for o in out)
+    # flop_counter's registered formulas are wrapped: the outputs go in as ``out_val``.
     flops = fc.conv_backward_flop(args[0].shape, args[1].shape, args[2].shape, *args[3:11],
-                                  out_shape=out_shapes)
+                                  out_val=out_shapes)
     macs = flops // 2
     bias_grad = args[0].numel if args[10][2] else 0  # sum grad_out over N and space
     return OpCost(macs=macs, flops=2 * macs + bias_grad)

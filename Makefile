@@ -1,0 +1,27 @@
+# Bootstraps its own virtual environment; every target is idempotent.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.layerscope-installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@# The torch/torchvision pair cached on these machines; elsewhere pip resolves the ranges.
+	@$(PY) -c "import torch, torchvision" 2>/dev/null || \
+		$(PY) -m pip install -q "torch==2.14.1" "torchvision==0.29.1" || true
+	@$(PY) -m pip install -q -e ".[test,onnx]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/layerscope analyze resnet50
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from layerscope.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,113 @@
+"""Activation capture: forward hooks save the outputs of matching layers (real run)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from layerscope.analysis.static_torch import InputSpec
+from layerscope.errors import UserError
+
+
+@dataclass
+class ActivationStat:
+    name: str
+    type: str
+    shape: list[int]
+    mean: float
+    std: float
+    zero_fraction: float
+
+
+@dataclass
+class ActivationCapture:
+    model: str
+    pattern: str
+    stats: list[ActivationStat]
+    arrays: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> numpy array
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "activations", "model": self.model, "pattern": self.pattern,
+                "layers": [s.__dict__ for s in self.stats]}
+
+
+def _real_inputs(inputs: list[Any], seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for x in inputs:
+        if isinstance(x, InputSpec):
+            if x.dtype.is_floating_point:
+                out.append(torch.randn(x.shape, generator=gen).to(x.dtype))
+            else:
+                out.append(torch.zeros(x.shape, dtype=x.dtype))
+        else:
+            out.append(x)
+    return out
+
+
+def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
+    """Modules whose name or type name matches ``pattern`` (a regular expression, re.fullmatch)."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise UserError(f"--layers {pattern!r} is not a valid regular expression: {exc}") from exc
+    return [(name, m) for name, m in model.named_modules()
+            if name and (rx.fullmatch(name) or rx.fullmatch(type(m).__name__))]
+
+
+def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*",
+                batch_size: int | None = None, seed: int = 0) -> ActivationCapture:
+    """Run the model once on seeded random inputs and keep the outputs of matching layers."""
+    from layerscope.analysis.analyze import normalize_inputs
+    from layerscope.frontends.torch_module import resolve, with_batch_size
+
+    loaded = resolve(model)
+    given = normalize_inputs(inputs)
+    if given:
+        loaded.inputs = given
+    if not loaded.inputs:
+        raise UserError(f"{loaded.name}: no default input is known; give one with --input")
+    if batch_size is not None:
+        loaded.inputs = with_batch_size(loaded.inputs, batch_size)
+    module = loaded.module
+    chosen = select_modules(module, layers)
+    if not chosen:
+        raise UserError(f"--layers {layers!r} matches no layer name or type of {loaded.name}")
+    captured: dict[str, torch.Tensor] = {}
+    types: dict[str, str] = {}
+
+    def hook_for(name: str):
+        def hook(mod, args, output):
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            if isinstance(out, torch.Tensor):
+                key = name if name not in captured else f"{name}#{sum(k.startswith(name + '#') for k in captured) + 2}"
+                captured[key] = out.detach().to("cpu", copy=True)
+                types[key] = type(mod).__name__
+        return hook
+
+    flags = [(m, m.training) for m in module.modules()]
+    handles = [m.register_forward_hook(hook_for(name)) for name, m in chosen]
+    try:
+        module.eval()
+        with torch.no_grad():
+            module(*_real_inputs(loaded.inputs, seed))
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{loaded.name} rejected the input: {type(exc).__name__}: {first}") from exc
+    finally:
+        for h in handles:
+            h.remove()
+        for m, flag in flags:
+            m.training = flag
+    stats = []
+    arrays = {}
+    for key, t in captured.items():
+        f = t.float()
+        stats.append(ActivationStat(key, types[key], list(t.shape), float(f.mean()),
+                                    float(f.std()) if f.numel() > 1 else 0.0,
+                                    float((f == 0).sum()) / max(f.numel(), 1)))
+        arrays[key] = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+    return ActivationCapture(loaded.name, layers, stats, arrays)

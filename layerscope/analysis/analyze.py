@@ -1,0 +1,99 @@
+"""``layerscope.analyze``: static cost of a PyTorch model as a Report."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+from layerscope.analysis import static_torch as st
+from layerscope.core.report import Report
+from layerscope.environment import environment
+from layerscope.errors import UserError
+from layerscope.frontends.torch_module import (LoadedModel, parse_dtype, parse_input, resolve,
+                                               with_batch_size)
+
+MODES = ("inference", "training")
+
+
+def normalize_inputs(inputs: Any) -> list[Any]:
+    """A tensor, a tuple of tensors, a shape, a list of shapes or '1x3x224x224' strings."""
+    if inputs is None:
+        return []
+    if isinstance(inputs, (torch.Tensor, st.InputSpec, str)):
+        inputs = [inputs]
+    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):
+        inputs = [tuple(inputs)]
+    out = []
+    for x in inputs:
+        if isinstance(x, (torch.Tensor, st.InputSpec)):
+            out.append(x)
+        elif isinstance(x, str):
+            out.append(parse_input(x))
+        elif isinstance(x, (tuple, list, torch.Size)) and all(isinstance(d, int) for d in x):
+            out.append(st.InputSpec(tuple(x)))
+        else:
+            raise UserError(f"cannot use {x!r} as an input: give a tensor, a shape or '1x3x224x224'")
+    return out
+
+
+def _describe(x: Any) -> dict[str, Any]:
+    if isinstance(x, st.InputSpec):
+        return {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
+    return {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
+
+
+def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None) -> LoadedModel:
+    """Resolve a spec and settle its inputs (explicit ones win over the model's defaults)."""
+    loaded = resolve(model, meta=isinstance(model, str))
+    given = normalize_inputs(inputs)
+    if given:
+        loaded.inputs = given
+    if not loaded.inputs:
+        raise UserError(f"{loaded.name}: no default input is known for this model; "
+                        "give one with --input, e.g. --input 1x3x224x224")
+    if batch_size is not None:
+        loaded.inputs = with_batch_size(loaded.inputs, batch_size)
+    return loaded
+
+
+def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
+            depth: int | None = None, dtype: str | torch.dtype | None = None,
+            mode: str = "inference", optimizer: str = "adam") -> Report:
+    """Parameters, memory, MACs/FLOPs and bytes per layer, without running real arithmetic.
+
+    ``model``: an ``nn.Module`` or a spec (``resnet50``, ``file.py:factory``, ``pkg.mod:factory``,
+    ``model.pt``). ``inputs``: a tensor, a tuple of tensors, or shapes. ``mode="training"`` adds
+    the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam, adamw).
+    """
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}: use inference or training")
+    if optimizer not in st.OPTIMIZER_STATE_FACTOR:
+        raise UserError(f"unknown optimizer {optimizer!r}: use one of "
+                        f"{', '.join(st.OPTIMIZER_STATE_FACTOR)}")
+    if depth is not None and depth < 0:
+        raise UserError(f"--depth must be 0 or more, got {depth}")
+    if isinstance(dtype, str):
+        dtype = parse_dtype(dtype)
+    loaded = load(model, inputs, batch_size)
+    fake = loaded.frontend == "torch"
+    try:
+        cap = st.capture(loaded.module, loaded.inputs, training=(mode == "training"),
+                         dtype=dtype, fake=fake)
+    except st.ModelRunError as exc:
+        shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
+        raise UserError(f"{loaded.name} rejected input {shapes}: {exc}") from exc
+    ops, coverage = st.uncounted(cap)
+    return Report(
+        model=loaded.name,
+        frontend=loaded.frontend,
+        inputs=[_describe(x) for x in loaded.inputs],
+        totals=st.totals(cap, loaded.module, optimizer),
+        layers=st.layer_rows(cap, depth),
+        uncounted_ops=ops,
+        coverage=coverage,
+        settings={"mode": mode, "depth": depth,
+                  "dtype": str(dtype).removeprefix("torch.") if dtype else None,
+                  "optimizer": optimizer if mode == "training" else None},
+        environment=environment(),
+    )

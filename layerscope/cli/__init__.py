@@ -1,0 +1,1 @@
+"""The command line: one small function per subcommand; main(argv) -> exit code."""

@@ -1,0 +1,37 @@
+"""layerscope activations MODEL --layers REGEX -o acts.npz: capture layer outputs."""
+from __future__ import annotations
+
+import json
+import sys
+
+from layerscope.cli.common import add_model_inputs
+
+
+def register(sub) -> None:
+    p = sub.add_parser("activations", help="save the outputs of matching layers and print stats")
+    add_model_inputs(p)
+    p.add_argument("--layers", default=".*",
+                   help="regular expression matched (fully) against layer names and types, "
+                        "e.g. 'Conv2d|features.*'")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    p.add_argument("-o", "--output", default=None, metavar="FILE.npz", help="save arrays here")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from layerscope.analysis.activations import activations
+    from layerscope.renderers.activations_out import activation_table, write_npz
+
+    capture = activations(args.model, args.input, layers=args.layers,
+                          batch_size=args.batch_size, seed=args.seed)
+    if args.output:
+        write_npz(capture, args.output)
+        print(f"wrote {args.output} ({len(capture.arrays)} arrays)", file=sys.stderr)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(capture.to_dict(), indent=2) + "\n")
+    else:
+        from rich.console import Console
+
+        Console().print(activation_table(capture))
+    return 0

@@ -1,0 +1,45 @@
+"""Turn Reports into text, JSON, CSV (and later HTML, plots, traces)."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+FORMATS = ("table", "json", "csv")
+_EXT = {".json": "json", ".csv": "csv", ".txt": "table"}
+
+
+def pick_format(fmt: str | None, output: str | None) -> str:
+    """--format wins; else the output file's extension; else a table."""
+    if fmt:
+        return fmt
+    if output:
+        return _EXT.get(os.path.splitext(output)[1].lower(), "table")
+    return "table"
+
+
+def render(report, fmt: str, width: int | None = None) -> str:
+    if fmt == "json":
+        from layerscope.renderers.json_out import to_json
+
+        return to_json(report)
+    if fmt == "csv":
+        from layerscope.renderers.csv_out import to_csv
+
+        return to_csv(report)
+    from layerscope.renderers.terminal import to_text
+
+    return to_text(report, width=width)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it: never a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

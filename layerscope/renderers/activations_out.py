@@ -1,0 +1,45 @@
+"""Activation statistics as a table, and the arrays as an .npz file."""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+
+from rich.console import Console
+from rich.table import Table
+
+from layerscope.core.units import shape_str
+
+
+def activation_table(capture) -> Table:
+    table = Table(title=f"{capture.model}: outputs of layers matching {capture.pattern!r}",
+                  header_style="bold", pad_edge=False)
+    for col, justify in [("Layer", "left"), ("Type", "left"), ("Shape", "left"),
+                         ("Mean", "right"), ("Std", "right"), ("Zeros", "right")]:
+        table.add_column(col, justify=justify)
+    for s in capture.stats:
+        table.add_row(s.name, s.type, shape_str([s.shape]), f"{s.mean:.4g}", f"{s.std:.4g}",
+                      f"{s.zero_fraction:.1%}")
+    return table
+
+
+def to_text(capture, width: int = 120) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(activation_table(capture))
+    return buf.getvalue()
+
+
+def write_npz(capture, path: str) -> None:
+    """Atomic: numpy writes a temporary file that is renamed into place."""
+    import numpy as np
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".npz", dir=directory)
+    os.close(fd)
+    try:
+        np.savez(tmp, **capture.arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
