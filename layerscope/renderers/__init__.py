@@ -33,8 +33,13 @@ def render(report, fmt: str, width: int | None = None) -> str:
 
 def write_atomic(path: str, text: str) -> None:
     """Write to a temporary file beside ``path`` and rename it: never a half-written file."""
+    from layerscope.errors import UserError
+
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", dir=directory)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)

@@ -33,8 +33,13 @@ def write_npz(capture, path: str) -> None:
     """Atomic: numpy writes a temporary file that is renamed into place."""
     import numpy as np
 
+    from layerscope.errors import UserError
+
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".npz", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".npz", dir=directory)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
     os.close(fd)
     try:
         np.savez(tmp, **capture.arrays)

@@ -1,0 +1,119 @@
+"""Model specs, default inputs, meta-device models, and leaving the model as it was."""
+import copy
+import resource
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import layerscope
+from layerscope.frontends import zoo
+from tests import models
+
+TINY_MACS = 2 * 8 * 8 * 8 * 3 * 3 * 3 + 2 * 512 * 10  # conv N*Cout*H*W*Cin*k*k + fc N*In*Out
+
+
+def test_file_factory_spec(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text("import torch.nn as nn\n"
+                    "def build():\n    return nn.Sequential(nn.Linear(4, 3))\n")
+    report = layerscope.analyze(f"{path}:build", inputs=(5, 4))
+    assert report.totals.macs == 5 * 4 * 3  # rows x in x out
+
+
+def test_module_factory_with_example_inputs():
+    report = layerscope.analyze("tests.models:tiny_with_example")
+    assert report.inputs == [{"shape": [2, 3, 8, 8], "dtype": "float32"}]
+    assert report.totals.macs == TINY_MACS
+
+
+def test_batch_size_overrides_first_dimension():
+    report = layerscope.analyze("tests.models:tiny_with_example", batch_size=6)
+    assert report.inputs[0]["shape"] == [6, 3, 8, 8]
+    assert report.totals.macs == 3 * TINY_MACS
+
+
+@pytest.mark.parametrize("name,shape", [("resnet20", [1, 3, 32, 32]), ("mnist-cnn", [1, 1, 28, 28]),
+                                        ("resnet50", [1, 3, 224, 224]),
+                                        ("inception_v3", [1, 3, 299, 299])])
+def test_builtin_default_inputs(name, shape):
+    assert [1, *zoo.lookup(name).input_shape] == shape
+
+
+def test_resnet20_architecture():
+    # 3x3 stem (16) + 3 stages x 3 blocks x 2 convs, two 1x1 projection shortcuts, fc 64->10.
+    m = zoo.lookup("resnet20").build()
+    convs = [c for c in m.modules() if isinstance(c, nn.Conv2d)]
+    assert len(convs) == 1 + 18 + 2
+    assert sum(p.numel() for p in m.parameters()) == 272_474
+    report = layerscope.analyze("resnet20")
+    # stem 16*3*9*32^2; stage1 6 convs 16*16*9*32^2; stage2 first conv 32*16*9*16^2, five more
+    # 32*32*9*16^2, projection 32*16*16^2; stage3 likewise at 8x8; fc 64*10
+    expected = (16 * 3 * 9 * 32**2 + 6 * 16 * 16 * 9 * 32**2
+                + 32 * 16 * 9 * 16**2 + 5 * 32 * 32 * 9 * 16**2 + 32 * 16 * 16**2
+                + 64 * 32 * 9 * 8**2 + 5 * 64 * 64 * 9 * 8**2 + 64 * 32 * 8**2 + 64 * 10)
+    assert report.totals.macs == expected
+
+
+def test_mnist_cnn_architecture():
+    report = layerscope.analyze("mnist-cnn")
+    # conv1 32*1*9*26^2, conv2 64*32*9*24^2, fc1 9216*128, fc2 128*10
+    assert report.totals.macs == 32 * 9 * 26**2 + 64 * 32 * 9 * 24**2 + 9216 * 128 + 128 * 10
+    assert report.totals.params == 1_199_882
+
+
+def _snapshot(model):
+    return ({k: v.clone() for k, v in model.state_dict().items()},
+            [m.training for m in model.modules()],
+            [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+             for m in model.modules()])
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_model_is_unchanged(mode):
+    model = zoo.lookup("resnet20").build()
+    model.train()
+    model.layer2.eval()  # a mixed train/eval state must survive too
+    before = _snapshot(model)
+    hooks_before = (len(torch.nn.modules.module._global_forward_hooks),
+                    len(torch.nn.modules.module._global_forward_pre_hooks))
+    layerscope.analyze(model, inputs=(2, 3, 32, 32), mode=mode)
+    after = _snapshot(model)
+    for k, v in before[0].items():
+        assert torch.equal(v, after[0][k]), k
+    assert before[1:] == after[1:]
+    assert hooks_before == (len(torch.nn.modules.module._global_forward_hooks),
+                            len(torch.nn.modules.module._global_forward_pre_hooks))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_meta_factory_huge_model_analysed_without_its_weights():
+    # The weights would take 40 * 16384^2 * 4 bytes = 42.9 GB; the analysis must not allocate them.
+    code = ("import resource, layerscope;"
+            "r = layerscope.analyze('tests.models:huge_on_meta');"
+            "print(r.totals.macs, r.totals.weight_bytes,"
+            " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    macs, weight_bytes, max_rss_kib = map(int, out.stdout.split())
+    assert macs == 40 * 16384 * 16384
+    assert weight_bytes == 40 * 16384 * 16384 * 4
+    assert max_rss_kib * 1024 < weight_bytes / 20  # well below 2 GB
+
+
+def test_fake_analysis_falls_back_to_real_for_data_dependent_models():
+    class Nonzero(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            idx = torch.nonzero(x[:, 0] > -1).flatten()  # data-dependent shape
+            return self.fc(x[idx])
+
+    model = Nonzero()
+    before = copy.deepcopy(model.state_dict())
+    report = layerscope.analyze(model, inputs=(3, 4))
+    assert report.totals.macs == 3 * 4 * 2  # zeros input: every row kept
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
