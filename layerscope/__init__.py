@@ -2,7 +2,7 @@
 from layerscope.core.report import LayerRow, Report, Totals
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "activations", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "activations", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -10,6 +10,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.analyze import analyze
 
         return analyze
+    if name == "profile":
+        from layerscope.analysis.runtime import profile
+
+        return profile
     if name == "activations":
         from layerscope.analysis.activations import activations
 

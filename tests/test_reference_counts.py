@@ -25,7 +25,7 @@ def test_reference_counts_via_cli_json(model, macs, params, weight_bytes):
     assert d["totals"]["macs"] == macs
     assert d["totals"]["params"] == params
     assert d["totals"]["weight_bytes"] == weight_bytes
-    assert d["uncounted_ops"] == [] and d["coverage"] == 1.0
+    assert d["uncounted_ops"] == [] and d["op_coverage"] == 1.0
 
 
 def test_vit_b_16_counts_attention_exactly():

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.static_torch import InputSpec
+from layerscope.analysis.inputs import real_inputs
 from layerscope.errors import UserError
 
 
@@ -32,20 +32,6 @@ class ActivationCapture:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "activations", "model": self.model, "pattern": self.pattern,
                 "layers": [s.__dict__ for s in self.stats]}
-
-
-def _real_inputs(inputs: list[Any], seed: int) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for x in inputs:
-        if isinstance(x, InputSpec):
-            if x.dtype.is_floating_point:
-                out.append(torch.randn(x.shape, generator=gen).to(x.dtype))
-            else:
-                out.append(torch.zeros(x.shape, dtype=x.dtype))
-        else:
-            out.append(x)
-    return out
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
@@ -93,7 +79,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     try:
         module.eval()
         with torch.no_grad():
-            module(*_real_inputs(loaded.inputs, seed))
+            module(*real_inputs(loaded.inputs, seed=seed))
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{loaded.name} rejected the input: {type(exc).__name__}: {first}") from exc

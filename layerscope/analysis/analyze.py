@@ -43,9 +43,12 @@ def _describe(x: Any) -> dict[str, Any]:
     return {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
 
 
-def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None) -> LoadedModel:
-    """Resolve a spec and settle its inputs (explicit ones win over the model's defaults)."""
-    loaded = resolve(model, meta=isinstance(model, str))
+def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
+         meta: bool = True) -> LoadedModel:
+    """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
+
+    ``meta``: build built-in models on the meta device (static analysis needs no weights)."""
+    loaded = resolve(model, meta=meta and isinstance(model, str))
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given
@@ -91,7 +94,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
         totals=st.totals(cap, loaded.module, optimizer),
         layers=st.layer_rows(cap, depth),
         uncounted_ops=ops,
-        coverage=coverage,
+        op_coverage=coverage,
         settings={"mode": mode, "depth": depth,
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
                   "optimizer": optimizer if mode == "training" else None},

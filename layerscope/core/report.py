@@ -38,6 +38,16 @@ class LayerRow:
     backward_flops: int | None = None
     backward_bytes_read: int | None = None
     backward_bytes_written: int | None = None
+    # Filled by `profile` only: timing statistics (core.stats.TimingStats.to_dict), the share of
+    # the bare end-to-end median, the rank by median time, achieved rates and roofline placement.
+    time: dict[str, Any] | None = None
+    share: float | None = None
+    rank: int | None = None
+    backward_time: dict[str, Any] | None = None
+    achieved: dict[str, Any] | None = None
+    roofline: dict[str, Any] | None = None
+
+    _MEASURED = ("time", "share", "rank", "backward_time", "achieved", "roofline")
 
     @property
     def intensity(self) -> float | None:
@@ -46,6 +56,9 @@ class LayerRow:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for k in self._MEASURED:
+            if d[k] is None:
+                del d[k]
         d["intensity"] = self.intensity
         return d
 
@@ -100,7 +113,13 @@ class UncountedOp:
 
 @dataclass
 class Report:
-    """Header + rows + totals. ``coverage`` is the share of op calls that had a cost handler."""
+    """Header + rows + totals.
+
+    ``op_coverage`` is the share of op calls that had a cost handler. Measured reports
+    (``kind="profile"``) add ``end_to_end`` timing statistics, ``overhead`` (instrumented median /
+    bare median - 1), ``coverage`` (sum of the rows' median times / bare median), ``by_type``,
+    ``backward`` and ``roofline``.
+    """
 
     model: str
     frontend: str
@@ -108,11 +127,19 @@ class Report:
     totals: Totals
     layers: list[LayerRow]
     uncounted_ops: list[UncountedOp] = field(default_factory=list)
-    coverage: float = 1.0
+    op_coverage: float = 1.0
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "analyze"
     schema_version: str = SCHEMA_VERSION
+    end_to_end: dict[str, Any] | None = None
+    overhead: float | None = None
+    coverage: float | None = None
+    by_type: list[dict[str, Any]] | None = None
+    backward: dict[str, Any] | None = None
+    roofline: dict[str, Any] | None = None
+
+    _MEASURED = ("end_to_end", "overhead", "coverage", "by_type", "backward", "roofline")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,9 +152,9 @@ class Report:
             "totals": self.totals.to_dict(),
             "layers": [row.to_dict() for row in self.layers],
             "uncounted_ops": [asdict(u) for u in self.uncounted_ops],
-            "coverage": self.coverage,
+            "op_coverage": self.op_coverage,
             "environment": self.environment,
-        }
+        } | {k: getattr(self, k) for k in self._MEASURED if getattr(self, k) is not None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -144,11 +171,12 @@ class Report:
             totals=Totals.from_dict(d["totals"]),
             layers=[LayerRow.from_dict(r) for r in d["layers"]],
             uncounted_ops=[UncountedOp(**u) for u in d.get("uncounted_ops", [])],
-            coverage=d.get("coverage", 1.0),
+            op_coverage=d.get("op_coverage", 1.0),
             settings=d.get("settings", {}),
             environment=d.get("environment", {}),
             kind=d.get("kind", "analyze"),
             schema_version=d["schema_version"],
+            **{k: d.get(k) for k in cls._MEASURED},
         )
 
     # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.

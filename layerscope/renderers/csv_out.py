@@ -13,9 +13,26 @@ TRAINING_COLUMNS = ["backward_macs", "backward_flops", "backward_bytes_read",
                     "backward_bytes_written"]
 
 
+PROFILE_COLUMNS = ["median_s", "p10_s", "p90_s", "mean_s", "n", "share", "rank", "gflops_per_s",
+                   "gbytes_per_s", "bound", "pct_of_roof", "backward_median_s"]
+
+
+def _profile_cells(row) -> dict:
+    t = row.time or {}
+    a = row.achieved or {}
+    r = row.roofline or {}
+    return {"median_s": t.get("median_s"), "p10_s": t.get("p10_s"), "p90_s": t.get("p90_s"),
+            "mean_s": t.get("mean_s"), "n": t.get("n"), "share": row.share, "rank": row.rank,
+            "gflops_per_s": a.get("gflops_per_s"), "gbytes_per_s": a.get("gbytes_per_s"),
+            "bound": r.get("bound"), "pct_of_roof": r.get("pct_of_roof"),
+            "backward_median_s": (row.backward_time or {}).get("median_s")}
+
+
 def to_csv(report) -> str:
     training = report.totals.backward_macs is not None
-    columns = COLUMNS + (TRAINING_COLUMNS if training else [])
+    profiled = report.kind == "profile"
+    columns = COLUMNS + (TRAINING_COLUMNS if training else []) + (
+        PROFILE_COLUMNS if profiled else [])
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
@@ -24,5 +41,7 @@ def to_csv(report) -> str:
         d["input_shapes"] = shape_str(row.input_shapes)
         d["output_shapes"] = shape_str(row.output_shapes)
         d["intensity"] = "" if row.intensity is None else f"{row.intensity:.4g}"
-        writer.writerow([d[c] for c in columns])
+        if profiled:
+            d.update(_profile_cells(row))
+        writer.writerow(["" if d[c] is None else d[c] for c in columns])
     return buf.getvalue()

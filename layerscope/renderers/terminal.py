@@ -67,7 +67,7 @@ def footer_lines(report) -> list[str]:
         lines.append(f"Gradients (MB): {megabytes(t.gradient_bytes)}   Optimizer state (MB): "
                      f"{megabytes(t.optimizer_state_bytes)} ({report.settings.get('optimizer')})"
                      f"   Backward MACs (M): {t.backward_macs / 1e6:.2f}")
-    cov = f"Coverage: {report.coverage:.1%} of op calls costed"
+    cov = f"Coverage: {report.op_coverage:.1%} of op calls costed"
     if report.uncounted_ops:
         cov += "; uncounted: " + ", ".join(f"{u.op} x{u.calls}" for u in report.uncounted_ops)
     lines.append(cov)
@@ -75,6 +75,8 @@ def footer_lines(report) -> list[str]:
 
 
 def render_table(report) -> Group:
+    if report.kind == "profile":
+        return render_profile(report)
     return Group(_layer_table(report), Text("\n".join(footer_lines(report))))
 
 
@@ -84,3 +86,85 @@ def to_text(report, width: int | None = None) -> str:
                       highlight=False, soft_wrap=False)
     console.print(render_table(report))
     return buf.getvalue()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+HOT_SHARE = 0.10  # rows above this share of the end-to-end median are highlighted
+
+
+def _profile_table(report) -> Table:
+    backward = report.backward is not None
+    table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
+                        f"batch {report.settings.get('batch_size')}, "
+                        f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
+                  header_style="bold", pad_edge=False)
+    cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
+            ("p10-p90 ms", "right"), ("Share", "right"), ("Rank", "right"),
+            ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"), ("% roof", "right")]
+    if backward:
+        cols.append(("Bwd ms", "right"))
+    for name, justify in cols:
+        table.add_column(name, justify=justify, no_wrap=True,
+                         min_width=24 if name == "Layer" else None)
+    for row in report.layers:
+        t = row.time or {}
+        hot = (row.share or 0) >= HOT_SHARE or (row.rank or 99) <= 3
+        label = Text("  " * max(row.depth - 1, 0) + row.name)
+        if row.self_only:
+            label.append(" (own ops)", style="dim")
+        roof = row.roofline or {}
+        cells = [label, row.type, si(row.macs), _ms(t.get("median_s")),
+                 f"{_ms(t.get('p10_s'))}-{_ms(t.get('p90_s'))}",
+                 "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
+                 "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
+                 "-" if not row.achieved else f"{row.achieved['gbytes_per_s']:.1f}",
+                 roof.get("bound", "-"),
+                 "-" if roof.get("pct_of_roof") is None else f"{roof['pct_of_roof']:.0%}"]
+        if backward:
+            cells.append(_ms((row.backward_time or {}).get("median_s")))
+        table.add_row(*cells, style="bold red" if hot else None)
+    return table
+
+
+def _type_table(report) -> Table:
+    table = Table(title="Time by layer type", header_style="bold", pad_edge=False)
+    for name, justify in [("Type", "left"), ("Layers", "right"), ("Median ms", "right"),
+                          ("Share", "right"), ("MACs", "right")]:
+        table.add_column(name, justify=justify, no_wrap=True)
+    for d in report.by_type:
+        table.add_row(d["type"], str(d["layers"]), _ms(d["time"]["median_s"]),
+                      "-" if d["share"] is None else f"{d['share']:.1%}", si(d["macs"]))
+    return table
+
+
+def profile_lines(report) -> list[str]:
+    e = report.end_to_end
+    lines = [
+        f"End-to-end (bare, no instrumentation): median {_ms(e['median_s'])} ms, "
+        f"p10 {_ms(e['p10_s'])}, p90 {_ms(e['p90_s'])}, mean {_ms(e['mean_s'])}, "
+        f"std {_ms(e['std_s'])} ms, n={e['n']}; throughput {e['throughput_per_s']:.1f} samples/s",
+        f"Overhead {report.overhead:+.1%} (instrumented / bare median - 1); "
+        f"coverage {report.coverage:.1%} (sum of row medians / bare median)",
+    ]
+    if e["median_s"] and e["iqr_s"] > 0.1 * e["median_s"]:
+        lines.append("Warning: IQR is above 10% of the median; the machine was noisy.")
+    if report.backward:
+        b = report.backward
+        lines.append(f"Backward: median {_ms(b['end_to_end']['median_s'])} ms, overhead "
+                     f"{b['overhead']:+.1%}, attributed to modules {b['coverage']:.1%}")
+    if report.roofline:
+        r = report.roofline
+        lines.append(f"Roofline ({r['device']}, {r['dtype']}, {r['threads']} threads): peak "
+                     f"{r['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {r['bandwidth'] / 1e9:.1f} "
+                     f"GB/s, ridge {r['ridge']:.1f} FLOP/B")
+    return lines
+
+
+def render_profile(report) -> Group:
+    parts = [_profile_table(report), Text("\n".join(profile_lines(report)))]
+    if report.by_type:
+        parts.insert(1, _type_table(report))
+    return Group(*parts)

@@ -1,0 +1,134 @@
+"""The machine's measured ceilings (peak FLOP/s from a large matmul, memory bandwidth from a
+large copy), cached per machine, and each layer's place under the roof (Williams et al. 2009:
+attainable = min(peak, bandwidth x intensity))."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from layerscope.environment import environment
+
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device: str
+    dtype: str
+    threads: int
+    peak_flops: float  # FLOP/s
+    bandwidth: float  # bytes/s
+    matmul_size: int
+    copy_bytes: int
+
+    @property
+    def ridge(self) -> float:
+        """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
+        return self.peak_flops / self.bandwidth
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"ridge": self.ridge}
+
+
+def place(flops: int, bytes_moved: int, seconds: float, ceilings: Ceilings) -> dict[str, Any] | None:
+    """Intensity, the bound, the attainable FLOP/s and the achieved share of it."""
+    if not bytes_moved or not seconds or seconds <= 0:
+        return None
+    intensity = flops / bytes_moved
+    attainable = min(ceilings.peak_flops, ceilings.bandwidth * intensity)
+    achieved = flops / seconds
+    return {
+        "intensity": intensity,
+        "bound": "memory" if intensity < ceilings.ridge else "compute",
+        "attainable_flops": attainable,
+        "achieved_flops": achieved,
+        "pct_of_roof": achieved / attainable if attainable else None,
+    }
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _best_time(fn, device: str, repeats: int) -> float:
+    fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
+            matmul_size: int | None = None, copy_mib: int | None = None,
+            repeats: int = 5) -> Ceilings:
+    """Best of ``repeats`` for an n x n matmul (2 n^3 FLOPs) and a copy (reads + writes)."""
+    n = matmul_size or (8192 if device == "cuda" else 2048)
+    mib = copy_mib or (2048 if device == "cuda" else 256)
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        t_mm = _best_time(lambda: torch.mm(a, b), device, repeats)
+        del a, b
+        elements = mib * 2**20 // 4
+        src = torch.empty(elements, dtype=torch.float32, device=device).fill_(1.0)
+        dst = torch.empty_like(src)
+        t_copy = _best_time(lambda: dst.copy_(src), device, repeats)
+        nbytes = 2 * src.numel() * src.element_size()  # read src + write dst
+        del src, dst
+        return Ceilings(device, str(dtype).removeprefix("torch."), torch.get_num_threads(),
+                        2 * n**3 / t_mm, nbytes / t_copy, n, nbytes)
+    finally:
+        torch.set_num_threads(old)
+
+
+def cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "layerscope", "roofline.json")
+
+
+def _key(device: str, dtype: torch.dtype, threads: int) -> str:
+    env = environment()
+    machine = env["gpu"] if device == "cuda" else env["cpu"]
+    return f"v{CACHE_VERSION}|{device}|{machine}|{env['cores']}|{threads}|{dtype}|{env['torch']}"
+
+
+def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
+             refresh: bool = False) -> Ceilings:
+    """Cached ceilings for this machine, device, dtype and thread count; measured if missing."""
+    threads = threads or torch.get_num_threads()
+    key = _key(device, dtype, threads)
+    path = cache_path()
+    cache: dict[str, Any] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            cache = json.load(f)
+    except (OSError, ValueError):
+        cache = {}
+    if not refresh and key in cache:
+        d = dict(cache[key])
+        d.pop("ridge", None)
+        return Ceilings(**d)
+    result = measure(device, dtype, threads)
+    cache[key] = result.to_dict()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(cache, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home only costs a re-measurement next time
+    return result

@@ -1,0 +1,318 @@
+"""``layerscope.profile``: measured per-layer latency joined with the static cost of each layer.
+
+Method (REFERENCES.md "Measuring time"):
+- warm-up runs, then bare and instrumented runs *alternate*, so drift and noise hit both alike;
+- end-to-end statistics come from the bare runs only (no hooks installed);
+- per-layer times come from the instrumented runs (``timing.ForwardTimer``), per run, then
+  reduced to statistics; containers' rows get their own-code time (inclusive minus children);
+- self-measurement: ``overhead`` = instrumented median / bare median - 1 and ``coverage`` =
+  sum of the rows' medians / bare median, in every output.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+from torch.utils import _pytree as pytree
+
+from layerscope.analysis.inputs import real_inputs
+from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
+from layerscope.core.report import Report
+from layerscope.core.stats import TimingStats
+from layerscope.errors import UserError
+
+Progress = Callable[[int, int], None]
+
+
+def check_device(device: str) -> None:
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"unknown --device {device!r}: use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA GPU is available here "
+                        "(torch.cuda.is_available() is False); use --device cpu")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(obj) if isinstance(t, torch.Tensor)]
+
+
+def _row_key(name: str) -> str:
+    return "" if name == "(root)" else name
+
+
+def _children(names: list[str]) -> dict[str, list[str]]:
+    kids: dict[str, list[str]] = defaultdict(list)
+    for n in names:
+        if n:
+            kids[n.rsplit(".", 1)[0] if "." in n else ""].append(n)
+    return kids
+
+
+def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str, list[str]],
+                 subtree: bool) -> list[list[float]]:
+    """Per row, one sample per run: inclusive time, or own time for ``self_only`` rows.
+
+    ``subtree=False`` means ``per_run`` holds *exclusive* times per module (backward), which a
+    row sums over the modules it stands for."""
+    out = []
+    for row in report.layers:
+        key = _row_key(row.name)
+        if subtree:
+            if row.self_only:
+                out.append([run.get(key, 0.0) - sum(run.get(c, 0.0) for c in kids.get(key, ()))
+                            for run in per_run])
+            else:
+                out.append([run.get(key, 0.0) for run in per_run])
+        else:
+            members = [key] if row.self_only else [
+                n for n in _descendants(key, kids)]
+            out.append([sum(run.get(m, 0.0) for m in members) for run in per_run])
+    return out
+
+
+def _descendants(name: str, kids: dict[str, list[str]]) -> list[str]:
+    out, todo = [], [name]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        todo.extend(kids.get(n, ()))
+    return out
+
+
+class _Runs:
+    """How many measured runs: a fixed count, or until a time budget is spent."""
+
+    def __init__(self, runs: int | None, min_time: float | None):
+        if runs is not None and runs < 1:
+            raise UserError(f"--runs must be at least 1, got {runs}")
+        if min_time is not None and min_time <= 0:
+            raise UserError(f"--min-time must be positive, got {min_time}")
+        self.runs = runs if runs is not None else (None if min_time else 30)
+        self.min_time = min_time
+        self.started = time.perf_counter()
+
+    def more(self, done: int) -> bool:
+        if self.runs is not None:
+            return done < self.runs
+        return done < 3 or time.perf_counter() - self.started < self.min_time
+
+    def total(self, done: int) -> int:
+        return self.runs if self.runs is not None else max(done + 1, 3)
+
+
+def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
+             dtype: torch.dtype | None):
+    from layerscope.analysis.analyze import load
+
+    loaded = load(model, inputs, batch_size, meta=False)
+    module = loaded.module
+    needs_move = any(t.device.type != device or (dtype is not None and t.is_floating_point()
+                                                 and t.dtype != dtype)
+                     for t in list(module.parameters()) + list(module.buffers()))
+    if needs_move:
+        if not isinstance(model, str):
+            module = copy.deepcopy(module)  # never move or cast the caller's module
+        module = module.to(device=device, dtype=dtype) if dtype else module.to(device)
+    return loaded, module, real_inputs(loaded.inputs, device, dtype)
+
+
+def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
+            device: str = "cpu", threads: int | None = None, runs: int | None = None,
+            min_time: float | None = None, warmup: int = 5, depth: int | None = None,
+            backward: bool = False, dtype: str | torch.dtype | None = None,
+            roofline: bool = True, clock: Clock = time.perf_counter,
+            progress: Progress | None = None) -> Report:
+    """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
+    from layerscope.analysis.analyze import analyze
+    from layerscope.frontends.torch_module import parse_dtype
+
+    check_device(device)
+    if warmup < 0:
+        raise UserError(f"--warmup must be 0 or more, got {warmup}")
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads must be at least 1, got {threads}")
+    if isinstance(dtype, str):
+        dtype = parse_dtype(dtype)
+    plan = _Runs(runs, min_time)
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype)
+    flags = [(m, m.training) for m in module.modules()]
+    try:
+        report = analyze(module, xs, depth=depth, dtype=dtype)
+        report.model, report.frontend = loaded.name, loaded.frontend
+        module.eval()
+        _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress)
+        if backward:
+            _measure_backward(report, module, xs, device, warmup, plan, clock, progress)
+        if roofline:
+            _place_on_roofline(report, device, dtype or torch.float32, torch.get_num_threads())
+    finally:
+        for m, flag in flags:
+            m.training = flag
+        torch.set_num_threads(old_threads)
+    report.kind = "profile"
+    report.settings.update({"device": device, "threads": threads or old_threads,
+                            "warmup": warmup, "runs": report.end_to_end["n"],
+                            "min_time": min_time, "backward": backward,
+                            "batch_size": xs[0].shape[0] if xs and xs[0].dim() else None})
+    return report
+
+
+def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in module.named_modules()
+            if depth is None or (0 if n == "" else n.count(".") + 1) <= depth]
+
+
+def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress) -> None:
+    timed = _timed_modules(module, depth)
+    timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock)
+
+    def run() -> float:
+        t0 = clock()
+        with torch.no_grad():
+            module(*xs)
+        _sync(device)
+        return clock() - t0
+
+    try:
+        for _ in range(warmup):
+            run()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{report.model} failed to run: {type(exc).__name__}: {first}") from exc
+    bare, instrumented, per_run = [], [], []
+    done = 0
+    while plan.more(done):
+        bare.append(run())
+        with timer:
+            instrumented.append(run())
+        per_run.append(timer.result())
+        done += 1
+        if progress:
+            progress(done, plan.total(done))
+
+    e2e = TimingStats.of(bare)
+    inst = TimingStats.of(instrumented)
+    kids = _children([n for n, _ in timed])
+    samples = _row_samples(report, per_run, kids, subtree=True)
+    medians = []
+    for row, xs_row in zip(report.layers, samples):
+        stats = TimingStats.of(xs_row)
+        row.time = stats.to_dict()
+        row.share = stats.median_s / e2e.median_s if e2e.median_s else None
+        medians.append(stats.median_s)
+        sec = stats.median_s
+        moved = row.bytes_read + row.bytes_written
+        row.achieved = None if sec <= 0 else {
+            "gmacs_per_s": row.macs / sec / 1e9,
+            "gflops_per_s": row.flops / sec / 1e9,
+            "gbytes_per_s": moved / sec / 1e9,
+        }
+    order = sorted(range(len(medians)), key=lambda i: -medians[i])
+    for rank, i in enumerate(order, 1):
+        report.layers[i].rank = rank
+    batch = xs[0].shape[0] if xs and xs[0].dim() else 1
+    report.end_to_end = e2e.to_dict() | {
+        "throughput_per_s": batch / e2e.median_s if e2e.median_s else None,
+        "instrumented": inst.to_dict(),
+    }
+    report.overhead = inst.median_s / e2e.median_s - 1 if e2e.median_s else None
+    report.coverage = sum(medians) / e2e.median_s if e2e.median_s else None
+    report.by_type = _by_type(report, samples, e2e.median_s)
+
+
+def _by_type(report, samples, e2e_median) -> list[dict[str, Any]]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(report.layers):
+        groups[row.type + (" (own ops)" if row.self_only else "")].append(i)
+    out = []
+    for type_name, idx in groups.items():
+        per_run = [sum(samples[i][r] for i in idx) for r in range(len(samples[idx[0]]))]
+        stats = TimingStats.of(per_run)
+        out.append({"type": type_name, "layers": len(idx),
+                    "macs": sum(report.layers[i].macs for i in idx),
+                    "time": stats.to_dict(),
+                    "share": stats.median_s / e2e_median if e2e_median else None})
+    out.sort(key=lambda d: -d["time"]["median_s"])
+    return out
+
+
+def _measure_backward(report, module, xs, device, warmup, plan, clock, progress) -> None:
+    """Backward of the summed outputs w.r.t. the trainable parameters (``autograd.grad``: the
+    model's ``.grad`` fields are never touched). The model stays in eval mode, so BatchNorm
+    statistics are not updated."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        raise UserError(f"--backward: {report.model} has no parameter that requires grad")
+    timer = BackwardTimer(module, cuda=(device == "cuda"), clock=clock)
+
+    def forward():
+        with torch.enable_grad():
+            outs = [t for t in _tensors(module(*xs)) if t.requires_grad]
+        return outs
+
+    def backward(outs, timed: BackwardTimer | None = None) -> float:
+        grads = [torch.ones_like(t) for t in outs]
+        t0 = clock()
+        if timed is not None:
+            timed.start()
+        torch.autograd.grad(outs, params, grads, allow_unused=True)
+        _sync(device)
+        return clock() - t0
+
+    for _ in range(warmup):
+        backward(forward())
+    bare, instrumented, per_run = [], [], []
+    done = 0
+    plan.started = time.perf_counter()
+    while plan.more(done):
+        bare.append(backward(forward()))
+        with timer.tagging():
+            outs = forward()
+        handles = timer.instrument(outs)
+        try:
+            instrumented.append(backward(outs, timer))
+        finally:
+            for h in handles:
+                h.remove()
+        per_run.append(timer.result())
+        done += 1
+        if progress:
+            progress(done, plan.total(done))
+    e2e = TimingStats.of(bare)
+    inst = TimingStats.of(instrumented)
+    kids = _children([n for n, _ in module.named_modules()])
+    samples = _row_samples(report, per_run, kids, subtree=False)
+    attributed = 0.0
+    for row, xs_row in zip(report.layers, samples):
+        stats = TimingStats.of(xs_row)
+        row.backward_time = stats.to_dict()
+        attributed += stats.median_s
+    report.backward = {
+        "end_to_end": e2e.to_dict(),
+        "instrumented": inst.to_dict(),
+        "overhead": inst.median_s / e2e.median_s - 1 if e2e.median_s else None,
+        "coverage": attributed / e2e.median_s if e2e.median_s else None,
+    }
+
+
+def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) -> None:
+    from layerscope.analysis import roofline as rl
+
+    ceil = rl.ceilings(device, dtype, threads)
+    report.roofline = ceil.to_dict()
+    for row in report.layers:
+        if row.time:
+            row.roofline = rl.place(row.flops, row.bytes_read + row.bytes_written,
+                                    row.time["median_s"], ceil)

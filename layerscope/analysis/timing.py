@@ -1,0 +1,218 @@
+"""Low-overhead timers: per-module forward time and per-module backward time.
+
+Forward: each timed module's forward is wrapped for the instrumented run only; the wrapper only
+reads a clock (CPU) or records a pre-allocated CUDA event (GPU, no synchronisation: the events
+are read once after the run). Aggregation happens after the run, never inside the wrapper.
+
+Backward: autograd nodes are tagged with the module whose forward created them (as in the static
+analysis), and each node gets a hook that closes its time slot; the time is charged to the node's
+module. On CUDA the hooks record events, read after the backward pass.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from layerscope.analysis.static_torch import _TAG, _tag_graph
+
+Clock = Callable[[], float]
+
+
+class _EventPool:
+    """Pre-allocated CUDA events, handed out in order and reused run after run."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.used = 0
+
+    def take(self):
+        if self.used == len(self.events):
+            self.events.append(torch.cuda.Event(enable_timing=True))
+        ev = self.events[self.used]
+        self.used += 1
+        return ev
+
+    def reset(self) -> None:
+        self.used = 0
+
+
+class ForwardTimer:
+    """Inclusive forward time per module for one run (seconds, summed over calls).
+
+    Each timed module's ``forward`` is shadowed by an instance attribute that reads the clock
+    around the original call. nn.Module's hook machinery costs ~10 us per module call (it leaves
+    the fast path of ``_call_impl``); the shadowing wrapper costs about one Python call. The
+    instance attribute is deleted on exit (or the user's own instance ``forward`` put back)."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], cuda: bool = False,
+                 clock: Clock = time.perf_counter):
+        self.names = [name for name, _ in modules]
+        self.modules = [m for _, m in modules]
+        self.cuda = cuda
+        self.clock = clock
+        self._saved: list[tuple[nn.Module, object]] = []
+        self._pool = _EventPool()
+        n = len(modules)
+        self._acc = [0.0] * n
+        self._pairs: list[list] = [[] for _ in range(n)]
+
+    def _wrap(self, i: int, forward):
+        acc, clock = self._acc, self.clock
+        if self.cuda:
+            pairs, pool = self._pairs[i], self._pool
+
+            def timed(*args, **kwargs):
+                start = pool.take()
+                start.record()
+                out = forward(*args, **kwargs)
+                end = pool.take()
+                end.record()
+                pairs.append((start, end))
+                return out
+        else:
+            def timed(*args, **kwargs):
+                t0 = clock()
+                out = forward(*args, **kwargs)
+                acc[i] += clock() - t0
+                return out
+        return timed
+
+    def __enter__(self):
+        for i in range(len(self._acc)):
+            self._acc[i] = 0.0
+            self._pairs[i].clear()
+        self._pool.reset()
+        for i, m in enumerate(self.modules):
+            own = m.__dict__.get("forward", _MISSING)
+            self._saved.append((m, own))
+            m.forward = self._wrap(i, m.forward)
+        return self
+
+    def __exit__(self, *exc):
+        for m, own in reversed(self._saved):
+            if own is _MISSING:
+                del m.forward
+            else:
+                m.forward = own
+        self._saved.clear()
+        return False
+
+    def result(self) -> dict[str, float]:
+        """Per-module seconds of the last run (call after the run; synchronises once on CUDA)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return {name: sum(s.elapsed_time(e) for s, e in pairs) / 1e3
+                    for name, pairs in zip(self.names, self._pairs)}
+        return dict(zip(self.names, self._acc))
+
+
+_MISSING = object()
+
+
+class BackwardTimer:
+    """Backward time per module: autograd nodes timed and charged to their module's name."""
+
+    def __init__(self, model: nn.Module, cuda: bool = False, clock: Clock = time.perf_counter):
+        self.names = {id(m): name for name, m in model.named_modules()}
+        self.cuda = cuda
+        self.clock = clock
+        self._handles: list = []
+        self._stack: list[str] = []
+        self._acc: dict[str, float] = defaultdict(float)
+        self._pairs: dict[str, list] = defaultdict(list)
+        self._pool = _EventPool()
+        self._last: list = [None]
+
+    # -- forward: tag nodes with modules (global hooks, removed on exit)
+    def _pre(self, module, args):
+        name = self.names.get(id(module))
+        if name is None:
+            return
+        if self._stack:
+            _tag_graph(args, self._stack[-1])
+        self._stack.append(name)
+
+    def _post(self, module, args, output):
+        name = self.names.get(id(module))
+        if name is None or not self._stack or self._stack[-1] != name:
+            return
+        _tag_graph(output, name)
+        self._stack.pop()
+
+    def tagging(self):
+        timer = self
+
+        class _Tagging:
+            def __enter__(self_inner):
+                from torch.nn.modules import module as M
+
+                timer._handles = [M.register_module_forward_pre_hook(timer._pre),
+                                  M.register_module_forward_hook(timer._post, always_call=True)]
+                return self_inner
+
+            def __exit__(self_inner, *exc):
+                for h in timer._handles:
+                    h.remove()
+                timer._handles = []
+                timer._stack.clear()
+                return False
+
+        return _Tagging()
+
+    # -- backward: time every node of the graph behind ``outputs``
+    def instrument(self, outputs: list[torch.Tensor]) -> list:
+        """Register timing hooks on every node reachable from ``outputs``; returns handles."""
+        self._acc.clear()
+        self._pairs.clear()
+        self._pool.reset()
+        handles, seen = [], set()
+        todo = [t.grad_fn for t in outputs if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            handles.append(node.register_hook(self._node_hooks(node.metadata.get(_TAG, ""))))
+            todo.extend(f for f, _ in node.next_functions if f is not None)
+        return handles
+
+    def start(self) -> None:
+        """Mark the start of the backward pass (the first node's time runs from here)."""
+        if self.cuda:
+            ev = self._pool.take()
+            ev.record()
+            self._last[0] = ev
+        else:
+            self._last[0] = self.clock()
+
+    def _node_hooks(self, name: str):
+        # A node's time runs from the end of the previous node to its own end, so the engine's
+        # scheduling work is charged to the node it schedules and the nodes tile the pass.
+        last = self._last
+        if self.cuda:
+            pairs, pool = self._pairs[name], self._pool
+
+            def post(grad_inputs, grad_outputs):
+                ev = pool.take()
+                ev.record()
+                pairs.append((last[0], ev))
+                last[0] = ev
+        else:
+            acc, clock = self._acc, self.clock
+
+            def post(grad_inputs, grad_outputs):
+                now = clock()
+                acc[name] += now - last[0]
+                last[0] = now
+        return post
+
+    def result(self) -> dict[str, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return {name: sum(s.elapsed_time(e) for s, e in pairs) / 1e3
+                    for name, pairs in self._pairs.items()}
+        return dict(self._acc)

@@ -1,0 +1,58 @@
+"""Timing statistics from samples: median, p10, p90, mean, std, IQR, CV, n."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, 'linear')."""
+    if not sorted_values:
+        raise ValueError("percentile of no samples")
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_s: float
+    p10_s: float
+    p90_s: float
+    mean_s: float
+    std_s: float
+    iqr_s: float
+    n: int
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> "TimingStats":
+        xs = sorted(samples)
+        if not xs:
+            raise ValueError("no timing samples")
+        return cls(
+            median_s=percentile(xs, 0.5),
+            p10_s=percentile(xs, 0.1),
+            p90_s=percentile(xs, 0.9),
+            mean_s=statistics.fmean(xs),
+            std_s=statistics.stdev(xs) if len(xs) > 1 else 0.0,
+            iqr_s=percentile(xs, 0.75) - percentile(xs, 0.25),
+            n=len(xs),
+        )
+
+    @property
+    def cv(self) -> float:
+        return self.std_s / self.mean_s if self.mean_s else 0.0
+
+    @property
+    def noisy(self) -> bool:
+        """torch.utils.benchmark's warning threshold: IQR above 10% of the median."""
+        return self.median_s > 0 and self.iqr_s > 0.1 * self.median_s
+
+    def overlaps(self, other: "TimingStats") -> bool:
+        """Whether the p10-p90 ranges overlap: a difference within the noise."""
+        return self.p10_s <= other.p90_s and other.p10_s <= self.p90_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,183 @@
+"""profile: statistics and attribution with a fake clock (never real wall-clock assertions)."""
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import layerscope
+from layerscope.analysis.roofline import Ceilings, place
+from tests.helpers import run_cli
+
+
+class FakeClock:
+    """Time moves only when a model says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class Sleep(nn.Module):
+    """Takes ``schedule[i % len]`` fake seconds on its i-th call."""
+
+    def __init__(self, clock, schedule, features=4):
+        super().__init__()
+        self.clock, self.schedule, self.calls = clock, schedule, 0
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        self.clock.advance(self.schedule[self.calls % len(self.schedule)])
+        self.calls += 1
+        return self.fc(x) + 1.0
+
+
+class Net(nn.Module):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+        self.a = Sleep(clock, [0.001])
+        self.b = Sleep(clock, [0.002])
+
+    def forward(self, x):
+        self.clock.advance(0.0005)  # the container's own code (an op, so it gets a row)
+        return self.b(self.a(x * 2.0))
+
+
+def test_forward_attribution_with_fake_clock():
+    clock = FakeClock()
+    report = layerscope.profile(Net(clock), inputs=(1, 4), runs=7, warmup=2, roofline=False,
+                                clock=clock, depth=1)
+    rows = {r.name: r for r in report.layers}
+    # depth 1: a and b whole, the root's own code as its own row
+    assert rows["a"].time["median_s"] == pytest.approx(0.001)
+    assert rows["b"].time["median_s"] == pytest.approx(0.002)
+    assert rows["(root)"].self_only and rows["(root)"].time["median_s"] == pytest.approx(0.0005)
+    assert report.end_to_end["median_s"] == pytest.approx(0.0035)
+    assert report.end_to_end["n"] == 7 and rows["a"].time["n"] == 7
+    assert report.overhead == pytest.approx(0.0)
+    assert report.coverage == pytest.approx(1.0)
+    assert rows["b"].share == pytest.approx(0.002 / 0.0035)
+    assert [rows[n].rank for n in ("b", "a", "(root)")] == [1, 2, 3]
+    assert report.end_to_end["throughput_per_s"] == pytest.approx(1 / 0.0035)
+
+
+def test_leaf_rows_and_percentiles_with_fake_clock():
+    clock = FakeClock()
+    net = Net(clock)
+    # b's i-th call (0-based) takes (i % 10) + 1 ms. Call 0 is the static analysis' fake pass,
+    # calls 1-4 the warm-up; then bare (5, 7, 9, 11, 13) and instrumented (6, 8, 10, 12, 14)
+    # runs alternate: instrumented b takes 7, 9, 1, 3, 5 ms; bare b takes 6, 8, 10, 2, 4 ms.
+    net.b.schedule = [i / 1000 for i in range(1, 11)]
+    report = layerscope.profile(net, inputs=(1, 4), runs=5, warmup=4, roofline=False, clock=clock)
+    rows = {r.name: r for r in report.layers}
+    b = rows["b.fc"]  # leaves: the Linear inside b takes no fake time; b's own code is a row
+    assert b.time["median_s"] == 0.0
+    own = rows["b"]
+    assert own.self_only
+    assert own.time["median_s"] == pytest.approx(0.005)
+    assert own.time["p10_s"] == pytest.approx(0.001 + 0.4 * 0.002)  # sorted 1,3,5,7,9: rank 0.4
+    assert own.time["p90_s"] == pytest.approx(0.007 + 0.6 * 0.002)  # rank 3.6
+    bare = report.end_to_end  # median of b's 2..10 ms is 6 ms, + 1 ms (a) + 0.5 ms (root)
+    assert bare["median_s"] == pytest.approx(0.006 + 0.0015)
+
+
+class SlowGrad(torch.autograd.Function):
+    """Identity whose backward takes ``seconds`` of fake time."""
+
+    @staticmethod
+    def forward(ctx, x, clock, seconds):
+        ctx.clock, ctx.seconds = clock, seconds
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.advance(ctx.seconds)
+        return grad, None, None
+
+
+class GradLayer(nn.Module):
+    def __init__(self, clock, seconds):
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return SlowGrad.apply(self.fc(x), self.clock, self.seconds)
+
+
+def test_backward_attributed_to_the_module_whose_forward_made_it():
+    clock = FakeClock()
+    model = nn.Sequential(GradLayer(clock, 0.003), GradLayer(clock, 0.001))
+    report = layerscope.profile(model, inputs=(2, 4), runs=3, warmup=1, roofline=False,
+                                clock=clock, backward=True, depth=1)
+    rows = {r.name: r for r in report.layers}
+    assert rows["0"].backward_time["median_s"] == pytest.approx(0.003)
+    assert rows["1"].backward_time["median_s"] == pytest.approx(0.001)
+    assert report.backward["coverage"] == pytest.approx(1.0)
+    assert report.backward["overhead"] == pytest.approx(0.0)
+    assert all(p.grad is None for p in model.parameters())  # autograd.grad: .grad untouched
+
+
+def test_profile_leaves_the_model_unchanged():
+    model = layerscope.analysis.runtime  # noqa: F841 - import check
+    from layerscope.frontends import zoo
+
+    net = zoo.lookup("resnet20").build().train()
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    layerscope.profile(net, inputs=(1, 3, 32, 32), runs=2, warmup=1, roofline=False,
+                       backward=True)
+    assert net.training and all(m.training for m in net.modules())
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in state.items())
+    assert all("forward" not in m.__dict__ for m in net.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in net.modules())
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_roofline_placement_is_hand_computed():
+    c = Ceilings("cpu", "float32", 2, peak_flops=100e9, bandwidth=20e9, matmul_size=1,
+                 copy_bytes=1)
+    assert c.ridge == 5.0
+    mem = place(flops=2_000_000, bytes_moved=1_000_000, seconds=0.001, ceilings=c)
+    assert mem["bound"] == "memory" and mem["intensity"] == 2.0
+    assert mem["attainable_flops"] == pytest.approx(40e9)  # 20 GB/s * 2 FLOP/B
+    assert mem["pct_of_roof"] == pytest.approx(2e9 / 40e9)
+    comp = place(flops=10_000_000, bytes_moved=1_000_000, seconds=0.001, ceilings=c)
+    assert comp["bound"] == "compute" and comp["attainable_flops"] == 100e9
+    assert place(0, 0, 0.001, c) is None
+
+
+def test_profile_cli_json_keys(tmp_path):
+    out = tmp_path / "p.json"
+    code, _, err = run_cli("profile", "mnist-cnn", "--runs", "3", "--warmup", "1",
+                           "--no-roofline", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["kind"] == "profile"
+    assert {"median_s", "p10_s", "p90_s", "mean_s", "n"} <= set(d["end_to_end"])
+    assert isinstance(d["overhead"], float) and isinstance(d["coverage"], float)
+    for row in d["layers"]:
+        assert {"median_s", "p10_s", "p90_s", "mean_s", "n"} <= set(row["time"])
+        assert "share" in row and "macs" in row
+    assert sum(r["macs"] for r in d["layers"]) == d["totals"]["macs"]
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--device", "cuda"], "no CUDA GPU is available"),
+    (["--device", "tpu"], "unknown --device"),
+    (["--runs", "0"], "--runs must be at least 1"),
+    (["--warmup", "-1"], "--warmup must be 0 or more"),
+    (["--min-time", "0"], "--min-time must be positive"),
+    (["--threads", "0"], "--threads must be at least 1"),
+], ids=["cuda-missing", "unknown-device", "zero-runs", "negative-warmup", "zero-min-time",
+        "zero-threads"])
+def test_profile_bad_input(argv, expected):
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = run_cli("profile", "mnist-cnn", *argv)
+    assert code == 2 and expected in err and err.count("\n") == 1, err
