@@ -169,6 +169,11 @@ def adaptive_avg_pool(args, kwargs, out) -> OpCost:
     return OpCost(flops=args[0].numel + _first_out(out).numel)
 
 
+def adaptive_max_pool(args, kwargs, out) -> OpCost:
+    # x: (N, C, *in) -> (N, C, *out); one comparison per input element, no divide
+    return OpCost(flops=args[0].numel)
+
+
 def pool_backward(args, kwargs, out) -> OpCost:
     # grad_out, x -> grad_x: one add per grad_x element
     return OpCost(flops=_first_out(out).numel)
@@ -178,7 +183,9 @@ register(["aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",
           "aten.max_pool1d", "aten.max_pool2d"], max_pool)
 register(["aten.avg_pool2d", "aten.avg_pool3d", "aten.avg_pool1d"], avg_pool)
 register(["aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d",
-          "aten.adaptive_avg_pool1d", "aten.adaptive_max_pool2d"], adaptive_avg_pool)
+          "aten.adaptive_avg_pool1d"], adaptive_avg_pool)
+register(["aten.adaptive_max_pool2d", "aten.adaptive_max_pool1d", "aten.adaptive_max_pool3d"],
+         adaptive_max_pool)
 register(["aten.max_pool2d_with_indices_backward", "aten.avg_pool2d_backward",
           "aten._adaptive_avg_pool2d_backward", "aten.adaptive_max_pool2d_backward",
           "aten.max_pool3d_with_indices_backward", "aten.avg_pool3d_backward",
@@ -236,6 +243,13 @@ def softmax_backward(args, kwargs, out) -> OpCost:
 
 register("aten.native_batch_norm", batch_norm)
 register("aten._native_batch_norm_legit_no_training", batch_norm_no_stats)
+def batch_norm_legit_no_stats(args, kwargs, out) -> OpCost:
+    # _native_batch_norm_legit.no_stats(x, w, b, training, momentum, eps): no running stats
+    training = bool(args[3]) if len(args) > 3 else True
+    return OpCost(flops=(NORM_APPLY + (NORM_STATS if training else 0)) * args[0].numel)
+
+
+register("aten._native_batch_norm_legit.no_stats", batch_norm_legit_no_stats)
 register(["aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional"],
          batch_norm_legit)
 register(["aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm"],
@@ -277,26 +291,51 @@ def dot(args, kwargs, out) -> OpCost:
     return OpCost(macs=macs, flops=2 * macs)
 
 
-def convolution(args, kwargs, out) -> OpCost:
-    # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)], bias?, stride,
-    # padding, dilation, transposed, ... -> (N, Cout, *out).
+def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
+    # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
     # MACs = N * Cout * prod(out) * Cin/g * prod(k); transposed: N * Cin * prod(in) * Cout/g * prod(k)
-    x, w, bias, transposed = args[0], args[1], args[2], bool(args[6])
-    y = _first_out(out)
     macs = fc.conv_flop_count(list(x.shape), list(w.shape), list(y.shape), transposed) // 2
-    bias_flops = y.numel if isinstance(bias, T) else 0
-    return OpCost(macs=macs, flops=2 * macs + bias_flops)
+    return OpCost(macs=macs, flops=2 * macs + (y.numel if has_bias else 0))
+
+
+def convolution(args, kwargs, out) -> OpCost:
+    # convolution / _convolution / convolution_overrideable(x, w, bias?, stride, padding,
+    # dilation, transposed, output_padding, groups, ...)
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], T), bool(args[6]))
+
+
+def mkldnn_convolution(args, kwargs, out) -> OpCost:
+    # mkldnn_convolution(x, w, bias?, padding, stride, dilation, groups): never transposed
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], T), False)
+
+
+def cudnn_convolution(transposed: bool):
+    def handler(args, kwargs, out) -> OpCost:
+        # cudnn_convolution[_transpose](x, w, padding, ...): no bias argument
+        return _conv(args[0], args[1], _first_out(out), False, transposed)
+
+    handler.__name__ = "cudnn_convolution_transpose" if transposed else "cudnn_convolution"
+    return handler
+
+
+def slow_conv2d(args, kwargs, out) -> OpCost:
+    # _slow_conv2d_forward(x, w, kernel_size, bias?, stride, padding)
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[3], T), False)
 
 
 def convolution_backward(args, kwargs, out) -> OpCost:
     # grad_out: (N, Cout, *out), x, w, bias_sizes, stride, padding, dilation, transposed,
-    # output_padding, groups, output_mask -> (grad_x?, grad_w?, grad_b?)
-    out_shapes = tuple(o.shape if isinstance(o, T) else None for o in out)
-    # flop_counter's registered formulas are wrapped: the outputs go in as ``out_val``.
-    flops = fc.conv_backward_flop(args[0].shape, args[1].shape, args[2].shape, *args[3:11],
-                                  out_val=out_shapes)
-    macs = flops // 2
-    bias_grad = args[0].numel if args[10][2] else 0  # sum grad_out over N and space
+    # output_padding, groups, output_mask -> (grad_x?, grad_w?, grad_b?).
+    # grad_x (a transposed convolution of grad_out) and grad_w (a convolution of x with grad_out)
+    # each do exactly the forward's MACs, groups included: every product of the forward is
+    # revisited once for each gradient. Forward MACs = numel(grad_out) * prod(w[1:]), or for a
+    # transposed convolution numel(x) * prod(w[1:]). grad_b sums grad_out: 1 FLOP per element.
+    # (flop_counter's conv_backward_flop ignores groups in its weight term, so it is not used.)
+    grad_out, x, w, transposed, mask = args[0], args[1], args[2], bool(args[7]), args[10]
+    per_weight = math.prod(w.shape[1:])
+    forward = (x.numel if transposed else grad_out.numel) * per_weight
+    macs = forward * (int(bool(mask[0])) + int(bool(mask[1])))
+    bias_grad = grad_out.numel if mask[2] else 0
     return OpCost(macs=macs, flops=2 * macs + bias_grad)
 
 
@@ -305,9 +344,11 @@ register("aten.addmm", addmm)
 register("aten.bmm", bmm)
 register("aten.baddbmm", baddbmm)
 register(["aten.dot", "aten.mv", "aten.vdot"], dot)
-register(["aten.convolution", "aten._convolution", "aten.mkldnn_convolution",
-          "aten.cudnn_convolution", "aten.cudnn_convolution_transpose",
-          "aten._slow_conv2d_forward", "aten.convolution_overrideable"], convolution)
+register(["aten.convolution", "aten._convolution", "aten.convolution_overrideable"], convolution)
+register("aten.mkldnn_convolution", mkldnn_convolution)
+register("aten.cudnn_convolution", cudnn_convolution(False))
+register("aten.cudnn_convolution_transpose", cudnn_convolution(True))
+register("aten._slow_conv2d_forward", slow_conv2d)
 register("aten.convolution_backward", convolution_backward)
 
 
@@ -369,9 +410,19 @@ def _mha(q: T, k: T, v: T, num_heads: int, has_in_bias: bool, has_out_bias: bool
 
 def native_mha(args, kwargs, out) -> OpCost:
     # _native_multi_head_attention(q: (B, Lq, E), k: (B, Lk, E), v: (B, Lv, E), embed_dim,
-    # num_heads, qkv_weight: (3E, E), qkv_bias?, proj_weight: (E, E), proj_bias?, ...)
-    return _mha(args[0], args[1], args[2], int(args[4]), isinstance(args[6], T),
-                isinstance(args[8], T))
+    # num_heads, qkv_weight: (3E, E), qkv_bias?, proj_weight: (E, E), proj_bias?, mask?,
+    # need_weights=True, average_attn_weights=True, ...)
+    q, k = args[0], args[1]
+    heads = int(args[4])
+    cost = _mha(q, k, args[2], heads, isinstance(args[6], T), isinstance(args[8], T))
+    need_weights = bool(args[10]) if len(args) > 10 else kwargs.get("need_weights", True)
+    average = bool(args[11]) if len(args) > 11 else kwargs.get("average_attn_weights", True)
+    if need_weights and average:
+        # the returned weights are averaged over heads: a mean (one add per score, one divide
+        # per averaged score), as the unfused path's mean op costs
+        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+        cost = OpCost(cost.macs, cost.flops + b * heads * lq * lk + b * lq * lk)
+    return cost
 
 
 def transformer_encoder_layer(args, kwargs, out) -> OpCost:
@@ -428,11 +479,22 @@ def _steps(x: T, batch_first: bool) -> int:
 
 def aten_rnn(kind: str):
     def handler(args, kwargs, out) -> OpCost:
-        # lstm(x: (T, B, I), hx[], params[], has_biases, num_layers, dropout, train, bidir,
-        # batch_first); gru/rnn_*(x, hx, params[], has_biases, ...)
+        # lstm.input(x: (T, B, I), hx[], params[], has_biases, num_layers, dropout, train, bidir,
+        # batch_first); gru/rnn_*.input(x, hx, params[], has_biases, ...)
         return _rnn_cost(_steps(args[0], bool(args[8])), list(args[2]), kind, bool(args[3]))
 
     handler.__name__ = f"{kind}_layer"
+    return handler
+
+
+def aten_rnn_packed(kind: str):
+    def handler(args, kwargs, out) -> OpCost:
+        # lstm.data(data: (sum of batch sizes, I), batch_sizes, hx[], params[], has_biases, ...);
+        # gru/rnn_*.data(data, batch_sizes, hx, params[], has_biases, ...): every packed row is
+        # one (time step, sequence) pair
+        return _rnn_cost(args[0].shape[0], list(args[3]), kind, bool(args[4]))
+
+    handler.__name__ = f"{kind}_packed_layer"
     return handler
 
 
@@ -475,9 +537,12 @@ def fused_cell(kind: str):
     return handler
 
 
-register("aten.lstm", aten_rnn("lstm"))
-register("aten.gru", aten_rnn("gru"))
-register(["aten.rnn_tanh", "aten.rnn_relu"], aten_rnn("rnn"))
+register("aten.lstm.input", aten_rnn("lstm"))
+register("aten.gru.input", aten_rnn("gru"))
+register(["aten.rnn_tanh.input", "aten.rnn_relu.input"], aten_rnn("rnn"))
+register("aten.lstm.data", aten_rnn_packed("lstm"))
+register("aten.gru.data", aten_rnn_packed("gru"))
+register(["aten.rnn_tanh.data", "aten.rnn_relu.data"], aten_rnn_packed("rnn"))
 register("aten.mkldnn_rnn_layer", mkldnn_rnn_layer)
 register("aten.mkldnn_rnn_layer_backward", mkldnn_rnn_layer_backward)
 register("aten._cudnn_rnn", cudnn_rnn)

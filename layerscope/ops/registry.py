@@ -59,9 +59,13 @@ class HandlerTable:
         self._entries: dict[str, Entry] = {}
 
     def register(self, names: str | Iterable[str], handler: Handler, kind: str = COMPUTE) -> None:
-        for op in [names] if isinstance(names, str) else names:
-            if op in self._entries:
-                raise ValueError(f"{self.name}: a handler for {op!r} is already registered")
+        """All or nothing: a duplicate anywhere in ``names`` registers none of them."""
+        ops = [names] if isinstance(names, str) else list(names)
+        taken = [op for op in ops if op in self._entries] or [
+            op for i, op in enumerate(ops) if op in ops[:i]]
+        if taken:
+            raise ValueError(f"{self.name}: a handler for {taken[0]!r} is already registered")
+        for op in ops:
             self._entries[op] = Entry(handler, kind)
 
     def lookup(self, *names: str) -> Entry | None:

@@ -1,0 +1,149 @@
+"""``layerscope ops``: torch.profiler's operator table, and a Chrome/Perfetto trace in which every
+module's forward is a named range.
+
+The ranges come from global forward pre/post hooks that open and close a profiler
+``record_function`` range; they are installed only inside the profiling context and removed
+afterwards, so nothing stays on the model or in torch.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from layerscope.core.optable import OpRow, OpTable
+from layerscope.environment import environment
+from layerscope.errors import UserError
+
+RANGE_PREFIX = "module::"
+SORTS = ("self", "total")
+
+
+class _ModuleRanges:
+    """A profiler range named ``module::<qualified name> (<Type>)`` around each module's forward."""
+
+    def __init__(self, model: nn.Module):
+        self.names = {id(m): f"{RANGE_PREFIX}{name or '(root)'} ({type(m).__name__})"
+                      for name, m in model.named_modules()}
+        self.stack: list[Any] = []
+        self.handles: list[Any] = []
+
+    def _pre(self, module, args):
+        name = self.names.get(id(module))
+        if name is not None:
+            self.stack.append(torch.ops.profiler._record_function_enter_new(name, None))
+
+    def _post(self, module, args, output):
+        if id(module) in self.names and self.stack:
+            torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
+
+    def __enter__(self):
+        from torch.nn.modules import module as M
+
+        self.handles = [M.register_module_forward_pre_hook(self._pre),
+                        M.register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        while self.stack:
+            torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
+        return False
+
+
+def _write_trace(prof, path: str) -> None:
+    """Export, gzip if asked, and rename into place: never a half-written trace."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"cannot write trace {path}: no such directory {directory}")
+    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".json", dir=directory)
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        if path.endswith(".gz"):
+            with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(tmp + ".gz", path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, tmp + ".gz"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
+        device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
+        memory: bool = False, trace: str | None = None, runs: int = 5,
+        warmup: int = 2) -> OpTable:
+    """Per-operator time over ``runs`` profiled inferences (per-run figures)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerscope.analysis.runtime import _prepare, check_device
+
+    check_device(device)
+    if sort not in SORTS:
+        raise UserError(f"unknown --sort {sort!r}: use self or total")
+    if top < 1 or runs < 1 or warmup < 0:
+        raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
+    loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
+    flags = [(m, m.training) for m in module.modules()]
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        module.eval()
+        with torch.no_grad():
+            for _ in range(warmup):
+                module(*xs)
+            with profile(activities=activities, record_shapes=group_by_shape,
+                         profile_memory=memory) as prof:
+                with _ModuleRanges(module):
+                    for _ in range(runs):
+                        module(*xs)
+                    if cuda:
+                        torch.cuda.synchronize()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{loaded.name} failed to run: {type(exc).__name__}: {first}") from exc
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    events = [e for e in prof.key_averages(group_by_input_shape=group_by_shape)
+              if not e.key.startswith(RANGE_PREFIX) and not e.key.startswith("ProfilerStep")]
+
+    def self_us(e) -> float:
+        return e.self_device_time_total if cuda else e.self_cpu_time_total
+
+    def total_us(e) -> float:
+        return e.device_time_total if cuda else e.cpu_time_total
+
+    all_self = sum(self_us(e) for e in events) / 1e6 / runs
+    key = self_us if sort == "self" else total_us
+    chosen = sorted(events, key=key, reverse=True)[:top]
+    rows = []
+    for e in chosen:
+        calls = e.count / runs
+        total = total_us(e) / 1e6 / runs
+        rows.append(OpRow(
+            name=e.key, calls=int(round(calls)), self_s=self_us(e) / 1e6 / runs, total_s=total,
+            mean_s=total / calls if calls else 0.0,
+            share=(self_us(e) / 1e6 / runs) / all_self if all_self else 0.0,
+            input_shapes=str(e.input_shapes) if group_by_shape else None,
+            self_memory_bytes=int(e.self_cpu_memory_usage / runs) if memory else None,
+            memory_bytes=int(e.cpu_memory_usage / runs) if memory else None))
+    if trace:
+        _write_trace(prof, trace)
+    return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
+                   total_self_s=all_self, ops_total=len(events), trace=trace,
+                   settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
+                             "warmup": warmup,
+                             "inputs": [list(x.shape) for x in xs]},
+                   environment=environment())

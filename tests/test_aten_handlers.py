@@ -1,0 +1,577 @@
+"""Handler tables: every aten handler called directly on shape descriptions.
+
+Each case gives the op, its arguments as the aten schema orders them (tensors as ``T(shape)``),
+its outputs, and the expected MACs and FLOPs derived by hand beside the case.
+Conventions (DESIGN.md section 3): MACs count contractions only; FLOPs = 2 x MACs + everything
+else; bias adds are FLOPs, not MACs.
+"""
+from __future__ import annotations
+
+import pytest
+
+from layerscope.ops.aten import ATEN
+from layerscope.ops.registry import ALLOC, COMPUTE, VIEW, HandlerTable, OpCost, T
+
+
+def cost(op: str, args: tuple, out, kwargs: dict | None = None) -> OpCost:
+    entry = ATEN.lookup(op)
+    assert entry is not None, f"{op} is not registered"
+    return entry.handler(tuple(args), kwargs or {}, out)
+
+
+def xfail(reason: str):
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def case(id, op, args, out, macs, flops, marks=()):
+    return pytest.param(op, args, out, macs, flops, id=id, marks=marks)
+
+
+def check(op, args, out, macs, flops):
+    got = cost(op, args, out)
+    assert (got.macs, got.flops) == (macs, flops)
+
+
+# ------------------------------------------------------------------ matrix products
+# mm(a: (m, k), b: (k, n)); addmm(bias, a, b); bmm(a: (b, m, k), b: (b, k, n)); baddbmm(bias, a, b)
+MATMUL_CASES = [
+    case("mm", "aten.mm", (T((3, 4)), T((4, 5))), T((3, 5)),
+         macs=3 * 5 * 4,  # m*n*k
+         flops=2 * 3 * 5 * 4),
+    case("addmm-bias-flops", "aten.addmm", (T((5,)), T((3, 4)), T((4, 5))), T((3, 5)),
+         macs=3 * 5 * 4,  # m*n*k
+         flops=2 * 3 * 5 * 4 + 3 * 5),  # 2*MACs + one bias add per output element
+    case("bmm", "aten.bmm", (T((2, 3, 4)), T((2, 4, 5))), T((2, 3, 5)),
+         macs=2 * 3 * 5 * 4,  # b*m*n*k
+         flops=2 * 2 * 3 * 5 * 4),
+    case("baddbmm-bias-flops", "aten.baddbmm", (T((2, 3, 5)), T((2, 3, 4)), T((2, 4, 5))),
+         T((2, 3, 5)),
+         macs=2 * 3 * 5 * 4,  # b*m*n*k
+         flops=2 * 2 * 3 * 5 * 4 + 2 * 3 * 5),  # + one add per output element
+    case("mv", "aten.mv", (T((6, 7)), T((7,))), T((6,)),
+         macs=6 * 7,  # m*k
+         flops=2 * 6 * 7),
+    case("dot", "aten.dot", (T((7,)), T((7,))), T(()),
+         macs=7, flops=2 * 7),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", MATMUL_CASES)
+def test_matrix_products(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ convolution
+# convolution(x, w, bias?, stride, padding, dilation, transposed, output_padding, groups)
+def conv_args(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+              transposed=False, output_padding=(0, 0), groups=1):
+    return (T(x), T(w), T(bias) if bias else None, list(stride), list(padding), list(dilation),
+            transposed, list(output_padding), groups)
+
+
+CONV_CASES = [
+    case("plain-3x3", "aten.convolution",
+         conv_args((1, 3, 8, 8), (4, 3, 3, 3), padding=(1, 1)), T((1, 4, 8, 8)),
+         macs=1 * 4 * 8 * 8 * 3 * 3 * 3,  # N*Cout*Hout*Wout*Cin*kh*kw
+         flops=2 * (1 * 4 * 8 * 8 * 3 * 3 * 3)),
+    case("bias", "aten.convolution",
+         conv_args((1, 3, 8, 8), (4, 3, 3, 3), bias=(4,), padding=(1, 1)), T((1, 4, 8, 8)),
+         macs=1 * 4 * 8 * 8 * 3 * 3 * 3,
+         flops=2 * (1 * 4 * 8 * 8 * 3 * 3 * 3) + 1 * 4 * 8 * 8),  # + one add per output
+    case("grouped-g2", "aten.convolution",
+         conv_args((1, 4, 8, 8), (6, 2, 3, 3), padding=(1, 1), groups=2), T((1, 6, 8, 8)),
+         macs=1 * 6 * 8 * 8 * (4 // 2) * 3 * 3,  # N*Cout*Hout*Wout*(Cin/g)*kh*kw
+         flops=2 * (1 * 6 * 8 * 8 * 2 * 3 * 3)),
+    case("depthwise", "aten.convolution",
+         conv_args((2, 4, 8, 8), (4, 1, 3, 3), padding=(1, 1), groups=4), T((2, 4, 8, 8)),
+         macs=2 * 4 * 8 * 8 * 1 * 3 * 3,  # N*C*Hout*Wout*1*kh*kw
+         flops=2 * (2 * 4 * 8 * 8 * 3 * 3)),
+    case("dilated-d2", "aten.convolution",
+         conv_args((1, 3, 9, 9), (4, 3, 3, 3), dilation=(2, 2)), T((1, 4, 5, 5)),
+         macs=1 * 4 * 5 * 5 * 3 * 3 * 3,  # Hout = 9 - 2*(3-1) = 5
+         flops=2 * (1 * 4 * 5 * 5 * 3 * 3 * 3)),
+    case("strided-s2", "aten.convolution",
+         conv_args((1, 3, 8, 8), (4, 3, 3, 3), stride=(2, 2), padding=(1, 1)), T((1, 4, 4, 4)),
+         macs=1 * 4 * 4 * 4 * 3 * 3 * 3,  # Hout = (8 + 2 - 3)//2 + 1 = 4
+         flops=2 * (1 * 4 * 4 * 4 * 3 * 3 * 3)),
+    case("transposed-2d", "aten.convolution",
+         conv_args((1, 4, 5, 5), (4, 6, 3, 3), bias=(6,), stride=(2, 2), transposed=True),
+         T((1, 6, 11, 11)),
+         # every input pixel scatters Cout*kh*kw products: N*Cin*Hin*Win*Cout*kh*kw
+         macs=1 * 4 * 5 * 5 * 6 * 3 * 3,
+         flops=2 * (1 * 4 * 5 * 5 * 6 * 3 * 3) + 1 * 6 * 11 * 11),  # + bias per output
+    case("transposed-2d-grouped", "aten.convolution",
+         conv_args((1, 4, 5, 5), (4, 3, 3, 3), stride=(2, 2), transposed=True, groups=2),
+         T((1, 6, 11, 11)),
+         macs=1 * 4 * 5 * 5 * (6 // 2) * 3 * 3,  # N*Cin*Hin*Win*(Cout/g)*kh*kw
+         flops=2 * (1 * 4 * 5 * 5 * 3 * 3 * 3)),
+    case("conv1d", "aten.convolution",
+         (T((2, 3, 10)), T((5, 3, 3)), None, [1], [0], [1], False, [0], 1), T((2, 5, 8)),
+         macs=2 * 5 * 8 * 3 * 3,  # N*Cout*Lout*Cin*k
+         flops=2 * (2 * 5 * 8 * 3 * 3)),
+    case("conv3d", "aten.convolution",
+         (T((1, 2, 4, 4, 4)), T((3, 2, 3, 3, 3)), T((3,)), [1, 1, 1], [1, 1, 1], [1, 1, 1],
+          False, [0, 0, 0], 1), T((1, 3, 4, 4, 4)),
+         macs=1 * 3 * 4 * 4 * 4 * 2 * 3 * 3 * 3,  # N*Cout*Dout*Hout*Wout*Cin*kd*kh*kw
+         flops=2 * (1 * 3 * 4 * 4 * 4 * 2 * 27) + 1 * 3 * 4 * 4 * 4),
+    # _convolution shares convolution's first nine arguments (+ benchmark, deterministic, ...)
+    case("_convolution-alias", "aten._convolution",
+         conv_args((1, 3, 8, 8), (4, 3, 3, 3), stride=(2, 2), padding=(1, 1))
+         + (False, False, True, True), T((1, 4, 4, 4)),
+         macs=1 * 4 * 4 * 4 * 3 * 3 * 3,
+         flops=2 * (1 * 4 * 4 * 4 * 3 * 3 * 3)),
+    # mkldnn_convolution(self, weight, bias?, padding, stride, dilation, groups): no `transposed`
+    # argument; args[6] is `groups`, which the handler reads as `transposed`.
+    case("mkldnn_convolution-strided", "aten.mkldnn_convolution",
+         (T((1, 3, 8, 8)), T((4, 3, 3, 3)), None, [1, 1], [2, 2], [1, 1], 1), T((1, 4, 4, 4)),
+         macs=1 * 4 * 4 * 4 * 3 * 3 * 3,  # N*Cout*Hout*Wout*Cin*kh*kw
+         flops=2 * (1 * 4 * 4 * 4 * 3 * 3 * 3)),
+    # cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, ...):
+    # no bias; args[6] is `benchmark`.
+    case("cudnn_convolution-benchmark", "aten.cudnn_convolution",
+         (T((1, 3, 8, 8)), T((4, 3, 3, 3)), [1, 1], [2, 2], [1, 1], 1, True, False, True),
+         T((1, 4, 4, 4)),
+         macs=1 * 4 * 4 * 4 * 3 * 3 * 3,
+         flops=2 * (1 * 4 * 4 * 4 * 3 * 3 * 3)),
+    # _slow_conv2d_forward(self, weight, kernel_size, bias?, stride, padding): 6 arguments.
+    case("_slow_conv2d_forward-bias", "aten._slow_conv2d_forward",
+         (T((1, 3, 8, 8)), T((4, 3, 3, 3)), [3, 3], T((4,)), [1, 1], [1, 1]), T((1, 4, 8, 8)),
+         macs=1 * 4 * 8 * 8 * 3 * 3 * 3,
+         flops=2 * (1 * 4 * 8 * 8 * 3 * 3 * 3) + 1 * 4 * 8 * 8),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", CONV_CASES)
+def test_convolution(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# convolution_backward(grad_out, x, w, bias_sizes, stride, padding, dilation, transposed,
+#                      output_padding, groups, output_mask) -> (grad_x?, grad_w?, grad_b?)
+# Each forward MAC x*w -> y appears once in grad_x (gy*w) and once in grad_w (gy*x): each of
+# those products costs exactly the forward MACs F. grad_b sums grad_out: 1 add per element.
+def conv_bwd_args(gy, x, w, groups=1, mask=(True, True, True), stride=(1, 1), padding=(1, 1),
+                  transposed=False, bias=True):
+    return (T(gy), T(x), T(w), [w[1] * groups if transposed else w[0]] if bias else None,
+            list(stride), list(padding), [1, 1], transposed, [0, 0], groups, list(mask))
+
+
+F_PLAIN = 1 * 4 * 8 * 8 * 3 * 3 * 3  # forward: N*Cout*Hout*Wout*Cin*kh*kw = 6912
+F_GROUPED = 1 * 6 * 8 * 8 * (4 // 2) * 3 * 3  # N*Cout*Hout*Wout*(Cin/g)*kh*kw = 6912
+F_DEPTHWISE = 1 * 4 * 8 * 8 * 1 * 3 * 3  # 2304
+F_TRANSPOSED = 1 * 4 * 5 * 5 * 6 * 3 * 3  # N*Cin*Hin*Win*Cout*kh*kw = 5400
+
+CONV_BWD_CASES = [
+    case("input+weight+bias", "aten.convolution_backward",
+         conv_bwd_args((1, 4, 8, 8), (1, 3, 8, 8), (4, 3, 3, 3)),
+         (T((1, 3, 8, 8)), T((4, 3, 3, 3)), T((4,))),
+         macs=F_PLAIN + F_PLAIN,  # grad_x + grad_w
+         flops=2 * (2 * F_PLAIN) + 1 * 4 * 8 * 8),  # + grad_b: one add per grad_out element
+    case("weight+bias-only", "aten.convolution_backward",
+         conv_bwd_args((1, 4, 8, 8), (1, 3, 8, 8), (4, 3, 3, 3), mask=(False, True, True)),
+         (None, T((4, 3, 3, 3)), T((4,))),
+         macs=F_PLAIN,  # grad_w only (first layer: the input needs no grad)
+         flops=2 * F_PLAIN + 1 * 4 * 8 * 8),
+    case("input-only", "aten.convolution_backward",
+         conv_bwd_args((1, 4, 8, 8), (1, 3, 8, 8), (4, 3, 3, 3), mask=(True, False, False),
+                       bias=False),
+         (T((1, 3, 8, 8)), None, None),
+         macs=F_PLAIN, flops=2 * F_PLAIN),
+    case("transposed", "aten.convolution_backward",
+         conv_bwd_args((1, 6, 11, 11), (1, 4, 5, 5), (4, 6, 3, 3), stride=(2, 2),
+                       padding=(0, 0), transposed=True),
+         (T((1, 4, 5, 5)), T((4, 6, 3, 3)), T((6,))),
+         macs=F_TRANSPOSED + F_TRANSPOSED,
+         flops=2 * (2 * F_TRANSPOSED) + 1 * 6 * 11 * 11),
+    case("grouped-g2", "aten.convolution_backward",
+         conv_bwd_args((1, 6, 8, 8), (1, 4, 8, 8), (6, 2, 3, 3), groups=2),
+         (T((1, 4, 8, 8)), T((6, 2, 3, 3)), T((6,))),
+         macs=F_GROUPED + F_GROUPED,
+         flops=2 * (2 * F_GROUPED) + 1 * 6 * 8 * 8),
+    case("depthwise-weight-only", "aten.convolution_backward",
+         conv_bwd_args((1, 4, 8, 8), (1, 4, 8, 8), (4, 1, 3, 3), groups=4,
+                       mask=(False, True, False), bias=False),
+         (None, T((4, 1, 3, 3)), None),
+         macs=F_DEPTHWISE, flops=2 * F_DEPTHWISE),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", CONV_BWD_CASES)
+def test_convolution_backward(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ attention
+# Per score element (B*H*Lq*Lk of them): E MACs for q.k, Ev MACs for p.v; 1 scale multiply and
+# a 5-FLOP softmax (max-compare, subtract, exp, sum, divide).
+B, H, LQ, LK, E, EV = 2, 4, 5, 6, 8, 3
+SCORES = B * H * LQ * LK
+SDPA_MACS = SCORES * (E + EV)
+SDPA_FLOPS = 2 * SDPA_MACS + SCORES * (1 + 5)
+HQ, HKV = 8, 2  # grouped-query attention: 4 query heads share each key/value head
+GQA_SCORES = B * HQ * LQ * LK  # every query head scores against its shared key head
+GQA_MACS = GQA_SCORES * (E + E)
+GQA_FLOPS = 2 * GQA_MACS + GQA_SCORES * 6
+
+SDPA_FORWARD_OPS = [
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_cudnn_attention",
+    "aten._scaled_dot_product_fused_attention_overrideable",
+]
+
+
+@pytest.mark.parametrize("op", SDPA_FORWARD_OPS, ids=lambda op: op.split("._")[-1])
+@pytest.mark.parametrize("q,k,v,macs,flops", [
+    pytest.param((B, H, LQ, E), (B, H, LK, E), (B, H, LK, EV), SDPA_MACS, SDPA_FLOPS, id="mha"),
+    pytest.param((B, HQ, LQ, E), (B, HKV, LK, E), (B, HKV, LK, E), GQA_MACS, GQA_FLOPS,
+                 id="gqa"),
+])
+def test_sdpa_forward(op, q, k, v, macs, flops):
+    # all kernels take (query, key, value, ...) as their first three arguments
+    out = (T(q[:3] + v[3:]), T(q[:3]))
+    check(op, (T(q), T(k), T(v), 0.0, False), out, macs, flops)
+
+
+SDPA_BACKWARD_OPS = [
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten._scaled_dot_product_flash_attention_backward",
+    "aten._scaled_dot_product_efficient_attention_backward",
+    "aten._scaled_dot_product_cudnn_attention_backward",
+]
+# Backward: recompute S = q.k (E), dP = dO.v (Ev), dV = P^T.dO (Ev), dQ = dS.k (E),
+# dK = dS^T.q (E) -> per score element 3E + 2Ev MACs; FLOPs add the forward's 6 per score
+# and 4 for the softmax gradient.
+SDPA_BWD_MACS = SCORES * (3 * E + 2 * EV)
+SDPA_BWD_FLOPS = 2 * SDPA_BWD_MACS + SCORES * (6 + 4)
+GQA_BWD_MACS = GQA_SCORES * (3 * E + 2 * E)
+GQA_BWD_FLOPS = 2 * GQA_BWD_MACS + GQA_SCORES * 10
+
+
+@pytest.mark.parametrize("op", SDPA_BACKWARD_OPS, ids=lambda op: op.split("._")[-1])
+@pytest.mark.parametrize("q,k,v,macs,flops", [
+    pytest.param((B, H, LQ, E), (B, H, LK, E), (B, H, LK, EV), SDPA_BWD_MACS, SDPA_BWD_FLOPS,
+                 id="mha"),
+    pytest.param((B, HQ, LQ, E), (B, HKV, LK, E), (B, HKV, LK, E), GQA_BWD_MACS,
+                 GQA_BWD_FLOPS, id="gqa"),
+])
+def test_sdpa_backward(op, q, k, v, macs, flops):
+    grad_out = T(q[:3] + v[3:])
+    # (grad_out, query, key, value, ...) on every backward kernel
+    args = (grad_out, T(q), T(k), T(v), grad_out, T(q[:3]))
+    check(op, args, (T(q), T(k), T(v)), macs, flops)
+
+
+def mha_args(lq, lk, emb, heads, in_bias=True, out_bias=True):
+    # _native_multi_head_attention(q, k, v, embed_dim, num_head, qkv_weight, qkv_bias,
+    #                              proj_weight, proj_bias, mask, need_weights, average, mask_type)
+    return (T((2, lq, emb)), T((2, lk, emb)), T((2, lk, emb)), emb, heads,
+            T((3 * emb, emb)), T((3 * emb,)) if in_bias else None, T((emb, emb)),
+            T((emb,)) if out_bias else None, None, False, True, None)
+
+
+# B=2, E=8, 2 heads of 4: in-projections (Lq+Lk+Lv)*E*E, out-projection Lq*E*E,
+# scores and values 2*H*Lq*Lk*(E/H) = 2*Lq*Lk*E, all times B.
+MHA_SELF_MACS = 2 * (3 * 3 * 8 * 8 + 3 * 8 * 8 + 2 * 2 * 3 * 3 * 4)  # Lq = Lk = 3
+MHA_SELF_FLOPS = (2 * MHA_SELF_MACS + 2 * 3 * 3 * 8  # in-proj bias on q, k, v
+                  + 2 * 3 * 8  # out-proj bias
+                  + 2 * 2 * 3 * 3 * 6)  # scale + softmax per score (B*H*Lq*Lk scores)
+MHA_CROSS_MACS = 2 * ((3 + 5 + 5) * 8 * 8 + 3 * 8 * 8 + 2 * 2 * 3 * 5 * 4)  # Lq=3, Lk=Lv=5
+MHA_CROSS_FLOPS = (2 * MHA_CROSS_MACS + 2 * (3 + 5 + 5) * 8 + 2 * 3 * 8 + 2 * 2 * 3 * 5 * 6)
+
+
+@pytest.mark.parametrize("args,macs,flops", [
+    pytest.param(mha_args(3, 3, 8, 2), MHA_SELF_MACS, MHA_SELF_FLOPS, id="self-attention"),
+    pytest.param(mha_args(3, 5, 8, 2), MHA_CROSS_MACS, MHA_CROSS_FLOPS, id="cross-attention"),
+    pytest.param(mha_args(3, 3, 8, 2, in_bias=False, out_bias=False), MHA_SELF_MACS,
+                 2 * MHA_SELF_MACS + 2 * 2 * 3 * 3 * 6, id="no-bias"),
+])
+def test_native_multi_head_attention(args, macs, flops):
+    check("aten._native_multi_head_attention", args, (T((2, 3, 8)), T((2, 3, 3))), macs, flops)
+
+
+def test_transformer_encoder_layer_fwd():
+    # _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_w, qkv_b, proj_w, proj_b,
+    #   use_gelu, norm_first, eps, ln1_w, ln1_b, ln2_w, ln2_b, ffn1_w, ffn1_b, ffn2_w, ffn2_b)
+    b, l, e, f = 2, 3, 8, 16
+    args = (T((b, l, e)), e, 2, T((3 * e, e)), T((3 * e,)), T((e, e)), T((e,)), False, False,
+            1e-5, T((e,)), T((e,)), T((e,)), T((e,)), T((f, e)), T((f,)), T((e, f)), T((e,)),
+            None, None)
+    tokens = b * l
+    ffn_macs = tokens * e * f + tokens * f * e  # linear1 E->F, linear2 F->E
+    macs = MHA_SELF_MACS + ffn_macs
+    flops = (MHA_SELF_FLOPS + 2 * ffn_macs
+             + tokens * f + tokens * e  # FFN biases
+             + tokens * f  # activation
+             + 2 * 8 * tokens * e  # two LayerNorms, 8 FLOPs per element (stats 4 + apply 4)
+             + 2 * tokens * e)  # two residual adds
+    check("aten._transformer_encoder_layer_fwd", args, T((b, l, e)), macs, flops)
+
+
+# ------------------------------------------------------------------ recurrent layers
+# T=3 steps, B=2, input I=4, hidden H=5. One layer-direction step per batch element does
+# G*H*I + G*H*H MACs (G = 4 LSTM, 3 GRU, 1 RNN). Gate FLOPs per hidden unit and step:
+# LSTM 13, GRU 11, RNN 2; with biases, 2*G*H adds per step.
+STEPS = 3 * 2  # T * B
+
+
+def w(rows, cols=None):
+    return T((rows, cols)) if cols else T((rows,))
+
+
+def lstm_dir(i, h=5):  # w_ih, w_hh, b_ih, b_hh
+    return [w(4 * h, i), w(4 * h, h), w(4 * h), w(4 * h)]
+
+
+LSTM_BIDIR_MACS = STEPS * 2 * (4 * 5 * 4 + 4 * 5 * 5)  # 2 directions
+LSTM_BIDIR_FLOPS = (2 * LSTM_BIDIR_MACS + STEPS * 2 * 5 * 13  # gates, 2 directions x H
+                    + STEPS * 2 * 2 * 4 * 5)  # biases: 2 directions x 2*G*H
+GRU_NOBIAS_MACS = STEPS * (3 * 5 * 4 + 3 * 5 * 5)
+RNN_MACS = STEPS * (5 * 4 + 5 * 5)
+# mkldnn_rnn_layer / _cudnn_rnn expect the cudnn mode numbers: 0 relu, 1 tanh, 2 LSTM, 3 GRU.
+LSTM_1L_MACS = STEPS * (4 * 5 * 4 + 4 * 5 * 5)
+LSTM_1L_FLOPS = 2 * LSTM_1L_MACS + STEPS * 5 * 13 + STEPS * 2 * 4 * 5
+GRU_2L_MACS = STEPS * ((3 * 5 * 4 + 3 * 5 * 5) + (3 * 5 * 5 + 3 * 5 * 5))  # layer 1 input is H
+GRU_2L_FLOPS = 2 * GRU_2L_MACS + STEPS * 2 * 5 * 11 + STEPS * 2 * 2 * 3 * 5
+
+RNN_CASES = [
+    case("lstm-bidirectional", "aten.lstm.input",
+         (T((3, 2, 4)), [T((2, 2, 5)), T((2, 2, 5))], lstm_dir(4) + lstm_dir(4), True, 1, 0.0,
+          False, True, False), (T((3, 2, 10)), T((2, 2, 5)), T((2, 2, 5))),
+         macs=LSTM_BIDIR_MACS, flops=LSTM_BIDIR_FLOPS),
+    case("lstm-batch-first", "aten.lstm.input",
+         (T((2, 3, 4)), [T((1, 2, 5)), T((1, 2, 5))], lstm_dir(4), True, 1, 0.0, False, False,
+          True), (T((2, 3, 5)), T((1, 2, 5)), T((1, 2, 5))),
+         macs=LSTM_1L_MACS, flops=LSTM_1L_FLOPS),
+    case("lstm-unbatched", "aten.lstm.input",
+         (T((3, 4)), [T((1, 5)), T((1, 5))], lstm_dir(4), True, 1, 0.0, False, False, False),
+         (T((3, 5)), T((1, 5)), T((1, 5))),
+         macs=3 * (4 * 5 * 4 + 4 * 5 * 5),  # T steps only
+         flops=2 * 3 * (4 * 5 * 4 + 4 * 5 * 5) + 3 * 5 * 13 + 3 * 2 * 4 * 5),
+    case("gru-no-bias", "aten.gru.input",
+         (T((3, 2, 4)), T((1, 2, 5)), [w(15, 4), w(15, 5)], False, 1, 0.0, False, False, False),
+         (T((3, 2, 5)), T((1, 2, 5))),
+         macs=GRU_NOBIAS_MACS, flops=2 * GRU_NOBIAS_MACS + STEPS * 5 * 11),
+    case("rnn_tanh", "aten.rnn_tanh.input",
+         (T((3, 2, 4)), T((1, 2, 5)), [w(5, 4), w(5, 5), w(5), w(5)], True, 1, 0.0, False,
+          False, False), (T((3, 2, 5)), T((1, 2, 5))),
+         macs=RNN_MACS, flops=2 * RNN_MACS + STEPS * 5 * 2 + STEPS * 2 * 5),
+    # lstm.data(data: (sum of lengths, I), batch_sizes, hx[], params[], has_biases, ...):
+    # a PackedSequence of lengths 3 and 3 is 6 tokens.
+    case("lstm-packed-sequence", "aten.lstm.data",
+         (T((6, 4)), T((3,), "int64", 8), [T((1, 2, 5)), T((1, 2, 5))], lstm_dir(4), True, 1,
+          0.0, False, False), (T((6, 5)), T((1, 2, 5)), T((1, 2, 5))),
+         macs=LSTM_1L_MACS, flops=LSTM_1L_FLOPS),
+    case("mkldnn_rnn_layer-lstm", "aten.mkldnn_rnn_layer",
+         (T((3, 2, 4)), w(20, 4), w(20, 5), w(20), w(20), T((2, 5)), T((2, 5)), False, [], 2,
+          5, 1, True, False, False, False), (T((3, 2, 5)), T((2, 5)), T((2, 5)), T((0,))),
+         macs=LSTM_1L_MACS, flops=LSTM_1L_FLOPS),
+    case("mkldnn_rnn_layer_backward-lstm", "aten.mkldnn_rnn_layer_backward",
+         (T((3, 2, 4)), w(20, 4), w(20, 5), w(20), w(20), T((2, 5)), T((2, 5)), T((3, 2, 5)),
+          T((2, 5)), T((2, 5)), T((3, 2, 5)), T((2, 5)), T((2, 5)), False, 2, 5, 1, True, True,
+          False, [], False, T((0,))),
+         (T((3, 2, 4)), w(20, 4), w(20, 5), w(20), w(20), T((2, 5)), T((2, 5))),
+         # a data gradient and a weight gradient per projection: 2 x forward
+         macs=2 * LSTM_1L_MACS, flops=2 * LSTM_1L_FLOPS),
+    case("_cudnn_rnn-gru-2-layers", "aten._cudnn_rnn",
+         (T((3, 2, 4)), [w(15, 4), w(15, 5), w(15), w(15), w(15, 5), w(15, 5), w(15), w(15)],
+          4, None, T((2, 2, 5)), None, 3, 5, 0, 2, False, 0.0, False, False, [], None),
+         (T((3, 2, 5)), T((2, 2, 5)), T((0,)), T((0,)), T((0,))),
+         macs=GRU_2L_MACS, flops=GRU_2L_FLOPS),
+    # _thnn_fused_*_cell(input_gates: (B, G*H), hidden_gates, cx/hx, input_bias?, hidden_bias?):
+    # the projections are separate mm ops, only gate arithmetic (and biases) remain.
+    case("_thnn_fused_lstm_cell-bias", "aten._thnn_fused_lstm_cell",
+         (T((2, 20)), T((2, 20)), T((2, 5)), w(20), w(20)), (T((2, 5)), T((2, 5)), T((2, 20))),
+         macs=0, flops=2 * 5 * 13 + 2 * 2 * 20),  # B*H*13 + B*(2*G*H)
+    case("_thnn_fused_lstm_cell-no-bias", "aten._thnn_fused_lstm_cell",
+         (T((2, 20)), T((2, 20)), T((2, 5))), (T((2, 5)), T((2, 5)), T((2, 20))),
+         macs=0, flops=2 * 5 * 13),
+    case("_thnn_fused_gru_cell-bias", "aten._thnn_fused_gru_cell",
+         (T((2, 15)), T((2, 15)), T((2, 5)), w(15), w(15)), (T((2, 5)), T((2, 25))),
+         macs=0, flops=2 * 5 * 11 + 2 * 2 * 15),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", RNN_CASES)
+def test_recurrent(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ normalisation, softmax
+X = (2, 3, 4, 4)  # 96 elements
+N_X = 2 * 3 * 4 * 4
+STATS3 = (T((3,)), T((3,)))
+
+NORM_CASES = [
+    # native_batch_norm(x, w, b, running_mean, running_var, training, momentum, eps)
+    case("batch_norm-eval", "aten.native_batch_norm",
+         (T(X), T((3,)), T((3,)), T((3,)), T((3,)), False, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=4 * N_X),  # (x - mean) * invstd * w + b
+    case("batch_norm-training", "aten.native_batch_norm",
+         (T(X), T((3,)), T((3,)), T((3,)), T((3,)), True, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=(4 + 4) * N_X),  # + mean (1) and variance (3) per element
+    case("_native_batch_norm_legit_no_training", "aten._native_batch_norm_legit_no_training",
+         (T(X), T((3,)), T((3,)), T((3,)), T((3,)), 0.1, 1e-5), (T(X), T((0,)), T((0,))),
+         macs=0, flops=4 * N_X),
+    case("_native_batch_norm_legit-training", "aten._native_batch_norm_legit",
+         (T(X), T((3,)), T((3,)), T((3,)), T((3,)), True, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=8 * N_X),
+    # _native_batch_norm_legit.no_stats(x, w, b, training, momentum, eps): training is args[3]
+    case("_native_batch_norm_legit.no_stats-eval", "aten._native_batch_norm_legit.no_stats",
+         (T(X), T((3,)), T((3,)), False, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=4 * N_X),
+    case("layer_norm", "aten.native_layer_norm",
+         (T((2, 3, 8)), [8], T((8,)), T((8,)), 1e-5), (T((2, 3, 8)), T((2, 3, 1)), T((2, 3, 1))),
+         macs=0, flops=8 * 2 * 3 * 8),  # statistics 4 + apply 4 per element
+    case("group_norm", "aten.native_group_norm",
+         (T(X), T((3,)), T((3,)), 2, 3, 16, 3, 1e-5), (T(X), T((2, 3)), T((2, 3))),
+         macs=0, flops=8 * N_X),
+    case("layer_norm_backward", "aten.native_layer_norm_backward",
+         (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), T((8,)),
+          [True, True, True]), (T((2, 3, 8)), T((8,)), T((8,))),
+         macs=0, flops=(6 + 1 + 1) * 2 * 3 * 8),  # dx 6, dw 1, db 1 per element
+    case("softmax", "aten._softmax", (T((2, 3, 7)), -1, False), T((2, 3, 7)),
+         macs=0, flops=5 * 2 * 3 * 7),  # max-compare, subtract, exp, sum, divide
+    case("log_softmax", "aten._log_softmax", (T((2, 3, 7)), -1, False), T((2, 3, 7)),
+         macs=0, flops=5 * 2 * 3 * 7),
+    case("softmax_backward", "aten._softmax_backward_data",
+         (T((2, 3, 7)), T((2, 3, 7)), -1, "float32"), T((2, 3, 7)),
+         macs=0, flops=4 * 2 * 3 * 7),  # g*y, row sum, subtract, multiply
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", NORM_CASES)
+def test_normalisation_and_softmax(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ pooling and reductions
+POOL_CASES = [
+    # max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)
+    case("max_pool2d-3x3-s2", "aten.max_pool2d_with_indices",
+         (T((1, 2, 6, 6)), [3, 3], [2, 2], [0, 0], [1, 1], False),
+         (T((1, 2, 2, 2)), T((1, 2, 2, 2), "int64", 8)),
+         macs=0, flops=1 * 2 * 2 * 2 * 3 * 3),  # outputs * window: one comparison per element
+    case("max_pool2d-int-kernel", "aten.max_pool2d", (T((1, 2, 6, 6)), 3, 3), T((1, 2, 2, 2)),
+         macs=0, flops=1 * 2 * 2 * 2 * 3 * 3),  # an int kernel is square
+    case("max_pool1d", "aten.max_pool1d", (T((1, 2, 9)), [3], [3]), T((1, 2, 3)),
+         macs=0, flops=1 * 2 * 3 * 3),
+    # avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    case("avg_pool2d-2x2", "aten.avg_pool2d",
+         (T((1, 2, 6, 6)), [2, 2], [2, 2], [0, 0], False, True, None), T((1, 2, 3, 3)),
+         macs=0, flops=1 * 2 * 3 * 3 * 2 * 2 + 1 * 2 * 3 * 3),  # window adds + 1 divide / out
+    case("avg_pool3d", "aten.avg_pool3d",
+         (T((1, 1, 4, 4, 4)), [2, 2, 2], [2, 2, 2]), T((1, 1, 2, 2, 2)),
+         macs=0, flops=8 * 8 + 8),
+    case("adaptive_avg_pool2d-global", "aten._adaptive_avg_pool2d",
+         (T((1, 2, 6, 6)), [1, 1]), T((1, 2, 1, 1)),
+         macs=0, flops=1 * 2 * 6 * 6 + 1 * 2),  # every input added once + 1 divide per output
+    case("adaptive_avg_pool2d-3x3", "aten.adaptive_avg_pool2d",
+         (T((1, 2, 6, 6)), [3, 3]), T((1, 2, 3, 3)),
+         macs=0, flops=1 * 2 * 6 * 6 + 1 * 2 * 3 * 3),
+    # max pooling has no divide: non-overlapping windows compare each input element once
+    case("adaptive_max_pool2d", "aten.adaptive_max_pool2d",
+         (T((1, 2, 6, 6)), [3, 3]), (T((1, 2, 3, 3)), T((1, 2, 3, 3), "int64", 8)),
+         macs=0, flops=1 * 2 * 6 * 6),
+    case("max_pool2d_backward", "aten.max_pool2d_with_indices_backward",
+         (T((1, 2, 2, 2)), T((1, 2, 6, 6)), [3, 3], [2, 2], [0, 0], [1, 1], False,
+          T((1, 2, 2, 2), "int64", 8)), T((1, 2, 6, 6)),
+         macs=0, flops=1 * 2 * 6 * 6),  # one add per grad_x element
+]
+
+REDUCE_CASES = [
+    case("sum-all", "aten.sum", (T((2, 3, 4)),), T(()), macs=0, flops=2 * 3 * 4),
+    case("sum-dim", "aten.sum", (T((2, 3, 4)), [-1], False), T((2, 3)),
+         macs=0, flops=2 * 3 * 4),  # one add per input element
+    case("mean-dim", "aten.mean", (T((2, 3, 4)), [-1], False), T((2, 3)),
+         macs=0, flops=2 * 3 * 4 + 2 * 3),  # adds + one divide per output element
+    case("mean-all", "aten.mean", (T((2, 3, 4)),), T(()), macs=0, flops=2 * 3 * 4 + 1),
+    case("amax", "aten.amax", (T((2, 3, 4)), [1], True), T((2, 1, 4)), macs=0, flops=24),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", POOL_CASES + REDUCE_CASES)
+def test_pooling_and_reductions(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ elementwise
+A = (2, 3, 5)
+N_A = 2 * 3 * 5
+
+
+@pytest.mark.parametrize("op,args,flops_per_element", [
+    pytest.param("aten.add", (T(A), T(A)), 1, id="add"),
+    pytest.param("aten.add_", (T(A), T((5,))), 1, id="add_-broadcast"),
+    pytest.param("aten.mul", (T(A), 2.0), 1, id="mul-scalar"),
+    pytest.param("aten.div", (T(A), T(A)), 1, id="div"),
+    pytest.param("aten.relu", (T(A),), 1, id="relu"),
+    pytest.param("aten.relu_", (T(A),), 1, id="relu_-inplace"),
+    pytest.param("aten.gelu", (T(A),), 1, id="gelu"),
+    pytest.param("aten.sigmoid", (T(A),), 1, id="sigmoid"),
+    pytest.param("aten.where", (T(A, "bool", 1), T(A), T(A)), 1, id="where"),
+    pytest.param("aten.threshold_backward", (T(A), T(A), 0.0), 1, id="threshold_backward"),
+    pytest.param("aten.addcmul", (T(A), T(A), T(A)), 2, id="addcmul"),  # a + b*c
+    pytest.param("aten.lerp", (T(A), T(A), 0.5), 2, id="lerp"),  # a + w*(b - a)
+])
+def test_elementwise(op, args, flops_per_element):
+    check(op, args, T(A), 0, flops_per_element * N_A)
+
+
+def test_native_dropout_draws_and_scales():
+    # native_dropout(x, p, train) -> (y, mask): draw the mask (1) and scale (1) per element
+    check("aten.native_dropout", (T(A), 0.1, True), (T(A), T(A, "bool", 1)), 0, 2 * N_A)
+
+
+# ------------------------------------------------------------------ kinds and zero-cost ops
+@pytest.mark.parametrize("op,kind", [
+    pytest.param("aten.view", VIEW, id="view"),
+    pytest.param("aten._unsafe_view", VIEW, id="_unsafe_view"),
+    pytest.param("aten.t", VIEW, id="t"),
+    pytest.param("aten.transpose", VIEW, id="transpose"),
+    pytest.param("aten.permute", VIEW, id="permute"),
+    pytest.param("aten.expand", VIEW, id="expand"),
+    pytest.param("aten.slice", VIEW, id="slice"),
+    pytest.param("aten.detach", VIEW, id="detach"),
+    pytest.param("aten.empty", ALLOC, id="empty"),
+    pytest.param("aten.empty_like", ALLOC, id="empty_like"),
+    pytest.param("aten.empty_strided", ALLOC, id="empty_strided"),
+    pytest.param("aten.clone", COMPUTE, id="clone-moves-data"),
+    pytest.param("aten.cat", COMPUTE, id="cat-moves-data"),
+])
+def test_zero_cost_kinds(op, kind):
+    entry = ATEN.lookup(op)
+    assert entry.kind == kind
+    assert entry.handler((T((4, 6)), [24]), {}, T((24,))) == OpCost(0, 0)
+
+
+def test_lookup_takes_the_first_registered_name():
+    # the engine asks for the overload, then its packet
+    assert ATEN.lookup("aten.mm.default", "aten.mm") is ATEN.lookup("aten.mm")
+    assert ATEN.lookup("aten.no_such_op") is None
+
+
+# ------------------------------------------------------------------ the table itself
+def test_aten_table_refuses_duplicate_registration():
+    before = len(ATEN)
+    with pytest.raises(ValueError, match="aten.mm"):
+        ATEN.register("aten.mm", lambda args, kwargs, out: OpCost())
+    assert len(ATEN) == before
+
+
+def test_table_refuses_duplicate_within_and_across_calls():
+    table = HandlerTable("t")
+    table.register(["x.a", "x.b"], lambda *a: OpCost())
+    with pytest.raises(ValueError, match="x.a"):
+        table.register("x.a", lambda *a: OpCost())
+    with pytest.raises(ValueError, match="x.c"):
+        table.register(["x.c", "x.c"], lambda *a: OpCost())
+
+
+def test_refused_registration_changes_nothing():
+    table = HandlerTable("t")
+    table.register("x.a", lambda *a: OpCost())
+    with pytest.raises(ValueError):
+        table.register(["x.new", "x.a"], lambda *a: OpCost())
+    assert "x.new" not in table
