@@ -11,6 +11,7 @@ import gzip
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -58,6 +59,28 @@ class _ModuleRanges:
         return False
 
 
+@contextmanager
+def _quiet_native_stderr():
+    """Kineto prints start/stop banners straight to file descriptor 2; hide them while the
+    profiler runs (Python exceptions are objects and still propagate)."""
+    import sys
+
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _write_trace(prof, path: str) -> None:
     """Export, gzip if asked, and rename into place: never a half-written trace."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -103,8 +126,9 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
         with torch.no_grad():
             for _ in range(warmup):
                 module(*xs)
-            with profile(activities=activities, record_shapes=group_by_shape,
-                         profile_memory=memory) as prof:
+            with _quiet_native_stderr(), profile(activities=activities,
+                                                 record_shapes=group_by_shape,
+                                                 profile_memory=memory) as prof:
                 with _ModuleRanges(module):
                     for _ in range(runs):
                         module(*xs)

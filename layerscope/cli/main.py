@@ -4,12 +4,12 @@ from __future__ import annotations
 import sys
 import traceback
 
-from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, profile_cmd,
+from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, profile_cmd,
                             roofline_cmd)
 from layerscope.cli.common import Parser
 from layerscope.errors import UserError
 
-COMMANDS = [analyze_cmd, profile_cmd, roofline_cmd, activations_cmd, models_cmd]
+COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, roofline_cmd, activations_cmd, models_cmd]
 
 
 def build_parser() -> Parser:

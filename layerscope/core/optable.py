@@ -40,6 +40,11 @@ class OpTable:
         d = {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
         return d
 
+    def __rich__(self):
+        from layerscope.renderers.terminal import render_ops
+
+        return render_ops(self)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "OpTable":
         d = dict(d)

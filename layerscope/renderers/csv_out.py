@@ -28,7 +28,24 @@ def _profile_cells(row) -> dict:
             "backward_median_s": (row.backward_time or {}).get("median_s")}
 
 
+def ops_to_csv(table) -> str:
+    from dataclasses import asdict, fields
+
+    from layerscope.core.optable import OpRow
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    names = [f.name for f in fields(OpRow)]
+    writer.writerow(names)
+    for row in table.rows:
+        d = asdict(row)
+        writer.writerow(["" if d[n] is None else d[n] for n in names])
+    return buf.getvalue()
+
+
 def to_csv(report) -> str:
+    if report.kind == "ops":
+        return ops_to_csv(report)
     training = report.totals.backward_macs is not None
     profiled = report.kind == "profile"
     columns = COLUMNS + (TRAINING_COLUMNS if training else []) + (

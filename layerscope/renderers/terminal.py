@@ -75,6 +75,8 @@ def footer_lines(report) -> list[str]:
 
 
 def render_table(report) -> Group:
+    if report.kind == "ops":
+        return render_ops(report)
     if report.kind == "profile":
         return render_profile(report)
     return Group(_layer_table(report), Text("\n".join(footer_lines(report))))
@@ -168,3 +170,26 @@ def render_profile(report) -> Group:
     if report.by_type:
         parts.insert(1, _type_table(report))
     return Group(*parts)
+
+
+def render_ops(table) -> Group:
+    t = Table(title=f"{table.model}: top {len(table.rows)} of {table.ops_total} operators by "
+                    f"{table.sort} time ({table.device}, per run, {table.runs} runs)",
+              header_style="bold", pad_edge=False)
+    memory = table.settings.get("memory")
+    shapes = table.settings.get("group_by_shape")
+    cols = [("Operator", "left")] + ([("Input shapes", "left")] if shapes else []) + [
+        ("Self ms", "right"), ("Total ms", "right"), ("Calls", "right"), ("Mean ms", "right"),
+        ("Share", "right")] + ([("Self mem", "right"), ("Mem", "right")] if memory else [])
+    for name, justify in cols:
+        t.add_column(name, justify=justify, no_wrap=(name != "Input shapes"))
+    for r in table.rows:
+        cells = [r.name] + ([r.input_shapes or ""] if shapes else []) + [
+            _ms(r.self_s), _ms(r.total_s), str(r.calls), _ms(r.mean_s), f"{r.share:.1%}"]
+        if memory:
+            cells += [si(r.self_memory_bytes), si(r.memory_bytes)]
+        t.add_row(*cells)
+    foot = f"All operators: {_ms(table.total_self_s)} ms self time per run"
+    if table.trace:
+        foot += f"; trace written to {table.trace} (open in ui.perfetto.dev or chrome://tracing)"
+    return Group(t, Text(foot))
