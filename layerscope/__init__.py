@@ -2,7 +2,7 @@
 from layerscope.core.report import LayerRow, Report, Totals
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "profile", "activations", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "activations", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -14,6 +14,14 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.runtime import profile
 
         return profile
+    if name == "sweep":
+        from layerscope.analysis.sweep import sweep
+
+        return sweep
+    if name == "ops":
+        from layerscope.analysis.op_profile import ops
+
+        return ops
     if name == "activations":
         from layerscope.analysis.activations import activations
 

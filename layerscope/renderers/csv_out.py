@@ -43,7 +43,24 @@ def ops_to_csv(table) -> str:
     return buf.getvalue()
 
 
+def sweep_to_csv(report) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    head = ["device", "backend", "dtype", "threads", "batch_size", "status", "error", "median_s",
+            "p10_s", "p90_s", "mean_s", "n", "throughput_per_s", "speedup", "within_noise"]
+    writer.writerow(head)
+    for c in report.cells:
+        lat = c.latency or {}
+        values = [c.device, c.backend, c.dtype, c.threads, c.batch_size, c.status, c.error,
+                  lat.get("median_s"), lat.get("p10_s"), lat.get("p90_s"), lat.get("mean_s"),
+                  lat.get("n"), c.throughput_per_s, c.speedup, c.within_noise]
+        writer.writerow(["" if v is None else v for v in values])
+    return buf.getvalue()
+
+
 def to_csv(report) -> str:
+    if report.kind == "sweep":
+        return sweep_to_csv(report)
     if report.kind == "ops":
         return ops_to_csv(report)
     training = report.totals.backward_macs is not None

@@ -75,6 +75,8 @@ def footer_lines(report) -> list[str]:
 
 
 def render_table(report) -> Group:
+    if report.kind == "sweep":
+        return render_sweep(report)
     if report.kind == "ops":
         return render_ops(report)
     if report.kind == "profile":
@@ -193,3 +195,27 @@ def render_ops(table) -> Group:
     if table.trace:
         foot += f"; trace written to {table.trace} (open in ui.perfetto.dev or chrome://tracing)"
     return Group(t, Text(foot))
+
+
+def render_sweep(report) -> Group:
+    t = Table(title=f"{report.model}: sweep ({report.settings.get('runs')} runs per cell)",
+              header_style="bold", pad_edge=False)
+    for name, justify in [("Device", "left"), ("Backend", "left"), ("Dtype", "left"),
+                          ("Threads", "right"), ("Batch", "right"), ("Median ms", "right"),
+                          ("p10-p90 ms", "right"), ("Samples/s", "right"), ("Speed-up", "right"),
+                          ("Noise", "left"), ("Time by layer type", "left")]:
+        t.add_column(name, justify=justify, no_wrap=(name != "Time by layer type"))
+    for c in report.cells:
+        head = [c.device, c.backend, c.dtype, str(c.threads or "-"), str(c.batch_size)]
+        if c.status != "ok":
+            t.add_row(*head, "-", "-", "-", "-", "-", Text(f"error: {c.error}", style="red"))
+            continue
+        lat = c.latency
+        types = ", ".join(f"{d['type']} {d['share']:.0%}" for d in (c.by_type or [])[:3]
+                          if d.get("share") is not None)
+        t.add_row(*head, _ms(lat["median_s"]), f"{_ms(lat['p10_s'])}-{_ms(lat['p90_s'])}",
+                  f"{c.throughput_per_s:.1f}", f"{c.speedup:.2f}x",
+                  "within noise" if c.within_noise and c.speedup != 1.0 else "",
+                  types or "-")
+    return Group(t, Text("Speed-up: throughput over the first cell; 'within noise': per-sample "
+                         "p10-p90 ranges overlap with the first cell's."))
