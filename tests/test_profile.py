@@ -125,7 +125,6 @@ def test_backward_attributed_to_the_module_whose_forward_made_it():
 
 
 def test_profile_leaves_the_model_unchanged():
-    model = layerscope.analysis.runtime  # noqa: F841 - import check
     from layerscope.frontends import zoo
 
     net = zoo.lookup("resnet20").build().train()
