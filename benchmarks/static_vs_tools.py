@@ -6,19 +6,22 @@ Run from the repository root (the other tools come from the ``bench`` extra,
     .venv/bin/python benchmarks/static_vs_tools.py
     .venv/bin/python benchmarks/static_vs_tools.py --models resnet50,lstm --repeats 3
 
-Every tool analyses the same already-built model in the same process (one warm-up call, then the
-median of ``--repeats`` timed calls), so the time ratios are meaningful. Counts are compared with
-reference MACs; a cell off by more than 0.1% is flagged. Results go to
+Every tool analyses its own copy of the same already-built model in one process (one warm-up
+call, then the median of ``--repeats`` timed calls), so the time ratios are meaningful; timings
+are only as quiet as the machine (the JSON's ``_meta`` keeps the load average). Counts are
+compared with reference MACs; a cell off by more than 0.1% is flagged. Results go to
 ``benchmarks/results/static_vs_tools.json`` (model -> tool -> {macs, seconds, error, rel_error}).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib.util
 import io
 import json
 import logging
+import os
 import statistics
 import time
 import warnings
@@ -113,6 +116,8 @@ def _ptflops(backend):
         macs, _ = get_model_complexity_info(model, tuple(x.shape[1:]), as_strings=False,
                                             print_per_layer_stat=False, verbose=False,
                                             backend=backend)
+        if macs is None:  # ptflops catches the model's exception itself and returns None
+            raise RuntimeError("ptflops returned None (it swallowed an exception)")
         return macs
     return count
 
@@ -197,8 +202,10 @@ def run(models: list[str], repeats: int) -> dict:
         row = {"truth": {"macs": truth, "seconds": None, "error": None}}
         for tool, (count, module, check) in TOOLS.items():
             missing = unavailable(module, check)
+            # A private copy per tool: ptflops' aten backend leaves forward hooks on the children,
+            # and hooks switch off TransformerEncoderLayer's fused fast path for every later tool.
             cell = ({"macs": None, "seconds": None, "error": missing} if missing
-                    else measure(count, model, x, repeats))
+                    else measure(count, copy.deepcopy(model), x, repeats))
             cell["rel_error"] = None if cell["macs"] is None else (cell["macs"] - truth) / truth
             row[tool] = cell
             print(f"  {name:<26} {tool:<18} {_cell(cell)}", flush=True)
@@ -266,9 +273,12 @@ def main(argv=None) -> None:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
+    load_before = os.getloadavg()[0]
     results = run(models, args.repeats)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"versions": versions(), "repeats": args.repeats, "threads": torch.get_num_threads()}
+    # The load average tells a reader whether other work on the machine skewed the timings.
+    meta = {"versions": versions(), "repeats": args.repeats, "threads": torch.get_num_threads(),
+            "loadavg_1min": [load_before, os.getloadavg()[0]]}
     RESULTS.write_text(json.dumps({"_meta": meta, **results}, indent=2) + "\n")
 
     print()

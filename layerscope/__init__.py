@@ -2,7 +2,7 @@
 from layerscope.core.report import LayerRow, Report, Totals
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "profile", "sweep", "ops", "activations", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -22,6 +22,18 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.op_profile import ops
 
         return ops
+    if name == "train":
+        from layerscope.training.loop import train
+
+        return train
+    if name == "ablate":
+        from layerscope.training.ablation import ablate
+
+        return ablate
+    if name == "predict":
+        from layerscope.training.predict import predict
+
+        return predict
     if name == "activations":
         from layerscope.analysis.activations import activations
 

@@ -99,4 +99,5 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
                   "optimizer": optimizer if mode == "training" else None},
         environment=environment(),
+        notes=list(cap.warnings),
     )

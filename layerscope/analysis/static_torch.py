@@ -82,6 +82,7 @@ class Capture:
     input_bytes: int
     output_bytes: int
     training: bool
+    warnings: list[str] = field(default_factory=list)  # what the caller should tell the user
 
 
 def _shapes(obj) -> list[list[int]]:
@@ -382,7 +383,8 @@ def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:
 
 def _capture_real(model, inputs, stats, order, training, dtype) -> Capture:
     """Fallback with real tensors, on a deep copy so the caller's model is untouched."""
-    work = copy.deepcopy(model)
+    script = isinstance(model, torch.jit.ScriptModule)
+    work = _script_copy(model) if script else copy.deepcopy(model)
     if dtype is not None:
         work = work.to(dtype)
     # Statistics are keyed by name; the copy has the same names.
@@ -399,6 +401,8 @@ def _capture_real(model, inputs, stats, order, training, dtype) -> Capture:
         liveness.resident.add(_storage_key(t))
     for x in real_inputs:
         liveness.add(x)
+    if script:
+        return _capture_script(work, real_inputs, stats, order, training, liveness)
     tracker = _ModuleTracker(work, stats, tag_autograd=training)
     mode = _CountingMode(tracker, stats, liveness)
     try:
@@ -407,6 +411,44 @@ def _capture_real(model, inputs, stats, order, training, dtype) -> Capture:
         raise _wrap_model_error(exc) from exc
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
                    sum(map(_tensor_nbytes, real_inputs)), output_bytes, training)
+
+
+def _script_copy(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+    """A copy with compiled methods of its own: a deep copy shares them with ``model``, and their
+    executors keep the optimized (inlined) plan once ``model`` has run, hiding submodule calls."""
+    import io
+    import warnings
+
+    buffer = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.save/load are deprecated
+            torch.jit.save(model, buffer)
+            buffer.seek(0)
+            return torch.jit.load(buffer)
+    except Exception:
+        return copy.deepcopy(model)
+
+
+def _capture_script(work, real_inputs, stats, order, training, liveness) -> Capture:
+    """TorchScript: submodules run inside the interpreter, where module hooks never fire. Each op
+    is charged to a bucket of its own and moved to its module after the run, from the module
+    hierarchy the profiler records (``torchscript_scopes``). What could not be attributed stays on
+    the root and is explained in ``capture.warnings`` (a list of sentences)."""
+    from layerscope.analysis import torchscript_scopes as ts
+
+    scopes = ts.ScriptModuleScopes(work, stats, tag_autograd=training)
+    buckets = ts.OpBuckets()
+    mode = ts.ScriptCountingMode(scopes, buckets, liveness)
+    try:
+        output_bytes = _run(lambda: work(*real_inputs), scopes, mode, liveness, training)
+    except Exception as exc:
+        raise _wrap_model_error(exc) from exc
+    scopes.attribute(buckets)
+    cap = Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
+                  sum(map(_tensor_nbytes, real_inputs)), output_bytes, training)
+    cap.warnings = list(scopes.warnings)
+    return cap
 
 
 # ---------------------------------------------------------------- shaping rows

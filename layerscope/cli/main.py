@@ -5,12 +5,12 @@ import sys
 import traceback
 
 from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, profile_cmd,
-                            roofline_cmd, sweep_cmd)
+                            predict_cmd, roofline_cmd, sweep_cmd, train_cmd, ablate_cmd)
 from layerscope.cli.common import Parser
 from layerscope.errors import UserError
 
-COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, activations_cmd,
-            models_cmd]
+COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
+            predict_cmd, activations_cmd, models_cmd]
 
 
 def build_parser() -> Parser:

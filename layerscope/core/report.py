@@ -132,6 +132,7 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "analyze"
     schema_version: str = SCHEMA_VERSION
+    notes: list[str] = field(default_factory=list)  # caveats for the reader (e.g. attribution)
     end_to_end: dict[str, Any] | None = None
     overhead: float | None = None
     coverage: float | None = None
@@ -153,6 +154,7 @@ class Report:
             "layers": [row.to_dict() for row in self.layers],
             "uncounted_ops": [asdict(u) for u in self.uncounted_ops],
             "op_coverage": self.op_coverage,
+            "notes": self.notes,
             "environment": self.environment,
         } | {k: getattr(self, k) for k in self._MEASURED if getattr(self, k) is not None}
 
@@ -176,6 +178,7 @@ class Report:
             environment=d.get("environment", {}),
             kind=d.get("kind", "analyze"),
             schema_version=d["schema_version"],
+            notes=d.get("notes", []),
             **{k: d.get(k) for k in cls._MEASURED},
         )
 

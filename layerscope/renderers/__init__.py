@@ -18,6 +18,8 @@ def pick_format(fmt: str | None, output: str | None) -> str:
 
 
 def render(report, fmt: str, width: int | None = None) -> str:
+    if fmt == "csv" and report.kind in ("train", "ablate"):
+        fmt = "json"  # these have no row table; their CSVs are written by the run itself
     if fmt == "json":
         from layerscope.renderers.json_out import to_json
 

@@ -71,6 +71,7 @@ def footer_lines(report) -> list[str]:
     if report.uncounted_ops:
         cov += "; uncounted: " + ", ".join(f"{u.op} x{u.calls}" for u in report.uncounted_ops)
     lines.append(cov)
+    lines += [f"Note: {n}" for n in report.notes]
     return lines
 
 
@@ -88,7 +89,7 @@ def to_text(report, width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width or 160, force_terminal=False, color_system=None,
                       highlight=False, soft_wrap=False)
-    console.print(render_table(report))
+    console.print(report if report.kind in ("train", "ablate") else render_table(report))
     return buf.getvalue()
 
 

@@ -1,0 +1,40 @@
+"""layerscope ablate RECIPE: optimisation variants, each in a fresh process."""
+from __future__ import annotations
+
+from layerscope.cli.common import emit
+from layerscope.cli.progress import progress_bar
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ablate", help="phase breakdown per optimisation variant")
+    p.add_argument("recipe")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--variants", default="baseline,workers=2,compile,channels-last",
+                   help="from baseline,pin-memory,workers=N,compile,torchscript,"
+                        "cudnn-benchmark,amp,channels-last,all")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")
+    p.add_argument("--data-dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--format", choices=["table", "json"], default=None)
+    p.add_argument("-o", "--output", metavar="FILE")
+    p.add_argument("--width", type=int, default=None)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from layerscope.training.ablation import ablate
+
+    with progress_bar(f"ablating {args.recipe}") as progress:
+        report = ablate(args.recipe, steps=args.steps,
+                        variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+                        repeats=args.repeats, warmup_steps=args.warmup_steps, device=args.device,
+                        batch_size=args.batch_size, synthetic=args.synthetic,
+                        data_dir=args.data_dir, seed=args.seed, threads=args.threads,
+                        progress=progress)
+    emit(report, args)
+    return 0

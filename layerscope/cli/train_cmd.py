@@ -1,0 +1,115 @@
+"""layerscope train RECIPE: the instrumented training loop."""
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a recipe with a per-phase time breakdown")
+    p.add_argument("recipe", nargs="?", default="digits-cnn",
+                   help="digits-cnn (default, offline), mnist-cnn, cifar10-resnet20, "
+                        "cifar100-resnet50")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--steps", type=int, help="stop after this many optimizer steps")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "adadelta"])
+    p.add_argument("--data-dir")
+    p.add_argument("--download", action="store_true", help="download the dataset to --data-dir")
+    p.add_argument("--synthetic", action="store_true",
+                   help="deterministic generated data of the real shapes and class counts")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--pin-memory", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--torchscript", action="store_true", help="torch.jit.trace the model")
+    p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument("--amp", action="store_true", help="autocast (float16 on CUDA, bfloat16 on CPU)")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--profile", choices=["cprofile", "torch", "pyinstrument"])
+    p.add_argument("--dry-run", action="store_true", help="one batch through everything")
+    p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
+    p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
+    p.add_argument("--tensorboard", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights", help="ImageNet weights for cifar100-resnet50")
+    p.add_argument("--threads", type=int, help="torch intra-op threads")
+    p.add_argument("--warmup-steps", type=int, default=0,
+                   help="steps left out of the phase breakdown")
+    p.add_argument("--no-eval", action="store_true", help="skip validation")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
+    p.set_defaults(run=run)
+
+
+def config_from(args):
+    from layerscope.training.loop import TrainConfig
+
+    return TrainConfig(
+        recipe=args.recipe, epochs=args.epochs, steps=args.steps, batch_size=args.batch_size,
+        lr=args.lr, optimizer=args.optimizer, data_dir=args.data_dir, download=args.download,
+        synthetic=args.synthetic, device=args.device, num_workers=args.num_workers,
+        pin_memory=args.pin_memory, compile=args.compile, torchscript=args.torchscript,
+        cudnn_benchmark=args.cudnn_benchmark, amp=args.amp, channels_last=args.channels_last,
+        profile=args.profile, dry_run=args.dry_run, resume=args.resume, out=args.out,
+        tensorboard=args.tensorboard, seed=args.seed, weights=args.weights,
+        threads=args.threads, warmup_steps=args.warmup_steps, evaluate=not args.no_eval)
+
+
+def run(args) -> int:
+    import json
+    import warnings
+
+    from rich.console import Console
+
+    from layerscope.renderers import write_atomic
+    from layerscope.renderers.training import epoch_line
+    from layerscope.training.loop import train
+
+    err = Console(stderr=True, highlight=False)
+    table = args.format == "table" and not args.output
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        with _epoch_bar() as progress:
+            report = train(config_from(args), progress=progress,
+                           on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+    for w in caught:
+        if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
+            err.print(f"warning: {w.message}")
+    if args.output:
+        write_atomic(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
+    if table:
+        Console(highlight=False).print(report)
+    elif not args.output:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    return 0
+
+
+class _epoch_bar:
+    """A progress bar per epoch with ETA, on stderr when it is a terminal."""
+
+    def __enter__(self):
+        if not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.__enter__()
+        self.tasks = {}
+
+        def update(epoch, done, total):
+            if epoch not in self.tasks:
+                for t in self.tasks.values():
+                    self.bar.remove_task(t)
+                self.tasks = {epoch: self.bar.add_task("", total=total, epoch=epoch + 1)}
+            self.bar.update(self.tasks[epoch], completed=done)
+
+        return update
+
+    def __exit__(self, *exc):
+        if hasattr(self, "bar"):
+            self.bar.__exit__(*exc)
+        return False

@@ -1,0 +1,75 @@
+"""Training reports: the seed-style phase breakdown table and the per-epoch metrics."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from layerscope.core.units import si
+
+PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
+                "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
+
+
+def epoch_line(row: dict) -> str:
+    parts = [f"epoch {row['epoch']:>3}", f"step {row['step']}",
+             f"train loss {row['train_loss']:.4f}", f"train acc {row['train_top1']:.2%}"]
+    if "val_loss" in row:
+        parts += [f"val loss {row['val_loss']:.4f}", f"val top-1 {row['val_top1']:.2%}",
+                  f"top-5 {row['val_top5']:.2%}"]
+    parts += [f"lr {row['lr']:.3g}", f"{row['epoch_seconds']:.1f}s"]
+    return " | ".join(parts)
+
+
+def breakdown_table(breakdown: dict, title: str) -> Table:
+    t = Table(title=title, header_style="bold", pad_edge=False)
+    for name, justify in [("Phase", "left"), ("Seconds", "right"), ("Share", "right"),
+                          ("ms / step", "right")]:
+        t.add_column(name, justify=justify)
+    wall = breakdown["wall_s"] or 0.0
+    steps = breakdown["steps"] or 1
+    for phase, seconds in breakdown["seconds"].items():
+        t.add_row(PHASE_LABELS.get(phase, phase), f"{seconds:.3f}",
+                  f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
+    t.add_section()
+    t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
+    return t
+
+
+def render_train(report) -> Group:
+    b = report.breakdown
+    lines = [
+        f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
+        f"throughput {b['throughput_per_s'] or 0:.1f} samples/s",
+        f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
+        f"{si(report.peak_rss_bytes)}B"
+        + (f"; peak CUDA {si(report.peak_cuda_bytes)}B" if report.peak_cuda_bytes else ""),
+        f"run directory: {report.run_dir}",
+    ]
+    if report.final:
+        lines.insert(0, "final: " + epoch_line(report.final))
+    lines += [f"note: {n}" for n in report.notes]
+    return Group(breakdown_table(b, "Time per phase (warm-up excluded)"), Text("\n".join(lines)))
+
+
+def render_ablation(report) -> Group:
+    t = Table(title=f"{report.recipe}: ablation on {report.device} ({report.steps} steps, "
+                    f"{report.warmup_steps} warm-up steps excluded, {report.repeats} repeat(s); "
+                    f"ms per step)", header_style="bold", pad_edge=False)
+    t.add_column("Variant", justify="left")
+    for p in PHASE_LABELS.values():
+        t.add_column(p, justify="right")
+    for name in ("Total", "Speed-up", "Beyond noise"):
+        t.add_column(name, justify="right" if name != "Beyond noise" else "left")
+    for v in report.variants:
+        if v.status != "ok":
+            t.add_row(v.variant, *["-"] * len(PHASE_LABELS), "-", "-",
+                      Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
+            continue
+        phases = [f"{v.phases_ms[p]:.2f}" for p in PHASE_LABELS]
+        noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
+        t.add_row(v.variant, *phases, f"{v.step['median_s'] * 1e3:.2f}",
+                  f"{v.speedup:.2f}x" if v.speedup else "-", noise)
+    return Group(t, Text("Speed-up: baseline step time / variant step time. Beyond noise: the "
+                         "variant's range (over repeats; p10-p90 of steps with one repeat) does "
+                         "not overlap the baseline's."))

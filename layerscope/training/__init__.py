@@ -1,0 +1,1 @@
+"""Training workloads: data, recipes, the instrumented loop, checkpoints and ablations."""

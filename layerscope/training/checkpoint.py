@@ -1,0 +1,85 @@
+"""Checkpoints written atomically (temporary file in the same directory, fsync, rename) and
+loaded with ``weights_only=True``; they hold everything ``--resume`` needs to continue exactly."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import tempfile
+from typing import Any
+
+import numpy as np
+import torch
+
+from layerscope.errors import UserError
+
+
+def rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_tuples(state["python"]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuples(x):
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def save_atomic(obj: Any, path: str) -> None:
+    """Never leaves a partial file at ``path``: a kill mid-write leaves only a temp file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint file, or a run directory: its newest epoch checkpoint.
+
+    The per-epoch file is written before ``last.pt``, so a run killed between the two still
+    resumes from its newest finished epoch."""
+    if os.path.isdir(path):
+        directory = os.path.join(path, "checkpoints")
+        names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"epoch-\d+\.pt", n)) \
+            if os.path.isdir(directory) else []
+        if names:
+            return os.path.join(directory, names[-1])
+        if os.path.isfile(os.path.join(directory, "last.pt")):
+            return os.path.join(directory, "last.pt")
+        raise UserError(f"{path} holds no checkpoints/epoch-*.pt: not a layerscope run directory "
+                        "with a finished epoch")
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint {path}: no such file")
+    return path
+
+
+def load(path: str) -> dict[str, Any]:
+    path = resolve_checkpoint(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path} is not a readable layerscope checkpoint: {first}") from exc
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+        raise UserError(f"{path} is not a layerscope checkpoint (no model/config entries)")
+    return state

@@ -1,0 +1,489 @@
+"""The instrumented training loop: phase breakdown per step, metrics per epoch, atomic
+checkpoints, exact resume, and the optimisation switches the ablation flips.
+
+Determinism: every epoch starts by seeding all RNGs from (seed, epoch) and draws its batch
+order from a generator seeded the same way, so an epoch is a pure function of the state at its
+start; that is what makes ``--resume`` from an epoch checkpoint end with the same metrics as an
+uninterrupted run (CPU; same thread count).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import random
+import resource
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, RandomSampler
+
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.environment import environment
+from layerscope.errors import UserError
+from layerscope.training import checkpoint as ckpt
+from layerscope.training.data import datasets
+from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
+from layerscope.training.recipes import load_pretrained_resnet50, lookup, make_optimizer
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "digits-cnn"
+    epochs: int | None = None
+    steps: int | None = None  # stop after this many optimizer steps in total
+    batch_size: int | None = None
+    lr: float | None = None
+    optimizer: str | None = None
+    data_dir: str | None = None
+    download: bool = False
+    synthetic: bool = False
+    synthetic_size: tuple[int, int] | None = None  # (train, val) samples; default: the real sizes
+    device: str = "cpu"
+    num_workers: int = 0
+    pin_memory: bool = False
+    compile: bool = False
+    torchscript: bool = False
+    cudnn_benchmark: bool = False
+    amp: bool = False
+    channels_last: bool = False
+    profile: str | None = None  # cprofile | torch | pyinstrument
+    dry_run: bool = False
+    resume: str | None = None
+    out: str | None = None
+    tensorboard: bool = False
+    seed: int = 0
+    weights: str | None = None
+    warmup_steps: int = 0  # excluded from the phase breakdown (ablation)
+    evaluate: bool = True
+    threads: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainReport:
+    recipe: str
+    config: dict[str, Any]
+    run_dir: str
+    epochs: list[dict[str, Any]]  # per-epoch metrics rows
+    breakdown: dict[str, Any]  # PhaseTotals.to_dict() for the run (warm-up excluded)
+    epoch_breakdown: list[dict[str, Any]]
+    step_seconds: list[float]  # wall time of every measured step
+    cpu_utilisation: float | None
+    peak_rss_bytes: int
+    peak_cuda_bytes: int | None
+    notes: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    kind: str = "train"
+    schema_version: str = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainReport":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        return self.epochs[-1] if self.epochs else None
+
+    def __rich__(self):
+        from layerscope.renderers.training import render_train
+
+        return render_train(self)
+
+
+Callback = Callable[..., None]
+
+
+def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
+    s = seed * 1000 + epoch
+    torch.manual_seed(s)
+    random.seed(s)
+    np.random.seed(s % 2**32)
+    return torch.Generator().manual_seed(s)
+
+
+def _topk(logits: torch.Tensor, target: torch.Tensor, k: int) -> int:
+    k = min(k, logits.shape[1])
+    top = logits.topk(k, dim=1).indices
+    return int((top == target.unsqueeze(1)).any(dim=1).sum())
+
+
+def evaluate(model: nn.Module, loader: DataLoader, device: str, loss_fn,
+             channels_last: bool = False) -> dict[str, float]:
+    model.eval()
+    total, loss_sum, top1, top5 = 0, 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            if channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            out = model(x)
+            loss_sum += float(loss_fn(out, y, reduction="sum"))
+            top1 += _topk(out, y, 1)
+            top5 += _topk(out, y, 5)
+            total += len(y)
+    return {"val_loss": loss_sum / total, "val_top1": top1 / total, "val_top5": top5 / total}
+
+
+class _Run:
+    """Everything one training run holds; built from a config (and a checkpoint to resume)."""
+
+    def __init__(self, config: TrainConfig, notes: list[str]):
+        self.config = config
+        self.recipe = lookup(config.recipe)
+        self.notes = notes
+        c, r = config, self.recipe
+        if c.device not in ("cpu", "cuda"):
+            raise UserError(f"unknown --device {c.device!r}: use cpu or cuda")
+        if c.device == "cuda" and not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA GPU is available here; use --device cpu")
+        for name, value in (("--epochs", c.epochs), ("--steps", c.steps),
+                            ("--batch-size", c.batch_size)):
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be at least 1, got {value}")
+        if c.num_workers < 0:
+            raise UserError(f"--num-workers must be 0 or more, got {c.num_workers}")
+        if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
+            raise UserError(f"unknown --profile {c.profile!r}: use cprofile, torch or pyinstrument")
+        self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)
+        self.batch_size = c.batch_size or r.batch_size
+        self.train_set, self.val_set, self.classes = datasets(
+            r.data, synthetic=c.synthetic, data_dir=c.data_dir, download=c.download,
+            augment=r.augment, seed=c.seed, image_size=r.image_size,
+            synthetic_size=c.synthetic_size)
+        torch.manual_seed(c.seed)  # the same initial weights in every process
+        self.model = r.build()
+        if r.name == "cifar100-resnet50":
+            self.notes.append(load_pretrained_resnet50(self.model, c.weights))
+        self.model.to(c.device)
+        if c.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.optimizer = make_optimizer(c.optimizer or r.optimizer, self.model.parameters(),
+                                        c.lr or r.lr)
+        self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, 1, gamma=r.gamma)
+                          if r.scheduler == "step" else None)
+        self.cuda = c.device == "cuda"
+        self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
+        self.scaler = torch.amp.GradScaler("cuda") if (c.amp and self.cuda) else None
+        self.loss_fn = F.nll_loss if r.loss == "nll" else F.cross_entropy
+        self.start_epoch, self.global_step, self.history = 0, 0, []
+        self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if c.resume:
+            self._restore(ckpt.load(c.resume))
+        self.forward_model = self._wrap(self.model)
+
+    def _wrap(self, model: nn.Module):
+        c = self.config
+        if c.torchscript:
+            x, _ = self.train_set[0]
+            example = x.unsqueeze(0).to(c.device)
+            if c.channels_last and example.dim() == 4:
+                example = example.contiguous(memory_format=torch.channels_last)
+            model.train()
+            return torch.jit.trace(model, example, check_trace=False)
+        if c.compile:
+            return torch.compile(model)
+        return model
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        if state["config"].get("recipe") != self.recipe.name:
+            raise UserError(f"--resume: the checkpoint is of recipe {state['config'].get('recipe')!r}, "
+                            f"not {self.recipe.name!r}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler"):
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.start_epoch, self.global_step = state["epoch"], state["step"]
+        self.history = list(state.get("history", []))
+        ckpt.set_rng_state(state["rng"])
+        if not self.config.out:
+            self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
+                ckpt.resolve_checkpoint(self.config.resume))))
+
+    def state(self, epoch: int) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                "scaler": self.scaler.state_dict() if self.scaler else None,
+                "epoch": epoch, "step": self.global_step, "rng": ckpt.rng_state(),
+                "config": _plain(self.config.to_dict()), "history": self.history,
+                "classes": list(self.classes), "recipe": self.recipe.name}
+
+    def loader(self, epoch: int) -> DataLoader:
+        gen = _seed_epoch(self.config.seed, epoch)
+        c = self.config
+        return DataLoader(self.train_set, batch_size=self.batch_size,
+                          sampler=RandomSampler(self.train_set, generator=gen),
+                          num_workers=c.num_workers, pin_memory=c.pin_memory and self.cuda,
+                          persistent_workers=False, drop_last=False,
+                          worker_init_fn=_worker_init, generator=gen)
+
+    def val_loader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.recipe.eval_batch_size,
+                          num_workers=self.config.num_workers)
+
+
+def _worker_init(worker_id: int) -> None:
+    s = torch.initial_seed() % 2**32
+    random.seed(s)
+    np.random.seed(s)
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def _write_metrics(run_dir: str, history: list[dict[str, Any]]) -> None:
+    if not history:
+        return
+    keys = list(history[0])
+    tmp = os.path.join(run_dir, ".metrics.csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(history)
+    os.replace(tmp, os.path.join(run_dir, "metrics.csv"))
+    _write_json(os.path.join(run_dir, "metrics.json"), history)
+
+
+def _write_json(path: str, obj: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _profiler(kind: str | None, run_dir: str):
+    """A context that profiles the training and writes its result into the run directory."""
+    if kind is None:
+        return nullcontext()
+    if kind == "cprofile":
+        import cProfile
+
+        class _CProfile:
+            def __enter__(self):
+                self.p = cProfile.Profile()
+                self.p.enable()
+
+            def __exit__(self, *exc):
+                self.p.disable()
+                self.p.dump_stats(os.path.join(run_dir, "profile.prof"))
+                return False
+
+        return _CProfile()
+    if kind == "torch":
+        from torch.profiler import ProfilerActivity, profile
+
+        class _Torch:
+            def __enter__(self):
+                acts = [ProfilerActivity.CPU] + (
+                    [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+                self.p = profile(activities=acts)
+                self.p.__enter__()
+
+            def __exit__(self, *exc):
+                self.p.__exit__(*exc)
+                self.p.export_chrome_trace(os.path.join(run_dir, "trace.json"))
+                return False
+
+        return _Torch()
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        raise UserError("--profile pyinstrument needs pyinstrument: pip install pyinstrument") from None
+
+    class _Pyinstrument:
+        def __enter__(self):
+            self.p = Profiler()
+            self.p.start()
+
+        def __exit__(self, *exc):
+            self.p.stop()
+            with open(os.path.join(run_dir, "profile.html"), "w", encoding="utf-8") as f:
+                f.write(self.p.output_html())
+            return False
+
+    return _Pyinstrument()
+
+
+def _resumed_config(config: TrainConfig) -> TrainConfig:
+    """A resumed run continues with the checkpoint's settings; options the caller set to
+    something other than their default (e.g. more --epochs) override them."""
+    saved = ckpt.load(config.resume)["config"]
+    defaults = TrainConfig()
+    merged = {}
+    for f in dataclasses.fields(TrainConfig):
+        mine = getattr(config, f.name)
+        if f.name in ("resume", "out") or mine != getattr(defaults, f.name) or f.name not in saved:
+            merged[f.name] = mine
+        else:
+            value = saved[f.name]
+            merged[f.name] = tuple(value) if f.name == "synthetic_size" and value else value
+    return TrainConfig(**merged)
+
+
+def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None,
+          progress: Callback | None = None, **overrides: Any) -> TrainReport:
+    """Train a recipe; returns the TrainReport (also written to the run directory)."""
+    config = dataclasses.replace(config or TrainConfig(), **overrides)
+    if config.resume:
+        config = _resumed_config(config)
+    old_threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    old_benchmark = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
+        notes: list[str] = []
+        run = _Run(config, notes)
+        os.makedirs(os.path.join(run.run_dir, "checkpoints"), exist_ok=True)
+        _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
+        with _profiler(config.profile, run.run_dir):
+            report = _train(run, on_epoch, progress)
+        _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
+        return report
+    finally:
+        torch.backends.cudnn.benchmark = old_benchmark
+        torch.set_num_threads(old_threads)
+
+
+def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
+    c, r = run.config, run.recipe
+    writer = None
+    if c.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
+        writer = SummaryWriter(os.path.join(run.run_dir, "tensorboard"))
+        x, _ = run.train_set[0]
+        try:
+            run.model.eval()
+            writer.add_graph(run.model, x.unsqueeze(0).to(c.device))
+        except Exception as exc:  # a graph that cannot be traced still gets its scalars
+            run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    timer = PhaseTimer(cuda=run.cuda)
+    totals = PhaseTotals()
+    step_seconds: list[float] = []
+    epoch_breakdown = []
+    measured = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    if run.cuda:
+        torch.cuda.reset_peak_memory_stats()
+    autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
+                else nullcontext())
+    stop = False
+    for epoch in range(run.start_epoch, run.epochs):
+        run.model.train()
+        loader = run.loader(epoch)
+        n_batches = len(loader) if not c.dry_run else 1
+        if c.steps is not None:
+            n_batches = min(n_batches, c.steps - run.global_step)
+        epoch_totals = PhaseTotals()
+        loss_sum, correct, seen = 0.0, 0, 0
+        t_epoch = time.perf_counter()
+        it = iter(loader)
+        for i in range(n_batches):
+            timer.start()
+            x, y = next(it)
+            timer.mark("data")
+            x = x.to(c.device, non_blocking=c.pin_memory)
+            y = y.to(c.device, non_blocking=c.pin_memory)
+            if c.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            timer.mark("h2d")
+            with autocast:
+                out = run.forward_model(x)
+                timer.mark("forward")
+                loss = run.loss_fn(out, y)
+            timer.mark("loss")
+            run.optimizer.zero_grad(set_to_none=True)
+            if run.scaler is not None:
+                run.scaler.scale(loss).backward()
+                timer.mark("backward")
+                run.scaler.step(run.optimizer)
+                run.scaler.update()
+            else:
+                loss.backward()
+                timer.mark("backward")
+                run.optimizer.step()
+            timer.mark("optimizer")
+            phases, wall = timer.stop()
+            # after the step's one synchronisation, reading values costs nothing more
+            loss_sum += float(loss.detach()) * len(y)
+            correct += int((out.detach().argmax(1) == y).sum())
+            seen += len(y)
+            run.global_step += 1
+            measured += 1
+            if measured > c.warmup_steps:
+                totals.add(phases, wall, len(y))
+                epoch_totals.add(phases, wall, len(y))
+                step_seconds.append(wall)
+            if progress:
+                progress(epoch, i + 1, n_batches)
+        del it
+        if c.steps is not None and run.global_step >= c.steps:
+            stop = True
+        if run.scheduler is not None:
+            lr = run.scheduler.get_last_lr()[0]
+            run.scheduler.step()
+        else:
+            lr = run.optimizer.param_groups[0]["lr"]
+        row = {"epoch": epoch + 1, "step": run.global_step,
+               "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
+               "lr": lr}
+        if c.evaluate:
+            val = run.val_loader()
+            if c.dry_run:
+                val = [next(iter(val))]
+            row.update(evaluate(run.model, val, c.device, run.loss_fn, c.channels_last))
+        row["epoch_seconds"] = time.perf_counter() - t_epoch
+        run.history.append(row)
+        epoch_breakdown.append(epoch_totals.to_dict())
+        if writer is not None:
+            for k, v in row.items():
+                if k not in ("epoch", "step"):
+                    writer.add_scalar(k, v, epoch + 1)
+            writer.flush()
+        complete = not stop or n_batches == len(loader)
+        if complete:
+            ckpt.save_atomic(run.state(epoch + 1),
+                             os.path.join(run.run_dir, "checkpoints", f"epoch-{epoch + 1:03d}.pt"))
+            ckpt.save_atomic(run.state(epoch + 1),
+                             os.path.join(run.run_dir, "checkpoints", "last.pt"))
+        _write_metrics(run.run_dir, run.history)
+        if on_epoch:
+            on_epoch(row)
+        if stop:
+            break
+    if writer is not None:
+        writer.close()
+    ckpt.save_atomic({"model": run.model.state_dict(), "config": _plain(c.to_dict()),
+                      "classes": list(run.classes), "recipe": r.name},
+                     os.path.join(run.run_dir, "model.pt"))
+    wall = time.perf_counter() - wall0
+    return TrainReport(
+        recipe=r.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=run.history,
+        breakdown=totals.to_dict(), epoch_breakdown=epoch_breakdown, step_seconds=step_seconds,
+        cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
+        notes=run.notes, environment=environment())
+
+
+__all__ = ["TrainConfig", "TrainReport", "train", "PHASES"]

@@ -1,0 +1,80 @@
+"""Split every training step into phases, correctly on CPU and CUDA.
+
+CPU: the clock is read at each phase boundary. CUDA: the data wait is host time (the host is
+blocked on the loader); the other phases are bounded by CUDA events recorded on the stream, read
+after the one synchronisation per step at its end. ``other`` is the step's wall time minus the
+phases, so the phases always sum to the measured step time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+PHASES = ("data", "h2d", "forward", "loss", "backward", "optimizer", "other")
+DEVICE_PHASES = ("h2d", "forward", "loss", "backward", "optimizer")
+
+
+@dataclass
+class PhaseTotals:
+    """Seconds per phase summed over steps, and the steps' wall time."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    steps: int = 0
+    samples: int = 0
+    wall: float = 0.0
+
+    def add(self, phases: dict[str, float], wall: float, samples: int) -> None:
+        for k, v in phases.items():
+            self.seconds[k] += v
+        self.steps += 1
+        self.samples += samples
+        self.wall += wall
+
+    def to_dict(self) -> dict:
+        return {"seconds": dict(self.seconds), "steps": self.steps, "samples": self.samples,
+                "wall_s": self.wall,
+                "throughput_per_s": self.samples / self.wall if self.wall else None}
+
+
+class PhaseTimer:
+    def __init__(self, cuda: bool = False, clock: Callable[[], float] = time.perf_counter):
+        self.cuda = cuda
+        self.clock = clock
+        self._t0 = 0.0
+        self._last = 0.0
+        self._host: dict[str, float] = {}
+        self._events: list = []
+        if cuda:
+            self._events = [torch.cuda.Event(enable_timing=True)
+                            for _ in range(len(DEVICE_PHASES) + 1)]
+
+    def start(self) -> None:
+        """Step start: before waiting for the batch."""
+        self._t0 = self._last = self.clock()
+        self._host = {}
+
+    def mark(self, phase: str) -> None:
+        """End of ``phase``."""
+        if phase == "data" or not self.cuda:
+            now = self.clock()
+            self._host[phase] = now - self._last
+            self._last = now
+            if phase == "data" and self.cuda:
+                self._events[0].record()
+        else:
+            self._events[DEVICE_PHASES.index(phase) + 1].record()
+
+    def stop(self) -> tuple[dict[str, float], float]:
+        """Step end: one synchronisation on CUDA; returns (phase seconds, step wall time)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        wall = self.clock() - self._t0
+        phases = dict(self._host)
+        if self.cuda:
+            for i, name in enumerate(DEVICE_PHASES):
+                phases[name] = self._events[i].elapsed_time(self._events[i + 1]) / 1e3
+        phases["other"] = wall - sum(phases.get(p, 0.0) for p in PHASES if p != "other")
+        return phases, wall

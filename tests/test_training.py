@@ -1,0 +1,175 @@
+"""Training: accuracy, artefacts, exact resume after SIGKILL, profiles, phases, ablation."""
+import json
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import layerscope
+from layerscope.training.phases import PHASES, PhaseTimer
+from tests.helpers import run_cli
+
+CLI = [sys.executable, "-m", "layerscope"]
+
+
+def test_digits_cnn_default_run_reaches_95_percent_with_artefacts(tmp_path):
+    out = tmp_path / "run"
+    code, stdout, err = run_cli("train", "digits-cnn", "--out", str(out), "--tensorboard")
+    assert code == 0, err
+    assert "Data loading" in stdout and "Backward" in stdout and "Optimizer" in stdout
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("epoch,step,train_loss,train_top1,lr,val_loss,val_top1,val_top5")
+    assert len(rows) == 1 + 15
+    final = json.loads((out / "metrics.json").read_text())[-1]
+    assert final["val_top1"] >= 0.95
+    assert sorted(os.listdir(out / "checkpoints"))[-1] == "last.pt"
+    assert len([f for f in os.listdir(out / "checkpoints") if f.startswith("epoch-")]) == 15
+    assert (out / "model.pt").exists() and (out / "config.json").exists()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert {"train_loss", "val_top1", "lr"} <= set(acc.Tags()["scalars"])
+    assert len(acc.Scalars("val_top1")) == 15
+    assert acc.Scalars("val_top1")[-1].value == pytest.approx(final["val_top1"])
+    assert acc.Tags()["graph"]
+    # predict from the run directory
+    code, stdout, _ = run_cli("predict", str(out), "--index", "3", "--format", "json")
+    top = json.loads(stdout)["top"]
+    assert len(top) == 5 and sum(t["probability"] for t in top) <= 1.0 + 1e-6
+
+
+def _final(run_dir):
+    rows = json.loads((run_dir / "metrics.json").read_text())
+    return [{k: v for k, v in r.items() if k != "epoch_seconds"} for r in rows]
+
+
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
+    args = ["train", "digits-cnn", "--epochs", "4", "--threads", "1", "--seed", "3",
+            "--format", "json", "-o"]
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    subprocess.run(CLI + args + [str(tmp_path / "ref.json"), "--out", str(ref)], check=True,
+                   capture_output=True)
+    proc = subprocess.Popen(CLI + args + [str(tmp_path / "k.json"), "--out", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "checkpoints" / "epoch-001.pt"
+    deadline = time.time() + 120
+    while not first.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)  # epoch 2 has just started
+    proc.wait()
+    assert first.exists()
+    assert not (killed / "checkpoints" / "epoch-004.pt").exists()
+    # every checkpoint that exists is whole: it loads
+    for name in os.listdir(killed / "checkpoints"):
+        if name.endswith(".pt") and not name.startswith("."):
+            torch.load(killed / "checkpoints" / name, weights_only=True)
+    subprocess.run(CLI + ["train", "digits-cnn", "--threads", "1", "--epochs", "4",
+                          "--resume", str(killed), "--format", "json", "-o",
+                          str(tmp_path / "r.json")], check=True, capture_output=True)
+    assert _final(killed) == _final(ref)
+
+
+@pytest.mark.parametrize("kind,artefact", [("cprofile", "profile.prof"), ("torch", "trace.json")])
+def test_profile_outputs_load(tmp_path, kind, artefact):
+    out = tmp_path / "run"
+    code, _, err = run_cli("train", "digits-cnn", "--steps", "3", "--no-eval", "--profile", kind,
+                           "--out", str(out), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert code == 0, err
+    path = out / artefact
+    if kind == "cprofile":
+        stats = pstats.Stats(str(path))
+        assert stats.total_calls > 0
+    else:
+        trace = json.loads(path.read_text())
+        assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+
+
+def test_phases_sum_to_step_time(tmp_path):
+    report = layerscope.train(recipe="digits-cnn", steps=8, evaluate=False, out=str(tmp_path))
+    b = report.breakdown
+    assert b["steps"] == 8 and set(b["seconds"]) == set(PHASES)
+    assert sum(b["seconds"].values()) == pytest.approx(b["wall_s"], rel=1e-9)
+    assert sum(report.step_seconds) == pytest.approx(b["wall_s"])
+
+
+class FakeClock:
+    def __init__(self, ticks):
+        self.ticks = iter(ticks)
+
+    def __call__(self):
+        return next(self.ticks)
+
+
+def test_phase_timer_with_fake_clock():
+    # start 0; data ends 2; h2d 3; forward 7; loss 8; backward 14; optimizer 15; stop 16
+    timer = PhaseTimer(clock=FakeClock([0, 2, 3, 7, 8, 14, 15, 16]))
+    timer.start()
+    for phase in ("data", "h2d", "forward", "loss", "backward", "optimizer"):
+        timer.mark(phase)
+    phases, wall = timer.stop()
+    assert wall == 16
+    assert phases == {"data": 2, "h2d": 1, "forward": 4, "loss": 1, "backward": 6,
+                      "optimizer": 1, "other": 1}
+
+
+def test_warmup_steps_are_excluded(tmp_path):
+    report = layerscope.train(recipe="digits-cnn", steps=6, warmup_steps=2, evaluate=False,
+                              out=str(tmp_path))
+    assert report.breakdown["steps"] == 4 and len(report.step_seconds) == 4
+
+
+def test_dry_run_one_batch_through_everything(tmp_path):
+    code, _, err = run_cli("train", "cifar10-resnet20", "--synthetic", "--dry-run", "--out",
+                           str(tmp_path / "d"), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["breakdown"]["steps"] == 1
+    assert "val_top5" in report["epochs"][0]
+    assert (tmp_path / "d" / "checkpoints" / "last.pt").exists()
+
+
+def test_synthetic_data_is_deterministic():
+    from layerscope.training.data import datasets
+
+    a, _, _ = datasets("cifar10", synthetic=True, data_dir=None, download=False, augment=False,
+                       seed=7)
+    b, _, _ = datasets("cifar10", synthetic=True, data_dir=None, download=False, augment=False,
+                       seed=7)
+    assert len(a) == 50000 and a[123][0].shape == (3, 32, 32)
+    assert torch.equal(a[123][0], b[123][0]) and a[123][1] == b[123][1] == 123 % 10
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["train", "mnist-cnn", "--data-dir", "/nonexistent/data"],
+     ["--data-dir", "--download", "--synthetic"]),
+    (["train", "imagenet-vit"], ["unknown recipe"]),
+    (["train", "digits-cnn", "--device", "cuda"], ["no CUDA GPU"]),
+    (["train", "digits-cnn", "--epochs", "0"], ["--epochs must be at least 1"]),
+    (["train", "digits-cnn", "--resume", "/nonexistent.pt"], ["no such file"]),
+    (["predict", "/nonexistent"], ["no such file"]),
+    (["ablate", "digits-cnn", "--variants", "baseline,turbo"], ["unknown variant 'turbo'"]),
+], ids=["missing-dataset", "unknown-recipe", "cuda-missing", "zero-epochs", "missing-ckpt",
+        "predict-missing", "unknown-variant"])
+def test_training_bad_input(argv, expected):
+    if "cuda" in argv and torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1, err
+    for text in expected:
+        assert text in err
+
+
+def test_ablate_marks_cuda_only_variants_na_on_cpu():
+    report = layerscope.ablate("digits-cnn", steps=4, warmup_steps=1,
+                               variants=["baseline", "pin-memory", "channels-last"])
+    by = {v.variant: v for v in report.variants}
+    assert by["pin-memory"].status == "n/a" and by["pin-memory"].reason == "n/a on cpu"
+    assert by["baseline"].status == "ok" and by["baseline"].speedup == 1.0
+    assert by["channels-last"].status == "ok" and by["channels-last"].phases_ms["forward"] > 0
+    assert set(by["baseline"].phases_ms) == set(PHASES)
