@@ -1,4 +1,4 @@
-"""What per-layer timing costs: layerscope's ForwardTimer against torch.profiler, measured side by side.
+"""What per-layer timing costs: layerscope's ForwardTimer against torch.profiler, side by side.
 
 Run from the repository root:
 
@@ -20,12 +20,14 @@ stalls whenever its peer is descheduled, which swamped the measurement) one infe
 
 Only the run itself is timed; installing and removing the instrumentation (profiler enter/exit,
 ``key_averages()``, hook registration) is timed separately as ``extra_ms``. After a warm-up, the
-conditions run round-robin (round r: one run of each condition, starting order rotated by r),
-``--runs`` rounds. Before every timed run: ``gc.collect()`` and 3 untimed bare runs, so the garbage
-and cold caches that one condition's clean-up leaves (``key_averages()``) are not charged to the
-next one (without them, bare, which followed record_function, came out ~15% slower than
-layerscope on mnist-cnn). After every run the script checks that nothing stayed installed. Overhead = condition median / bare median - 1; ``paired overhead`` is the
-median over rounds of (condition run / bare run of the same round) - 1, less sensitive to drift;
+conditions run round-robin, ``--runs`` rounds of one run of each condition, in an order shuffled
+per round (seeded): the profiler's clean-up (``key_averages()``, freeing its buffers) slows the
+runs that follow it, and with a fixed cyclic order bare always came after record_function and
+measured ~15% slower than layerscope on mnist-cnn. For the same reason every timed run is preceded
+by ``gc.collect()`` (cheap: everything alive after set-up is ``gc.freeze()``-d) and 3 untimed bare
+runs. After every run the script checks that nothing stayed installed (hooks, wrappers, profiler).
+Overhead = condition median / bare median - 1; ``paired overhead`` is the median over rounds of
+(condition run / bare run of the same round) - 1, less sensitive to drift;
 ``min overhead`` compares the fastest runs (least disturbed by other processes).
 ``layerscope.profile(model, runs=N, roofline=False)`` then runs once per model and its
 self-reported ``overhead`` and ``coverage`` are recorded. Results go to
@@ -38,6 +40,7 @@ import contextlib
 import gc
 import json
 import platform
+import random
 import statistics
 import time
 from pathlib import Path
@@ -129,17 +132,20 @@ def bench_model(name: str, runs: int | None) -> dict:
     timer = ForwardTimer(list(model.named_modules()))
     samples = {c: [] for c in CONDITIONS}
     extra = {c: [] for c in CONDITIONS}
+    rng = random.Random(0)
+    gc.collect()
+    gc.freeze()  # the ~300k objects alive now are never scanned again: gc.collect() is cheap
     for r in range(WARMUP_ROUNDS + runs):
-        k = r % len(CONDITIONS)
-        for cond in CONDITIONS[k:] + CONDITIONS[:k]:
+        for cond in rng.sample(CONDITIONS, len(CONDITIONS)):
             gc.collect()  # the previous condition's garbage (key_averages) must not slow this one,
-            for _ in range(SETTLE):  # nor the caches it (and gc) left cold: untimed bare runs
+            for _ in range(SETTLE):  # nor what else its clean-up left behind: untimed bare runs
                 timed(model, x)
             sec, more = run_once(cond, model, x, timer)
             assert_clean(model)
             if r >= WARMUP_ROUNDS:
                 samples[cond].append(sec)
                 extra[cond].append(more)
+    gc.unfreeze()
     bare = TimingStats.of(samples["bare"]).median_s
     out = {"input": list(shape), "runs": runs, "conditions": {}}
     for cond in CONDITIONS:
@@ -171,20 +177,23 @@ def table(results: dict) -> str:
              "| min overhead % | extra ms |", "|---|---|---:|---:|---:|---|---:|---:|"]
     for model, res in results.items():
         for cond, c in res["conditions"].items():
-            lines.append(f"| {model} | {cond} | {c['median_ms']:.3f} | {100 * c['overhead']:+.1f} "
-                         f"| {100 * c['paired_overhead']:+.1f} "
-                         f"| {c['p10_ms']:.3f}-{c['p90_ms']:.3f} | {100 * c['min_overhead']:+.1f} "
-                         f"| {c['extra_ms']:.3f} |")
+            lines.append(f"| {model} | {cond} | {c['median_ms']:.3f} "
+                         f"| {100 * c['overhead']:+.1f} | {100 * c['paired_overhead']:+.1f} "
+                         f"| {c['p10_ms']:.3f}-{c['p90_ms']:.3f} "
+                         f"| {100 * c['min_overhead']:+.1f} | {c['extra_ms']:.3f} |")
         lp = res["layerscope.profile"]
         lines.append(f"| {model} | layerscope.profile (self-report) | {lp['median_ms']:.3f} "
-                     f"| {100 * lp['overhead']:+.1f} | | coverage {100 * lp['coverage']:.1f}% | | |")
+                     f"| {100 * lp['overhead']:+.1f} | "
+                     f"| coverage {100 * lp['coverage']:.1f}% | | |")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, help="runs per condition (default 30 resnet50, 50 mnist-cnn)")
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ",".join(MODELS))
+    ap.add_argument("--runs", type=int,
+                    help="runs per condition (default 30 resnet50, 50 mnist-cnn)")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -194,7 +203,7 @@ def main() -> None:
     RESULTS.write_text(json.dumps({
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "models": results}, indent=1) + "\n")
-    print(f"\nwrote {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+    print(f"\nwrote {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -209,6 +209,17 @@ class _CountingMode(TorchDispatchMode):
         self.uncounted: Counter = Counter()
         self.op_calls = 0
         self.paused = False
+        self._entries: dict = {}
+
+    def _entry(self, func):
+        """Handler lookup, memoised per OpOverload (the overload first, then its packet)."""
+        try:
+            return self._entries[func]
+        except KeyError:
+            entry = ATEN.lookup(str(func), str(func.overloadpacket))
+            kind = entry.kind if entry else (VIEW if func.is_view else None)
+            self._entries[func] = (entry, kind, str(func.overloadpacket))
+            return self._entries[func]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -222,23 +233,19 @@ class _CountingMode(TorchDispatchMode):
         stats = self.stats[owner]
         stats.ops += 1
 
-        entry = ATEN.lookup(str(func), str(func.overloadpacket))
-        kind = entry.kind if entry else (VIEW if func.is_view else None)
+        entry, kind, packet = self._entry(func)
         self.liveness.purge()
-        out_tensors = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        out_tensors = _tensors(out)
         created = sum(self.liveness.add(t) for t in out_tensors)
         if not backward:
             stats.activation_bytes += created
         if kind is None:
-            self.uncounted[str(func.overloadpacket)] += 1
+            self.uncounted[packet] += 1
             return out
         if kind == VIEW or kind == ALLOC:
             return out
-        in_tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        to_meta = lambda x: _meta(x) if isinstance(x, torch.Tensor) else x  # noqa: E731
-        op = entry.handler(pytree.tree_map(to_meta, tuple(args)),
-                           pytree.tree_map(to_meta, kwargs), pytree.tree_map(to_meta, out))
-        cost = Cost(op.macs, op.flops, sum(map(_tensor_nbytes, in_tensors)),
+        op = entry.handler(_described(args), _described(kwargs), _described(out))
+        cost = Cost(op.macs, op.flops, sum(map(_tensor_nbytes, _tensors((args, kwargs)))),
                     sum(map(_tensor_nbytes, out_tensors)))
         if backward:
             stats.backward = stats.backward + cost
@@ -247,11 +254,49 @@ class _CountingMode(TorchDispatchMode):
         return out
 
 
-def _fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool) -> torch.Tensor:
-    """A fake tensor (call inside FakeTensorMode) shaped like ``t``; meta becomes CPU."""
-    device = "cpu" if t.device.type == "meta" else t.device
+def _tensors(obj, found: list | None = None) -> list[torch.Tensor]:
+    """Tensors in nested tuples/lists/dicts (aten arguments nest no deeper); faster than pytree."""
+    found = [] if found is None else found
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _tensors(v, found)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tensors(v, found)
+    return found
+
+
+def _described(obj):
+    """The same structure with every tensor replaced by its T description (what handlers see)."""
+    if isinstance(obj, torch.Tensor):
+        return _meta(obj)
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        return type(obj)(_described(v) for v in obj) if type(obj) in (list, tuple) else \
+            tuple(_described(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _described(v) for k, v in obj.items()}
+    return obj
+
+
+def _fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool,
+               fake_mode=None) -> torch.Tensor:
+    """A fake tensor shaped like ``t`` (meta becomes CPU).
+
+    With ``fake_mode`` the FakeTensor is built directly around a meta tensor, about 4x cheaper
+    than allocating through the mode (it matters: resnet50 has 320 parameters and buffers);
+    without it, call inside FakeTensorMode."""
+    device = torch.device("cpu") if t.device.type == "meta" else t.device
     target = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
-    fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=target, device=device)
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if fake_mode is not None:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        meta = torch.empty_strided(shape, stride, dtype=target, device="meta")
+        fake = FakeTensor(fake_mode, meta, device)
+    else:
+        fake = torch.empty_strided(shape, stride, dtype=target, device=device)
     if requires_grad and fake.is_floating_point():
         fake.requires_grad_(True)
     return fake
@@ -342,7 +387,7 @@ def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:
         for name, t in named:
             if id(t) not in memo:
                 memo[id(t)] = _fake_like(t, dtype, training and isinstance(t, nn.Parameter)
-                                         and t.requires_grad)
+                                         and t.requires_grad, fake_mode)
             state[name] = memo[id(t)]
         fake_inputs = []
         for x in inputs:
