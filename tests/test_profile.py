@@ -71,8 +71,10 @@ def test_leaf_rows_and_percentiles_with_fake_clock():
     clock = FakeClock()
     net = Net(clock)
     # b's i-th call (0-based) takes (i % 10) + 1 ms. Call 0 is the static analysis' fake pass,
-    # calls 1-4 the warm-up; then bare (5, 7, 9, 11, 13) and instrumented (6, 8, 10, 12, 14)
-    # runs alternate: instrumented b takes 7, 9, 1, 3, 5 ms; bare b takes 6, 8, 10, 2, 4 ms.
+    # calls 1-4 the warm-up; then each round runs bare and instrumented, the first of the two
+    # alternating: bare, inst | inst, bare | bare, inst | inst, bare | bare, inst. So calls
+    # 6, 7, 10, 11, 14 are instrumented (b takes 7, 8, 1, 2, 5 ms) and 5, 8, 9, 12, 13 bare
+    # (6, 9, 10, 3, 4 ms).
     net.b.schedule = [i / 1000 for i in range(1, 11)]
     report = layerscope.profile(net, inputs=(1, 4), runs=5, warmup=4, roofline=False, clock=clock)
     rows = {r.name: r for r in report.layers}
@@ -81,9 +83,9 @@ def test_leaf_rows_and_percentiles_with_fake_clock():
     own = rows["b"]
     assert own.self_only
     assert own.time["median_s"] == pytest.approx(0.005)
-    assert own.time["p10_s"] == pytest.approx(0.001 + 0.4 * 0.002)  # sorted 1,3,5,7,9: rank 0.4
-    assert own.time["p90_s"] == pytest.approx(0.007 + 0.6 * 0.002)  # rank 3.6
-    bare = report.end_to_end  # median of b's 2..10 ms is 6 ms, + 1 ms (a) + 0.5 ms (root)
+    assert own.time["p10_s"] == pytest.approx(0.001 + 0.4 * 0.001)  # sorted 1,2,5,7,8: rank 0.4
+    assert own.time["p90_s"] == pytest.approx(0.007 + 0.6 * 0.001)  # rank 3.6
+    bare = report.end_to_end  # median of 3,4,6,9,10 ms is 6 ms, + 1 ms (a) + 0.5 ms (root)
     assert bare["median_s"] == pytest.approx(0.006 + 0.0015)
 
 

@@ -194,10 +194,14 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     bare, instrumented, per_run = [], [], []
     done = 0
     while plan.more(done):
-        bare.append(run())
+        # alternate which kind goes first, so neither always follows the other's clean-up
+        if done % 2 == 0:
+            bare.append(run())
         with timer:
             instrumented.append(run())
         per_run.append(timer.result())
+        if done % 2 == 1:
+            bare.append(run())
         done += 1
         if progress:
             progress(done, plan.total(done))

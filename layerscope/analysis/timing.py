@@ -86,10 +86,14 @@ class ForwardTimer:
             self._acc[i] = 0.0
             self._pairs[i].clear()
         self._pool.reset()
-        for i, m in enumerate(self.modules):
-            own = m.__dict__.get("forward", _MISSING)
-            self._saved.append((m, own))
-            m.forward = self._wrap(i, m.forward)
+        try:
+            for i, m in enumerate(self.modules):
+                own = m.__dict__.get("forward", _MISSING)
+                self._saved.append((m, own))
+                m.forward = self._wrap(i, m.forward)
+        except BaseException:
+            self.__exit__()  # put back the wrappers already installed
+            raise
         return self
 
     def __exit__(self, *exc):
