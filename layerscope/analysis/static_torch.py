@@ -379,24 +379,24 @@ def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:
     fake_mode = FakeTensorMode()
     liveness = _Liveness()
     device = _model_device(model)
+    # Parameters are wrapped outside the mode: their meta storage must be a plain meta tensor.
+    memo: dict[int, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    named = list(model.named_parameters(remove_duplicate=False)) + list(
+        model.named_buffers(remove_duplicate=False))
+    for name, t in named:
+        if id(t) not in memo:
+            memo[id(t)] = _fake_like(t, dtype, training and isinstance(t, nn.Parameter)
+                                     and t.requires_grad, fake_mode)
+        state[name] = memo[id(t)]
     with fake_mode:
-        memo: dict[int, torch.Tensor] = {}
-        state: dict[str, torch.Tensor] = {}
-        named = list(model.named_parameters(remove_duplicate=False)) + list(
-            model.named_buffers(remove_duplicate=False))
-        for name, t in named:
-            if id(t) not in memo:
-                memo[id(t)] = _fake_like(t, dtype, training and isinstance(t, nn.Parameter)
-                                         and t.requires_grad, fake_mode)
-            state[name] = memo[id(t)]
         fake_inputs = []
         for x in inputs:
             if isinstance(x, InputSpec):
                 x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
                 fake_inputs.append(torch.zeros(x.shape, dtype=x_dtype, device=device))
             else:
-                fake_inputs.append(_fake_like(x, dtype, False).to(
-                    device if x.device.type == "meta" else x.device))
+                fake_inputs.append(_fake_like(x, dtype, False))
     for t in memo.values():
         liveness.resident.add(_storage_key(t))
     for x in fake_inputs:
