@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
 from layerscope.errors import UserError
@@ -32,7 +33,7 @@ class _ModuleRanges:
         self.names = {id(m): f"{RANGE_PREFIX}{name or '(root)'} ({type(m).__name__})"
                       for name, m in model.named_modules()}
         self.stack: list[Any] = []
-        self.handles: list[Any] = []
+        self._hooks = None
 
     def _pre(self, module, args):
         name = self.names.get(id(module))
@@ -44,16 +45,12 @@ class _ModuleRanges:
             torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
 
     def __enter__(self):
-        from torch.nn.modules import module as M
-
-        self.handles = [M.register_module_forward_pre_hook(self._pre),
-                        M.register_module_forward_hook(self._post, always_call=True)]
+        self._hooks = global_forward_hooks(self._pre, self._post)
+        self._hooks.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-        self.handles = []
+        self._hooks.__exit__(*exc)
         while self.stack:
             torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
         return False

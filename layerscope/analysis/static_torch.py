@@ -27,6 +27,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.ops.aten import ATEN
@@ -132,14 +133,18 @@ class _Liveness:
 
 
 class _ModuleTracker:
-    """Which module is running: global hooks keyed by module identity, removed on exit."""
+    """Which module is running: global hooks keyed by module identity, removed on exit.
 
-    def __init__(self, model: nn.Module, stats: dict[str, _ModuleStats], tag_autograd: bool):
+    ``stats`` (optional) receives each module's call count and first-call shapes;
+    ``tag_autograd`` tags the autograd nodes each module's forward creates with its name."""
+
+    def __init__(self, model: nn.Module, stats: dict[str, _ModuleStats] | None,
+                 tag_autograd: bool):
         self.names = {id(m): name for name, m in model.named_modules()}
         self.stats = stats
         self.stack: list[str] = []
         self.tag_autograd = tag_autograd
-        self._handles: list[Any] = []
+        self._hooks = None
 
     def current(self) -> str:
         return self.stack[-1] if self.stack else ""
@@ -152,10 +157,11 @@ class _ModuleTracker:
             # Autograd nodes not tagged yet were made by the enclosing module's own code.
             _tag_graph(args, self.stack[-1])
         self.stack.append(name)
-        s = self.stats[name]
-        s.calls += 1
-        if s.calls == 1:
-            s.input_shapes = _shapes(args)
+        if self.stats is not None:
+            s = self.stats[name]
+            s.calls += 1
+            if s.calls == 1:
+                s.input_shapes = _shapes(args)
 
     def _post(self, module, args, output):
         name = self.names.get(id(module))
@@ -163,24 +169,18 @@ class _ModuleTracker:
             return
         if self.tag_autograd:
             _tag_graph(output, name)
-        s = self.stats[name]
-        if s.calls == 1:
-            s.output_shapes = _shapes(output)
+        if self.stats is not None and self.stats[name].calls == 1:
+            self.stats[name].output_shapes = _shapes(output)
         self.stack.pop()
 
     def __enter__(self):
-        from torch.nn.modules import module as M
-
-        self._handles = [
-            M.register_module_forward_pre_hook(self._pre),
-            M.register_module_forward_hook(self._post, always_call=True),
-        ]
+        self._hooks = global_forward_hooks(self._pre, self._post)
+        self._hooks.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._hooks.__exit__(*exc)
+        self.stack.clear()
         return False
 
 
@@ -506,31 +506,28 @@ def _subtree(cap: Capture, name: str) -> list[_ModuleStats]:
     return out
 
 
+def _summed(stats: list[_ModuleStats], training: bool) -> dict[str, int]:
+    """The additive columns shared by a row and the totals, summed over ``stats``."""
+    fwd = sum((s.forward for s in stats), ZERO)
+    out = {"params": sum(s.params for s in stats),
+           "weight_bytes": sum(s.weight_bytes for s in stats),
+           "buffer_bytes": sum(s.buffer_bytes for s in stats),
+           "macs": fwd.macs, "flops": fwd.flops, "bytes_read": fwd.bytes_read,
+           "bytes_written": fwd.bytes_written,
+           "activation_bytes": sum(s.activation_bytes for s in stats)}
+    if training:
+        bwd = sum((s.backward for s in stats), ZERO)
+        out |= {"backward_macs": bwd.macs, "backward_flops": bwd.flops,
+                "backward_bytes_read": bwd.bytes_read, "backward_bytes_written": bwd.bytes_written}
+    return out
+
+
 def _row(stats: list[_ModuleStats], head: _ModuleStats, self_only: bool,
          training: bool) -> LayerRow:
-    fwd = sum((s.forward for s in stats), ZERO)
-    bwd = sum((s.backward for s in stats), ZERO)
-    row = LayerRow(
-        name=head.name or "(root)",
-        type=head.type,
-        depth=head.depth,
-        calls=head.calls,
-        input_shapes=head.input_shapes,
-        output_shapes=head.output_shapes,
-        params=sum(s.params for s in stats),
-        weight_bytes=sum(s.weight_bytes for s in stats),
-        buffer_bytes=sum(s.buffer_bytes for s in stats),
-        macs=fwd.macs,
-        flops=fwd.flops,
-        bytes_read=fwd.bytes_read,
-        bytes_written=fwd.bytes_written,
-        activation_bytes=sum(s.activation_bytes for s in stats),
-        self_only=self_only,
-    )
-    if training:
-        row.backward_macs, row.backward_flops = bwd.macs, bwd.flops
-        row.backward_bytes_read, row.backward_bytes_written = bwd.bytes_read, bwd.bytes_written
-    return row
+    return LayerRow(name=head.name or "(root)", type=head.type, depth=head.depth,
+                    calls=head.calls, input_shapes=head.input_shapes,
+                    output_shapes=head.output_shapes, self_only=self_only,
+                    **_summed(stats, training))
 
 
 def _has_own(s: _ModuleStats) -> bool:
@@ -554,31 +551,15 @@ def layer_rows(cap: Capture, depth: int | None = None) -> list[LayerRow]:
 
 
 def totals(cap: Capture, model: nn.Module, optimizer: str = "adam") -> Totals:
-    every = list(cap.modules.values())
-    fwd = sum((s.forward for s in every), ZERO)
-    bwd = sum((s.backward for s in every), ZERO)
     distinct = {id(p): p for p in model.parameters()}.values()
     trainable = [p for p in distinct if p.requires_grad]
-    tot = Totals(
-        params=sum(s.params for s in every),
-        trainable_params=sum(p.numel() for p in trainable),
-        weight_bytes=sum(s.weight_bytes for s in every),
-        buffer_bytes=sum(s.buffer_bytes for s in every),
-        macs=fwd.macs,
-        flops=fwd.flops,
-        bytes_read=fwd.bytes_read,
-        bytes_written=fwd.bytes_written,
-        activation_bytes=sum(s.activation_bytes for s in every),
-        peak_activation_bytes=cap.peak_activation_bytes,
-        input_bytes=cap.input_bytes,
-        output_bytes=cap.output_bytes,
-    )
+    tot = Totals(trainable_params=sum(p.numel() for p in trainable),
+                 peak_activation_bytes=cap.peak_activation_bytes, input_bytes=cap.input_bytes,
+                 output_bytes=cap.output_bytes,
+                 **_summed(list(cap.modules.values()), cap.training))
     if cap.training:
-        grad_bytes = sum(_tensor_nbytes(p) for p in trainable)
-        tot.backward_macs, tot.backward_flops = bwd.macs, bwd.flops
-        tot.backward_bytes_read, tot.backward_bytes_written = bwd.bytes_read, bwd.bytes_written
-        tot.gradient_bytes = grad_bytes
-        tot.optimizer_state_bytes = OPTIMIZER_STATE_FACTOR[optimizer] * grad_bytes
+        tot.gradient_bytes = sum(_tensor_nbytes(p) for p in trainable)
+        tot.optimizer_state_bytes = OPTIMIZER_STATE_FACTOR[optimizer] * tot.gradient_bytes
     return tot
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.static_torch import _TAG, _tag_graph
+from layerscope.analysis.static_torch import _TAG, _ModuleTracker
 
 Clock = Callable[[], float]
 
@@ -121,51 +121,17 @@ class BackwardTimer:
     """Backward time per module: autograd nodes timed and charged to their module's name."""
 
     def __init__(self, model: nn.Module, cuda: bool = False, clock: Clock = time.perf_counter):
-        self.names = {id(m): name for name, m in model.named_modules()}
+        self.model = model
         self.cuda = cuda
         self.clock = clock
-        self._handles: list = []
-        self._stack: list[str] = []
         self._acc: dict[str, float] = defaultdict(float)
         self._pairs: dict[str, list] = defaultdict(list)
         self._pool = _EventPool()
         self._last: list = [None]
 
-    # -- forward: tag nodes with modules (global hooks, removed on exit)
-    def _pre(self, module, args):
-        name = self.names.get(id(module))
-        if name is None:
-            return
-        if self._stack:
-            _tag_graph(args, self._stack[-1])
-        self._stack.append(name)
-
-    def _post(self, module, args, output):
-        name = self.names.get(id(module))
-        if name is None or not self._stack or self._stack[-1] != name:
-            return
-        _tag_graph(output, name)
-        self._stack.pop()
-
     def tagging(self):
-        timer = self
-
-        class _Tagging:
-            def __enter__(self_inner):
-                from torch.nn.modules import module as M
-
-                timer._handles = [M.register_module_forward_pre_hook(timer._pre),
-                                  M.register_module_forward_hook(timer._post, always_call=True)]
-                return self_inner
-
-            def __exit__(self_inner, *exc):
-                for h in timer._handles:
-                    h.remove()
-                timer._handles = []
-                timer._stack.clear()
-                return False
-
-        return _Tagging()
+        """A context in which every module's forward tags the autograd nodes it creates."""
+        return _ModuleTracker(self.model, None, tag_autograd=True)
 
     # -- backward: time every node of the graph behind ``outputs``
     def instrument(self, outputs: list[torch.Tensor]) -> list:
