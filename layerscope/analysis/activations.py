@@ -29,9 +29,23 @@ class ActivationCapture:
     stats: list[ActivationStat]
     arrays: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> numpy array
 
+    kind = "activations"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "activations", "model": self.model, "pattern": self.pattern,
-                "layers": [s.__dict__ for s in self.stats]}
+        from layerscope.core.report import SCHEMA_VERSION
+
+        return {"schema_version": SCHEMA_VERSION, "kind": "activations", "model": self.model,
+                "pattern": self.pattern, "layers": [s.__dict__ for s in self.stats]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ActivationCapture":
+        """The statistics only; the arrays live in the .npz file."""
+        return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
+
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:

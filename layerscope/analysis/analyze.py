@@ -60,17 +60,41 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     return loaded
 
 
+def _analyze_onnx(path: str, inputs: Any, batch_size: int | None, depth: int | None,
+                  dtype: Any, mode: str) -> Report:
+    """ONNX graphs: one row per node, inference only (README "ONNX")."""
+    from layerscope.analysis.static_onnx import analyze_onnx
+
+    if mode != "inference":
+        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no --mode training)")
+    if depth is not None:
+        raise UserError(f"{path}: --depth needs a module hierarchy; ONNX rows are nodes "
+                        "(each row's 'scope' names the module the exporter recorded)")
+    if dtype is not None:
+        raise UserError(f"{path}: --dtype does not apply to ONNX models; their types are fixed "
+                        "in the graph")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):
+        inputs = ["x".join(map(str, inputs))]
+    return analyze_onnx(path, [i if isinstance(i, str) else "x".join(map(str, i))
+                               for i in inputs or []], batch_size=batch_size)
+
+
 def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
             depth: int | None = None, dtype: str | torch.dtype | None = None,
             mode: str = "inference", optimizer: str = "adam") -> Report:
     """Parameters, memory, MACs/FLOPs and bytes per layer, without running real arithmetic.
 
     ``model``: an ``nn.Module`` or a spec (``resnet50``, ``file.py:factory``, ``pkg.mod:factory``,
-    ``model.pt``). ``inputs``: a tensor, a tuple of tensors, or shapes. ``mode="training"`` adds
+    ``model.pt``, ``model.onnx``). ``inputs``: a tensor, a tuple of tensors, or shapes (for ONNX:
+    ``'NAME=1x3x224x224'`` strings). ``mode="training"`` adds
     the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam, adamw).
     """
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training")
+    if isinstance(model, str) and model.lower().endswith(".onnx"):
+        return _analyze_onnx(model, inputs, batch_size, depth, dtype, mode)
     if optimizer not in st.OPTIMIZER_STATE_FACTOR:
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
                         f"{', '.join(st.OPTIMIZER_STATE_FACTOR)}")

@@ -70,6 +70,11 @@ class SweepReport:
 
         return render_sweep(self)
 
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)
+
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
               clock: Callable[[], float] = time.perf_counter) -> TimingStats:

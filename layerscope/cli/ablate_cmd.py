@@ -1,7 +1,7 @@
 """layerscope ablate RECIPE: optimisation variants, each in a fresh process."""
 from __future__ import annotations
 
-from layerscope.cli.common import emit
+from layerscope.cli.common import add_report_files, emit
 from layerscope.cli.progress import progress_bar
 
 
@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--format", choices=["table", "json"], default=None)
     p.add_argument("-o", "--output", metavar="FILE")
     p.add_argument("--width", type=int, default=None)
+    add_report_files(p)
     p.set_defaults(run=run)
 
 

@@ -1,12 +1,22 @@
-"""layerscope analyze MODEL: static cost per layer."""
+"""layerscope analyze MODEL: static cost per layer (PyTorch modules) or per node (ONNX)."""
 from __future__ import annotations
 
+import sys
+
 from layerscope.cli.common import add_model_inputs, add_output, emit
+
+VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
 
 
 def register(sub) -> None:
     p = sub.add_parser("analyze", help="parameters, memory, MACs/FLOPs and bytes per layer")
     add_model_inputs(p)
+    for action in p._actions:  # ONNX inputs are bound by name; the shared option says shapes only
+        if action.dest == "input":
+            action.metavar = "[NAME=]SHAPE[:DTYPE]"
+            action.help += "; for an ONNX model NAME=SHAPE binds the input NAME"
+        elif action.dest == "model":
+            action.help += " or an ONNX file (.onnx)"
     p.add_argument("--depth", type=int, default=None,
                    help="module depth to show (0 = whole model); default: leaf layers")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
@@ -14,14 +24,31 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=["inference", "training"], default="inference")
     p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="adam",
                    help="optimizer whose state --mode training counts")
+    p.add_argument("--view", choices=VIEWS, default="layers",
+                   help="table to show: layers (default), ops (op histogram), attributes (per "
+                        "node), bandwidth (bytes per node, sorted), memory (activation sum, "
+                        "live-set peak, arena); JSON and CSV output stay the full report")
     add_output(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.analyze import analyze
+    from layerscope.renderers import pick_format, write_atomic
 
     report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
                      dtype=args.dtype, mode=args.mode, optimizer=args.optimizer)
-    emit(report, args)
+    if args.view == "layers" or pick_format(args.format, args.output) != "table":
+        emit(report, args)
+        return 0
+    from layerscope.cli.common import write_report_files
+    from layerscope.renderers.onnx_views import to_text
+
+    text = to_text(report, args.view, width=args.width or 160)
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    write_report_files(report, args)
     return 0

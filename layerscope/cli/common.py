@@ -25,21 +25,66 @@ def add_model_inputs(p: argparse.ArgumentParser) -> None:
 
 def add_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default=None,
-                   help="table (default), json or csv; default from -o's extension")
+                   help="table (default), json, csv, html or png (needs -o); default from -o's "
+                        "extension")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (atomically) instead of standard output")
     p.add_argument("--width", type=int, default=None, help="table width in characters")
+    add_report_files(p)
+
+
+def add_report_files(p: argparse.ArgumentParser) -> None:
+    """--html / --plot: extra files written besides the normal output."""
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write a self-contained HTML report (charts, sortable tables)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also write the charts as one PNG figure (matplotlib)")
+    p.add_argument("--plot-size", type=_plot_size, default=(1200, 800), metavar="WxH",
+                   help="PNG size in pixels (default 1200x800)")
+
+
+def _plot_size(text: str) -> tuple[int, int]:
+    from layerscope.renderers.plot import parse_size
+
+    return parse_size(text)  # a UserError here stops the command before any work
+
+
+def _size(args) -> tuple[int, int]:
+    size = getattr(args, "plot_size", None)
+    return _plot_size(size) if isinstance(size, str) or size is None else size
+
+
+def write_report_files(report, args) -> None:
+    """Write --html and --plot if given (atomically; a failure leaves no partial file)."""
+    if getattr(args, "html", None):
+        from layerscope.renderers.html import render_html
+
+        write_atomic(args.html, render_html(report))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if getattr(args, "plot", None):
+        from layerscope.renderers.plot import render_png
+
+        write_atomic(args.plot, render_png(report, _size(args)))
+        print(f"wrote {args.plot}", file=sys.stderr)
 
 
 def emit(report, args) -> None:
     fmt = pick_format(args.format, args.output)
-    if args.output:
+    if fmt == "png":
+        from layerscope.renderers.plot import render_png
+
+        if not args.output:
+            raise UserError("--format png writes a binary file: give -o FILE.png")
+        write_atomic(args.output, render_png(report, _size(args)))
+        print(f"wrote {args.output}", file=sys.stderr)
+    elif args.output:
         write_atomic(args.output, render(report, fmt, width=args.width or 160))
         print(f"wrote {args.output}", file=sys.stderr)
-    elif fmt == "table":
+    elif fmt == "table" and hasattr(report, "__rich__"):
         from rich.console import Console
 
         width = args.width or (None if sys.stdout.isatty() else 160)
         Console(width=width, highlight=False).print(report)
     else:
         sys.stdout.write(render(report, fmt))
+    write_report_files(report, args)

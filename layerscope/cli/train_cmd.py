@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from layerscope.cli.common import add_report_files, write_report_files
+
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a recipe with a per-phase time breakdown")
@@ -39,6 +41,7 @@ def register(sub) -> None:
     p.add_argument("--no-eval", action="store_true", help="skip validation")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
+    add_report_files(p)
     p.set_defaults(run=run)
 
 
@@ -82,6 +85,7 @@ def run(args) -> int:
         Console(highlight=False).print(report)
     elif not args.output:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    write_report_files(report, args)
     return 0
 
 

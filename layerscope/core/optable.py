@@ -45,6 +45,11 @@ class OpTable:
 
         return render_ops(self)
 
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "OpTable":
         d = dict(d)

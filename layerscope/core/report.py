@@ -46,8 +46,14 @@ class LayerRow:
     backward_time: dict[str, Any] | None = None
     achieved: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    # Filled for ONNX nodes only: the node's attributes, and the module path the exporter
+    # recorded (metadata pkg.torch.onnx.name_scopes), the key for joining to PyTorch rows.
+    attributes: dict[str, Any] | None = None
+    scope: str | None = None
 
-    _MEASURED = ("time", "share", "rank", "backward_time", "achieved", "roofline")
+    # optional fields: left out of to_dict when None
+    _MEASURED = ("time", "share", "rank", "backward_time", "achieved", "roofline", "attributes",
+                 "scope")
 
     @property
     def intensity(self) -> float | None:
@@ -139,8 +145,12 @@ class Report:
     by_type: list[dict[str, Any]] | None = None
     backward: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
+    # Static memory plan (ONNX): live-set peak step and tensors, packed arena, fragmentation.
+    memory: dict[str, Any] | None = None
 
-    _MEASURED = ("end_to_end", "overhead", "coverage", "by_type", "backward", "roofline")
+    # optional fields: left out of to_dict when None
+    _MEASURED = ("end_to_end", "overhead", "coverage", "by_type", "backward", "roofline",
+                 "memory")
 
     def to_dict(self) -> dict[str, Any]:
         return {

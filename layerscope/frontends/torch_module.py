@@ -47,6 +47,9 @@ def parse_dtype(text: str) -> torch.dtype:
 def parse_input(text: str) -> InputSpec:
     """'1x3x224x224' or '1x3x224x224:float16' -> InputSpec."""
     shape_text, _, dtype_text = text.partition(":")
+    if "=" in shape_text:
+        raise UserError(f"--input {text!r}: named inputs (NAME=SHAPE) are for ONNX models; "
+                        "for a PyTorch model give the shapes in forward's argument order")
     if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
         raise UserError(
             f"malformed --input {text!r}: write the shape as dimensions joined by 'x', "
@@ -160,7 +163,8 @@ def resolve(spec: str | nn.Module, *, meta: bool = False) -> LoadedModel:
                            {"source": entry.source})
     if os.path.exists(spec):
         if spec.endswith(".onnx"):
-            raise UserError(f"{spec}: ONNX models are not supported by this command yet")
+            raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
+                            "analysed with 'layerscope analyze MODEL.onnx'")
         return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript")
     if ":" in spec:
         module, example = _from_factory(_call_factory(spec), spec)

@@ -84,3 +84,55 @@ class HandlerTable:
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+
+@dataclass(frozen=True)
+class VersionedEntry:
+    """An ONNX handler plus what its input slots mean for parameter counting.
+
+    ``constants``: input slots that act as attributes (shape, axes, pads, bounds, scales): never
+    parameters even when they are initializers. ``buffers``: slots holding state rather than
+    parameters (BatchNormalization's running mean and variance), reported as buffer bytes.
+    """
+
+    handler: Callable[[list, list, dict], OpCost]
+    kind: str = COMPUTE
+    constants: tuple[int, ...] = ()
+    buffers: tuple[int, ...] = ()
+
+
+class VersionedHandlerTable:
+    """Handlers keyed by (domain, op_type, since_version), like ONNX operator schemas.
+
+    ``lookup`` resolves a node against the model's opset: the entry with the largest
+    since_version <= the imported version, as onnx.defs.get_schema does. Duplicates are refused.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._entries: dict[tuple[str, str], dict[int, VersionedEntry]] = {}
+
+    def register(self, op_type: str, since_version: int, handler, *, domain: str = "",
+                 kind: str = COMPUTE, constants: tuple[int, ...] = (),
+                 buffers: tuple[int, ...] = ()) -> None:
+        versions = self._entries.setdefault((domain, op_type), {})
+        if since_version in versions:
+            raise ValueError(f"{self.name}: a handler for {(domain, op_type, since_version)!r} "
+                             "is already registered")
+        versions[since_version] = VersionedEntry(handler, kind, tuple(constants), tuple(buffers))
+
+    def lookup(self, domain: str, op_type: str, version: int) -> VersionedEntry | None:
+        versions = self._entries.get((domain, op_type))
+        if not versions:
+            return None
+        usable = [v for v in versions if v <= version]
+        return versions[max(usable)] if usable else None
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._entries.values())
+
+    def keys(self) -> list[tuple[str, str, int]]:
+        return sorted((d, op, v) for (d, op), vs in self._entries.items() for v in vs)

@@ -1,11 +1,12 @@
-"""Turn Reports into text, JSON, CSV (and later HTML, plots, traces)."""
+"""Turn results into text, JSON, CSV, HTML (renderers/html) and PNG plots (renderers/plot)."""
 from __future__ import annotations
 
 import os
 import tempfile
 
-FORMATS = ("table", "json", "csv")
-_EXT = {".json": "json", ".csv": "csv", ".txt": "table"}
+FORMATS = ("table", "json", "csv", "html", "png")
+_EXT = {".json": "json", ".csv": "csv", ".txt": "table", ".html": "html", ".htm": "html",
+        ".png": "png"}
 
 
 def pick_format(fmt: str | None, output: str | None) -> str:
@@ -18,8 +19,19 @@ def pick_format(fmt: str | None, output: str | None) -> str:
 
 
 def render(report, fmt: str, width: int | None = None) -> str:
-    if fmt == "csv" and report.kind in ("train", "ablate"):
+    """Text formats; "png" is bytes: renderers.plot.render_png."""
+    if fmt == "csv" and report.kind in ("train", "ablate", "activations"):
         fmt = "json"  # these have no row table; their CSVs are written by the run itself
+    if fmt == "html":
+        from layerscope.renderers.html import render_html
+
+        return render_html(report)
+    if fmt == "png":
+        raise ValueError("png is binary: use layerscope.renderers.plot.render_png")
+    if fmt == "table" and report.kind == "activations":
+        from layerscope.renderers.activations_out import to_text as activations_text
+
+        return activations_text(report, width=width or 160)
     if fmt == "json":
         from layerscope.renderers.json_out import to_json
 
@@ -33,8 +45,9 @@ def render(report, fmt: str, width: int | None = None) -> str:
     return to_text(report, width=width)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it: never a half-written file."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write to a temporary file beside ``path`` and rename it: never a half-written file.
+    ``bytes`` are written as they are (PNG), ``str`` as UTF-8."""
     from layerscope.errors import UserError
 
     directory = os.path.dirname(os.path.abspath(path))
@@ -43,8 +56,12 @@ def write_atomic(path: str, text: str) -> None:
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as f:
+                f.write(text)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -1,23 +1,31 @@
-"""A Report as a plain HTML table (Jupyter's _repr_html_)."""
+"""Any result as plain HTML tables, for Jupyter's ``_repr_html_``: the heading, the key figures
+and the row tables of renderers/tables.py (the same as the HTML report's), without scripts
+(notebooks may not run them) and without the page chrome."""
 from __future__ import annotations
 
 import html
 
-from layerscope.core.units import shape_str, si
+from layerscope.renderers.tables import facts, heading, tables
+
+_STYLE = ("<style>.ls-nb table{border-collapse:collapse;margin:4px 0 12px}"
+          ".ls-nb th,.ls-nb td{padding:2px 8px;text-align:left;white-space:nowrap}"
+          ".ls-nb td.num,.ls-nb th.num{text-align:right}.ls-nb tr.ls-hot td{font-weight:bold}"
+          ".ls-nb tfoot td{font-weight:bold;border-top:1px solid #999}"
+          ".ls-nb caption{text-align:left;font-weight:bold}</style>")
 
 
-def render_html_table(report) -> str:
-    head = ["Layer", "Type", "Output shape", "Params", "MACs", "FLOPs", "Read B", "Written B"]
-    rows = []
-    for r in report.layers:
-        cells = [r.name + (" (own ops)" if r.self_only else ""), r.type,
-                 shape_str(r.output_shapes), si(r.params), si(r.macs), si(r.flops),
-                 si(r.bytes_read), si(r.bytes_written)]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    t = report.totals
-    total = ["Total", "", "", si(t.params), si(t.macs), si(t.flops), si(t.bytes_read),
-             si(t.bytes_written)]
-    rows.append("<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in total) + "</tr>")
-    return (f"<table><caption>{html.escape(report.model)}</caption><thead><tr>"
-            + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+def render_html_table(result) -> str:
+    from layerscope.renderers.html import kv_table, row_table
+
+    title, sub = heading(result)
+    parts = [_STYLE, '<div class="ls-nb">', f"<h4>{html.escape(title)}</h4>",
+             f"<p>{html.escape(sub)}</p>"]
+    summary = facts(result)
+    if summary:
+        parts.append(kv_table("Totals" if result.kind in ("analyze", "profile") else "Summary",
+                              summary, cls="ls-kv"))
+    for t in tables(result):
+        parts.append(f"<p><b>{html.escape(t.title)}</b></p>")
+        parts.append(row_table(t, interactive=False))
+    parts.append("</div>")
+    return "".join(parts)

@@ -70,6 +70,11 @@ class AblationReport:
 
         return render_ablation(self)
 
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)
+
 
 def variant_flags(name: str, device: str) -> list[str] | None:
     """Train flags of a variant; None when it does not apply on ``device``."""

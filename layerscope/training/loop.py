@@ -104,6 +104,11 @@ class TrainReport:
 
         return render_train(self)
 
+    def _repr_html_(self) -> str:
+        from layerscope.renderers.html_table import render_html_table
+
+        return render_html_table(self)
+
 
 Callback = Callable[..., None]
 

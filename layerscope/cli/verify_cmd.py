@@ -1,0 +1,53 @@
+"""layerscope verify A B: run two models on the same seeded random inputs and compare outputs."""
+from __future__ import annotations
+
+import sys
+
+from layerscope.errors import UserError
+
+
+def add_tolerances(p) -> None:
+    from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
+
+    p.add_argument("--runs", type=int, default=5, help="random inputs to compare on (default 5)")
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+                   help=f"relative tolerance, of max|A| (default {DEFAULT_RTOL:g})")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--ort-optimization", choices=OPTIMIZATIONS, default="disable",
+                   help="onnxruntime graph optimisation level (default: disable, run the graphs "
+                        "as written)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("verify", help="compare two models' outputs on seeded random inputs",
+                       description="Exit code 0 when the outputs match, 1 when they do not, "
+                                   "2 on bad input.")
+    p.add_argument("a", metavar="A", help="reference: an ONNX file, or a model spec (built-in "
+                                          "name, file.py:factory, ...) run in PyTorch")
+    p.add_argument("b", metavar="B", help="an ONNX file")
+    add_tolerances(p)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--width", type=int, default=None, help="table width in characters")
+    p.set_defaults(run=run)
+
+
+def print_result(result, fmt: str = "table", width: int | None = None) -> None:
+    from layerscope.renderers.verify_out import to_json, to_text
+
+    if fmt == "json":
+        sys.stdout.write(to_json(result))
+    else:
+        sys.stdout.write(to_text(result, width=width or 160))
+
+
+def run(args) -> int:
+    from layerscope.rewrite.verify import verify
+
+    if args.width is not None and args.width < 40:
+        raise UserError(f"--width must be at least 40, got {args.width}")
+    result = verify(args.a, args.b, runs=args.runs, rtol=args.rtol, atol=args.atol,
+                    seed=args.seed, optimization=args.ort_optimization)
+    print_result(result, args.format, args.width)
+    return 0 if result.ok else 1

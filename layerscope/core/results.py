@@ -1,0 +1,96 @@
+"""Saved results: turn any JSON object layerscope wrote back into its result object.
+
+The one place that knows which class reads which ``kind``; ``layerscope render`` and
+``layerscope report`` go through it. Result classes are imported lazily (some import torch).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.errors import UserError
+
+# kind -> (module, class); every class has from_dict() and a ``kind`` attribute
+_CLASSES = {
+    "analyze": ("layerscope.core.report", "Report"),
+    "profile": ("layerscope.core.report", "Report"),
+    "ops": ("layerscope.core.optable", "OpTable"),
+    "sweep": ("layerscope.analysis.sweep", "SweepReport"),
+    "train": ("layerscope.training.loop", "TrainReport"),
+    "ablate": ("layerscope.training.ablation", "AblationReport"),
+    "activations": ("layerscope.analysis.activations", "ActivationCapture"),
+}
+KINDS = tuple(_CLASSES)
+
+
+def _major(version: Any) -> int | None:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return None
+
+
+def check_version(d: dict[str, Any], source: str) -> None:
+    ours = _major(SCHEMA_VERSION)
+    version = d.get("schema_version")
+    major = _major(version) if version is not None else None
+    if major is None:
+        raise UserError(f"{source}: no readable schema_version ({version!r}); "
+                        f"layerscope writes {SCHEMA_VERSION}")
+    if major > ours:
+        raise UserError(f"{source}: written by a newer layerscope (schema_version {version}; "
+                        f"this one reads {ours}.x): upgrade layerscope")
+    if major < ours:
+        raise UserError(f"{source}: schema_version {version} is older than this layerscope "
+                        f"reads ({ours}.x)")
+
+
+def load_result(d: Any, source: str = "result", validate: bool = True):
+    """The result object for a dict from ``to_dict()`` (dispatch on ``kind``).
+
+    Raises UserError (one line) for anything that is not a readable layerscope result.
+    """
+    if not isinstance(d, dict):
+        raise UserError(f"{source}: not a layerscope result (expected a JSON object with "
+                        f"'kind' and 'schema_version', got {type(d).__name__})")
+    kind = d.get("kind")
+    if kind not in _CLASSES:
+        raise UserError(f"{source}: unknown kind {kind!r}; layerscope results are "
+                        f"{', '.join(KINDS)}")
+    check_version(d, source)
+    if validate:
+        from layerscope.schema import first_error
+
+        problem = first_error(d)
+        if problem:
+            raise UserError(f"{source}: not a valid {kind} result: {problem}")
+    module, name = _CLASSES[kind]
+    cls = getattr(importlib.import_module(module), name)
+    try:
+        return cls.from_dict(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{source}: malformed {kind} result "
+                        f"({type(exc).__name__}: {exc})") from exc
+
+
+def read_result(path: str, validate: bool = True):
+    """Read a saved result file; every failure is one UserError line naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a saved result (.json)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not JSON (not UTF-8 text)") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}, column "
+                        f"{exc.colno})") from None
+    return load_result(d, source=path, validate=validate)

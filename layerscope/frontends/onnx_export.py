@@ -1,0 +1,226 @@
+"""Export any model spec to ONNX, atomically, and check that onnxruntime loads the file.
+
+Exporters (``torch.onnx.export``):
+- ``dynamo`` (default): ``torch.export`` + onnxscript. Each node carries metadata
+  ``pkg.torch.onnx.name_scopes`` (its module path), which ``analyze`` puts in each row's
+  ``scope``. The full onnxscript optimizer folds BatchNorm into the preceding Conv, which changes
+  the parameter count (and loses the BN rows); by default only constants are folded, so the
+  graph keeps one node per PyTorch op and its parameters equal the module's. ``fold_batchnorm``
+  runs the full optimizer instead.
+- ``legacy``: the TorchScript-based exporter; faster, but it folds BatchNorm into Conv in eval
+  mode (params then differ from the PyTorch analysis; MACs do not) and names scopes in node names.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from layerscope.errors import UserError
+
+EXPORTERS = ("dynamo", "legacy")
+LEGACY_DEFAULT_OPSET = 17
+
+
+@dataclass
+class ExportResult:
+    path: str
+    exporter: str
+    opset: int
+    ir_version: int
+    nodes: int
+    initializers: int
+    batchnorm_folded: bool
+    seconds: float
+    verified_with: str | None  # "onnxruntime X.Y.Z" when the file was loaded in a session
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _example_inputs(inputs: list[Any]) -> tuple:
+    import torch
+
+    from layerscope.analysis.static_torch import InputSpec
+
+    return tuple(torch.zeros(x.shape, dtype=x.dtype) if isinstance(x, InputSpec) else x
+                 for x in inputs)
+
+
+def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
+    """The dynamo exporter gives bias-free Conv/Gemm a zero bias built from Shape/Expand ops;
+    constant folding turns it into an initializer. Drop those (never a module's own parameter,
+    even when it is zero) so the graph has exactly the module's parameters."""
+    dropped = 0
+    for node in model.graph:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or node.domain not in ("", "ai.onnx"):
+            continue
+        if len(node.inputs) < 3 or node.inputs[2] is None:
+            continue
+        bias = node.inputs[2]
+        if bias.name in parameter_names or bias.const_value is None:
+            continue
+        if not bias.const_value.numpy().any():
+            node.replace_input_with(2, None)
+            dropped += 1
+    return dropped
+
+
+def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchnorm: bool) -> None:
+    import torch
+
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        program = torch.onnx.export(module, xs, dynamo=True, opset_version=opset,
+                                    optimize=fold_batchnorm)
+    if not fold_batchnorm:
+        import onnxscript.optimizer as optimizer
+
+        optimizer.fold_constants(program.model)
+        names = {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
+        _drop_exporter_zero_biases(program.model, names)
+        optimizer.remove_unused_nodes(program.model)
+    program.save(path)  # weights go to external data when the model is over 2 GB
+
+
+def _export_legacy(module, xs: tuple, path: str, opset: int | None) -> None:
+    import torch
+
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        torch.onnx.export(module, xs, path, dynamo=False,
+                          opset_version=opset or LEGACY_DEFAULT_OPSET, do_constant_folding=True)
+
+
+@functools.lru_cache(maxsize=1)
+def ort_max_ir_version() -> int | None:
+    """The newest IR version the installed onnxruntime loads, probed with a one-node model
+    (onnx may write a newer IR than onnxruntime reads: onnx 1.23 writes 14, onnxruntime 1.31
+    reads up to 13). None when onnxruntime is not installed."""
+    import re
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    for ir in range(onnx.IR_VERSION, 6, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                  ir_version=ir)
+        try:
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            return ir
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            found = re.search(r"max supported IR version: (\d+)", str(exc))
+            if found:
+                return int(found.group(1))
+    return None
+
+
+def _cap_ir_version(path: str) -> int:
+    """Lower the file's ir_version to what onnxruntime reads (weights stay where they are)."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    cap = ort_max_ir_version()
+    if cap is not None and model.ir_version > cap:
+        model.ir_version = cap
+        onnx.save(model, path)
+    return model.ir_version
+
+
+def verify_loads(path: str) -> str:
+    """Open an onnxruntime session on ``path``; the one-line reason if it cannot."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise UserError("verifying the export needs onnxruntime: pip install onnxruntime "
+                        "(or pass --no-verify)") from exc
+    try:
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"the exported model does not load in onnxruntime {ort.__version__}: "
+                        f"{_first_line(exc)}") from exc
+    return f"onnxruntime {ort.__version__}"
+
+
+def _summary(path: str) -> tuple[int, int, int]:
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return opset, len(model.graph.node), len(model.graph.initializer)
+
+
+def _move_into_place(tmpdir: str, filename: str, destination_dir: str) -> None:
+    """External data files first, the model last: a reader never sees a model whose data is
+    not there yet."""
+    names = sorted(os.listdir(tmpdir), key=lambda n: n == filename)
+    for name in names:
+        os.replace(os.path.join(tmpdir, name), os.path.join(destination_dir, name))
+
+
+def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | None = None,
+                opset: int | None = None, exporter: str = "dynamo", fold_batchnorm: bool = False,
+                verify: bool = True) -> ExportResult:
+    """Export a model spec (or module) to ``path``; see the module docstring for the exporters."""
+    from layerscope.analysis.analyze import load
+
+    if exporter not in EXPORTERS:
+        raise UserError(f"unknown exporter {exporter!r}: use {' or '.join(EXPORTERS)}")
+    if not path.lower().endswith(".onnx"):
+        raise UserError(f"-o {path!r}: the output file name must end in .onnx")
+    if opset is not None and opset < 7:
+        raise UserError(f"--opset must be 7 or more, got {opset}")
+    destination_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(destination_dir):
+        raise UserError(f"cannot write {path}: no such directory {destination_dir}")
+    loaded = load(model, inputs, batch_size, meta=False)
+    xs = _example_inputs(loaded.inputs)
+    module = loaded.module
+    was_training = module.training
+    try:
+        tmpdir = tempfile.mkdtemp(prefix=".layerscope-export-", dir=destination_dir)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror} ({destination_dir})") from exc
+    filename = os.path.basename(path)
+    tmp_path = os.path.join(tmpdir, filename)
+    start = time.perf_counter()
+    try:
+        module.eval()
+        try:
+            if exporter == "dynamo":
+                _export_dynamo(module, xs, tmp_path, opset, fold_batchnorm)
+            else:
+                _export_legacy(module, xs, tmp_path, opset)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the exporter's own error, reported as one line
+            raise UserError(f"{loaded.name}: the {exporter} exporter failed: "
+                            f"{_first_line(exc)}") from exc
+        finally:
+            module.train(was_training)
+        ir_version = _cap_ir_version(tmp_path)
+        verified = verify_loads(tmp_path) if verify else None
+        opset_used, nodes, initializers = _summary(tmp_path)
+        _move_into_place(tmpdir, filename, destination_dir)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return ExportResult(path=path, exporter=exporter, opset=opset_used, ir_version=ir_version,
+                        nodes=nodes, initializers=initializers,
+                        batchnorm_folded=exporter == "legacy" or fold_batchnorm,
+                        seconds=time.perf_counter() - start, verified_with=verified)

@@ -1,0 +1,391 @@
+"""ONNX model files: load without weights, bind input shapes, infer every tensor's shape.
+
+External data is never loaded (``onnx.load(..., load_external_data=False)``): an initializer's
+size comes from its dims and data type, so a model whose weights exceed the machine's memory is
+analysed in the memory of its graph. Only the existence and length of each external data file
+are checked.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from layerscope.errors import UserError
+
+# Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
+_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
+         13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4,
+         24: 8, 25: 2, 26: 2, 27: 6, 28: 6}
+# Integer and boolean initializers are shapes, axes, indices or masks, never weights; 8-bit and
+# smaller integers can be quantised weights and stay eligible.
+NON_WEIGHT_TYPES = {6, 7, 8, 9, 12, 13}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+# The names PyTorch reports use (float32, not ONNX's FLOAT); the rest are ONNX's, lower case.
+_RENAMED = {1: "float32", 11: "float64"}
+_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "long": "int64",
+            "int": "int32"}
+
+
+def dtype_name(elem_type: int) -> str:
+    import onnx
+
+    if elem_type in _RENAMED:
+        return _RENAMED[elem_type]
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type{elem_type}"
+
+
+def tensor_bytes(shape: Sequence[int], elem_type: int) -> int:
+    return math.ceil(math.prod(shape) * _BITS.get(elem_type, 0) / 8)
+
+
+@dataclass
+class TensorInfo:
+    shape: tuple[int, ...] | None  # None: shape inference could not determine it
+    elem_type: int
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.shape is None else tensor_bytes(self.shape, self.elem_type)
+
+
+@dataclass
+class OnnxGraph:
+    """A loaded, shape-inferred graph: what the static analysis walks."""
+
+    path: str
+    name: str
+    model: Any  # onnx.ModelProto, shapes inferred, no external data loaded
+    opsets: dict[str, int]  # domain ("" for ai.onnx) -> imported version
+    nodes: list[Any]  # NodeProto in topological order
+    tensors: dict[str, TensorInfo]
+    initializers: set[str]  # initializer names and Constant node outputs: resident data
+    inputs: list[str]  # graph inputs that are not initializers
+    outputs: list[str]
+    implicit_inputs: dict[int, list[str]] = field(default_factory=dict)  # subgraph captures
+
+
+# ---------------------------------------------------------------- --input NAME=SHAPE[:DTYPE]
+def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
+    """'x=1x3x224x224', '1x3x224x224' or 'ids=1x128:int64' -> (name, shape, dtype)."""
+    name, eq, rest = text.rpartition("=") if "=" in text else (None, "", text)
+    if eq and not name.strip():
+        raise UserError(f"malformed --input {text!r}: the name before '=' is empty")
+    shape_text, _, dtype = rest.partition(":")
+    if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
+        raise UserError(f"malformed --input {text!r}: write NAME=SHAPE with dimensions joined by "
+                        "'x', e.g. --input x=1x3x224x224 (NAME= may be left out for the first "
+                        "input)")
+    shape = tuple(int(d) for d in shape_text.strip().split("x"))
+    if any(d == 0 for d in shape):
+        raise UserError(f"malformed --input {text!r}: dimensions must be positive")
+    return (name.strip() if name else None), shape, (dtype.strip().lower() or None)
+
+
+# ---------------------------------------------------------------- loading and checks
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line or type(exc).__name__
+
+
+def _read_model(path: str):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory, not an ONNX model file")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{path} is empty: expected an ONNX model (export one with "
+                        "'layerscope export MODEL -o model.onnx')")
+    try:
+        return onnx.load(path, load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); is the file "
+                        "complete?") from exc
+
+
+def _opsets(model, path: str) -> dict[str, int]:
+    opsets = {}
+    for imp in model.opset_import:
+        opsets["" if imp.domain in DEFAULT_DOMAINS else imp.domain] = imp.version
+    if not model.HasField("graph") or not opsets:
+        raise UserError(f"{path} is not an ONNX model: it has no graph or no opset_import "
+                        "(truncated or not a model file?)")
+    return opsets
+
+
+def _check_domains(model, opsets: dict[str, int], path: str) -> None:
+    """A node in a domain the model does not import is invalid (no runtime would load it):
+    refuse it by name rather than guess its semantics."""
+    for i, node in enumerate(model.graph.node):
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        if domain not in opsets:
+            label = node.name or f"{node.op_type}_{i}"
+            raise UserError(f"{path}: node {label!r} ({node.op_type}) is in domain {domain!r}, "
+                            "which the model does not import (opset_import); the model is "
+                            "malformed")
+
+
+def _check_external_data(model, path: str) -> None:
+    """Every external data file must exist and be long enough; its bytes are never read."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    base = os.path.dirname(os.path.abspath(path))
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        info = ExternalDataInfo(tensor)
+        location = os.path.join(base, info.location)
+        if not info.location or not os.path.isfile(location):
+            raise UserError(f"{path}: external data file {info.location!r} of initializer "
+                            f"{tensor.name!r} is missing (expected {location}); copy it beside "
+                            "the model")
+        need = (info.offset or 0) + (info.length if info.length
+                                     else tensor_bytes(tensor.dims, tensor.data_type))
+        if os.path.getsize(location) < need:
+            raise UserError(f"{path}: external data file {info.location!r} is shorter than "
+                            f"initializer {tensor.name!r} needs ({need:,} bytes); it is "
+                            "truncated")
+
+
+# Initializers up to this many elements keep their values: shape inference reads small integer
+# tensors (Reshape shapes, Slice bounds) when propagating shapes; it never reads weights.
+KEEP_VALUES_UP_TO = 1024
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                "uint64_data", "string_data")
+
+
+def drop_weight_values(model) -> None:
+    """Free the values of embedded weights (dims and type stay): nothing here reads them, and
+    shape inference would otherwise serialise and copy every weight byte."""
+    for t in model.graph.initializer:
+        if math.prod(t.dims) > KEEP_VALUES_UP_TO:
+            for name in _DATA_FIELDS:
+                t.ClearField(name)
+
+
+def _check(path: str) -> None:
+    """onnx's checker, given the path: external data then resolves beside the model (given a
+    ModelProto it looks in the working directory), and our copy may have its weight values
+    dropped. It reads the file once more (transiently) and never reads external data."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(path)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise UserError(f"{path} is not a valid ONNX model: {_first_line(exc)}") from exc
+
+
+# ---------------------------------------------------------------- binding input shapes
+def _dims(value_info) -> list[Any] | None:
+    tt = value_info.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in tt.shape.dim]
+
+
+def _set_dims(value_info, shape: Sequence[int]) -> None:
+    dims = value_info.type.tensor_type.shape.dim
+    del dims[:]
+    for d in shape:
+        dims.add().dim_value = d
+
+
+def _shape_text(dims: Sequence[Any]) -> str:
+    return "x".join(str(d) for d in dims) if dims else "scalar"
+
+
+def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) -> None:
+    """Give every graph input a concrete shape: NAME=SHAPE binds by name, an unnamed spec binds
+    the next input in order; ``batch_size`` replaces dimension 0 of every input."""
+    init = {t.name for t in model.graph.initializer}
+    real = [vi for vi in model.graph.input if vi.name not in init]
+    by_name = {vi.name: vi for vi in real}
+    position = 0
+    for text in specs or []:
+        name, shape, dtype = parse_named_shape(text)
+        if name is None:
+            if position >= len(real):
+                raise UserError(f"--input {text!r}: {path} has only {len(real)} input(s); "
+                                "name the input with NAME=SHAPE")
+            vi = real[position]
+            position += 1
+        elif name not in by_name:
+            raise UserError(f"--input {text!r}: {path} has no input {name!r}; its inputs are "
+                            f"{', '.join(by_name) or 'none'}")
+        else:
+            vi = by_name[name]
+        dims = _dims(vi)
+        if dims is not None and len(dims) != len(shape):
+            raise UserError(f"--input {text!r}: input {vi.name!r} has rank {len(dims)} "
+                            f"({_shape_text(dims)}), the shape given has rank {len(shape)}")
+        elem = vi.type.tensor_type.elem_type
+        if dtype and dtype_name(elem) != _ALIASES.get(dtype, dtype):
+            raise UserError(f"--input {text!r}: input {vi.name!r} is {dtype_name(elem)} in the "
+                            "model; leave the dtype out or give that one")
+        _set_dims(vi, shape)
+    if batch_size is not None:
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+        for vi in real:
+            dims = _dims(vi)
+            if dims:
+                vi.type.tensor_type.shape.dim[0].Clear()
+                vi.type.tensor_type.shape.dim[0].dim_value = batch_size
+    for vi in real:
+        dims = _dims(vi)
+        if dims is None:
+            raise UserError(f"{path}: input {vi.name!r} has no shape in the model; give one with "
+                            f"--input {vi.name}=SHAPE")
+        unbound = [d for d in dims if not isinstance(d, int)]
+        if unbound:
+            example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+            raise UserError(f"{path}: input {vi.name!r} has symbolic dimension {unbound[0]!r} "
+                            f"(shape {_shape_text(dims)}); bind it with --input "
+                            f"{vi.name}={example}")
+
+
+# ---------------------------------------------------------------- graph walk preparation
+def _subgraph_captures(node) -> list[str]:
+    """Outer-scope names a node's subgraphs (If/Loop/Scan bodies) read: implicit inputs."""
+    import onnx
+
+    captured: list[str] = []
+
+    def visit(graph, outer_defined: set[str]) -> None:
+        defined = set(outer_defined) | {i.name for i in graph.input} | {
+            t.name for t in graph.initializer}
+        for n in graph.node:
+            for name in n.input:
+                if name and name not in defined and name not in captured:
+                    captured.append(name)
+            for attr in n.attribute:
+                for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                          list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+                    visit(g, defined)
+            defined.update(o for o in n.output if o)
+
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            visit(attr.g, set())
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for g in attr.graphs:
+                visit(g, set())
+    return captured
+
+
+def topological_order(nodes: Sequence[Any], available: set[str],
+                      captures: dict[int, list[str]], path: str) -> list[int]:
+    """Kahn's algorithm, keeping the file's order among ready nodes (ONNX files are already
+    sorted; this only guards against files that are not)."""
+    import heapq
+
+    producer = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = i
+    deps = []
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        need = {producer[x] for x in list(n.input) + captures.get(i, [])
+                if x and x not in available and x in producer}
+        deps.append(len(need))
+        for p in need:
+            users.setdefault(p, []).append(i)
+    ready = [i for i, d in enumerate(deps) if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            deps[u] -= 1
+            if deps[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        raise UserError(f"{path}: the graph has a cycle; it is not a valid ONNX model")
+    return order
+
+
+def _tensor_infos(model) -> dict[str, TensorInfo]:
+    infos: dict[str, TensorInfo] = {}
+    graph = model.graph
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        dims = _dims(vi)
+        known = dims is not None and all(isinstance(d, int) for d in dims)
+        infos[vi.name] = TensorInfo(tuple(dims) if known else None,
+                                    vi.type.tensor_type.elem_type)
+    for t in graph.initializer:
+        infos[t.name] = TensorInfo(tuple(t.dims), t.data_type)
+    return infos
+
+
+def _constant_info(node) -> TensorInfo | None:
+    """Shape and type of a Constant node's value, from its attribute."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return TensorInfo(tuple(attr.t.dims), attr.t.data_type)
+        if attr.name == "sparse_value":
+            return TensorInfo(tuple(attr.sparse_tensor.dims), attr.sparse_tensor.values.data_type)
+        scalars = {"value_float": (1, ()), "value_int": (7, ()), "value_string": (8, ())}
+        if attr.name in scalars:
+            return TensorInfo(scalars[attr.name][1], scalars[attr.name][0])
+        lists = {"value_floats": (1, len(attr.floats)), "value_ints": (7, len(attr.ints)),
+                 "value_strings": (8, len(attr.strings))}
+        if attr.name in lists:
+            return TensorInfo((lists[attr.name][1],), lists[attr.name][0])
+    return None
+
+
+def load_onnx(path: str, inputs: Sequence[str] | None = None,
+              batch_size: int | None = None) -> OnnxGraph:
+    """Load ``path`` without its weights, validate it, bind ``inputs`` ('NAME=1x3x224x224') and
+    infer every tensor's shape."""
+    import onnx
+
+    model = _read_model(path)
+    opsets = _opsets(model, path)
+    _check_domains(model, opsets, path)
+    _check_external_data(model, path)
+    drop_weight_values(model)
+    _check(path)
+    bind_inputs(model, inputs or [], batch_size, path)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                     data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
+        shapes = ", ".join(f"{vi.name}={_shape_text(_dims(vi) or [])}"
+                           for vi in model.graph.input)
+        raise UserError(f"{path}: shape inference failed for inputs {shapes}: "
+                        f"{_first_line(exc)}") from exc
+    graph = inferred.graph
+    tensors = _tensor_infos(inferred)
+    resident = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS and node.output:
+            info = _constant_info(node)
+            if info is not None:
+                tensors[node.output[0]] = info
+            resident.add(node.output[0])
+    captures = {i: c for i, n in enumerate(graph.node) if (c := _subgraph_captures(n))}
+    real_inputs = [vi.name for vi in graph.input if vi.name not in resident]
+    order = topological_order(graph.node, set(real_inputs) | resident, captures, path)
+    nodes = [graph.node[i] for i in order]
+    implicit = {new: captures[old] for new, old in enumerate(order) if old in captures}
+    return OnnxGraph(path=path, name=os.path.basename(path), model=inferred, opsets=opsets,
+                     nodes=nodes, tensors=tensors, initializers=resident, inputs=real_inputs,
+                     outputs=[o.name for o in graph.output], implicit_inputs=implicit)

@@ -1,0 +1,247 @@
+"""Charts (renderers/charts.py) as inline SVG strings: no script, no library, no request.
+
+Every bar, point and segment is an element of class ``ls-mark`` with a ``<title>`` (the
+browser's own tooltip; report.js turns it into a faster one). Layout is in SVG user units; the
+element scales to the page width through its viewBox.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+from layerscope.core.units import si
+from layerscope.renderers.charts import Chart, Point
+
+WIDTH = 960
+PLOT_HEIGHT = 260
+LEFT, RIGHT = 74, 18
+CHAR = 6.2  # approximate width of a character at font-size 11
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def fmt_tick(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        text = si(v, 2)
+        num, suffix = text[:-1], text[-1]
+        if "." in num:
+            num = num.rstrip("0").rstrip(".")
+        return num + suffix
+    return f"{v:.3g}"
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    n = max(int(math.ceil((hi - start) / step - 1e-9)), 1)
+    return [round(start + i * step, 12) for i in range(n + 1)]
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if a == b:
+        b += 1
+    return [10.0 ** k for k in range(a, b + 1)]
+
+
+class _Scale:
+    def __init__(self, lo, hi, a, b, log=False):
+        self.log = log
+        self.lo, self.hi = (math.log10(lo), math.log10(hi)) if log else (lo, hi)
+        if self.hi == self.lo:
+            self.hi = self.lo + 1
+        self.a, self.b = a, b
+
+    def __call__(self, v):
+        if self.log:
+            v = math.log10(max(v, 1e-300))
+        return self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a)
+
+
+def _legend(chart: Chart, top: float) -> tuple[list[str], float]:
+    entries = [(s.name, s.color, s.dashed) for s in chart.series]
+    if len(entries) == 1 and not chart.guides and chart.kind in ("bars", "lines"):
+        entries = []
+    entries += [(g.name, g.color, True) for g in chart.guides]
+    if not entries:
+        return [], 0.0
+    out, x, y = [], LEFT, top + 10
+    for name, color, dashed in entries:
+        w = 18 + CHAR * len(name) + 14
+        if x + w > WIDTH - RIGHT and x > LEFT:
+            x, y = LEFT, y + 16
+        if dashed:
+            out.append(f'<line x1="{x:.1f}" y1="{y - 4:.1f}" x2="{x + 12:.1f}" y2="{y - 4:.1f}" '
+                       f'stroke="{color}" stroke-width="2" stroke-dasharray="4 2"/>')
+        else:
+            out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
+                       f'fill="{color}"/>')
+        out.append(f'<text x="{x + 16:.1f}" y="{y:.1f}" class="ls-legend">{_e(name)}</text>')
+        x += w
+    return out, y - top + 8
+
+
+def _title(tip: str) -> str:
+    return f"<title>{_e(tip)}</title>" if tip else ""
+
+
+def svg_chart(chart: Chart) -> str:
+    parts: list[str] = []
+    y = 22.0
+    parts.append(f'<text x="{LEFT}" y="{y}" class="ls-chart-title">{_e(chart.title)}</text>')
+    if chart.note:
+        y += 16
+        parts.append(f'<text x="{LEFT}" y="{y}" class="ls-note">{_e(chart.note)}</text>')
+    legend, lh = _legend(chart, y + 4)
+    parts += legend
+    hot_any = any(p.hot for s in chart.series for p in s.points)
+    labels = any(p.label for s in chart.series for p in s.points)
+    top = y + 4 + lh + (26 if labels and chart.kind == "bars" else 12)
+    cats = chart.categories
+    show_cats = chart.kind in ("bars", "stacked") and 0 < len(cats) <= 40
+    band0 = (WIDTH - RIGHT - LEFT) / max(len(cats), 1)
+    rotate = show_cats and (len(cats) > 8 or max(len(c) for c in cats) * CHAR > band0 * 0.9)
+    longest = min(max((len(c) for c in cats), default=0), 24)
+    bottom_pad = (30 + longest * CHAR * 0.72 if rotate else 44) if show_cats else 44
+    plot_top, plot_bottom = top, top + PLOT_HEIGHT
+    height = plot_bottom + bottom_pad
+    x0, x1 = LEFT, WIDTH - RIGHT
+
+    # y domain
+    ys = []
+    for s in chart.series + chart.guides:
+        for p in s.points:
+            ys += [v for v in (p.y, p.lo, p.hi) if v is not None]
+    if chart.kind == "stacked":
+        n = len(cats)
+        ys = [sum(s.points[i].y for s in chart.series if i < len(s.points)) for i in range(n)]
+    if chart.log_y:
+        pos = [v for v in ys if v > 0] or [1.0]
+        yt = log_ticks(min(pos), max(pos))
+        sy = _Scale(yt[0], yt[-1], plot_bottom, plot_top, log=True)
+    else:
+        ymax = max(ys, default=1.0) or 1.0
+        yt = nice_ticks(0.0, ymax * 1.04)
+        sy = _Scale(0.0, yt[-1], plot_bottom, plot_top)
+    # grid and y axis
+    for t in yt:
+        py = sy(t)
+        parts.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" class="ls-grid"/>')
+        parts.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" class="ls-tick" '
+                     f'text-anchor="end">{_e(fmt_tick(t))}</text>')
+    parts.append(f'<text transform="translate(16,{(plot_top + plot_bottom) / 2:.1f}) '
+                 f'rotate(-90)" class="ls-axis-label" text-anchor="middle">'
+                 f'{_e(chart.y_label)}</text>')
+    parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{height - 8:.1f}" class="ls-axis-label" '
+                 f'text-anchor="middle">{_e(chart.x_label)}</text>')
+
+    if chart.kind in ("bars", "stacked"):
+        n = max(len(cats), 1)
+        band = (x1 - x0) / n
+        bw = min(max(band * 0.8, 0.6), 140.0)
+
+        def bx(i):
+            return x0 + band * i + (band - bw) / 2
+
+        if chart.kind == "bars":
+            for s in chart.series:
+                for p in s.points:
+                    parts.append(_bar(p, s.color, bx(p.x), bw, sy, plot_bottom, hot_any))
+        else:
+            base = [0.0] * n
+            for s in chart.series:
+                for p in s.points:
+                    i = int(p.x)
+                    ytop, ybot = sy(base[i] + p.y), sy(base[i])
+                    base[i] += p.y
+                    if p.y <= 0:
+                        continue
+                    parts.append(f'<rect class="ls-mark" x="{bx(i):.2f}" y="{ytop:.2f}" '
+                                 f'width="{bw:.2f}" height="{max(ybot - ytop, 0.5):.2f}" '
+                                 f'fill="{s.color}">{_title(p.tip)}</rect>')
+        if show_cats:
+            for i, c in enumerate(cats):
+                cx = x0 + band * (i + 0.5)
+                label = c if len(c) <= 24 else c[:23] + "…"
+                if rotate:
+                    parts.append(f'<text transform="translate({cx + 3:.1f},{plot_bottom + 12}) '
+                                 f'rotate(-45)" class="ls-tick" text-anchor="end">'
+                                 f'{_e(label)}</text>')
+                else:
+                    parts.append(f'<text x="{cx:.1f}" y="{plot_bottom + 16}" class="ls-tick" '
+                                 f'text-anchor="middle">{_e(label)}</text>')
+    else:
+        xs = [p.x for s in chart.series + chart.guides for p in s.points]
+        if chart.log_x:
+            pos = [v for v in xs if v > 0] or [1.0]
+            lo, hi = min(pos), max(pos)
+            pad = (hi / lo) ** 0.04 if hi > lo else 2.0
+            sx = _Scale(lo / pad, hi * pad, x0, x1, log=True)
+            xt = chart.x_ticks or log_ticks(lo, hi)
+        else:
+            lo, hi = min(xs), max(xs)
+            pad = (hi - lo) * 0.04 or 0.5
+            sx = _Scale(lo - pad, hi + pad, x0, x1)
+            xt = chart.x_ticks or nice_ticks(lo, hi)
+        for t in xt:
+            px = sx(t)
+            if x0 - 0.5 <= px <= x1 + 0.5:
+                parts.append(f'<line x1="{px:.1f}" y1="{plot_top}" x2="{px:.1f}" '
+                             f'y2="{plot_bottom}" class="ls-grid"/>')
+                parts.append(f'<text x="{px:.1f}" y="{plot_bottom + 16}" class="ls-tick" '
+                             f'text-anchor="middle">{_e(fmt_tick(t))}</text>')
+        for g in chart.guides:
+            pts = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in g.points)
+            parts.append(f'<polyline points="{pts}" fill="none" stroke="{g.color}" '
+                         f'stroke-width="1.5" stroke-dasharray="6 3"/>')
+        for s in chart.series:
+            if chart.kind == "lines" and len(s.points) > 1:
+                pts = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in s.points)
+                dash = ' stroke-dasharray="6 3"' if s.dashed else ""
+                parts.append(f'<polyline points="{pts}" fill="none" stroke="{s.color}" '
+                             f'stroke-width="2"{dash}/>')
+            for p in s.points:
+                cx, cy = sx(p.x), sy(p.y)
+                if p.lo is not None and p.hi is not None:
+                    parts.append(f'<line x1="{cx:.1f}" y1="{sy(p.lo):.1f}" x2="{cx:.1f}" '
+                                 f'y2="{sy(p.hi):.1f}" stroke="{s.color}" stroke-width="1.5"/>')
+                r = 6 if p.hot else (4 if chart.kind == "scatter" else 3.5)
+                stroke = ' stroke="#222" stroke-width="1.5"' if p.hot else \
+                    ' stroke="#fff" stroke-width="0.8"'
+                parts.append(f'<circle class="ls-mark" cx="{cx:.1f}" cy="{cy:.1f}" r="{r}" '
+                             f'fill="{s.color}"{stroke}>{_title(p.tip)}</circle>')
+                if p.label:
+                    parts.append(f'<text x="{cx + 8:.1f}" y="{cy + 4:.1f}" class="ls-hot-label">'
+                                 f'{_e(p.label)}</text>')
+    parts.append(f'<line x1="{x0}" y1="{plot_bottom}" x2="{x1}" y2="{plot_bottom}" '
+                 f'class="ls-axis"/>')
+    parts.append(f'<line x1="{x0}" y1="{plot_top}" x2="{x0}" y2="{plot_bottom}" '
+                 f'class="ls-axis"/>')
+    return (f'<svg class="ls-chart" data-chart="{_e(chart.id)}" role="img" '
+            f'aria-label="{_e(chart.title)}" viewBox="0 0 {WIDTH} {height:.0f}" '
+            f'xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>")
+
+
+def _bar(p: Point, color: str, x: float, w: float, sy, base: float, hot_any: bool) -> str:
+    top = sy(max(p.y, 0.0))
+    h = max(base - top, 0.5 if p.y > 0 else 0.0)
+    style = ' stroke="#222" stroke-width="1.2"' if p.hot else (
+        ' fill-opacity="0.55"' if hot_any else "")
+    out = (f'<rect class="ls-mark{" ls-hot" if p.hot else ""}" x="{x:.2f}" y="{base - h:.2f}" '
+           f'width="{w:.2f}" height="{h:.2f}" fill="{color}"{style}>{_title(p.tip)}</rect>')
+    if p.lo is not None and p.hi is not None and w >= 3:
+        cx = x + w / 2
+        out += (f'<line x1="{cx:.2f}" y1="{sy(p.lo):.2f}" x2="{cx:.2f}" y2="{sy(p.hi):.2f}" '
+                f'class="ls-whisker"/>')
+    if p.label:
+        out += (f'<text transform="translate({x + w / 2:.1f},{base - h - 4:.1f}) rotate(-30)" '
+                f'class="ls-hot-label">{_e(p.label)}</text>')
+    return out

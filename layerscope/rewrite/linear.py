@@ -1,0 +1,43 @@
+"""A standalone Linear layer as an ONNX graph: Y = X @ W (+ B), seeded random weights."""
+from __future__ import annotations
+
+import numpy as np
+
+from layerscope.errors import UserError
+from layerscope.rewrite.onnx_io import require_onnx
+
+OPSET = 17
+IR_VERSION = 8  # the IR version that goes with opset 17; onnxruntime 1.31 reads <= 13
+
+
+def linear_model(m: int, k: int, n: int, *, bias: bool = True, seed: int = 0):
+    """X (m x k, float32) -> MatMul with W (k x n) [-> Add B (n)] -> Y (m x n).
+
+    Weights are uniform in +-1/sqrt(k) (nn.Linear's initialisation) from numpy's seeded
+    generator, so the same arguments always give the same file.
+    """
+    onnx = require_onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise UserError(f"--{name} must be a whole number of at least 1, got {v!r}")
+    rng = np.random.default_rng(seed)
+    bound = 1.0 / np.sqrt(k)
+    w = rng.uniform(-bound, bound, size=(k, n)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "weight")]
+    nodes = [helper.make_node("MatMul", ["X", "weight"], ["XW" if bias else "Y"], name="MatMul")]
+    if bias:
+        b = rng.uniform(-bound, bound, size=(n,)).astype(np.float32)
+        inits.append(numpy_helper.from_array(b, "bias"))
+        nodes.append(helper.make_node("Add", ["XW", "bias"], ["Y"], name="Add"))
+    graph = helper.make_graph(
+        nodes, "linear",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="layerscope")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,75 @@
+"""Loading and saving ONNX files: bad files become one-line UserErrors, writes are atomic."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from layerscope.errors import UserError
+
+# onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).
+MAX_IR_VERSION = 13
+
+
+def require_onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise UserError("this needs the onnx package: pip install 'layerscope[onnx]'") from None
+    return onnx
+
+
+def require_onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise UserError("this needs onnxruntime: pip install 'layerscope[onnx]'") from None
+    return onnxruntime
+
+
+def check_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory, not an ONNX file")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{path} is empty: expected an ONNX model")
+
+
+def load_onnx(path: str):
+    """Load an ONNX file (with its external data) or raise a one-line UserError."""
+    onnx = require_onnx()
+    check_file(path)
+    try:
+        model = onnx.load(path)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"{path} is not an ONNX model ({first})") from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
+        raise UserError(f"{path} is not an ONNX model (no IR version, graph or opset)")
+    return model
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write to a temporary file beside ``path`` and rename it: never a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".onnx", dir=directory)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_onnx(model, path: str) -> None:
+    try:
+        data = model.SerializeToString()
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise UserError(f"cannot write {path}: the model is over protobuf's 2 GB limit "
+                        "(external data is not supported by this command)") from exc
+    write_bytes_atomic(path, data)

@@ -1,0 +1,174 @@
+"""Small hand-made results of every kind with fixed numbers: deterministic input for golden
+tables, HTML, PNG and schema tests (no model is run)."""
+from __future__ import annotations
+
+from layerscope.core.optable import OpRow, OpTable
+from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
+
+ENV = {"cpu": "Test CPU 3000", "cores": 8, "torch_threads": 4, "os": "Linux-test",
+       "python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1", "cuda": None,
+       "cuda_available": False, "gpu": None, "executable": "/usr/bin/python3"}
+
+
+def timing(median_ms: float, spread: float = 0.1, n: int = 10) -> dict:
+    m = median_ms / 1e3
+    return {"median_s": m, "p10_s": m * (1 - spread), "p90_s": m * (1 + spread), "mean_s": m,
+            "std_s": m * spread / 2, "iqr_s": m * spread, "n": n}
+
+
+def _rows() -> list[LayerRow]:
+    return [
+        LayerRow("conv1", "Conv2d", 1, 1, [[1, 3, 32, 32]], [[1, 16, 32, 32]], params=448,
+                 weight_bytes=1792, macs=442_368, flops=901_120, bytes_read=14_080,
+                 bytes_written=65_536, activation_bytes=65_536),
+        LayerRow("bn1", "BatchNorm2d", 1, 1, [[1, 16, 32, 32]], [[1, 16, 32, 32]], params=32,
+                 weight_bytes=128, buffer_bytes=136, flops=65_536, bytes_read=65_664,
+                 bytes_written=65_536, activation_bytes=65_536),
+        LayerRow("relu", "ReLU", 1, 1, [[1, 16, 32, 32]], [[1, 16, 32, 32]], flops=16_384,
+                 bytes_read=65_536, bytes_written=65_536, activation_bytes=65_536),
+        LayerRow("fc", "Linear", 1, 1, [[1, 16384]], [[1, 10]], params=163_850,
+                 weight_bytes=655_400, macs=163_840, flops=327_690, bytes_read=720_936,
+                 bytes_written=40, activation_bytes=40),
+    ]
+
+
+def _totals(rows) -> Totals:
+    return Totals(params=sum(r.params for r in rows), trainable_params=sum(r.params for r in rows),
+                  weight_bytes=sum(r.weight_bytes for r in rows), buffer_bytes=136,
+                  macs=sum(r.macs for r in rows), flops=sum(r.flops for r in rows),
+                  bytes_read=sum(r.bytes_read for r in rows),
+                  bytes_written=sum(r.bytes_written for r in rows),
+                  activation_bytes=sum(r.activation_bytes for r in rows),
+                  peak_activation_bytes=143_360, input_bytes=12_288, output_bytes=40)
+
+
+def analyze_report() -> Report:
+    rows = _rows()
+    return Report("tinynet", "torch", [{"shape": [1, 3, 32, 32], "dtype": "float32"}],
+                  _totals(rows), rows, [UncountedOp("aten::weird_op", 2)], op_coverage=0.96,
+                  settings={"mode": "inference", "depth": None}, environment=dict(ENV),
+                  notes=["a hand-made report"])
+
+
+def profile_report() -> Report:
+    rows = _rows()
+    medians = {"conv1": 0.250, "bn1": 0.040, "relu": 0.020, "fc": 0.090}  # ms
+    e2e = 0.420  # ms
+    order = sorted(medians, key=lambda k: -medians[k])
+    peak, bw = 100e9, 20e9
+    for row in rows:
+        sec = medians[row.name] / 1e3
+        row.time = timing(medians[row.name])
+        row.share = medians[row.name] / e2e
+        row.rank = order.index(row.name) + 1
+        moved = row.bytes_read + row.bytes_written
+        row.achieved = {"gmacs_per_s": row.macs / sec / 1e9, "gflops_per_s": row.flops / sec / 1e9,
+                        "gbytes_per_s": moved / sec / 1e9}
+        intensity = row.flops / moved
+        attainable = min(peak, bw * intensity)
+        row.roofline = {"intensity": intensity,
+                        "bound": "memory" if intensity < peak / bw else "compute",
+                        "attainable_flops": attainable, "achieved_flops": row.flops / sec,
+                        "pct_of_roof": row.flops / sec / attainable}
+    r = Report("tinynet", "torch", [{"shape": [1, 3, 32, 32], "dtype": "float32"}],
+               _totals(rows), rows, op_coverage=1.0,
+               settings={"mode": "inference", "depth": None, "device": "cpu", "threads": 4,
+                         "warmup": 5, "runs": 10, "batch_size": 1, "backward": False},
+               environment=dict(ENV), kind="profile")
+    r.end_to_end = timing(e2e) | {"throughput_per_s": 1 / (e2e / 1e3),
+                                  "instrumented": timing(0.441)}
+    r.overhead = 0.441 / e2e - 1
+    r.coverage = sum(medians.values()) / e2e
+    r.by_type = [{"type": row.type, "layers": 1, "macs": row.macs,
+                  "time": timing(medians[row.name]), "share": medians[row.name] / e2e}
+                 for row in sorted(rows, key=lambda x: -medians[x.name])]
+    r.roofline = {"device": "cpu", "dtype": "float32", "threads": 4, "peak_flops": peak,
+                  "bandwidth": bw, "matmul_size": 2048, "copy_bytes": 1 << 29, "ridge": peak / bw}
+    return r
+
+
+def ops_table() -> OpTable:
+    rows = [OpRow("aten::mkldnn_convolution", 1, 2.5e-4, 2.6e-4, 2.6e-4, 0.625, "[[1, 3, 32, 32]]"),
+            OpRow("aten::addmm", 1, 9.0e-5, 9.5e-5, 9.5e-5, 0.225),
+            OpRow("aten::native_batch_norm", 1, 4.0e-5, 4.2e-5, 4.2e-5, 0.1),
+            OpRow("aten::relu", 1, 2.0e-5, 2.1e-5, 2.1e-5, 0.05)]
+    return OpTable("tinynet", "cpu", "self", 5, rows, total_self_s=4.0e-4, ops_total=9,
+                   settings={"memory": False, "group_by_shape": False}, environment=dict(ENV))
+
+
+def sweep_report():
+    from layerscope.analysis.sweep import SweepCell, SweepReport
+
+    cells = []
+    base = None
+    for threads in (1, 2):
+        for batch in (1, 4, 16):
+            median = (0.5 + 0.1 * batch) / (1.6 if threads == 2 else 1.0)  # ms
+            c = SweepCell("cpu", "eager", "float32", threads, batch, latency=timing(median),
+                          throughput_per_s=batch / (median / 1e3),
+                          by_type=[{"type": "Conv2d", "share": 0.6},
+                                   {"type": "Linear", "share": 0.25}])
+            base = base or c
+            c.speedup = c.throughput_per_s / base.throughput_per_s
+            c.within_noise = c is base
+            cells.append(c)
+    cells.append(SweepCell("cpu", "onnxruntime", "float32", 1, 1, status="error",
+                           error="ModuleNotFoundError: No module named 'onnxruntime'"))
+    return SweepReport("tinynet", cells, settings={"runs": 20, "warmup": 3,
+                                                   "inputs": [[1, 3, 32, 32]]},
+                       environment=dict(ENV))
+
+
+def _breakdown(ms: dict, steps: int, samples_per_step: int = 64) -> dict:
+    seconds = {p: v / 1e3 * steps for p, v in ms.items()}
+    wall = sum(seconds.values())
+    return {"seconds": seconds, "steps": steps, "samples": steps * samples_per_step,
+            "wall_s": wall, "throughput_per_s": steps * samples_per_step / wall}
+
+
+PHASE_MS = {"data": 1.5, "h2d": 0.1, "forward": 6.0, "loss": 0.3, "backward": 11.0,
+            "optimizer": 2.0, "other": 0.6}
+
+
+def train_report():
+    from layerscope.training.loop import TrainReport
+
+    epochs = [{"epoch": e, "step": 25 * e, "train_loss": 1.8 / e, "train_top1": 0.5 + 0.1 * e,
+               "lr": 0.001, "val_loss": 1.6 / e, "val_top1": 0.55 + 0.1 * e,
+               "val_top5": 0.9 + 0.02 * e, "epoch_seconds": 1.25} for e in (1, 2, 3)]
+    per_epoch = [_breakdown({p: v * (1.0 + 0.05 * i) for p, v in PHASE_MS.items()}, 25)
+                 for i in range(3)]
+    total = _breakdown(PHASE_MS, 75)
+    return TrainReport("digits-cnn", {"recipe": "digits-cnn", "device": "cpu", "seed": 0},
+                       "runs/digits-cnn-test", epochs, total, per_epoch,
+                       [0.0215] * 75, cpu_utilisation=1.85, peak_rss_bytes=512_000_000,
+                       peak_cuda_bytes=None, notes=["hand-made"], environment=dict(ENV))
+
+
+def ablation_report():
+    from layerscope.training.ablation import AblationReport, VariantResult
+
+    def ok(name, flags, scale, speedup, beyond):
+        ms = {p: v * scale for p, v in PHASE_MS.items()}
+        step = sum(ms.values()) / 1e3
+        return VariantResult(name, flags, repeats=[_breakdown(ms, 20)], step=timing(step * 1e3),
+                             phases_ms=ms, speedup=speedup, beyond_noise=beyond)
+
+    variants = [ok("baseline", [], 1.0, 1.0, None),
+                VariantResult("pin-memory", [], status="n/a", reason="n/a on cpu"),
+                ok("channels-last", ["--channels-last"], 0.8, 1.25, True),
+                ok("workers=2", ["--num-workers", "2"], 0.97, 1 / 0.97, False)]
+    return AblationReport("digits-cnn", "cpu", 30, 5, 1, variants, environment=dict(ENV))
+
+
+def activations_capture():
+    from layerscope.analysis.activations import ActivationCapture, ActivationStat
+
+    return ActivationCapture("tinynet", "Conv2d|fc", [
+        ActivationStat("conv1", "Conv2d", [1, 16, 32, 32], 0.0123, 0.456, 0.0),
+        ActivationStat("fc", "Linear", [1, 10], -0.5, 1.25, 0.1)])
+
+
+ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
+       "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
+       "activations": activations_capture}

@@ -1,0 +1,100 @@
+"""The published JSON schema (layerscope/schema/report.schema.json) accepts the JSON output of
+every command and rejects what a reader could not use."""
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from layerscope.core.results import KINDS
+from tests.helpers import run_cli
+from tests.sample_results import ALL
+
+
+@pytest.fixture(scope="module")
+def validator():
+    text = resources.files("layerscope.schema").joinpath("report.schema.json").read_text()
+    schema = json.loads(text)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _problems(validator, d):
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(d)]
+
+
+COMMANDS = [
+    ("analyze", ["analyze", "resnet20", "--depth", "2"]),
+    ("analyze-training", ["analyze", "mnist-cnn", "--mode", "training"]),
+    ("profile", ["profile", "resnet20", "--runs", "2", "--warmup", "1"]),
+    ("profile-backward", ["profile", "mnist-cnn", "--runs", "2", "--warmup", "1", "--backward",
+                          "--no-roofline"]),
+    ("ops", ["ops", "mnist-cnn", "--runs", "2", "--warmup", "1"]),
+    ("sweep", ["sweep", "mnist-cnn", "--batch-sizes", "1,2", "--runs", "2", "--warmup", "1"]),
+    ("train", ["train", "--steps", "2", "--no-eval", "--synthetic"]),
+    ("ablate", ["ablate", "digits-cnn", "--steps", "3", "--warmup-steps", "1", "--synthetic",
+                "--variants", "baseline,pin-memory"]),
+]
+
+
+@pytest.mark.parametrize("name,argv", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_command_json_output_validates(name, argv, validator, tmp_path):
+    out = tmp_path / "r.json"
+    extra = ["--out", str(tmp_path / "run")] if argv[0] == "train" else []
+    code, _, err = run_cli(*argv, *extra, "--format", "json", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["kind"] == argv[0] and d["schema_version"].startswith("1.")
+    assert _problems(validator, d) == []
+
+
+def test_activations_json_validates(validator, tmp_path):
+    code, out, err = run_cli("activations", "mnist-cnn", "--layers", "Conv2d",
+                             "-o", str(tmp_path / "a.npz"), "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["kind"] == "activations"
+    assert _problems(validator, d) == []
+
+
+@pytest.mark.parametrize("kind", list(ALL))
+def test_sample_results_validate(kind, validator):
+    assert _problems(validator, json.loads(json.dumps(ALL[kind]().to_dict()))) == []
+
+
+def test_kinds_in_schema_are_the_kinds_layerscope_reads(validator):
+    assert validator.schema["$defs"]["header"]["properties"]["kind"]["enum"] == list(KINDS)
+
+
+BROKEN = [
+    ("no-kind", lambda d: d.pop("kind"), "'kind' is a required property"),
+    ("unknown-kind", lambda d: d.update(kind="horoscope"), "is not one of"),
+    ("no-version", lambda d: d.pop("schema_version"), "'schema_version' is a required"),
+    ("newer-major", lambda d: d.update(schema_version="2.0"), "does not match"),
+    ("row-without-name", lambda d: d["layers"][0].pop("name"), "'name' is a required"),
+    ("macs-as-text", lambda d: d["layers"][0].update(macs="many"), "is not of type 'integer'"),
+    ("profile-without-timing", lambda d: d.pop("end_to_end"), "'end_to_end' is a required"),
+    ("bad-bound", lambda d: d["layers"][0]["roofline"].update(bound="cpu"), "is not one of"),
+]
+
+
+@pytest.mark.parametrize("name,breaks,message", BROKEN, ids=[b[0] for b in BROKEN])
+def test_schema_rejects_broken_results(name, breaks, message, validator):
+    d = json.loads(json.dumps(ALL["profile"]().to_dict()))
+    breaks(d)
+    problems = _problems(validator, d)
+    assert problems and any(message in p for p in problems), problems
+
+
+def test_schema_checks_each_kind_by_its_own_definition(validator):
+    d = ALL["ablate"]().to_dict()
+    d["variants"][0]["status"] = "maybe"
+    assert any("is not one of" in p for p in _problems(validator, d))
+    d = ALL["train"]().to_dict()
+    del d["breakdown"]["wall_s"]
+    assert any("'wall_s' is a required" in p for p in _problems(validator, d))
+    d = ALL["sweep"]().to_dict()
+    d["cells"][0]["batch_size"] = -1
+    assert _problems(validator, d)
