@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 from layerscope.errors import UserError
+from layerscope.renderers import write_atomic
 
 # onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).
 MAX_IR_VERSION = 13
@@ -49,27 +49,10 @@ def load_onnx(path: str):
     return model
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it: never a half-written file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".onnx", dir=directory)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_onnx(model, path: str) -> None:
     try:
         data = model.SerializeToString()
     except ValueError as exc:  # protobuf refuses messages over 2 GB
         raise UserError(f"cannot write {path}: the model is over protobuf's 2 GB limit "
                         "(external data is not supported by this command)") from exc
-    write_bytes_atomic(path, data)
+    write_atomic(path, data)
