@@ -129,8 +129,8 @@ def _seconds(s: float | None) -> str:
 def _cell(cell: dict, truth: int) -> str:
     if cell["macs"] is None:
         return cell["error"]
-    mark = "" if cell["contraction_macs"] == truth else \
-        f" ({(cell['contraction_macs'] - truth) / truth:+.4%})"
+    diff = cell["contraction_macs"] - truth
+    mark = "" if diff == 0 else f" ({diff:+,}: {diff / truth * 100:+.2g}%)"
     return f"{cell['contraction_macs']:,}{mark}{_seconds(cell['seconds'])}"
 
 

@@ -1,6 +1,5 @@
 """Model specs, default inputs, meta-device models, and leaving the model as it was."""
 import copy
-import resource
 import subprocess
 import sys
 
@@ -10,7 +9,6 @@ import torch.nn as nn
 
 import layerscope
 from layerscope.frontends import zoo
-from tests import models
 
 TINY_MACS = 2 * 8 * 8 * 8 * 3 * 3 * 3 + 2 * 512 * 10  # conv N*Cout*H*W*Cin*k*k + fc N*In*Out
 

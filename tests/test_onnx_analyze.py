@@ -73,6 +73,14 @@ def test_exported_models_count_like_pytorch(onnx_report, name):
         assert getattr(report.totals, key) == getattr(torch_totals, key), key
 
 
+def test_vit_counts_like_pytorch(onnx_report):
+    """A transformer graph (MatMul, Gemm, Gather, Transpose, Softmax, one-element scales):
+    MACs, parameters and weight bytes equal the PyTorch analysis (README reference counts)."""
+    totals = onnx_report("vit_b_16").totals
+    assert (totals.macs, totals.params, totals.weight_bytes) == (17_563_828_224, 86_567_656,
+                                                                 346_270_624)
+
+
 def test_rows_join_pytorch_modules_by_scope(onnx_report):
     """The dynamo exporter's name_scopes put each Conv on its module's row, with equal MACs."""
     from layerscope import analyze

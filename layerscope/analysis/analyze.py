@@ -1,7 +1,7 @@
 """``layerscope.analyze``: static cost of a PyTorch model as a Report."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn

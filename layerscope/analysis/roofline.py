@@ -68,6 +68,18 @@ def _best_time(fn, device: str, repeats: int) -> float:
     return best
 
 
+def _matmul_time(n: int, device: str, dtype: torch.dtype, repeats: int) -> float:
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    return _best_time(lambda: torch.mm(a, b), device, repeats)
+
+
+def _copy_time(elements: int, device: str, repeats: int) -> float:
+    src = torch.empty(elements, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    return _best_time(lambda: dst.copy_(src), device, repeats)
+
+
 def measure(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
             matmul_size: int | None = None, copy_mib: int | None = None,
             repeats: int = 5) -> Ceilings:
@@ -78,16 +90,9 @@ def measure(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: in
     if threads:
         torch.set_num_threads(threads)
     try:
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        t_mm = _best_time(lambda: torch.mm(a, b), device, repeats)
-        del a, b
-        elements = mib * 2**20 // 4
-        src = torch.empty(elements, dtype=torch.float32, device=device).fill_(1.0)
-        dst = torch.empty_like(src)
-        t_copy = _best_time(lambda: dst.copy_(src), device, repeats)
-        nbytes = 2 * src.numel() * src.element_size()  # read src + write dst
-        del src, dst
+        t_mm = _matmul_time(n, device, dtype, repeats)
+        nbytes = 2 * (mib * 2**20 // 4) * 4  # read src + write dst, fp32
+        t_copy = _copy_time(mib * 2**20 // 4, device, repeats)
         return Ceilings(device, str(dtype).removeprefix("torch."), torch.get_num_threads(),
                         2 * n**3 / t_mm, nbytes / t_copy, n, nbytes)
     finally:

@@ -4,11 +4,12 @@ handlers of ``layerscope.ops.onnx``, and fill the same Report as the PyTorch ana
 Per node (one row each, depth 1):
 - ``params``/``weight_bytes``: elements/bytes of the initializers (or Constant outputs) it reads
   as weights, each shared initializer counted once, by its first reader. Not weights: inputs the
-  op declares as constants (shapes, axes, pads, Clip bounds, Resize scales), scalars (rank 0),
-  and int32/int64/bool tensors. BatchNormalization's running mean and variance are buffers
+  op declares as constants (shapes, axes, pads, Clip bounds, Resize scales), one-element tensors
+  (exporters' scales and epsilons; a one-element parameter such as PReLU's default slope is
+  missed), and int32/int64/bool tensors. BatchNormalization's running mean and variance are buffers
   (``buffer_bytes``), as in PyTorch.
 - ``bytes_read`` = bytes of every input it reads (activations and weights) except inputs that
-  act as attributes (declared constant slots, resident scalars), ``bytes_written`` = bytes of
+  act as attributes (declared constant slots, resident one-element tensors), ``bytes_written`` = bytes of
   its outputs, ``activation_bytes`` = bytes of the new tensors it creates. Views
   (Reshape, Flatten, Squeeze, Unsqueeze, Identity, inference Dropout) have all three at zero and
   share their input's buffer.
@@ -95,12 +96,17 @@ def _root(walk: Walk, name: str) -> str:
 
 def _attribute_like(g: OnnxGraph, walk: Walk, entry, slot: int, name: str) -> bool:
     """Inputs that play the part of attributes: the op's declared constant slots (shape, axes,
-    pads, Clip bounds, ...) and resident scalars (rank-0 initializers). PyTorch ops take these
-    as Python numbers, so they are neither parameters nor memory traffic."""
+    pads, Clip bounds, ...) and resident one-element tensors. PyTorch ops take these as Python
+    numbers, so they are neither parameters nor memory traffic."""
     if entry is not None and slot in entry.constants:
         return True
     r = _root(walk, name)
-    return r in g.initializers and g.tensors.get(r) is not None and g.tensors[r].shape == ()
+    return r in g.initializers and _is_scalar(g.tensors.get(r))
+
+
+def _is_scalar(info: TensorInfo | None) -> bool:
+    # rank 0 or one element: exporters' constants (a scale, an epsilon, a Clip bound)
+    return info is not None and info.shape is not None and _numel(info.shape) == 1
 
 
 def _claim_weights(g: OnnxGraph, walk: Walk, node, entry) -> tuple[int, int, int]:
@@ -113,7 +119,7 @@ def _claim_weights(g: OnnxGraph, walk: Walk, node, entry) -> tuple[int, int, int
         if not r or r not in g.initializers or r in walk.claimed:
             continue
         info = g.tensors.get(r)
-        if (slot in constants or info is None or info.shape is None or info.shape == ()
+        if (slot in constants or info is None or info.shape is None or _is_scalar(info)
                 or info.elem_type in NON_WEIGHT_TYPES):
             continue
         walk.claimed.add(r)

@@ -19,7 +19,7 @@ import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn as nn

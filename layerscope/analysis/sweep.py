@@ -15,12 +15,13 @@ import os
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn as nn
 
+from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -47,7 +48,7 @@ class SweepCell:
 
 
 @dataclass
-class SweepReport:
+class SweepReport(ResultDocument):
     model: str
     cells: list[SweepCell]
     settings: dict[str, Any] = field(default_factory=dict)
@@ -55,25 +56,12 @@ class SweepReport:
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SweepReport":
-        d = dict(d)
-        d["cells"] = [SweepCell(**c) for c in d["cells"]]
-        return cls(**d)
+    _row_types: ClassVar[dict[str, type]] = {"cells": SweepCell}
 
     def __rich__(self):
         from layerscope.renderers.terminal import render_sweep
 
         return render_sweep(self)
-
-    def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
-
-        return render_html_table(self)
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,

@@ -1,9 +1,10 @@
 """Operator tables (torch.profiler's view): one row per aten op (optionally per input shape)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 
 
@@ -21,7 +22,7 @@ class OpRow:
 
 
 @dataclass
-class OpTable:
+class OpTable(ResultDocument):
     model: str
     device: str
     sort: str
@@ -35,23 +36,9 @@ class OpTable:
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d = {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
-        return d
+    _row_types: ClassVar[dict[str, type]] = {"rows": OpRow}
 
     def __rich__(self):
         from layerscope.renderers.terminal import render_ops
 
         return render_ops(self)
-
-    def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
-
-        return render_html_table(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "OpTable":
-        d = dict(d)
-        d["rows"] = [OpRow(**r) for r in d["rows"]]
-        return cls(**d)

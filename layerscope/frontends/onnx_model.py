@@ -165,23 +165,44 @@ _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_da
                 "uint64_data", "string_data")
 
 
-def drop_weight_values(model) -> None:
+def drop_weight_values(model) -> list[str]:
     """Free the values of embedded weights (dims and type stay): nothing here reads them, and
-    shape inference would otherwise serialise and copy every weight byte."""
+    shape inference would otherwise serialise and copy every weight byte. Returns the names of
+    the initializers that now hold no values (these and the external ones)."""
+    from onnx.external_data_helper import uses_external_data
+
+    valueless = []
     for t in model.graph.initializer:
-        if math.prod(t.dims) > KEEP_VALUES_UP_TO:
+        if uses_external_data(t):
+            valueless.append(t.name)
+        elif math.prod(t.dims) > KEEP_VALUES_UP_TO:
             for name in _DATA_FIELDS:
                 t.ClearField(name)
+            valueless.append(t.name)
+    return valueless
 
 
-def _check(path: str) -> None:
-    """onnx's checker, given the path: external data then resolves beside the model (given a
-    ModelProto it looks in the working directory), and our copy may have its weight values
-    dropped. It reads the file once more (transiently) and never reads external data."""
+def _check(model, valueless: Sequence[str], path: str) -> None:
+    """onnx's checker on a skeleton of the model: initializers without values (dropped or
+    external) become graph inputs of the same type and shape, so the checker neither rejects the
+    missing bytes nor looks for external files (from a ModelProto it would look in the working
+    directory; _check_external_data has checked them beside the model)."""
     import onnx
 
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)
+    graph = skeleton.graph
+    moved = set(valueless)
+    kept = [t for t in graph.initializer if t.name not in moved]
+    listed = {vi.name for vi in graph.input}
+    for t in graph.initializer:
+        if t.name in moved and t.name not in listed:
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                  list(t.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     try:
-        onnx.checker.check_model(path)
+        onnx.checker.check_model(skeleton)
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise UserError(f"{path} is not a valid ONNX model: {_first_line(exc)}") from exc
 
@@ -361,8 +382,7 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
     opsets = _opsets(model, path)
     _check_domains(model, opsets, path)
     _check_external_data(model, path)
-    drop_weight_values(model)
-    _check(path)
+    _check(model, drop_weight_values(model), path)
     bind_inputs(model, inputs or [], batch_size, path)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,

@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 
+from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -44,7 +45,7 @@ class VariantResult:
 
 
 @dataclass
-class AblationReport:
+class AblationReport(ResultDocument):
     recipe: str
     device: str
     steps: int
@@ -55,25 +56,12 @@ class AblationReport:
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AblationReport":
-        d = dict(d)
-        d["variants"] = [VariantResult(**v) for v in d["variants"]]
-        return cls(**d)
+    _row_types: ClassVar[dict[str, type]] = {"variants": VariantResult}
 
     def __rich__(self):
         from layerscope.renderers.training import render_ablation
 
         return render_ablation(self)
-
-    def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
-
-        return render_html_table(self)
 
 
 def variant_flags(name: str, device: str) -> list[str] | None:

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, RandomSampler
 
+from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.environment import environment
 from layerscope.errors import UserError
@@ -70,7 +71,7 @@ class TrainConfig:
 
 
 @dataclass
-class TrainReport:
+class TrainReport(ResultDocument):
     recipe: str
     config: dict[str, Any]
     run_dir: str
@@ -86,15 +87,6 @@ class TrainReport:
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainReport":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
     @property
     def final(self) -> dict[str, Any] | None:
         return self.epochs[-1] if self.epochs else None
@@ -103,12 +95,6 @@ class TrainReport:
         from layerscope.renderers.training import render_train
 
         return render_train(self)
-
-    def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
-
-        return render_html_table(self)
-
 
 Callback = Callable[..., None]
 
