@@ -19,6 +19,10 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--backward", action="store_true",
                    help="also time the backward pass, charged to the module whose forward made it")
+    p.add_argument("--optimization", choices=["disabled", "basic", "extended", "all"],
+                   default="disabled",
+                   help="ONNX models: onnxruntime's graph optimisation level (fused nodes are "
+                        "reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
     add_output(p)
@@ -28,6 +32,21 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.runtime import profile
 
+    if args.model.lower().endswith(".onnx"):
+        from layerscope.analysis.ort_profile import profile_onnx
+
+        if args.device != "cpu" or args.backward or args.depth is not None or args.dtype:
+            from layerscope.errors import UserError
+
+            raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
+                            "--backward, --depth and --dtype do not apply")
+        with progress_bar(f"profiling {args.model}") as progress:
+            report = profile_onnx(args.model, args.input, batch_size=args.batch_size,
+                                  runs=args.runs, warmup=args.warmup, threads=args.threads,
+                                  optimization=args.optimization,
+                                  roofline=not args.no_roofline, progress=progress)
+        emit(report, args)
+        return 0
     with progress_bar(f"profiling {args.model}") as progress:
         report = profile(args.model, args.input, batch_size=args.batch_size, device=args.device,
                          threads=args.threads, runs=args.runs, min_time=args.min_time,

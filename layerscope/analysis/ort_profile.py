@@ -1,0 +1,182 @@
+"""``layerscope profile model.onnx``: onnxruntime's per-node latency joined with each node's
+static cost.
+
+Method (REFERENCES.md "ONNX and onnxruntime"):
+- two sessions on the same model: a bare one and one with ``enable_profiling``; after warm-up
+  their runs alternate, so ``end_to_end`` comes from the bare session and ``overhead`` compares
+  the two, as in ``layerscope profile`` for PyTorch;
+- the profiled session's Chrome-trace events are split into runs by its ``model_run`` events;
+  warm-up runs are dropped; a node's time per run is the sum of its ``*_kernel_time`` events;
+- ``session.disable_prepacking`` keeps weights visible; at ``--optimization disabled`` (the
+  default) nodes keep their names and join the static rows one to one; at higher levels,
+  nodes onnxruntime fused or created appear as rows of their own, marked "(fused)".
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+from layerscope.core.report import LayerRow, Report
+from layerscope.core.stats import TimingStats
+from layerscope.errors import UserError
+
+LEVELS = ("disabled", "basic", "extended", "all")
+_NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
+          "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8,
+          "bool": np.bool_}
+
+
+def _options(level: str, threads: int | None, profile_dir: str | None):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    if profile_dir:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(profile_dir, "ort")
+    return opts
+
+
+def _feeds(report: Report, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in report.inputs:
+        dtype = _NUMPY.get(spec["dtype"], np.float32)
+        shape = spec["shape"]
+        feeds[spec["name"]] = (rng.standard_normal(shape).astype(dtype)
+                               if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype))
+    return feeds
+
+
+def _node_times(events: list[dict], warmup: int) -> list[dict[str, tuple[float, str, str]]]:
+    """Per measured run: node name -> (seconds, op_name, provider)."""
+    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+                  key=lambda e: e["ts"])
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in runs][warmup:]
+    per_run: list[dict[str, tuple[float, str, str]]] = [dict() for _ in windows]
+    starts = [w[0] for w in windows]
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        i = int(np.searchsorted(starts, e["ts"], side="right")) - 1
+        if i < 0 or e["ts"] > windows[i][1]:
+            continue
+        name = e["name"][: -len("_kernel_time")]
+        args = e.get("args", {})
+        seconds, op, provider = per_run[i].get(name, (0.0, args.get("op_name", "?"),
+                                                       args.get("provider", "?")))
+        per_run[i][name] = (seconds + e["dur"] / 1e6, op, provider)
+    return per_run
+
+
+def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None,
+                 runs: int | None = None, warmup: int = 5, threads: int | None = None,
+                 optimization: str = "disabled", roofline: bool = True, seed: int = 0,
+                 progress: Callable[[int, int], None] | None = None) -> Report:
+    import onnxruntime as ort
+
+    from layerscope.analysis.analyze import analyze
+
+    if optimization not in LEVELS:
+        raise UserError(f"unknown --optimization {optimization!r}: use {', '.join(LEVELS)}")
+    runs = 30 if runs is None else runs
+    if runs < 1 or warmup < 0:
+        raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    report = analyze(path, inputs, batch_size=batch_size)
+    feeds = _feeds(report, seed)
+    with tempfile.TemporaryDirectory(prefix="layerscope-ort-") as tmp:
+        try:
+            bare = ort.InferenceSession(path, _options(optimization, threads, None),
+                                        providers=["CPUExecutionProvider"])
+            profiled = ort.InferenceSession(path, _options(optimization, threads, tmp),
+                                            providers=["CPUExecutionProvider"])
+            for _ in range(warmup):
+                bare.run(None, feeds)
+                profiled.run(None, feeds)
+            bare_s, prof_s = [], []
+            for i in range(runs):
+                order = (bare, profiled) if i % 2 == 0 else (profiled, bare)
+                for session in order:
+                    t0 = time.perf_counter()
+                    session.run(None, feeds)
+                    (bare_s if session is bare else prof_s).append(time.perf_counter() - t0)
+                if progress:
+                    progress(i + 1, runs)
+            trace_path = profiled.end_profiling()
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UserError(f"{path}: onnxruntime could not run the model: {first}") from exc
+        with open(trace_path, encoding="utf-8") as f:
+            events = json.load(f)
+    per_run = _node_times(events, warmup)
+    _join(report, per_run, TimingStats.of(bare_s), TimingStats.of(prof_s))
+    report.kind = "profile"
+    report.settings.update({"device": "cpu", "backend": "onnxruntime",
+                            "optimization": optimization, "warmup": warmup, "runs": runs,
+                            "threads": threads or "onnxruntime default",
+                            "batch_size": report.inputs[0]["shape"][0]
+                            if report.inputs and report.inputs[0]["shape"] else None})
+    if roofline:
+        import torch
+
+        from layerscope.analysis.runtime import _place_on_roofline
+
+        _place_on_roofline(report, "cpu", torch.float32, threads or torch.get_num_threads())
+    return report
+
+
+def _join(report: Report, per_run: list[dict], e2e: TimingStats, inst: TimingStats) -> None:
+    """Attach per-node statistics to the static rows; unknown (fused) nodes get rows."""
+    samples: dict[str, list[float]] = defaultdict(list)
+    meta: dict[str, tuple[str, str]] = {}
+    for run in per_run:
+        for name, (seconds, op, provider) in run.items():
+            samples[name].append(seconds)
+            meta[name] = (op, provider)
+    n = len(per_run)
+    known = {row.name for row in report.layers}
+    fused = [name for name in samples if name not in known]
+    for name in fused:
+        op, provider = meta[name]
+        report.layers.append(LayerRow(name=name, type=f"{op} (fused)", depth=1, calls=1))
+    medians, row_samples = [], []
+    for row in report.layers:
+        xs = samples.get(row.name, [])
+        xs = xs + [0.0] * (n - len(xs))  # a node that did not run (folded away) took no time
+        row_samples.append(xs or [0.0])
+        stats = TimingStats.of(row_samples[-1])
+        row.time = stats.to_dict()
+        row.share = stats.median_s / e2e.median_s if e2e.median_s else None
+        medians.append(stats.median_s)
+        sec = stats.median_s
+        row.achieved = None if sec <= 0 else {
+            "gmacs_per_s": row.macs / sec / 1e9, "gflops_per_s": row.flops / sec / 1e9,
+            "gbytes_per_s": (row.bytes_read + row.bytes_written) / sec / 1e9}
+    for rank, i in enumerate(sorted(range(len(medians)), key=lambda i: -medians[i]), 1):
+        report.layers[i].rank = rank
+    batch = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
+    report.end_to_end = e2e.to_dict() | {"throughput_per_s": batch / e2e.median_s
+                                         if e2e.median_s else None,
+                                         "instrumented": inst.to_dict()}
+    report.overhead = inst.median_s / e2e.median_s - 1 if e2e.median_s else None
+    report.coverage = sum(medians) / e2e.median_s if e2e.median_s else None
+    if fused:
+        report.notes.append(f"{len(fused)} node(s) onnxruntime created by fusing or rewriting the "
+                            "graph are rows marked '(fused)': their static cost is that of the "
+                            "nodes they replaced, which show no time of their own")
+    from layerscope.analysis.runtime import _by_type
+
+    report.by_type = _by_type(report, row_samples, e2e.median_s)
