@@ -62,8 +62,16 @@ def write_atomic(path: str, text: str | bytes) -> None:
         else:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
+        _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _default_mode(path: str) -> None:
+    """mkstemp creates 0600 files; give the result the permissions a plain open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)

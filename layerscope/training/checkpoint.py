@@ -46,6 +46,7 @@ def save_atomic(obj: Any, path: str) -> None:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -83,3 +84,10 @@ def load(path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise UserError(f"{path} is not a layerscope checkpoint (no model/config entries)")
     return state
+
+
+def _default_mode(path: str) -> None:
+    """mkstemp creates 0600 files; give the result the permissions a plain open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
