@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/layerscope analyze resnet50
+	$(VENV)/bin/layerscope train digits-cnn --out runs/demo --html runs/demo/report.html
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
