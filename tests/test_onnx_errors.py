@@ -98,7 +98,7 @@ CASES = [
     ("dtype-on-onnx", lambda p: _matmul(p, "--dtype", "float16"), "--dtype does not apply"),
     ("named-input-for-pytorch", lambda p: ["analyze", "resnet20", "--input", "x=1x3x32x32"],
      "named inputs (NAME=SHAPE) are for ONNX models"),
-    ("onnx-to-profile", lambda p: ["profile", _matmul(p)[1]], "this command needs a PyTorch model"),
+    ("onnx-to-ops", lambda p: ["ops", _matmul(p)[1]], "this command needs a PyTorch model"),
     ("export-extension", lambda p: ["export", "mnist-cnn", "-o", str(p / "m.txt")],
      "must end in .onnx"),
     ("export-unknown-model", lambda p: ["export", "resnt50", "-o", str(p / "m.onnx")],

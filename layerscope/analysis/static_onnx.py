@@ -9,8 +9,8 @@ Per node (one row each, depth 1):
   missed), and int32/int64/bool tensors. BatchNormalization's running mean and variance are buffers
   (``buffer_bytes``), as in PyTorch.
 - ``bytes_read`` = bytes of every input it reads (activations and weights) except inputs that
-  act as attributes (declared constant slots, resident one-element tensors), ``bytes_written`` = bytes of
-  its outputs, ``activation_bytes`` = bytes of the new tensors it creates. Views
+  act as attributes (declared constant slots, resident one-element tensors); ``bytes_written``
+  = bytes of its outputs, ``activation_bytes`` = bytes of the new tensors it creates. Views
   (Reshape, Flatten, Squeeze, Unsqueeze, Identity, inference Dropout) have all three at zero and
   share their input's buffer.
 - Nodes without a handler (or whose shapes inference could not determine) are listed in
@@ -18,6 +18,7 @@ Per node (one row each, depth 1):
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any, Sequence
 
 from layerscope.analysis import memory
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
-from layerscope.frontends.onnx_model import (DEFAULT_DOMAINS, NON_WEIGHT_TYPES, OnnxGraph,
+from layerscope.frontends.onnx_model import (BITS, DEFAULT_DOMAINS, NON_WEIGHT_TYPES, OnnxGraph,
                                              TensorInfo, dtype_name, load_onnx)
 from layerscope.ops.onnx import CONSTANT, ONNX
 from layerscope.ops.registry import VIEW, OpCost, T
@@ -79,9 +80,7 @@ def _scope(node) -> str | None:
 
 
 def _t(info: TensorInfo) -> T:
-    from layerscope.frontends.onnx_model import _BITS
-
-    return T(info.shape, dtype_name(info.elem_type), max(_BITS.get(info.elem_type, 8) // 8, 1))
+    return T(info.shape, dtype_name(info.elem_type), max(BITS.get(info.elem_type, 8) // 8, 1))
 
 
 def _shape_list(info: TensorInfo | None) -> list:
@@ -106,7 +105,7 @@ def _attribute_like(g: OnnxGraph, walk: Walk, entry, slot: int, name: str) -> bo
 
 def _is_scalar(info: TensorInfo | None) -> bool:
     # rank 0 or one element: exporters' constants (a scale, an epsilon, a Clip bound)
-    return info is not None and info.shape is not None and _numel(info.shape) == 1
+    return info is not None and info.shape is not None and math.prod(info.shape) == 1
 
 
 def _claim_weights(g: OnnxGraph, walk: Walk, node, entry) -> tuple[int, int, int]:
@@ -126,16 +125,9 @@ def _claim_weights(g: OnnxGraph, walk: Walk, node, entry) -> tuple[int, int, int
         if slot in buffers:
             buffer_bytes += info.nbytes
         else:
-            params += _numel(info.shape)
+            params += math.prod(info.shape)
             weight_bytes += info.nbytes
     return params, weight_bytes, buffer_bytes
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _op_key(domain: str, op_type: str) -> str:
@@ -179,8 +171,9 @@ def _cost_node(g: OnnxGraph, walk: Walk, index: int, node) -> None:
                 walk.alias[o] = source
     elif kind != CONSTANT:
         row.params, row.weight_bytes, row.buffer_bytes = _claim_weights(g, walk, node, entry)
-        row.bytes_read = sum(t.nbytes for slot, (t, n) in enumerate(zip(ins, node.input))
-                             if n and t is not None and not _attribute_like(g, walk, entry, slot, n))
+        row.bytes_read = sum(
+            t.nbytes for slot, (t, n) in enumerate(zip(ins, node.input))
+            if n and t is not None and not _attribute_like(g, walk, entry, slot, n))
         row.bytes_written = sum(t.nbytes for t, n in zip(outs, node.output) if n and t is not None)
         row.activation_bytes = row.bytes_written
         for o, t in zip(node.output, outs):

@@ -16,7 +16,8 @@ def register(sub) -> None:
             action.metavar = "[NAME=]SHAPE[:DTYPE]"
             action.help += "; for an ONNX model NAME=SHAPE binds the input NAME"
         elif action.dest == "model":
-            action.help += " or an ONNX file (.onnx)"
+            action.help = action.help.replace(" or a TorchScript file",
+                                              ", a TorchScript file or an ONNX file (.onnx)")
     p.add_argument("--depth", type=int, default=None,
                    help="module depth to show (0 = whole model); default: leaf layers")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,

@@ -62,7 +62,8 @@ def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
     even when it is zero) so the graph has exactly the module's parameters."""
     dropped = 0
     for node in model.graph:
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or node.domain not in (
+                "", "ai.onnx"):
             continue
         if len(node.inputs) < 3 or node.inputs[2] is None:
             continue

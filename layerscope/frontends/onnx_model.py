@@ -1,9 +1,9 @@
 """ONNX model files: load without weights, bind input shapes, infer every tensor's shape.
 
-External data is never loaded (``onnx.load(..., load_external_data=False)``): an initializer's
-size comes from its dims and data type, so a model whose weights exceed the machine's memory is
-analysed in the memory of its graph. Only the existence and length of each external data file
-are checked.
+External data is never loaded (``onnx.load(..., load_external_data=False)``) and the values of
+embedded weights are dropped right after parsing: an initializer's size comes from its dims and
+data type, so a model whose weights exceed the machine's memory is analysed in the memory of its
+graph. Only the existence and length of each external data file are checked.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from layerscope.errors import UserError
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
-_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
+BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
          13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4,
          24: 8, 25: 2, 26: 2, 27: 6, 28: 6}
 # Integer and boolean initializers are shapes, axes, indices or masks, never weights; 8-bit and
@@ -43,7 +43,7 @@ def dtype_name(elem_type: int) -> str:
 
 
 def tensor_bytes(shape: Sequence[int], elem_type: int) -> int:
-    return math.ceil(math.prod(shape) * _BITS.get(elem_type, 0) / 8)
+    return math.ceil(math.prod(shape) * BITS.get(elem_type, 0) / 8)
 
 
 @dataclass
@@ -109,6 +109,8 @@ def _read_model(path: str):
                         "'layerscope export MODEL -o model.onnx')")
     try:
         return onnx.load(path, load_external_data=False)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); is the file "
                         "complete?") from exc
@@ -272,7 +274,9 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
         unbound = [d for d in dims if not isinstance(d, int)]
         if unbound:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
-            raise UserError(f"{path}: input {vi.name!r} has symbolic dimension {unbound[0]!r} "
+            which = ("an unnamed dimension" if unbound[0] == "?"
+                     else f"symbolic dimension {unbound[0]!r}")
+            raise UserError(f"{path}: input {vi.name!r} has {which} "
                             f"(shape {_shape_text(dims)}); bind it with --input "
                             f"{vi.name}={example}")
 
@@ -388,8 +392,9 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                      data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
+        init = {t.name for t in model.graph.initializer}
         shapes = ", ".join(f"{vi.name}={_shape_text(_dims(vi) or [])}"
-                           for vi in model.graph.input)
+                           for vi in model.graph.input if vi.name not in init)
         raise UserError(f"{path}: shape inference failed for inputs {shapes}: "
                         f"{_first_line(exc)}") from exc
     graph = inferred.graph

@@ -378,7 +378,8 @@ def fused_conv(ins, outs, attrs) -> OpCost:
     # com.microsoft FusedConv(x, w, B?, Z?): Conv + optional sum input Z + activation, 1/elem each
     cost = conv(ins[:3], outs, attrs)
     y = _out(outs).numel
-    extra = (y if len(ins) > 3 and ins[3] is not None else 0) + (y if attrs.get("activation") else 0)
+    has_z = len(ins) > 3 and ins[3] is not None
+    extra = (y if has_z else 0) + (y if attrs.get("activation") else 0)
     return OpCost(cost.macs, cost.flops + extra)
 
 
