@@ -45,9 +45,12 @@ def render(report, fmt: str, width: int | None = None) -> str:
     return to_text(report, width=width)
 
 
-def write_atomic(path: str, text: str | bytes) -> None:
+def write_atomic(path: str, data, *, fsync: bool = False) -> None:
     """Write to a temporary file beside ``path`` and rename it: never a half-written file.
-    ``bytes`` are written as they are (PNG), ``str`` as UTF-8."""
+
+    ``data``: ``str`` (written as UTF-8), ``bytes``, or a function that writes to the open
+    binary file (e.g. ``lambda f: torch.save(obj, f)``). ``fsync`` makes the content durable
+    before the rename (checkpoints)."""
     from layerscope.errors import UserError
 
     directory = os.path.dirname(os.path.abspath(path))
@@ -56,12 +59,16 @@ def write_atomic(path: str, text: str | bytes) -> None:
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
     try:
-        if isinstance(text, bytes):
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, str):
+                f.write(data.encode("utf-8"))
+            elif isinstance(data, (bytes, bytearray)):
+                f.write(data)
+            else:
+                data(f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         _default_mode(tmp)
         os.replace(tmp, path)
     except BaseException:

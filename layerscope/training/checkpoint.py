@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -38,20 +37,10 @@ def _tuples(x):
 
 def save_atomic(obj: Any, path: str) -> None:
     """Never leaves a partial file at ``path``: a kill mid-write leaves only a temp file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from layerscope.renderers import write_atomic
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, lambda f: torch.save(obj, f), fsync=True)
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -85,9 +74,3 @@ def load(path: str) -> dict[str, Any]:
         raise UserError(f"{path} is not a layerscope checkpoint (no model/config entries)")
     return state
 
-
-def _default_mode(path: str) -> None:
-    """mkstemp creates 0600 files; give the result the permissions a plain open() would."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
