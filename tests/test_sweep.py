@@ -21,6 +21,7 @@ class OddBatchFails(nn.Module):
         return self.fc(x)
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the model's batch check is traced
 def test_failing_cell_reports_error_and_sweep_goes_on():
     report = layerscope.sweep(OddBatchFails(), inputs=(1, 4), batch_sizes=[1, 3, 4],
                               backends=["eager", "torchscript"], runs=2, warmup=1)
