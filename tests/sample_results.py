@@ -169,6 +169,29 @@ def activations_capture():
         ActivationStat("fc", "Linear", [1, 10], -0.5, 1.25, 0.1)])
 
 
+def compare_result():
+    """analyze_report() against the same net as a legacy ONNX export: bn1 folded into conv1
+    (which already has a bias), relu and fc unchanged; the peak from a static plan."""
+    from layerscope.analysis.compare import compare
+
+    rows = [
+        LayerRow("/conv1/Conv", "Conv", 1, 1, [[1, 3, 32, 32], [16, 3, 3, 3], [16]],
+                 [[1, 16, 32, 32]], params=448, weight_bytes=1792, macs=442_368,
+                 flops=901_120, bytes_read=14_080, bytes_written=65_536, activation_bytes=65_536),
+        LayerRow("/relu/Relu", "Relu", 1, 1, [[1, 16, 32, 32]], [[1, 16, 32, 32]], flops=16_384,
+                 bytes_read=65_536, bytes_written=65_536, activation_bytes=65_536),
+        LayerRow("/fc/Gemm", "Gemm", 1, 1, [[1, 16384], [10, 16384], [10]], [[1, 10]],
+                 params=163_850, weight_bytes=655_400, macs=163_840, flops=327_690,
+                 bytes_read=720_936, bytes_written=40, activation_bytes=40),
+    ]
+    totals = _totals(rows)
+    totals.buffer_bytes, totals.peak_activation_bytes = 0, 131_072
+    onnx = Report("tinynet.onnx", "onnx", [{"name": "x", "shape": [1, 3, 32, 32],
+                                            "dtype": "float32"}], totals, rows,
+                  settings={"mode": "inference", "depth": None}, environment=dict(ENV))
+    return compare(analyze_report(), onnx)
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
-       "activations": activations_capture}
+       "activations": activations_capture, "compare": compare_result}

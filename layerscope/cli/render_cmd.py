@@ -8,8 +8,8 @@ def register(sub) -> None:
     p = sub.add_parser("render", help="render a saved JSON result again (table, csv, json, "
                                       "html, png)")
     p.add_argument("result", metavar="RESULT.json",
-                   help="JSON written by analyze, profile, ops, sweep, train, ablate or "
-                        "activations (--format json)")
+                   help="JSON written by analyze, profile, ops, sweep, train, ablate, "
+                        "activations or compare (--format json)")
     add_output(p)
     p.set_defaults(run=run)
 

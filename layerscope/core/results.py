@@ -21,6 +21,7 @@ _CLASSES = {
     "train": ("layerscope.training.loop", "TrainReport"),
     "ablate": ("layerscope.training.ablation", "AblationReport"),
     "activations": ("layerscope.analysis.activations", "ActivationCapture"),
+    "compare": ("layerscope.analysis.compare", "Comparison"),
 }
 KINDS = tuple(_CLASSES)
 

@@ -28,6 +28,10 @@ def render(report, fmt: str, width: int | None = None) -> str:
         return render_html(report)
     if fmt == "png":
         raise ValueError("png is binary: use layerscope.renderers.plot.render_png")
+    if report.kind == "compare" and fmt in ("table", "csv"):
+        from layerscope.renderers import compare_out
+
+        return compare_out.to_csv(report) if fmt == "csv" else compare_out.to_text(report, width)
     if fmt == "table" and report.kind == "activations":
         from layerscope.renderers.activations_out import to_text as activations_text
 

@@ -8,6 +8,7 @@ ops      self time per operator
 sweep    latency and throughput vs batch size, one line per device/backend/dtype/threads
 train    phase breakdown per epoch (stacked); loss and accuracy per epoch
 ablate   phase breakdown per variant (stacked)
+compare  every total of B as a percentage of A
 """
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ def charts(result) -> list[Chart]:
         return _train(result)
     if kind == "ablate":
         return _ablate(result)
+    if kind == "compare":
+        from layerscope.renderers.compare_out import charts as compare_charts
+
+        return compare_charts(result)
     return []
 
 

@@ -104,6 +104,10 @@ def heading(result) -> tuple[str, str]:
                 f"excluded) · {result.repeats} repeat(s) · ms per step")
     if kind == "activations":
         return f"{result.model} — activations", f"layers matching {result.pattern!r}"
+    if kind == "compare":
+        from layerscope.renderers.compare_out import heading as compare_heading
+
+        return compare_heading(result)
     return f"{kind} result", ""
 
 
@@ -180,6 +184,10 @@ def facts(result) -> list[tuple[str, str]]:
         return out
     if kind == "activations":
         return [("Layers captured", str(len(result.stats)))]
+    if kind == "compare":
+        from layerscope.renderers.compare_out import facts as compare_facts
+
+        return compare_facts(result)
     return []
 
 
@@ -259,6 +267,10 @@ def tables(result) -> list[RowTable]:
         return [_ablate_table(result)]
     if kind == "activations":
         return [_activations_table(result)]
+    if kind == "compare":
+        from layerscope.renderers.compare_out import tables as compare_tables
+
+        return compare_tables(result)
     return []
 
 

@@ -1,0 +1,54 @@
+"""layerscope compare A B: two reports joined layer by layer, every difference explained."""
+from __future__ import annotations
+
+import sys
+
+from layerscope.errors import UserError
+
+FORMATS = ("table", "json", "csv", "html")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="join two reports of a model (PyTorch, TorchScript, ONNX, "
+                                       "saved JSON) layer by layer and explain every difference",
+                       description="A and B: a model spec (built-in name, file.py:factory, ...), "
+                                   "a TorchScript file, an ONNX file or a saved report "
+                                   "(layerscope analyze ... --format json -o FILE.json). Rows "
+                                   "are joined by PyTorch module path; every difference gets a "
+                                   "sentence saying why.")
+    p.add_argument("a", metavar="A", help="first model or report (the reference)")
+    p.add_argument("b", metavar="B", help="second model or report")
+    p.add_argument("--input", action="append", default=None, metavar="SHAPE[:DTYPE]",
+                   help="input shape for both sides, e.g. 1x3x224x224 (repeat for several "
+                        "inputs); default: each side's own, a TorchScript file takes the other "
+                        "side's")
+    p.add_argument("--all", action="store_true",
+                   help="table: show every joined row, not only the rows that differ")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="table (default), json, csv or html; default from -o's extension")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="write here (atomically) instead of standard output")
+    p.add_argument("--width", type=int, default=None, help="table width in characters")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from layerscope.analysis.compare import compare
+    from layerscope.renderers import compare_out, pick_format, render, write_atomic
+
+    fmt = pick_format(args.format, args.output)
+    if fmt not in FORMATS:
+        raise UserError(f"compare writes {', '.join(FORMATS)}; not {fmt}")
+    if args.width is not None and args.width < 40:
+        raise UserError(f"--width must be at least 40, got {args.width}")
+    result = compare(args.a, args.b, inputs=args.input)
+    if fmt == "table":
+        text = compare_out.to_text(result, width=args.width or 160, show_all=args.all)
+    else:
+        text = render(result, fmt, width=args.width or 160)
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
