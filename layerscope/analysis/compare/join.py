@@ -1,0 +1,112 @@
+"""``compare()``: both sides loaded, grouped and joined row by row, every row and total
+explained."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from layerscope.analysis.compare.prepass import _batch_ratio, _find_folds
+from layerscope.analysis.compare.result import (
+    ROOT_LABEL, TOTAL_METRICS, UNEXPLAINED, Comparison, CompareRow, TotalRow)
+from layerscope.analysis.compare.rules import (
+    Effect, _Ctx, _Row, _unexplained, explain_moves, explain_row)
+from layerscope.analysis.compare.sides import (
+    _fold_into_covering_rows, _group_side, _joined_order, _load_sides, _Side, _source,
+    _with_ancestors)
+from layerscope.analysis.compare.totals import _explain_peak, _explain_total
+
+
+# ------------------------------------------------------------------------------- compare
+def _describe_side(side: _Side) -> dict[str, Any]:
+    r = side.report
+    return {"source": side.source, "model": r.model, "frontend": r.frontend, "inputs": r.inputs,
+            "exporter": side.exporter, "layers": len(r.layers), "kind": r.kind}
+
+
+def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
+    """Join two reports of the same model by module path and explain every difference.
+
+    ``a``/``b``: a model spec, TorchScript file, ONNX file, saved report JSON or Report.
+    ``inputs``: input shapes for both sides (as ``analyze`` takes them); by default each side's
+    own, and a TorchScript file takes the other side's."""
+    ra, rb, notes = _load_sides(a, b, inputs)
+    side_a = _Side("A", ra, _source(a), ra.frontend == "onnx")
+    side_b = _Side("B", rb, _source(b), rb.frontend == "onnx")
+    # keys: a side that parses legacy node names resolves suffixes against the other's paths
+    _group_side(side_a, ())
+    _group_side(side_b, _with_ancestors(side_a.groups))
+    if side_a.onnx:
+        _group_side(side_a, _with_ancestors(side_b.groups))
+    _fold_into_covering_rows(side_a, side_b)
+    _fold_into_covering_rows(side_b, side_a)
+    order = _joined_order(side_a, side_b)
+    rows = {k: _Row(k, side_a.groups.get(k), side_b.groups.get(k)) for k in order}
+    ctx = _Ctx(side_a, side_b, rows)
+    ratio = _batch_ratio(ra, rb)
+    if ratio:
+        ctx.batch, ctx.batches = ratio
+    _find_folds(ctx)
+
+    out_rows: list[CompareRow] = []
+    explanations: list[str] = []
+    contributions: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(
+        lambda: [0, 0]))
+    act_rules: set[str] = set()
+    unexplained = 0
+    residuals: dict[str, dict[str, int]] = {}
+    pending: dict[str, list[Effect]] = {}
+    for key in order:
+        row = rows[key]
+        diff = {m: v for m, v in row.diff().items() if v}
+        cr = CompareRow(module=key or ROOT_LABEL,
+                        a_type=row.a.type_text(side_a.onnx) if row.a else "",
+                        b_type=row.b.type_text(side_b.onnx) if row.b else "",
+                        a=row.a.metrics() if row.a else None,
+                        b=row.b.metrics() if row.b else None, diff=diff)
+        if diff:
+            effects, residuals[key] = explain_row(ctx, row)
+            pending[key] = effects
+        out_rows.append(cr)
+    moves = explain_moves(ctx, residuals)
+    for cr, key in zip(out_rows, order):
+        if key not in pending:
+            continue
+        effects = pending[key] + moves.get(key, [])
+        if any(residuals[key].values()):
+            effects.append(_unexplained(rows[key], residuals[key]))
+        cr.rules = [e.rule for e in effects]
+        cr.summary = "; ".join(e.summary for e in effects)
+        text = "; ".join(e.text for e in effects)
+        cr.explanation = text[0].upper() + text[1:] + "."
+        explanations.append(f"{cr.module}: {cr.explanation}")
+        unexplained += UNEXPLAINED in cr.rules
+        for e in effects:
+            for m, v in e.delta.items():
+                if v:
+                    contributions[m][e.rule][0] += v
+                    contributions[m][e.rule][1] += 1
+            if e.delta.get("activation_bytes"):
+                act_rules.add(e.rule)
+
+    totals: list[TotalRow] = []
+    total_texts: list[str] = []
+    for m in TOTAL_METRICS:
+        ta, tb = int(getattr(ra.totals, m) or 0), int(getattr(rb.totals, m) or 0)
+        tr = TotalRow(m, ta, tb, tb - ta)
+        if tr.diff:
+            if m == "peak_activation_bytes":
+                tr.rules, text = _explain_peak(ctx, ta, tb, act_rules)
+            else:
+                sums = (sum(int(getattr(r, m) or 0) for r in ra.layers),
+                        sum(int(getattr(r, m) or 0) for r in rb.layers))
+                tr.rules, text = _explain_total(m, ta, tb, contributions[m], sums)
+            tr.explanation = text + "."
+            unexplained += UNEXPLAINED in tr.rules
+            total_texts.append(tr.explanation)
+        totals.append(tr)
+    explanations += total_texts
+    identical = not any(r.diff for r in out_rows) and not any(t.diff for t in totals)
+    return Comparison(a=_describe_side(side_a), b=_describe_side(side_b), totals=totals,
+                      rows=out_rows, explanations=explanations, identical=identical,
+                      unexplained=unexplained, notes=notes,
+                      environment=dict(ra.environment or rb.environment or {}))

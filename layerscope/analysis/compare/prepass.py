@@ -1,0 +1,84 @@
+"""The pre-pass before the rules run: BatchNorms folded and activations fused into the layer
+before them, and the batch ratio when only the batch differs."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from layerscope.analysis.compare.result import CATEGORIES, FUSED_TYPES
+from layerscope.analysis.compare.rules import _Ctx, _present_only, _Row
+from layerscope.analysis.compare.sides import _Side
+from layerscope.core.report import Report
+
+
+# ------------------------------------------------------------------------------- pre-pass
+def _previous(side: _Side, key: str) -> str | None:
+    """The key before ``key`` in the side's row order, skipping rows that cost nothing."""
+    order = side.order()
+    i = order.index(key)
+    for k in reversed(order[:i]):
+        if not side.groups[k].is_zero():
+            return k
+    return None
+
+
+def _find_folds(ctx: _Ctx) -> None:
+    """BatchNorms folded into the layer before them; activations fused into the node before."""
+    for key, row in ctx.rows.items():
+        has = _present_only(row)
+        if has is None:
+            _find_folded_scope(ctx, key, row)
+            continue
+        other = "B" if has == "A" else "A"
+        g = ctx.group(has, key)
+        cats = g.categories()
+        prev = _previous(ctx.side(has), key)
+        if prev is None:
+            continue
+        prev_cats = ctx.group(has, prev).categories()
+        prev_other = ctx.group(other, prev)
+        if cats == {"batchnorm"} and prev_cats & {"conv", "linear"} and prev_other is not None:
+            ctx.folded_bn[key] = (prev, has)
+            ctx.bn_into[prev] = key
+        elif cats == {"activation"} and prev_other is not None \
+                and prev_other.has(FUSED_TYPES):
+            ctx.fused_act[key] = prev
+            ctx.fused_into[prev] = key
+
+
+def _find_folded_scope(ctx: _Ctx, key: str, row: _Row) -> None:
+    """A BatchNorm row whose other side holds a Conv/Gemm node and no BatchNormalization, right
+    after a conv or linear layer that the other side lacks: folded, under the BN's scope."""
+    if row.a is None or row.b is None:
+        return
+    for has, other in (("A", "B"), ("B", "A")):
+        g, og = ctx.group(has, key), ctx.group(other, key)
+        if g.categories() != {"batchnorm"} or og.nodes(CATEGORIES["batchnorm"]) \
+                or not og.has(CATEGORIES["conv"] | CATEGORIES["linear"]):
+            continue
+        prev = _previous(ctx.side(has), key)
+        if prev is None or not ctx.group(has, prev).categories() & {"conv", "linear"}:
+            continue
+        lost = ctx.group(other, prev)
+        if lost is None or lost.is_zero():
+            ctx.conv_under_bn[prev] = key
+            ctx.folded_bn[key] = (prev, has)
+            ctx.bn_into[prev] = key
+            return
+
+
+def _batch_ratio(a: Report, b: Report) -> tuple[Fraction, tuple[int, int]] | None:
+    """B's batch / A's batch when the inputs differ only in their first dimension, by the same
+    ratio for every input."""
+    sa = [d.get("shape") or [] for d in a.inputs]
+    sb = [d.get("shape") or [] for d in b.inputs]
+    if len(sa) != len(sb) or not sa or sa == sb:
+        return None
+    ratios = set()
+    for x, y in zip(sa, sb):
+        if len(x) != len(y) or not x or x[1:] != y[1:] or not x[0] or not y[0]:
+            return None
+        ratios.add((x[0], y[0]))
+    if len({Fraction(bb, ba) for ba, bb in ratios}) != 1:
+        return None
+    ba, bb = next(iter(ratios))
+    return Fraction(bb, ba), (ba, bb)
