@@ -17,7 +17,6 @@ initializer (BatchNorm running statistics, Reshape shapes) as parameters. Result
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -28,6 +27,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from _common import parse_models_and_repeats, versions  # noqa: E402 (sibling module)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "onnx_vs_tools.json"
 CONTRACTIONS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -151,35 +152,13 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for dist in ("torch", "onnx", "onnxruntime", "onnxscript", "onnx-tool", "layerscope"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(REFERENCE),
-                        help=f"comma-separated subset of: {', '.join(REFERENCE)}")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per tool (median)")
-    args = parser.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in REFERENCE]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(REFERENCE)}")
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    models, repeats = parse_models_and_repeats(__doc__, list(REFERENCE), 3, argv)
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="layerscope-onnx-bench-") as directory:
-        results = run(models, args.repeats, directory)
-    meta = {"versions": versions(), "repeats": args.repeats,
+        results = run(models, repeats, directory)
+    meta = {"versions": versions(("torch", "onnx", "onnxruntime", "onnxscript", "onnx-tool", "layerscope")), "repeats": repeats,
             "loadavg_1min": [load_before, os.getloadavg()[0]],
             "macs_definition": "contraction_macs: Conv, ConvTranspose, Gemm, MatMul only"}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

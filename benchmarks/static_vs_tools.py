@@ -14,7 +14,6 @@ compared with reference MACs; a cell off by more than 0.1% is flagged. Results g
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import importlib.util
@@ -30,6 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torchvision
+
+from _common import parse_models_and_repeats, versions  # noqa: E402 (sibling module)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "static_vs_tools.json"
 TOLERANCE = 1e-3  # flag counts off by more than 0.1%
@@ -248,36 +249,14 @@ def resnet50_line(results: dict) -> str | None:
             f"{others[fastest]:.3f} s ({fastest})")
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for dist in ("torch", "torchvision", "torchinfo", "fvcore", "ptflops", "layerscope"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help=f"comma-separated subset of: {', '.join(MODELS)}")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per tool (median)")
-    args = parser.parse_args(argv)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    models, repeats = parse_models_and_repeats(__doc__, list(MODELS), 5, argv)
 
     load_before = os.getloadavg()[0]
-    results = run(models, args.repeats)
+    results = run(models, repeats)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     # The load average tells a reader whether other work on the machine skewed the timings.
-    meta = {"versions": versions(), "repeats": args.repeats, "threads": torch.get_num_threads(),
+    meta = {"versions": versions(("torch", "torchvision", "torchinfo", "fvcore", "ptflops", "layerscope")), "repeats": repeats, "threads": torch.get_num_threads(),
             "loadavg_1min": [load_before, os.getloadavg()[0]]}
     RESULTS.write_text(json.dumps({"_meta": meta, **results}, indent=2) + "\n")
 
