@@ -174,3 +174,17 @@ def test_falls_back_to_root_when_profiler_busy(custom):
     total = sum(s.forward.macs for s in eager.modules.values())
     assert rows["(root)"].macs == total == sum(r.macs for r in rows.values())
     assert rows["fc"].macs == 0
+
+
+def test_frozen_torchscript_is_counted_and_explained(tmp_path):
+    # torch.jit.freeze inlines the weights as constants: the ops are still counted exactly
+    from layerscope.frontends import zoo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frozen = torch.jit.freeze(torch.jit.script(zoo.lookup("mnist-cnn").build().eval()))
+        torch.jit.save(frozen, str(tmp_path / "frozen.pt"))
+    report = layerscope.analyze(str(tmp_path / "frozen.pt"), inputs=(1, 1, 28, 28))
+    # conv1 32*1*9*26^2, conv2 64*32*9*24^2, fc1 9216*128, fc2 128*10
+    assert report.totals.macs == 32 * 9 * 26**2 + 64 * 32 * 9 * 24**2 + 9216 * 128 + 128 * 10
+    assert report.totals.params == 0 and any("frozen" in n for n in report.notes)

@@ -123,5 +123,12 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
                   "optimizer": optimizer if mode == "training" else None},
         environment=environment(),
-        notes=list(cap.warnings),
+        notes=list(cap.warnings) + _frozen_note(loaded),
     )
+
+
+def _frozen_note(loaded: LoadedModel) -> list[str]:
+    if loaded.frontend == "torchscript" and next(loaded.module.parameters(), None) is None:
+        return ["this TorchScript module has no parameters (frozen with torch.jit.freeze?): its "
+                "weights are graph constants, not counted in params or weight_bytes"]
+    return []

@@ -309,7 +309,8 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
-    return [(m, m.training) for m in model.modules()]
+    # frozen TorchScript modules (torch.jit.freeze) have no ``training`` attribute
+    return [(m, m.training) for m in model.modules() if hasattr(m, "training")]
 
 
 def _module_table(model: nn.Module) -> tuple[dict[str, _ModuleStats], list[str]]:
