@@ -1,9 +1,9 @@
 """layerscope analyze MODEL: static cost per layer (PyTorch modules) or per node (ONNX)."""
 from __future__ import annotations
 
-import sys
 
-from layerscope.cli.common import add_model_inputs, add_output, emit
+from layerscope.cli.common import (add_model_inputs, add_output, emit, output,
+                                    write_report_files)
 
 VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
 
@@ -35,21 +35,15 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.analysis.analyze import analyze
-    from layerscope.renderers import pick_format, write_atomic
+    from layerscope.renderers import pick_format
 
     report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
                      dtype=args.dtype, mode=args.mode, optimizer=args.optimizer)
     if args.view == "layers" or pick_format(args.format, args.output) != "table":
         emit(report, args)
         return 0
-    from layerscope.cli.common import write_report_files
     from layerscope.renderers.onnx_views import to_text
 
-    text = to_text(report, args.view, width=args.width or 160)
-    if args.output:
-        write_atomic(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    output(to_text(report, args.view, width=args.width or 160), args.output)
     write_report_files(report, args)
     return 0

@@ -54,6 +54,15 @@ def _size(args) -> tuple[int, int]:
     return _plot_size(size) if isinstance(size, str) or size is None else size
 
 
+def output(text: str, path: str | None, detail: str = "") -> None:
+    """The command's main output: to ``path`` (atomically, saying so on stderr) or stdout."""
+    if path:
+        write_atomic(path, text)
+        print(f"wrote {path}{detail}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
 def write_report_files(report, args) -> None:
     """Write --html and --plot if given (atomically; a failure leaves no partial file)."""
     if getattr(args, "html", None):
@@ -77,14 +86,11 @@ def emit(report, args) -> None:
             raise UserError("--format png writes a binary file: give -o FILE.png")
         write_atomic(args.output, render_png(report, _size(args)))
         print(f"wrote {args.output}", file=sys.stderr)
-    elif args.output:
-        write_atomic(args.output, render(report, fmt, width=args.width or 160))
-        print(f"wrote {args.output}", file=sys.stderr)
-    elif fmt == "table" and hasattr(report, "__rich__"):
+    elif fmt == "table" and not args.output and hasattr(report, "__rich__"):
         from rich.console import Console
 
         width = args.width or (None if sys.stdout.isatty() else 160)
         Console(width=width, highlight=False).print(report)
     else:
-        sys.stdout.write(render(report, fmt))
+        output(render(report, fmt, width=args.width or 160), args.output)
     write_report_files(report, args)

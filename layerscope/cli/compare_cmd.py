@@ -1,7 +1,6 @@
 """layerscope compare A B: two reports joined layer by layer, every difference explained."""
 from __future__ import annotations
 
-import sys
 
 from layerscope.errors import UserError
 
@@ -34,7 +33,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.analysis.compare import compare
-    from layerscope.renderers import compare_out, pick_format, render, write_atomic
+    from layerscope.cli.common import output
+    from layerscope.renderers import compare_out, pick_format, render
 
     fmt = pick_format(args.format, args.output)
     if fmt not in FORMATS:
@@ -46,9 +46,5 @@ def run(args) -> int:
         text = compare_out.to_text(result, width=args.width or 160, show_all=args.all)
     else:
         text = render(result, fmt, width=args.width or 160)
-    if args.output:
-        write_atomic(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    output(text, args.output)
     return 0

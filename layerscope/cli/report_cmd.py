@@ -1,9 +1,8 @@
 """layerscope report RESULT.json... -o report.html: one HTML page, a section per result."""
 from __future__ import annotations
 
-import sys
 
-from layerscope.renderers import write_atomic
+from layerscope.cli.common import output
 
 
 def register(sub) -> None:
@@ -21,9 +20,5 @@ def run(args) -> int:
 
     results = [read_result(path) for path in args.results]  # every file checked first
     page = render_html(results, title=args.title)
-    if args.output:
-        write_atomic(args.output, page)
-        print(f"wrote {args.output} ({len(results)} result(s))", file=sys.stderr)
-    else:
-        sys.stdout.write(page)
+    output(page, args.output, f" ({len(results)} result(s))")
     return 0
