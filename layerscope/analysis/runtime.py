@@ -73,8 +73,7 @@ def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str
             else:
                 out.append([run.get(key, 0.0) for run in per_run])
         else:
-            members = [key] if row.self_only else [
-                n for n in _descendants(key, kids)]
+            members = [key] if row.self_only else _descendants(key, kids)
             out.append([sum(run.get(m, 0.0) for m in members) for run in per_run])
     return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.utils.data import Dataset, TensorDataset
@@ -126,7 +125,3 @@ def datasets(name: str, *, synthetic: bool, data_dir: str | None, download: bool
         raise _missing(spec, data_dir)
     return _torchvision(spec, data_dir, download, augment, image_size)
 
-
-def collate_info(dataset: Dataset) -> dict[str, Any]:
-    x, _ = dataset[0]
-    return {"sample_shape": list(x.shape), "size": len(dataset)}

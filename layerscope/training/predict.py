@@ -70,10 +70,9 @@ def predict(source: str, *, index: int | None = None, image: str | None = None,
         x, label = val[index]
         label, where = int(label), f"validation sample {index}"
     with torch.no_grad():
-        probs = torch.softmax(model(x.unsqueeze(0)).float(), dim=1)[0]
-    if recipe.loss == "nll":  # the model already outputs log-probabilities
-        with torch.no_grad():
-            probs = model(x.unsqueeze(0))[0].exp()
+        out = model(x.unsqueeze(0)).float()[0]
+    # models trained with the NLL loss already output log-probabilities
+    probs = out.exp() if recipe.loss == "nll" else torch.softmax(out, dim=0)
     top = probs.topk(min(k, probs.numel()))
     return Prediction(where, label, [
         {"class": int(i), "name": classes[int(i)] if int(i) < len(classes) else str(int(i)),
