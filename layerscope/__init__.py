@@ -2,7 +2,7 @@
 from layerscope.core.report import LayerRow, Report, Totals
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -42,4 +42,8 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.compare import compare
 
         return compare
+    if name == "graph":
+        from layerscope.analysis.graph import graph
+
+        return graph
     raise AttributeError(f"module 'layerscope' has no attribute {name!r}")

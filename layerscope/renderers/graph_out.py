@@ -1,0 +1,240 @@
+"""Draw a ``ModelGraph``: Graphviz DOT text, SVG and a self-contained HTML page.
+
+Layout: Graphviz's ``dot`` when it is installed (the reference layered layout); otherwise
+grandalf's Sugiyama layout (pure Python, a dependency). Both are layered layouts of the same
+DOT-equivalent graph, so the pictures agree in structure. Nodes are coloured by the graph's
+metric on a white-to-red scale of value / largest value; inputs and outputs are grey ellipses.
+"""
+from __future__ import annotations
+
+import html
+import math
+import shutil
+import subprocess
+from typing import Any
+
+from layerscope.core.units import si
+from layerscope.errors import UserError
+
+# Above this many nodes the pure-Python layout takes minutes: ask for --nodes or Graphviz.
+MAX_PYTHON_LAYOUT_NODES = 1500
+_CHAR_W, _LINE_H, _PAD = 7.0, 14.0, 8.0
+_MAX_LABEL = 36
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_LABEL else "…" + text[-(_MAX_LABEL - 1):]
+
+
+def _label_lines(g, node) -> list[str]:
+    if node.kind != "op":
+        return [_short(node.name)] + ([node.shape] if node.shape else [])
+    lines = [_short(node.name)]
+    if node.type != node.name:
+        lines.append(node.type)
+    if node.metrics:
+        lines.append(f"{g.metric} {si(g.value(node))}")
+    return lines
+
+
+def _colour(g, node, top: float) -> str:
+    """White (0) to red (the largest value); a square root keeps small values visible."""
+    if node.kind != "op":
+        return "#e8e8e8"
+    share = math.sqrt(g.value(node) / top) if top > 0 else 0.0
+    other = int(round(255 - 175 * share))
+    return f"#ff{other:02x}{other:02x}"
+
+
+def _top(g) -> float:
+    return max((g.value(n) for n in g.nodes if n.kind == "op"), default=0.0)
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_dot(g) -> str:
+    top = _top(g)
+    lines = [f"digraph {_dot_quote(g.model)} {{", "  rankdir=TB;",
+             '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
+             '  edge [color="#666666", arrowsize=0.6];']
+    for n in g.nodes:
+        label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"')
+                           for line in _label_lines(g, n))
+        shape = ", shape=ellipse" if n.kind != "op" else ""
+        lines.append(f'  {_dot_quote(n.id)} [label="{label}", fillcolor="{_colour(g, n, top)}"'
+                     f'{shape}, tooltip={_dot_quote(_tooltip(g, n))}];')
+    for e in g.edges:
+        lines.append(f"  {_dot_quote(e.source)} -> {_dot_quote(e.target)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _tooltip(g, node) -> str:
+    parts = [f"{node.name} ({node.type})"]
+    if node.shape:
+        parts.append(f"output {node.shape}")
+    parts += [f"{k} {si(v)}" for k, v in node.metrics.items() if v]
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------- SVG
+def to_svg(g) -> str:
+    """SVG text: Graphviz's when ``dot`` is on PATH, else grandalf's layout drawn here."""
+    dot = shutil.which("dot")
+    if dot:
+        done = subprocess.run([dot, "-Tsvg"], input=to_dot(g), capture_output=True, text=True,
+                              check=False)
+        if done.returncode == 0:
+            return done.stdout[done.stdout.find("<svg"):]
+    return _svg_from_layout(g, layout(g))
+
+
+def _box(g, node) -> tuple[float, float]:
+    lines = _label_lines(g, node)
+    return (max(len(s) for s in lines) * _CHAR_W + 2 * _PAD, len(lines) * _LINE_H + 2 * _PAD)
+
+
+def layout(g) -> dict[str, Any]:
+    """Node centres and edge polylines from grandalf's Sugiyama layout (top to bottom)."""
+    if len(g.nodes) > MAX_PYTHON_LAYOUT_NODES:
+        raise UserError(f"{g.model}: {len(g.nodes)} nodes is too many to lay out without "
+                        f"Graphviz (limit {MAX_PYTHON_LAYOUT_NODES}); install Graphviz "
+                        "(apt install graphviz) or draw a part with --nodes REGEX")
+    from grandalf.graphs import Edge, Graph, Vertex
+    from grandalf.layouts import SugiyamaLayout
+    from grandalf.routing import EdgeViewer, route_with_lines
+
+    class _View:
+        def __init__(self, w: float, h: float) -> None:
+            self.w, self.h, self.xy = w, h, (0.0, 0.0)
+
+    vertices = {n.id: Vertex(n.id) for n in g.nodes}
+    for n in g.nodes:
+        vertices[n.id].view = _View(*_box(g, n))
+    edges = []
+    for e in g.edges:
+        if e.source in vertices and e.target in vertices and e.source != e.target:
+            edge = Edge(vertices[e.source], vertices[e.target])
+            edge.view = EdgeViewer()
+            edges.append(edge)
+    graph = Graph(list(vertices.values()), edges)
+    offset, boxes, paths = 0.0, {}, []
+    for component in graph.C:  # each connected part side by side
+        sug = SugiyamaLayout(component)
+        sug.route_edge = route_with_lines
+        sug.init_all()
+        sug.draw()
+        xs = [v.view.xy[0] - v.view.w / 2 for v in component.sV]
+        shift = offset - min(xs)
+        for v in component.sV:
+            x, y = v.view.xy
+            boxes[v.data] = (x + shift, y, v.view.w, v.view.h)
+        for e in component.sE:
+            pts = getattr(e.view, "_pts", None) or [e.v[0].view.xy, e.v[1].view.xy]
+            paths.append([(px + shift, py) for px, py in pts])
+        offset = max(b[0] + b[2] / 2 for b in boxes.values()) + 40
+    return {"boxes": boxes, "paths": paths}
+
+
+def _svg_from_layout(g, lay: dict[str, Any]) -> str:
+    boxes, paths = lay["boxes"], lay["paths"]
+    margin = 20.0
+    x0 = min((x - w / 2 for x, _, w, _ in boxes.values()), default=0.0) - margin
+    y0 = min((y - h / 2 for _, y, _, h in boxes.values()), default=0.0) - margin
+    x1 = max((x + w / 2 for x, _, w, _ in boxes.values()), default=0.0) + margin
+    y1 = max((y + h / 2 for _, y, _, h in boxes.values()), default=0.0) + margin
+    top = _top(g)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="ls-graph" '
+           f'viewBox="{x0:.1f} {y0:.1f} {x1 - x0:.1f} {y1 - y0:.1f}" '
+           f'width="{x1 - x0:.0f}" height="{y1 - y0:.0f}" font-family="Helvetica, Arial, '
+           f'sans-serif" font-size="11">',
+           '<defs><marker id="ls-arrow" viewBox="0 0 10 10" refX="10" refY="5" '
+           'markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
+           '<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']
+    for pts in paths:
+        d = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+        out.append(f'<polyline points="{d}" fill="none" stroke="#666" stroke-width="1" '
+                   'marker-end="url(#ls-arrow)"/>')
+    for n in g.nodes:
+        x, y, w, h = boxes[n.id]
+        fill = _colour(g, n, top)
+        tip = html.escape(_tooltip(g, n))
+        out.append(f'<g class="ls-node" data-id="{html.escape(n.id)}"><title>{tip}</title>')
+        if n.kind == "op":
+            out.append(f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" '
+                       f'height="{h:.1f}" rx="5" fill="{fill}" stroke="#444"/>')
+        else:
+            out.append(f'<ellipse cx="{x:.1f}" cy="{y:.1f}" rx="{w / 2:.1f}" ry="{h / 2:.1f}" '
+                       f'fill="{fill}" stroke="#444"/>')
+        lines = _label_lines(g, n)
+        first = y - (len(lines) - 1) * _LINE_H / 2 + 4
+        for i, line in enumerate(lines):
+            weight = ' font-weight="bold"' if i == 0 else ""
+            out.append(f'<text x="{x:.1f}" y="{first + i * _LINE_H:.1f}" '
+                       f'text-anchor="middle"{weight}>{html.escape(line)}</text>')
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------ HTML
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font-family: Helvetica, Arial, sans-serif; margin: 0; }}
+header {{ padding: 8px 16px; border-bottom: 1px solid #ccc; }}
+header p {{ margin: 4px 0; font-size: 13px; color: #333; }}
+#ls-view {{ width: 100vw; height: calc(100vh - 110px); overflow: hidden; cursor: grab; }}
+#ls-view svg {{ transform-origin: 0 0; }}
+.ls-node:hover rect, .ls-node:hover ellipse {{ stroke: #000; stroke-width: 2; }}
+</style></head><body>
+<header><h1 style="font-size:18px;margin:0">{title}</h1>
+<p>{summary}</p>{notes}
+<p>Wheel to zoom, drag to pan, hover a node for its figures. For an interactive viewer of the
+ONNX file itself: <code>pip install netron &amp;&amp; netron FILE.onnx</code>.</p></header>
+<div id="ls-view">{svg}</div>
+<script>
+(function () {{
+  var view = document.getElementById('ls-view'), svg = view.querySelector('svg');
+  var s = 1, x = 0, y = 0, drag = null;
+  function apply() {{ svg.style.transform = 'translate(' + x + 'px,' + y + 'px) scale(' + s + ')'; }}
+  view.addEventListener('wheel', function (e) {{
+    e.preventDefault();
+    var k = e.deltaY < 0 ? 1.15 : 1 / 1.15, r = view.getBoundingClientRect();
+    var px = e.clientX - r.left, py = e.clientY - r.top;
+    x = px - (px - x) * k; y = py - (py - y) * k; s *= k; apply();
+  }}, {{passive: false}});
+  view.addEventListener('mousedown', function (e) {{ drag = [e.clientX - x, e.clientY - y]; }});
+  window.addEventListener('mouseup', function () {{ drag = null; }});
+  window.addEventListener('mousemove', function (e) {{
+    if (drag) {{ x = e.clientX - drag[0]; y = e.clientY - drag[1]; apply(); }}
+  }});
+}})();
+</script></body></html>
+"""
+
+
+def to_html(g) -> str:
+    ops = [n for n in g.nodes if n.kind == "op"]
+    total = sum(g.value(n) for n in ops)
+    summary = (f"{len(ops)} nodes, {len(g.edges)} edges ({g.frontend}); colour: {g.metric}, "
+               f"total {si(total)}, white = 0, red = the largest node")
+    notes = "".join(f"<p>Note: {html.escape(n)}</p>" for n in g.notes)
+    return _PAGE.format(title=html.escape(f"layerscope graph: {g.model}"),
+                        summary=html.escape(summary), notes=notes, svg=to_svg(g))
+
+
+def to_text(g) -> str:
+    """A list of the nodes by metric, for the terminal (the picture needs -o FILE)."""
+    ops = sorted((n for n in g.nodes if n.kind == "op"), key=g.value, reverse=True)
+    lines = [f"{g.model}: {len(ops)} nodes, {len(g.edges)} edges; top by {g.metric}:"]
+    lines += [f"  {si(g.value(n)):>9}  {n.name} ({n.type})" for n in ops[:15]]
+    lines += [f"note: {n}" for n in g.notes]
+    lines.append("draw it with -o FILE.svg, FILE.html or FILE.dot")
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {".dot": to_dot, ".gv": to_dot, ".svg": to_svg, ".html": to_html, ".htm": to_html}
