@@ -114,7 +114,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     if trace:
         from layerscope.core.io import check_output
 
-        check_output(trace, "--trace")  # before the profiling, not after
+        check_output(trace, "trace")  # before the profiling, not after
     loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
     flags = [(m, m.training) for m in module.modules()]
     cuda = device == "cuda"

@@ -50,6 +50,7 @@ def check_output(path: str, what: str = "output") -> str:
     FIFO, socket) or "file" (regular or new). Raises a one-line UserError otherwise."""
     if path == STDOUT:
         return "stdout"
+    label = "" if what == "output" else f"{what} "
     if not isinstance(path, str) or not path:
         raise UserError(f"{what}: empty file name: give a file name (or - for standard output)")
     if path.endswith(("/", os.sep)):
@@ -57,25 +58,26 @@ def check_output(path: str, what: str = "output") -> str:
     target = resolve(path)
     try:
         st = os.stat(target)
-    except FileNotFoundError:
-        st = None
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # the folder is checked below
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
-            raise UserError(f"cannot write {_short(path)}: the name is too long for this file "
-                            "system (at most 255 bytes a name): give a shorter one") from exc
-        raise UserError(f"cannot write {path}: {_reason(exc)}") from exc
+            raise UserError(f"cannot write {label}{_short(path)}: the name is too long for this "
+                            "file system (at most 255 bytes a name): give a shorter one") from exc
+        raise UserError(f"cannot write {label}{path}: {_reason(exc)}") from exc
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{what} {path} is a directory: give a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "special"
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
-        raise UserError(f"cannot write {_short(path)}: no such folder {_short(folder)} "
-                        "(create it first)")
+        problem = (f"{_short(folder)} is not a directory" if os.path.exists(folder)
+                   else f"no such directory {_short(folder)} (create it first)")
+        raise UserError(f"cannot write {label}{_short(path)}: {problem}")
     limit = _name_max(folder)
     name = os.path.basename(target)
     if len(os.fsencode(name)) > limit:
-        raise UserError(f"cannot write {_short(path)}: the file name is "
+        raise UserError(f"cannot write {label}{_short(path)}: the file name is "
                         f"{len(os.fsencode(name))} bytes long; this file system allows {limit}")
     return "file"
 
@@ -92,7 +94,7 @@ def _name_max(folder: str) -> int:
         return 255
 
 
-def _short(path: str, keep: int = 60) -> str:
+def _short(path: str, keep: int = 160) -> str:
     """A path fit for a one-line message."""
     return path if len(path) <= keep else f"{path[:keep // 2]}...{path[-keep // 2:]}"
 
@@ -200,8 +202,10 @@ def _write_stdout(data: Data) -> None:
     if sys.stdout.isatty():
         raise UserError("not writing binary data to a terminal: redirect standard output "
                         "(-o - > FILE) or give a file name")
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:
+        raise UserError("standard output takes only text here: give a file name")
     sys.stdout.flush()
-    out = sys.stdout.buffer
     _write_data(out, data)
     out.flush()
 
