@@ -116,6 +116,21 @@ def test_fifo_is_written_through(tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_fd_link_to_a_pipe_is_written_through():
+    # `-o >(gzip > x.gz)` passes /dev/fd/63: a link to "pipe:[N]", which names no real file
+    r, w = os.pipe()
+    try:
+        lio.write_file(f"/proc/self/fd/{w}", "into the pipe")
+        os.close(w)
+        w = None
+        assert os.read(r, 100) == b"into the pipe"
+    finally:
+        os.close(r)
+        if w is not None:
+            os.close(w)
+
+
 def test_dash_is_standard_output(capsys):
     lio.write_file("-", "to stdout\n")
     assert capsys.readouterr().out == "to stdout\n"

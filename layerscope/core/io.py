@@ -55,9 +55,8 @@ def check_output(path: str, what: str = "output") -> str:
         raise UserError(f"{what}: empty file name: give a file name (or - for standard output)")
     if path.endswith(("/", os.sep)):
         raise UserError(f"{what} {path!r} ends in '/': give a file name, not a folder")
-    target = resolve(path)
-    try:
-        st = os.stat(target)
+    try:  # stat follows links, /dev/fd/N's included (a pipe from `-o >(gzip > x.gz)`)
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         st = None  # the folder is checked below
     except OSError as exc:
@@ -69,6 +68,7 @@ def check_output(path: str, what: str = "output") -> str:
         raise UserError(f"{what} {path} is a directory: give a file name")
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "special"
+    target = resolve(path)
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         problem = (f"{_short(folder)} is not a directory" if os.path.exists(folder)
@@ -85,6 +85,13 @@ def check_output(path: str, what: str = "output") -> str:
 def resolve(path: str) -> str:
     """The file a path writes to: symlinks followed (a dangling link: the file it names)."""
     return os.path.realpath(path) if os.path.islink(path) else path
+
+
+def _is_special(path: str) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path)
+    except OSError:
+        return False
 
 
 def _name_max(folder: str) -> int:
@@ -294,7 +301,8 @@ def make_dir(path: str, what: str = "output folder") -> str:
 def temp_dir(near: str | None = None) -> Iterator[str]:
     """A temporary folder (in the folder of the file ``near`` resolves to, so that renames stay
     on one file system; else the system's), removed on exit, on errors, Ctrl-C and SIGTERM."""
-    folder = os.path.dirname(os.path.abspath(resolve(near))) if near else None
+    folder = (os.path.dirname(os.path.abspath(resolve(near)))
+              if near and not _is_special(near) else None)  # a pipe has no folder of its own
     _guard_enter()
     try:
         try:
