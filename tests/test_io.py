@@ -163,6 +163,7 @@ BAD = [  # (id, path relative to tmp_path or None for "", setup, data, message f
     ("parent-is-a-file", "keep.txt/out.json", None, "x", "is not a directory"),
     ("name-too-long", "a" * 300 + ".json", None, "x", "too long"),
     ("full-disk", "keep.txt", None, _full_disk, "No space left on device"),
+    ("full-disk-at-fsync", "keep.txt", "fsync-full", "x", "No space left on device"),
     ("no-permission", "keep.txt", "deny", "x", "Permission denied"),
 ]
 
@@ -176,6 +177,8 @@ def test_bad_output_is_one_line_and_leaves_everything_as_it_was(tmp_path, monkey
         (tmp_path / name).mkdir()
     if setup == "deny":  # root ignores chmod, so refuse where the temporary is created
         monkeypatch.setattr(tempfile, "mkstemp", _mkstemp_denied)
+    if setup == "fsync-full":
+        monkeypatch.setattr(os, "fsync", _full_disk)
     path = "" if name is None else os.path.join(str(tmp_path), name)  # keeps a trailing /
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(UserError, match=message) as info:
@@ -336,6 +339,16 @@ def test_cli_dash_writes_json_to_stdout():
     code, out, err = run_cli("analyze", "mnist-cnn", "--format", "json", "-o", "-")
     assert code == 0, err
     assert json.loads(out)["kind"] and "wrote" not in err
+
+
+def test_cli_png_to_piped_stdout():
+    # binary formats go to standard output only when it is not a terminal (here: a pipe)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "layerscope", "analyze", "mnist-cnn",
+                           "--format", "png", "-o", "-", "--plot-size", "400x300"],
+                          capture_output=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"\x89PNG\r\n") and b"wrote" not in done.stderr
 
 
 def test_npz_gets_the_usual_mode(tmp_path):
