@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from typing import Any
 
@@ -79,25 +78,23 @@ def _quiet_native_stderr():
 
 
 def _write_trace(prof, path: str) -> None:
-    """Export, gzip if asked, and rename into place: never a half-written trace."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UserError(f"cannot write trace {path}: no such directory {directory}")
-    fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".json", dir=directory)
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        if path.endswith(".gz"):
-            with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.replace(tmp + ".gz", path)
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, tmp + ".gz"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+    """Export, gzip if asked, and write through core.io: never a half-written trace."""
+    from layerscope.core.io import check_output, temp_dir, write_file
+
+    check_output(path, "trace")
+    with temp_dir() as tmpdir:  # torch writes the trace to a path of its own choosing
+        raw = os.path.join(tmpdir, "trace.json")
+        prof.export_chrome_trace(raw)
+
+        def copy(f):
+            with open(raw, "rb") as src:
+                if path.endswith(".gz"):
+                    with gzip.GzipFile(filename="", mode="wb", fileobj=f) as dst:
+                        shutil.copyfileobj(src, dst)
+                else:
+                    shutil.copyfileobj(src, f)
+
+        write_file(path, copy)
 
 
 def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
@@ -114,6 +111,10 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
         raise UserError(f"unknown --sort {sort!r}: use self or total")
     if top < 1 or runs < 1 or warmup < 0:
         raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
+    if trace:
+        from layerscope.core.io import check_output
+
+        check_output(trace, "trace")  # before the profiling, not after
     loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
     flags = [(m, m.training) for m in module.modules()]
     cuda = device == "cuda"

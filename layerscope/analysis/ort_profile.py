@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections import defaultdict
 from typing import Any, Callable
 
 import numpy as np
 
+from layerscope.core.io import temp_dir
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats
 from layerscope.errors import UserError
@@ -97,7 +97,7 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
         raise UserError("--runs must be at least 1 and --warmup 0 or more")
     report = analyze(path, inputs, batch_size=batch_size)
     feeds = _feeds(report, seed)
-    with tempfile.TemporaryDirectory(prefix="layerscope-ort-") as tmp:
+    with temp_dir() as tmp:  # onnxruntime's trace lands here; gone on SIGTERM too
         try:
             bare = ort.InferenceSession(path, _options(optimization, threads, None),
                                         providers=["CPUExecutionProvider"])

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from layerscope.environment import environment
+from layerscope.errors import UserError
 
 CACHE_VERSION = 1
 
@@ -128,12 +129,11 @@ def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: i
         return Ceilings(**d)
     result = measure(device, dtype, threads)
     cache[key] = result.to_dict()
+    from layerscope.core.io import make_dir, write_file
+
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(cache, f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
+        make_dir(os.path.dirname(path), "cache folder")
+        write_file(path, json.dumps(cache, indent=1))
+    except (OSError, UserError):
         pass  # a read-only home only costs a re-measurement next time
     return result

@@ -27,7 +27,8 @@ def run(args) -> int:
                           batch_size=args.batch_size, seed=args.seed)
     if args.output:
         write_npz(capture, args.output)
-        print(f"wrote {args.output} ({len(capture.arrays)} arrays)", file=sys.stderr)
+        if args.output != "-":
+            print(f"wrote {args.output} ({len(capture.arrays)} arrays)", file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps(capture.to_dict(), indent=2) + "\n")
     else:

@@ -5,7 +5,8 @@ import argparse
 import sys
 
 from layerscope.errors import UserError
-from layerscope.renderers import FORMATS, pick_format, render, write_atomic
+from layerscope.core.io import STDOUT, outputs
+from layerscope.renderers import FORMATS, pick_format, render
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,27 +55,33 @@ def _size(args) -> tuple[int, int]:
     return _plot_size(size) if isinstance(size, str) or size is None else size
 
 
+def write_output(path: str, data, detail: str = "") -> None:
+    """One of the command's outputs, through core.io: put in place with the command's other
+    outputs when it finishes (all or none; see cli.main), then "wrote PATH" on stderr."""
+    with outputs() as tx:
+        tx.write(path, data)
+        if path != STDOUT:
+            tx.after_commit(lambda: print(f"wrote {path}{detail}", file=sys.stderr))
+
+
 def output(text: str, path: str | None, detail: str = "") -> None:
-    """The command's main output: to ``path`` (atomically, saying so on stderr) or stdout."""
+    """The command's main output: to ``path`` (``-``: standard output) or stdout."""
     if path:
-        write_atomic(path, text)
-        print(f"wrote {path}{detail}", file=sys.stderr)
+        write_output(path, text, detail)
     else:
         sys.stdout.write(text)
 
 
 def write_report_files(report, args) -> None:
-    """Write --html and --plot if given (atomically; a failure leaves no partial file)."""
+    """Write --html and --plot if given (with the command's other outputs: all or none)."""
     if getattr(args, "html", None):
         from layerscope.renderers.html import render_html
 
-        write_atomic(args.html, render_html(report))
-        print(f"wrote {args.html}", file=sys.stderr)
+        write_output(args.html, render_html(report))
     if getattr(args, "plot", None):
         from layerscope.renderers.plot import render_png
 
-        write_atomic(args.plot, render_png(report, _size(args)))
-        print(f"wrote {args.plot}", file=sys.stderr)
+        write_output(args.plot, render_png(report, _size(args)))
 
 
 def emit(report, args) -> None:
@@ -84,8 +91,7 @@ def emit(report, args) -> None:
 
         if not args.output:
             raise UserError("--format png writes a binary file: give -o FILE.png")
-        write_atomic(args.output, render_png(report, _size(args)))
-        print(f"wrote {args.output}", file=sys.stderr)
+        write_output(args.output, render_png(report, _size(args)))
     elif fmt == "table" and not args.output and hasattr(report, "__rich__"):
         from rich.console import Console
 

@@ -9,6 +9,7 @@ from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, p
                             rewrite_cmd, verify_cmd, render_cmd, report_cmd, export_cmd,
                             compare_cmd, graph_cmd)
 from layerscope.cli.common import Parser
+from layerscope.core.io import Terminated, outputs
 from layerscope.errors import UserError
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
@@ -37,12 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "run", None):
             build_parser().print_help()
             return 2
-        return args.run(args)
+        with outputs():  # every file the command writes through cli.common: all or none
+            return args.run(args)
     except UserError as exc:
         if debug:
             traceback.print_exc()
         print(f"layerscope: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("layerscope: terminated", file=sys.stderr)
+        raise
     except KeyboardInterrupt:
         print("layerscope: interrupted", file=sys.stderr)
         return 130

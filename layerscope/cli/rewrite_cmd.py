@@ -98,6 +98,7 @@ def run_tile_linear(args) -> int:
 
 
 def run_linear_subgraph(args) -> int:
+    from layerscope.core.io import make_dir
     from layerscope.rewrite.linear import linear_model
     from layerscope.rewrite.onnx_io import save_onnx
     from layerscope.rewrite.tile_linear import tile_linear
@@ -105,12 +106,7 @@ def run_linear_subgraph(args) -> int:
     _check_tile(args.tile)
     model = linear_model(args.m, args.k, args.n, bias=args.bias, seed=args.weight_seed)
     result = tile_linear(model, args.tile)
-    if os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise UserError(f"{args.output} exists and is not a directory")
-    try:
-        os.makedirs(args.output, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {args.output}: {exc.strerror}") from exc
+    make_dir(args.output, "-o")
     plain = os.path.join(args.output, "linear.onnx")
     tiled = os.path.join(args.output, "linear_tiled.onnx")
     save_onnx(model, plain)

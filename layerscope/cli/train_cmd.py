@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_report_files, write_report_files
+from layerscope.cli.common import add_report_files, write_output, write_report_files
 
 
 def register(sub) -> None:
@@ -65,7 +65,6 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from layerscope.renderers import write_atomic
     from layerscope.renderers.training import epoch_line
     from layerscope.training.loop import train
 
@@ -80,7 +79,7 @@ def run(args) -> int:
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
             err.print(f"warning: {w.message}")
     if args.output:
-        write_atomic(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
+        write_output(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
     if table:
         Console(highlight=False).print(report)
     elif not args.output:

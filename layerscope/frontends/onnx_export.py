@@ -16,12 +16,11 @@ import contextlib
 import functools
 import io
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from layerscope.core.io import check_output, resolve, temp_dir
 from layerscope.errors import UserError
 
 EXPORTERS = ("dynamo", "legacy")
@@ -167,12 +166,15 @@ def _summary(path: str) -> tuple[int, int, int]:
     return opset, len(model.graph.node), len(model.graph.initializer)
 
 
-def _move_into_place(tmpdir: str, filename: str, destination_dir: str) -> None:
+def _move_into_place(tmpdir: str, filename: str, destination_dir: str, path: str) -> None:
     """External data files first, the model last: a reader never sees a model whose data is
-    not there yet."""
+    not there yet. Each goes through core.io (a link to the model stays a link)."""
+    from layerscope.core.io import place
+
     names = sorted(os.listdir(tmpdir), key=lambda n: n == filename)
     for name in names:
-        os.replace(os.path.join(tmpdir, name), os.path.join(destination_dir, name))
+        place(os.path.join(tmpdir, name),
+              path if name == filename else os.path.join(destination_dir, name))
 
 
 def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | None = None,
@@ -187,21 +189,17 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
         raise UserError(f"-o {path!r}: the output file name must end in .onnx")
     if opset is not None and opset < 7:
         raise UserError(f"--opset must be 7 or more, got {opset}")
-    destination_dir = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(destination_dir):
-        raise UserError(f"cannot write {path}: no such directory {destination_dir}")
+    check_output(path)
+    destination_dir = os.path.dirname(os.path.abspath(resolve(path)))
     loaded = load(model, inputs, batch_size, meta=False)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
     was_training = module.training
-    try:
-        tmpdir = tempfile.mkdtemp(prefix=".layerscope-export-", dir=destination_dir)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror} ({destination_dir})") from exc
     filename = os.path.basename(path)
-    tmp_path = os.path.join(tmpdir, filename)
     start = time.perf_counter()
-    try:
+    # the temporary folder goes on Ctrl-C and SIGTERM too (core.io.temp_dir)
+    with temp_dir(near=path) as tmpdir:
+        tmp_path = os.path.join(tmpdir, filename)
         module.eval()
         try:
             if exporter == "dynamo":
@@ -218,9 +216,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
         ir_version = _cap_ir_version(tmp_path)
         verified = verify_loads(tmp_path) if verify else None
         opset_used, nodes, initializers = _summary(tmp_path)
-        _move_into_place(tmpdir, filename, destination_dir)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        _move_into_place(tmpdir, filename, destination_dir, path)
     return ExportResult(path=path, exporter=exporter, opset=opset_used, ir_version=ir_version,
                         nodes=nodes, initializers=initializers,
                         batchnorm_folded=exporter == "legacy" or fold_batchnorm,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 FORMATS = ("table", "json", "csv", "html", "png")
 _EXT = {".json": "json", ".csv": "csv", ".txt": "table", ".html": "html", ".htm": "html",
@@ -49,40 +48,8 @@ def render(report, fmt: str, width: int | None = None) -> str:
     return to_text(report, width=width)
 
 
-def write_atomic(path: str, data, *, fsync: bool = False) -> None:
-    """Write to a temporary file beside ``path`` and rename it: never a half-written file.
+def write_atomic(path: str, data, *, fsync: bool = True) -> None:
+    """Kept for callers of the old name: ``layerscope.core.io.write_file`` (same arguments)."""
+    from layerscope.core.io import write_file
 
-    ``data``: ``str`` (written as UTF-8), ``bytes``, or a function that writes to the open
-    binary file (e.g. ``lambda f: torch.save(obj, f)``). ``fsync`` makes the content durable
-    before the rename (checkpoints)."""
-    from layerscope.errors import UserError
-
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", dir=directory)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, str):
-                f.write(data.encode("utf-8"))
-            elif isinstance(data, (bytes, bytearray)):
-                f.write(data)
-            else:
-                data(f)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _default_mode(path: str) -> None:
-    """mkstemp creates 0600 files; give the result the permissions a plain open() would."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    write_file(path, data, fsync=fsync)

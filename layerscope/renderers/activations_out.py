@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 
 from rich.console import Console
 from rich.table import Table
@@ -30,21 +28,10 @@ def to_text(capture, width: int = 120) -> str:
 
 
 def write_npz(capture, path: str) -> None:
-    """Atomic: numpy writes a temporary file that is renamed into place."""
+    """Through core.io: atomic for files, written through for devices and FIFOs, ``-`` is
+    standard output."""
     import numpy as np
 
-    from layerscope.errors import UserError
+    from layerscope.core.io import write_file
 
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".layerscope-", suffix=".npz", dir=directory)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror} ({directory})") from exc
-    os.close(fd)
-    try:
-        np.savez(tmp, **capture.arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file(path, lambda f: np.savez(f, **capture.arrays))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from layerscope.errors import UserError
-from layerscope.renderers import write_atomic
+from layerscope.core.io import write_file
 
 # onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).
 MAX_IR_VERSION = 13
@@ -55,4 +55,4 @@ def save_onnx(model, path: str) -> None:
     except ValueError as exc:  # protobuf refuses messages over 2 GB
         raise UserError(f"cannot write {path}: the model is over protobuf's 2 GB limit "
                         "(external data is not supported by this command)") from exc
-    write_atomic(path, data)
+    write_file(path, data)

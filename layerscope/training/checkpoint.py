@@ -37,10 +37,10 @@ def _tuples(x):
 
 def save_atomic(obj: Any, path: str) -> None:
     """Never leaves a partial file at ``path``: a kill mid-write leaves only a temp file."""
-    from layerscope.renderers import write_atomic
+    from layerscope.core.io import make_dir, write_file
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, lambda f: torch.save(obj, f), fsync=True)
+    make_dir(os.path.dirname(os.path.abspath(path)), "checkpoint folder")
+    write_file(path, lambda f: torch.save(obj, f), fsync=True)
 
 
 def resolve_checkpoint(path: str) -> str:

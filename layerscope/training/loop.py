@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
+import marshal
 import os
 import random
 import resource
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, RandomSampler
 
 from layerscope.core.document import ResultDocument
+from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.environment import environment
 from layerscope.errors import UserError
@@ -242,21 +245,16 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
 def _write_metrics(run_dir: str, history: list[dict[str, Any]]) -> None:
     if not history:
         return
-    keys = list(history[0])
-    tmp = os.path.join(run_dir, ".metrics.csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(history)
-    os.replace(tmp, os.path.join(run_dir, "metrics.csv"))
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=list(history[0]))
+    writer.writeheader()
+    writer.writerows(history)
+    write_file(os.path.join(run_dir, "metrics.csv"), buf.getvalue())
     _write_json(os.path.join(run_dir, "metrics.json"), history)
 
 
 def _write_json(path: str, obj: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
+    write_file(path, json.dumps(obj, indent=2))
 
 
 def _profiler(kind: str | None, run_dir: str):
@@ -273,7 +271,9 @@ def _profiler(kind: str | None, run_dir: str):
 
             def __exit__(self, *exc):
                 self.p.disable()
-                self.p.dump_stats(os.path.join(run_dir, "profile.prof"))
+                self.p.create_stats()  # what dump_stats writes, through core.io
+                write_file(os.path.join(run_dir, "profile.prof"),
+                           lambda f: marshal.dump(self.p.stats, f))
                 return False
 
         return _CProfile()
@@ -289,7 +289,10 @@ def _profiler(kind: str | None, run_dir: str):
 
             def __exit__(self, *exc):
                 self.p.__exit__(*exc)
-                self.p.export_chrome_trace(os.path.join(run_dir, "trace.json"))
+                with temp_dir(near=os.path.join(run_dir, "trace.json")) as tmpdir:
+                    raw = os.path.join(tmpdir, "trace.json")
+                    self.p.export_chrome_trace(raw)
+                    place(raw, os.path.join(run_dir, "trace.json"))
                 return False
 
         return _Torch()
@@ -305,8 +308,7 @@ def _profiler(kind: str | None, run_dir: str):
 
         def __exit__(self, *exc):
             self.p.stop()
-            with open(os.path.join(run_dir, "profile.html"), "w", encoding="utf-8") as f:
-                f.write(self.p.output_html())
+            write_file(os.path.join(run_dir, "profile.html"), self.p.output_html())
             return False
 
     return _Pyinstrument()
@@ -332,6 +334,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
           progress: Callback | None = None, **overrides: Any) -> TrainReport:
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
+    if config.out:
+        check_dir(config.out, "--out")  # before any work: an existing file is not a run folder
     if config.resume:
         config = _resumed_config(config)
     old_threads = torch.get_num_threads()
@@ -342,7 +346,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         notes: list[str] = []
         run = _Run(config, notes)
-        os.makedirs(os.path.join(run.run_dir, "checkpoints"), exist_ok=True)
+        make_dir(run.run_dir, "--out")
+        make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
         _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         with _profiler(config.profile, run.run_dir):
             report = _train(run, on_epoch, progress)
@@ -361,7 +366,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
-        writer = SummaryWriter(os.path.join(run.run_dir, "tensorboard"))
+        writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
+                                        "TensorBoard folder"))
         x, _ = run.train_set[0]
         try:
             run.model.eval()
