@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 
-from layerscope.ops.aten import ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_STATS, SOFTMAX
+from layerscope.ops.aten import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_NORMALISE,
+                                 NORM_STATS, SOFTMAX, resample_flops)
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
 
 ONNX = VersionedHandlerTable("onnx")
@@ -154,20 +155,18 @@ register("GlobalMaxPool", 1, reduce_sum)
 
 
 # ---------------------------------------------------------------- resampling
-def _resize_taps(mode: str, changed_axes: int) -> int:
-    # nearest copies one input element; (bi/tri)linear blends 2 per resized axis; cubic 4
-    per_axis = {"nearest": 1, "linear": 2, "cubic": 4}.get(mode, 1)
-    return per_axis ** changed_axes
+# Resize / Upsample(mode: nearest | linear | cubic; bilinear in Upsample-1): aten's rule
+# (resample_flops): numel(out) * (2*taps - 1), taps = product over resized axes of 1 / 2 / 4,
+# antialiased downsampling widening each axis to ceil(taps * in/out); nearest is a copy (0).
+INTERPOLATION = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
+                 "cubic": "cubic"}
 
 
 def resize(ins, outs, attrs) -> OpCost:
-    # x: (N, C, *in) -> (N, C, *out); per output element taps multiplies + taps - 1 adds
-    # (0 for nearest, like aten's upsample_nearest)
-    mode = attrs.get("mode", "nearest")
-    x, y = ins[0], _out(outs)
-    changed = sum(1 for a, b in zip(x.shape, y.shape) if a != b)
-    taps = _resize_taps(mode, changed)
-    return OpCost(flops=0 if taps == 1 else y.numel * (2 * taps - 1))
+    # x: (N, C, *in), roi?, scales?, sizes? -> (N, C, *out)
+    interp = INTERPOLATION.get(attrs.get("mode", "nearest"), "nearest")
+    return OpCost(flops=resample_flops(ins[0].shape, _out(outs).shape, interp,
+                                       bool(attrs.get("antialias", 0))))
 
 
 register(["Resize", "Upsample"], 1, resize)
@@ -185,8 +184,15 @@ def batch_norm(ins, outs, attrs) -> OpCost:
 
 
 def norm_with_stats(ins, outs, attrs) -> OpCost:
-    # Layer/Group/Instance/RMS normalisation(x: any, scale, bias): statistics + apply = 8/elem
+    # Group/Instance/RMS normalisation(x: any, scale, bias): statistics + apply = 8/elem
     return OpCost(flops=(NORM_APPLY + NORM_STATS) * ins[0].numel)
+
+
+def layer_norm(ins, outs, attrs) -> OpCost:
+    # LayerNormalization(x: any, scale, B?): statistics 4 + normalise 2 + scale 1 + bias 1 if
+    # present per element (aten's native_layer_norm rule)
+    has_bias = len(ins) > 2 and ins[2] is not None
+    return OpCost(flops=(NORM_STATS + NORM_NORMALISE + 1 + has_bias) * ins[0].numel)
 
 
 def softmax(ins, outs, attrs) -> OpCost:
@@ -195,8 +201,8 @@ def softmax(ins, outs, attrs) -> OpCost:
 
 
 register("BatchNormalization", 1, batch_norm, buffers=(3, 4))  # running mean, var: buffers
-register(["InstanceNormalization", "LayerNormalization", "GroupNormalization",
-          "RMSNormalization"], 1, norm_with_stats)
+register(["InstanceNormalization", "GroupNormalization", "RMSNormalization"], 1, norm_with_stats)
+register("LayerNormalization", 1, layer_norm)
 register(["Softmax", "LogSoftmax"], 1, softmax)
 
 
