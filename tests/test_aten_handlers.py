@@ -524,6 +524,16 @@ REDUCE_CASES = [
 REDUCE_CASES += [
     # _is_all_true(x: bool) -> scalar (an assert on a mask, e.g. nested-tensor checks):
     # one AND per element, as aten.all
+    # fractional_max_pool2d(x, kernel_size, output_size, random_samples): window comparisons
+    case("fractional_max_pool2d", "aten.fractional_max_pool2d",
+         (T((1, 2, 8, 8)), [2, 2], [3, 3], T((1, 2, 2))),
+         (T((1, 2, 3, 3)), T((1, 2, 3, 3), "int64", 8)), macs=0, flops=18 * 4),
+    # reflection_pad2d_backward(grad_out: (1, 2, 6, 6), x: (1, 2, 4, 4), padding): the 2*(36-16)
+    # border elements are added onto the elements they mirror
+    case("reflection_pad2d_backward", "aten.reflection_pad2d_backward",
+         (T((1, 2, 6, 6)), T((1, 2, 4, 4)), [1, 1, 1, 1]), T((1, 2, 4, 4)), macs=0, flops=40),
+    case("replication_pad1d_backward", "aten.replication_pad1d_backward",
+         (T((1, 2, 7)), T((1, 2, 4)), [1, 2]), T((1, 2, 4)), macs=0, flops=6),
     case("_is_all_true", "aten._is_all_true", (T((2, 3, 4), "bool", 1),), T((), "bool", 1),
          macs=0, flops=24),
 ]
@@ -591,6 +601,35 @@ RESAMPLE_CASES = [
     case("bicubic2d_aa_backward", "aten._upsample_bicubic2d_aa_backward",
          (T((1, 2, 3, 4)), [3, 4], [1, 2, 9, 4], False, None, None), T((1, 2, 9, 4)),
          macs=0, flops=24 * 2 * 12),
+]
+
+
+RESAMPLE_CASES += [
+    # grid_sampler_2d(x, grid: (N, Hg, Wg, 2), interpolation_mode 0 bilinear / 1 nearest /
+    # 2 bicubic, padding_mode, align_corners) -> (N, C, Hg, Wg): both axes interpolated
+    case("grid_sampler_2d-bilinear", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False), T((2, 3, 5, 6)),
+         macs=0, flops=180 * 7),  # 4 taps: 7 per output
+    case("grid_sampler_2d-nearest", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 1, 0, False), T((2, 3, 5, 6)), macs=0, flops=0),
+    case("grid_sampler_2d-bicubic", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 2, 0, False), T((2, 3, 5, 6)),
+         macs=0, flops=180 * 31),  # 16 taps
+    case("grid_sampler_3d-trilinear", "aten.grid_sampler_3d",
+         (T((1, 2, 4, 4, 4)), T((1, 3, 3, 3, 3)), 0, 0, False), T((1, 2, 3, 3, 3)),
+         macs=0, flops=54 * 15),  # 8 taps
+    # backward(grad_out, x, grid, mode, padding, align_corners, output_mask): grad_x and
+    # grad_grid each taps multiplies + taps adds per grad_out element
+    case("grid_sampler_2d_backward", "aten.grid_sampler_2d_backward",
+         (T((2, 3, 5, 6)), T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False, [True, True]),
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2))), macs=0, flops=2 * 180 * 2 * 4),
+    case("grid_sampler_2d_backward-grid-only", "aten.grid_sampler_2d_backward",
+         (T((2, 3, 5, 6)), T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False, [False, True]),
+         (None, T((2, 5, 6, 2))), macs=0, flops=180 * 2 * 4),
+    # affine_grid_generator(theta: (N, 2, 3), size, align_corners) -> (N, H, W, 2): every
+    # point is theta @ (x, y, 1): 2 * 5 * 6 * 2 outputs x 3 MACs
+    case("affine_grid_generator", "aten.affine_grid_generator",
+         (T((2, 2, 3)), [2, 3, 5, 6], False), T((2, 5, 6, 2)), macs=360, flops=720),
 ]
 
 
@@ -698,6 +737,10 @@ N_A = 2 * 3 * 5
     pytest.param("aten.threshold_backward", (T(A), T(A), 0.0), 1, id="threshold_backward"),
     pytest.param("aten.addcmul", (T(A), T(A), T(A)), 2, id="addcmul"),  # a + b*c
     pytest.param("aten.lerp", (T(A), T(A), 0.5), 2, id="lerp"),  # a + w*(b - a)
+    pytest.param("aten.celu", (T(A),), 1, id="celu"),
+    pytest.param("aten.softshrink", (T(A), 0.5), 1, id="softshrink"),
+    pytest.param("aten.rrelu_with_noise", (T(A), T(A), 0.1, 0.3, True), 1, id="rrelu"),
+    pytest.param("aten.mish_backward", (T(A), T(A)), 1, id="mish_backward"),
 ])
 def test_elementwise(op, args, flops_per_element):
     check(op, args, T(A), 0, flops_per_element * N_A)
@@ -728,6 +771,9 @@ def test_native_dropout_draws_and_scales():
     pytest.param("aten.max_unpool3d", COMPUTE, id="max_unpool3d-scatters"),
     pytest.param("aten._pack_padded_sequence", COMPUTE, id="_pack_padded_sequence"),
     pytest.param("aten._pad_packed_sequence", COMPUTE, id="_pad_packed_sequence"),
+    pytest.param("aten.reflection_pad3d", COMPUTE, id="reflection_pad3d"),
+    pytest.param("aten.pixel_unshuffle", COMPUTE, id="pixel_unshuffle"),
+    pytest.param("aten.linspace", COMPUTE, id="linspace"),
 ])
 def test_zero_cost_kinds(op, kind):
     entry = ATEN.lookup(op)

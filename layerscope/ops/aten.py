@@ -69,15 +69,19 @@ register(
 register(
     [
         "aten.clone", "aten.copy_", "aten._to_copy", "aten.copy", "aten.cat", "aten.stack",
-        "aten.constant_pad_nd", "aten.reflection_pad2d", "aten.replication_pad2d",
+        "aten.constant_pad_nd", "aten.reflection_pad1d", "aten.reflection_pad2d",
+        "aten.reflection_pad3d", "aten.replication_pad1d", "aten.replication_pad2d",
+        "aten.replication_pad3d",
         "aten.index", "aten.index_select", "aten.gather", "aten.embedding",
         "aten.zeros", "aten.ones", "aten.full", "aten.zeros_like", "aten.ones_like",
+        "aten.linspace", "aten.logspace",
         "aten.full_like", "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.arange",
         "aten.fill_", "aten.zero_", "aten.fill", "aten.scalar_tensor", "aten.tril", "aten.triu",
         "aten.slice_backward", "aten.select_backward", "aten.roll", "aten.flip", "aten.repeat",
         "aten.masked_select", "aten.index_put_", "aten.index_put", "aten.scatter",
         "aten.scatter_", "aten.select_scatter", "aten.slice_scatter", "aten.as_strided_scatter",
-        "aten.pixel_shuffle", "aten.channel_shuffle", "aten.native_channel_shuffle",
+        "aten.pixel_shuffle", "aten.pixel_unshuffle", "aten.channel_shuffle",
+        "aten.native_channel_shuffle",
         "aten.bernoulli_", "aten.bernoulli", "aten.uniform_", "aten.normal_", "aten.rand",
         "aten.randn", "aten.rand_like", "aten.randn_like", "aten.randperm",
         "aten.im2col", "aten.col2im",
@@ -121,6 +125,10 @@ ONE_FLOP_ELEMENTWISE = [
     "aten.hardswish_backward", "aten.hardsigmoid_backward", "aten.leaky_relu_backward",
     "aten.elu_backward", "aten.softplus_backward", "aten.native_dropout_backward",
     "aten.prelu", "aten._prelu_kernel", "aten.log_sigmoid_forward", "aten.glu",
+    "aten.celu", "aten.celu_", "aten.hardshrink", "aten.softshrink", "aten.rrelu_with_noise",
+    "aten.rrelu_with_noise_", "aten.sgn", "aten.mish_backward", "aten._prelu_kernel_backward",
+    "aten.rrelu_with_noise_backward", "aten.log_sigmoid_backward", "aten.softshrink_backward",
+    "aten.hardshrink_backward",
 ]
 register(ONE_FLOP_ELEMENTWISE, elementwise(1))
 # a*b+c, a+w*(b-a) and friends: two arithmetic ops per element.
@@ -185,8 +193,18 @@ def pool_backward(args, kwargs, out) -> OpCost:
     return OpCost(flops=_first_out(out).numel)
 
 
+def pad_backward(args, kwargs, out) -> OpCost:
+    # reflection/replication_pad*d_backward(grad_out: (N, C, *padded), x, padding) -> grad_x:
+    # the interior is copied; every border element is added onto the element it mirrors or
+    # repeats: numel(grad_out) - numel(grad_x) adds
+    return OpCost(flops=args[0].numel - _first_out(out).numel)
+
+
 register(["aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",
-          "aten.max_pool1d", "aten.max_pool2d"], max_pool)
+          "aten.max_pool1d", "aten.max_pool2d",
+          # fractional_max_pool*d(x, kernel_size, output_size, random_samples): random window
+          # starts, the same comparisons per window
+          "aten.fractional_max_pool2d", "aten.fractional_max_pool3d"], max_pool)
 register(["aten.avg_pool2d", "aten.avg_pool3d", "aten.avg_pool1d"], avg_pool)
 register(["aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d",
           "aten.adaptive_avg_pool1d"], adaptive_avg_pool)
@@ -195,7 +213,11 @@ register(["aten.adaptive_max_pool2d", "aten.adaptive_max_pool1d", "aten.adaptive
 register(["aten.max_pool2d_with_indices_backward", "aten.avg_pool2d_backward",
           "aten._adaptive_avg_pool2d_backward", "aten.adaptive_max_pool2d_backward",
           "aten.max_pool3d_with_indices_backward", "aten.avg_pool3d_backward",
-          "aten._adaptive_avg_pool3d_backward"], pool_backward)
+          "aten._adaptive_avg_pool3d_backward", "aten.fractional_max_pool2d_backward",
+          "aten.fractional_max_pool3d_backward", "aten.adaptive_max_pool3d_backward",
+          "aten.adaptive_max_pool1d_backward"], pool_backward)
+register([f"aten.{kind}_pad{d}d_backward" for kind in ("reflection", "replication")
+          for d in (1, 2, 3)], pad_backward)
 
 
 # ---------------------------------------------------------------- resampling
@@ -220,10 +242,15 @@ def resample_taps(in_shape, out_shape, interp: str, antialias: bool = False) -> 
     return taps
 
 
+def _blend_flops(outputs: int, taps: int) -> int:
+    # outputs elements, each taps multiplies + taps - 1 adds; a single tap is a copy
+    return 0 if taps == 1 else outputs * (2 * taps - 1)
+
+
 def resample_flops(in_shape, out_shape, interp: str, antialias: bool = False) -> int:
     # FLOPs of the whole output: numel(out) * (2*taps - 1), 0 for one tap
     taps = resample_taps(in_shape, out_shape, interp, antialias)
-    return 0 if taps == 1 else math.prod(out_shape) * (2 * taps - 1)
+    return _blend_flops(math.prod(out_shape), taps)
 
 
 def upsample(interp: str, antialias: bool = False):
@@ -249,6 +276,44 @@ def upsample_backward(interp: str, antialias: bool = False):
 
     handler.__name__ = f"upsample_{interp}{'_aa' if antialias else ''}_backward"
     return handler
+
+
+# grid_sample's interpolation_mode: 0 bilinear (trilinear in 3-D), 1 nearest, 2 bicubic; every
+# spatial axis is interpolated at the grid's points
+GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+
+
+def _grid_taps(x: T, mode) -> int:
+    return TAPS_PER_AXIS[GRID_MODES.get(int(mode), "linear")] ** (len(x.shape) - 2)
+
+
+def grid_sampler(args, kwargs, out) -> OpCost:
+    # grid_sampler_{2,3}d(x: (N, C, *in), grid: (N, *out, dims), interpolation_mode,
+    # padding_mode, align_corners) -> (N, C, *out): the resampling rule with every axis resized
+    return OpCost(flops=_blend_flops(_first_out(out).numel, _grid_taps(args[0], args[2])))
+
+
+def grid_sampler_backward(args, kwargs, out) -> OpCost:
+    # grid_sampler_{2,3}d_backward(grad_out: (N, C, *out), x, grid, interpolation_mode,
+    # padding_mode, align_corners, output_mask) -> (grad_x?, grad_grid): per grad_out element
+    # and gradient computed, taps multiplies + taps adds (grad_x scatters to the taps; grad_grid
+    # weighs each tap's value by its weight's derivative)
+    mask = args[6] if len(args) > 6 else (True, True)
+    grads = int(bool(mask[0])) + 1
+    return OpCost(flops=grads * args[0].numel * 2 * _grid_taps(args[1], args[3]))
+
+
+def affine_grid(args, kwargs, out) -> OpCost:
+    # affine_grid_generator(theta: (N, d, d+1), size, align_corners) -> grid: (N, *out, d):
+    # every grid point is theta @ (x, y[, z], 1): numel(grid) * (d + 1) MACs
+    macs = _first_out(out).numel * args[0].shape[-1]
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+register(["aten.grid_sampler_2d", "aten.grid_sampler_3d"], grid_sampler)
+register(["aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward"],
+         grid_sampler_backward)
+register("aten.affine_grid_generator", affine_grid)
 
 
 NEAREST = ["aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
@@ -279,7 +344,8 @@ NORM_STATS = 4
 
 
 def _norm(x: T, weight, bias, stats: bool) -> OpCost:
-    per = NORM_NORMALISE + isinstance(weight, T) + isinstance(bias, T) + (NORM_STATS if stats else 0)
+    affine = isinstance(weight, T) + isinstance(bias, T)
+    per = NORM_NORMALISE + affine + (NORM_STATS if stats else 0)
     return OpCost(flops=per * x.numel)
 
 
