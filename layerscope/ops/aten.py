@@ -242,7 +242,7 @@ def resample_taps(in_shape, out_shape, interp: str, antialias: bool = False) -> 
     return taps
 
 
-def _blend_flops(outputs: int, taps: int) -> int:
+def blend_flops(outputs: int, taps: int) -> int:
     # outputs elements, each taps multiplies + taps - 1 adds; a single tap is a copy
     return 0 if taps == 1 else outputs * (2 * taps - 1)
 
@@ -250,7 +250,7 @@ def _blend_flops(outputs: int, taps: int) -> int:
 def resample_flops(in_shape, out_shape, interp: str, antialias: bool = False) -> int:
     # FLOPs of the whole output: numel(out) * (2*taps - 1), 0 for one tap
     taps = resample_taps(in_shape, out_shape, interp, antialias)
-    return _blend_flops(math.prod(out_shape), taps)
+    return blend_flops(math.prod(out_shape), taps)
 
 
 def upsample(interp: str, antialias: bool = False):
@@ -290,7 +290,7 @@ def _grid_taps(x: T, mode) -> int:
 def grid_sampler(args, kwargs, out) -> OpCost:
     # grid_sampler_{2,3}d(x: (N, C, *in), grid: (N, *out, dims), interpolation_mode,
     # padding_mode, align_corners) -> (N, C, *out): the resampling rule with every axis resized
-    return OpCost(flops=_blend_flops(_first_out(out).numel, _grid_taps(args[0], args[2])))
+    return OpCost(flops=blend_flops(_first_out(out).numel, _grid_taps(args[0], args[2])))
 
 
 def grid_sampler_backward(args, kwargs, out) -> OpCost:

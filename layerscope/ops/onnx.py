@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 
 from layerscope.ops.aten import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_NORMALISE,
-                                 NORM_STATS, SOFTMAX, resample_flops)
+                                 NORM_STATS, SOFTMAX, TAPS_PER_AXIS, blend_flops,
+                                 resample_flops)
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
 
 ONNX = VersionedHandlerTable("onnx")
@@ -159,7 +160,7 @@ register("GlobalMaxPool", 1, reduce_sum)
 # (resample_flops): numel(out) * (2*taps - 1), taps = product over resized axes of 1 / 2 / 4,
 # antialiased downsampling widening each axis to ceil(taps * in/out); nearest is a copy (0).
 INTERPOLATION = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
-                 "cubic": "cubic"}
+                 "cubic": "cubic", "bicubic": "cubic"}
 
 
 def resize(ins, outs, attrs) -> OpCost:
@@ -169,7 +170,24 @@ def resize(ins, outs, attrs) -> OpCost:
                                        bool(attrs.get("antialias", 0))))
 
 
+def grid_sample(ins, outs, attrs) -> OpCost:
+    # GridSample(x: (N, C, *in), grid: (N, *out, dims)) -> (N, C, *out); mode bilinear | nearest |
+    # bicubic (opset 16), linear | nearest | cubic (20): every spatial axis interpolated, as
+    # aten's grid_sampler
+    interp = INTERPOLATION.get(attrs.get("mode", "linear"), "linear")
+    taps = TAPS_PER_AXIS[interp] ** (len(ins[0].shape) - 2)
+    return OpCost(flops=blend_flops(_out(outs).numel, taps))
+
+
+def affine_grid(ins, outs, attrs) -> OpCost:
+    # AffineGrid(theta: (N, d, d+1), size) -> (N, *out, d): numel(grid) * (d + 1) MACs
+    macs = _out(outs).numel * ins[0].shape[-1]
+    return OpCost(macs=macs, flops=2 * macs)
+
+
 register(["Resize", "Upsample"], 1, resize)
+register("GridSample", 16, grid_sample)
+register("AffineGrid", 20, affine_grid, constants=(1,))  # size
 register("Upsample", 9, resize, constants=(1,))  # scales
 register("Resize", 10, resize, constants=(1,))  # scales
 register("Resize", 11, resize, constants=(1, 2, 3))  # roi, scales, sizes
