@@ -167,6 +167,12 @@ CASES = [
      lambda: single("AffineGrid", [tensor("t", [2, 2, 3]), "size"], [2, 3, 5, 2],
                     [_i64("size", [2, 1, 3, 5])], opset=20),
      dict(macs=180, flops=360, params=0)),
+    # MaxUnpool: a scatter to the recorded indices (aten's max_unpool2d): 0 FLOPs, 32 B of
+    # values and 64 B of int64 indices read, 128 B written
+    ("maxunpool",
+     lambda: single("MaxUnpool", [tensor("x", [1, 2, 2, 2]), tensor("i", [1, 2, 2, 2], I64)],
+                    [1, 2, 4, 4], opset=11, kernel_shape=[2, 2], strides=[2, 2]),
+     dict(flops=0, bytes_read=32 + 64, bytes_written=128)),
     # LayerNormalization without B: statistics 4 + normalise 2 + scale 1 = 7 per element
     ("layernorm-no-bias",
      lambda: single("LayerNormalization", [tensor("x", [2, 5, 8]), "s"], [2, 5, 8],

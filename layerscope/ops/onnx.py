@@ -73,6 +73,7 @@ register("Slice", 10, zero, constants=(1, 2, 3, 4))  # starts, ends, axes, steps
 register("Pad", 11, zero, constants=(1, 2, 3))  # pads, constant_value, axes
 register("Split", 13, zero, constants=(1,))
 register("TopK", 10, zero, constants=(1,))
+register("MaxUnpool", 9, zero, constants=(2,))  # scatter to recorded indices; output_shape
 
 
 # ---------------------------------------------------------------- elementwise
