@@ -75,3 +75,28 @@ def test_module_and_onnx_agree_on_interpolation(tmp_path, shape, options, flops,
     assert eager.uncounted_ops == [] and graph.uncounted_ops == []
     assert (eager.totals.macs, eager.totals.flops) == (0, flops)
     assert (graph.totals.macs, graph.totals.flops) == (0, flops)
+
+
+class GridSample(nn.Module):
+    def __init__(self, mode: str):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, mode=self.mode, align_corners=False)
+
+
+@pytest.mark.parametrize("mode,flops", [
+    pytest.param("bilinear", 2 * 3 * 5 * 7, id="bilinear"),  # 30 outputs x (2*4 - 1)
+    pytest.param("bicubic", 2 * 3 * 5 * 31, id="bicubic"),  # 16 taps
+])
+def test_module_and_onnx_agree_on_grid_sample(tmp_path, mode, flops):
+    # x: (1, 2, 4, 4) sampled at a (1, 3, 5, 2) grid -> (1, 2, 3, 5); GridSample needs the
+    # dynamo exporter (opset 16+)
+    shapes = [(1, 2, 4, 4), (1, 3, 5, 2)]
+    module = GridSample(mode)
+    path = str(tmp_path / "grid_sample.onnx")
+    export_onnx(module, path, inputs=shapes, verify=False)
+    for report in (layerscope.analyze(module, shapes), layerscope.analyze(path)):
+        assert report.uncounted_ops == []
+        assert (report.totals.macs, report.totals.flops) == (0, flops)
