@@ -431,6 +431,36 @@ NORM_CASES = [
          (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), T((8,)),
           [True, True, True]), (T((2, 3, 8)), T((8,)), T((8,))),
          macs=0, flops=(6 + 1 + 1) * 2 * 3 * 8),  # dx 6, dw 1, db 1 per element
+    # Without affine parameters the `* w + b` is not done: normalise (x - mean) * invstd = 2,
+    # + 1 for a weight, + 1 for a bias, + 4 for statistics.
+    case("batch_norm-no-affine-eval", "aten.native_batch_norm",
+         (T(X), None, None, T((3,)), T((3,)), False, 0.1, 1e-5), (T(X), T((0,)), T((0,))),
+         macs=0, flops=2 * N_X),  # BatchNorm2d(affine=False), F.batch_norm without weight
+    case("batch_norm-no-affine-training", "aten.native_batch_norm",
+         (T(X), None, None, T((3,)), T((3,)), True, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=(2 + 4) * N_X),
+    case("batch_norm-weight-only", "aten.native_batch_norm",
+         (T(X), T((3,)), None, T((3,)), T((3,)), False, 0.1, 1e-5), (T(X), T((0,)), T((0,))),
+         macs=0, flops=3 * N_X),
+    case("_native_batch_norm_legit_no_training-no-affine",
+         "aten._native_batch_norm_legit_no_training",
+         (T(X), None, None, T((3,)), T((3,)), 0.1, 1e-5), (T(X), T((0,)), T((0,))),
+         macs=0, flops=2 * N_X),
+    case("_native_batch_norm_legit-no-affine", "aten._native_batch_norm_legit",
+         (T(X), None, None, T((3,)), T((3,)), True, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=6 * N_X),
+    case("_native_batch_norm_legit.no_stats-no-affine", "aten._native_batch_norm_legit.no_stats",
+         (T(X), None, None, True, 0.1, 1e-5), (T(X),) + STATS3,
+         macs=0, flops=6 * N_X),
+    case("layer_norm-no-affine", "aten.native_layer_norm",
+         (T((2, 3, 8)), [8], None, None, 1e-5), (T((2, 3, 8)), T((2, 3, 1)), T((2, 3, 1))),
+         macs=0, flops=(4 + 2) * 2 * 3 * 8),  # elementwise_affine=False
+    case("layer_norm-no-bias", "aten.native_layer_norm",
+         (T((2, 3, 8)), [8], T((8,)), None, 1e-5), (T((2, 3, 8)), T((2, 3, 1)), T((2, 3, 1))),
+         macs=0, flops=(4 + 2 + 1) * 2 * 3 * 8),  # LayerNorm(bias=False)
+    case("group_norm-no-affine", "aten.native_group_norm",
+         (T(X), None, None, 2, 3, 16, 3, 1e-5), (T(X), T((2, 3)), T((2, 3))),
+         macs=0, flops=(4 + 2) * N_X),
     case("softmax", "aten._softmax", (T((2, 3, 7)), -1, False), T((2, 3, 7)),
          macs=0, flops=5 * 2 * 3 * 7),  # max-compare, subtract, exp, sum, divide
     case("log_softmax", "aten._log_softmax", (T((2, 3, 7)), -1, False), T((2, 3, 7)),
@@ -491,8 +521,201 @@ REDUCE_CASES = [
 ]
 
 
+REDUCE_CASES += [
+    # _is_all_true(x: bool) -> scalar (an assert on a mask, e.g. nested-tensor checks):
+    # one AND per element, as aten.all
+    # fractional_max_pool2d(x, kernel_size, output_size, random_samples): window comparisons
+    case("fractional_max_pool2d", "aten.fractional_max_pool2d",
+         (T((1, 2, 8, 8)), [2, 2], [3, 3], T((1, 2, 2))),
+         (T((1, 2, 3, 3)), T((1, 2, 3, 3), "int64", 8)), macs=0, flops=18 * 4),
+    # reflection_pad2d_backward(grad_out: (1, 2, 6, 6), x: (1, 2, 4, 4), padding): the 2*(36-16)
+    # border elements are added onto the elements they mirror
+    case("reflection_pad2d_backward", "aten.reflection_pad2d_backward",
+         (T((1, 2, 6, 6)), T((1, 2, 4, 4)), [1, 1, 1, 1]), T((1, 2, 4, 4)), macs=0, flops=40),
+    case("replication_pad1d_backward", "aten.replication_pad1d_backward",
+         (T((1, 2, 7)), T((1, 2, 4)), [1, 2]), T((1, 2, 4)), macs=0, flops=6),
+    case("_is_all_true", "aten._is_all_true", (T((2, 3, 4), "bool", 1),), T((), "bool", 1),
+         macs=0, flops=24),
+]
+
+
 @pytest.mark.parametrize("op,args,out,macs,flops", POOL_CASES + REDUCE_CASES)
 def test_pooling_and_reductions(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+# ------------------------------------------------------------------ resampling
+# An output element blends taps input elements, taps = product over the resized axes of
+# 1 (nearest), 2 (linear), 4 (cubic); antialiased downsampling by in/out widens an axis to
+# ceil(taps * in/out). FLOPs = numel(out) * (taps multiplies + taps - 1 adds); nearest: 0.
+RESAMPLE_CASES = [
+    # upsample_nearest*d(x, output_size, scales...): a copy
+    case("nearest1d", "aten.upsample_nearest1d", (T((1, 2, 4)), [8], 2.0), T((1, 2, 8)),
+         macs=0, flops=0),
+    case("nearest2d", "aten.upsample_nearest2d", (T((1, 2, 4, 4)), [8, 8], 2.0, 2.0),
+         T((1, 2, 8, 8)), macs=0, flops=0),
+    case("nearest3d", "aten.upsample_nearest3d", (T((1, 2, 2, 2, 2)), [4, 4, 4], 2.0, 2.0, 2.0),
+         T((1, 2, 4, 4, 4)), macs=0, flops=0),
+    case("nearest_exact2d", "aten._upsample_nearest_exact2d",
+         (T((1, 2, 4, 4)), [8, 8], 2.0, 2.0), T((1, 2, 8, 8)), macs=0, flops=0),
+    case("nearest_exact1d", "aten._upsample_nearest_exact1d", (T((1, 2, 4)), [8], 2.0),
+         T((1, 2, 8)), macs=0, flops=0),
+    # upsample_linear1d(x, output_size, align_corners, scale): 2 taps, 16 outputs x 3
+    case("linear1d", "aten.upsample_linear1d", (T((1, 2, 4)), [8], False, 2.0), T((1, 2, 8)),
+         macs=0, flops=16 * 3),
+    # upsample_bilinear2d(x, output_size, align_corners, scale_h, scale_w): 4 taps,
+    # 128 outputs x 7
+    case("bilinear2d", "aten.upsample_bilinear2d", (T((1, 2, 4, 4)), [8, 8], False, 2.0, 2.0),
+         T((1, 2, 8, 8)), macs=0, flops=128 * 7),
+    # .vec overload (x, output_size?, align_corners, scale_factors), found by its packet:
+    # same shapes, same cost
+    case("bilinear2d-vec", "aten.upsample_bilinear2d", (T((1, 2, 4, 4)), None, True, [2, 2]),
+         T((1, 2, 8, 8)), macs=0, flops=128 * 7),
+    # one axis resized (4x4 -> 4x8): 2 taps, 64 outputs x 3
+    case("bilinear2d-one-axis", "aten.upsample_bilinear2d",
+         (T((1, 2, 4, 4)), [4, 8], False, 1.0, 2.0), T((1, 2, 4, 8)), macs=0, flops=64 * 3),
+    # upsample_bicubic2d: 4 x 4 = 16 taps, 128 outputs x 31
+    case("bicubic2d", "aten.upsample_bicubic2d", (T((1, 2, 4, 4)), [8, 8], True),
+         T((1, 2, 8, 8)), macs=0, flops=128 * 31),
+    # upsample_trilinear3d: 8 taps, 128 outputs x 15
+    case("trilinear3d", "aten.upsample_trilinear3d",
+         (T((1, 2, 2, 2, 2)), [4, 4, 4], False, 2.0, 2.0, 2.0), T((1, 2, 4, 4, 4)),
+         macs=0, flops=128 * 15),
+    # antialiased 4x4 -> 2x2: ceil(2 * 4/2) = 4 taps per axis, 16 in all: 8 outputs x 31
+    case("bilinear2d_aa-down", "aten._upsample_bilinear2d_aa",
+         (T((1, 2, 4, 4)), [2, 2], False, 0.5, 0.5), T((1, 2, 2, 2)), macs=0, flops=8 * 31),
+    # antialias only widens downsampling: 4x4 -> 8x8 is plain bilinear
+    case("bilinear2d_aa-up", "aten._upsample_bilinear2d_aa",
+         (T((1, 2, 4, 4)), [8, 8], False, 2.0, 2.0), T((1, 2, 8, 8)), macs=0, flops=128 * 7),
+    # bicubic antialiased 9 -> 3 (ceil(4 * 3) = 12) by 4 -> 4 (unchanged): 12 taps, 6 x 23
+    case("bicubic2d_aa-down", "aten._upsample_bicubic2d_aa",
+         (T((1, 2, 9, 4)), [3, 4], False, None, None), T((1, 2, 3, 4)), macs=0, flops=24 * 23),
+    # backward(grad_out, output_size, input_size, ...): every grad_out element scatters to its
+    # taps: taps multiplies + taps adds (one tap: 1 add)
+    case("bilinear2d_backward", "aten.upsample_bilinear2d_backward",
+         (T((1, 2, 8, 8)), [8, 8], [1, 2, 4, 4], False, 2.0, 2.0), T((1, 2, 4, 4)),
+         macs=0, flops=128 * 2 * 4),
+    case("nearest2d_backward", "aten.upsample_nearest2d_backward",
+         (T((1, 2, 8, 8)), [8, 8], [1, 2, 4, 4], 2.0, 2.0), T((1, 2, 4, 4)),
+         macs=0, flops=128),
+    case("bicubic2d_aa_backward", "aten._upsample_bicubic2d_aa_backward",
+         (T((1, 2, 3, 4)), [3, 4], [1, 2, 9, 4], False, None, None), T((1, 2, 9, 4)),
+         macs=0, flops=24 * 2 * 12),
+]
+
+
+RESAMPLE_CASES += [
+    # grid_sampler_2d(x, grid: (N, Hg, Wg, 2), interpolation_mode 0 bilinear / 1 nearest /
+    # 2 bicubic, padding_mode, align_corners) -> (N, C, Hg, Wg): both axes interpolated
+    case("grid_sampler_2d-bilinear", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False), T((2, 3, 5, 6)),
+         macs=0, flops=180 * 7),  # 4 taps: 7 per output
+    case("grid_sampler_2d-nearest", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 1, 0, False), T((2, 3, 5, 6)), macs=0, flops=0),
+    case("grid_sampler_2d-bicubic", "aten.grid_sampler_2d",
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2)), 2, 0, False), T((2, 3, 5, 6)),
+         macs=0, flops=180 * 31),  # 16 taps
+    case("grid_sampler_3d-trilinear", "aten.grid_sampler_3d",
+         (T((1, 2, 4, 4, 4)), T((1, 3, 3, 3, 3)), 0, 0, False), T((1, 2, 3, 3, 3)),
+         macs=0, flops=54 * 15),  # 8 taps
+    # backward(grad_out, x, grid, mode, padding, align_corners, output_mask): grad_x and
+    # grad_grid each taps multiplies + taps adds per grad_out element
+    case("grid_sampler_2d_backward", "aten.grid_sampler_2d_backward",
+         (T((2, 3, 5, 6)), T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False, [True, True]),
+         (T((2, 3, 4, 4)), T((2, 5, 6, 2))), macs=0, flops=2 * 180 * 2 * 4),
+    case("grid_sampler_2d_backward-grid-only", "aten.grid_sampler_2d_backward",
+         (T((2, 3, 5, 6)), T((2, 3, 4, 4)), T((2, 5, 6, 2)), 0, 0, False, [False, True]),
+         (None, T((2, 5, 6, 2))), macs=0, flops=180 * 2 * 4),
+    # affine_grid_generator(theta: (N, 2, 3), size, align_corners) -> (N, H, W, 2): every
+    # point is theta @ (x, y, 1): 2 * 5 * 6 * 2 outputs x 3 MACs
+    case("affine_grid_generator", "aten.affine_grid_generator",
+         (T((2, 2, 3)), [2, 3, 5, 6], False), T((2, 5, 6, 2)), macs=360, flops=720),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", RESAMPLE_CASES)
+def test_resampling(op, args, out, macs, flops):
+    check(op, args, out, macs, flops)
+
+
+def test_resampling_registers_every_interpolating_variant():
+    stems = ["nearest1d", "nearest2d", "nearest3d", "linear1d", "bilinear2d", "bicubic2d",
+             "trilinear3d"]
+    ops = ([f"aten.upsample_{s}" for s in stems]
+           + [f"aten._upsample_nearest_exact{d}d" for d in (1, 2, 3)]
+           + ["aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa"])
+    for op in ops:
+        assert op in ATEN and op + "_backward" in ATEN, op
+
+
+# ------------------------------------------------------------------ bilinear, embeddings
+# nn.Bilinear(I=3, J=4, O=5), batch 2: _trilinear(x1: (2, 3), W: (5, 3, 4), x2: (2, 4),
+# expand1=[1, 3], expand2=[0], expand3=[1, 2], sumdim=[2, 3], unroll_dim=1) over dims
+# (B, O, I, J). Step 1, x1 * W summed over I: B*O*I*J = 120 MACs; step 2, that * x2 summed over
+# J: B*O*J = 40 MACs.
+BILINEAR_ARGS = (T((2, 3)), T((5, 3, 4)), T((2, 4)), [1, 3], [0], [1, 2], [2, 3], 1)
+# EmbeddingBag(V=10, D=3) on n=6 indices in 2 bags: (n - bags) * D = 12 adds;
+# mean + bags * D = 6 divides; per_sample_weights + n * D = 18 multiplies.
+BAG_OUT = (T((2, 3)), T((6,), "int64", 8), T((2,), "int64", 8), T((2,), "int64", 8))
+
+
+def bag_args(mode, psw=False):
+    # _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+    #                per_sample_weights, include_last_offset, padding_idx)
+    return (T((10, 3)), T((6,), "int64", 8), T((2,), "int64", 8), False, mode, False,
+            T((6,)) if psw else None, False, -1)
+
+
+def bag_bwd_args(mode, psw=False):
+    # _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_indices,
+    #                         num_weights, scale_grad_by_freq, mode, sparse, psw, padding_idx)
+    i64 = T((6,), "int64", 8)
+    return (T((2, 3)), i64, T((2,), "int64", 8), i64, T((2,), "int64", 8), i64, 10, False, mode,
+            False, T((6,)) if psw else None, -1)
+
+
+EMBEDDING_CASES = [
+    case("_trilinear-nn.Bilinear", "aten._trilinear", BILINEAR_ARGS, T((2, 5)),
+         macs=120 + 40, flops=2 * 160),
+    # sumdim empty: an elementwise triple product over (4, 5): 2 steps of 20 FLOPs each
+    case("_trilinear-elementwise", "aten._trilinear",
+         (T((4, 5)), T((4, 5)), T((4, 5)), [], [], [], [], 1), T((4, 5)), macs=0, flops=40),
+    case("_embedding_bag-sum", "aten._embedding_bag", bag_args(0), BAG_OUT, macs=0, flops=12),
+    case("_embedding_bag-mean", "aten._embedding_bag", bag_args(1), BAG_OUT,
+         macs=0, flops=12 + 6),
+    case("_embedding_bag-max", "aten._embedding_bag", bag_args(2), BAG_OUT,
+         macs=0, flops=12),  # comparisons instead of adds
+    case("_embedding_bag-per-sample-weights", "aten._embedding_bag", bag_args(0, psw=True),
+         BAG_OUT, macs=0, flops=12 + 18),
+    case("_embedding_bag_forward_only-mean", "aten._embedding_bag_forward_only", bag_args(1),
+         BAG_OUT, macs=0, flops=18),
+    # backward -> (V, D): sum n*D = 18 adds; mean also scales: 36; max: bags*D = 6 adds
+    case("_embedding_bag_backward-sum", "aten._embedding_bag_backward", bag_bwd_args(0),
+         T((10, 3)), macs=0, flops=18),
+    case("_embedding_bag_backward-mean", "aten._embedding_bag_backward", bag_bwd_args(1),
+         T((10, 3)), macs=0, flops=36),
+    case("_embedding_bag_backward-max", "aten._embedding_bag_backward", bag_bwd_args(2),
+         T((10, 3)), macs=0, flops=6),
+    case("_embedding_bag_backward-psw", "aten._embedding_bag_backward",
+         bag_bwd_args(0, psw=True), T((10, 3)), macs=0, flops=18 + 18),
+    # _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices,
+    #                               num_weights, scale_grad_by_freq, mode, psw, padding_idx)
+    case("_embedding_bag_dense_backward-mean", "aten._embedding_bag_dense_backward",
+         bag_bwd_args(1)[:2] + bag_bwd_args(1)[3:7] + (False, 1, None, -1), T((10, 3)),
+         macs=0, flops=36),
+    # per-sample-weight gradient: one D-long dot product per index: 6 * 3 MACs
+    case("_embedding_bag_per_sample_weights_backward",
+         "aten._embedding_bag_per_sample_weights_backward",
+         (T((2, 3)), T((10, 3)), T((6,), "int64", 8), T((2,), "int64", 8),
+          T((6,), "int64", 8), 0, -1), T((6,)), macs=18, flops=36),
+    # embedding_dense_backward(grad_out: (2, 4, 3), indices, num_weights, ...): 24 adds
+    case("embedding_dense_backward", "aten.embedding_dense_backward",
+         (T((2, 4, 3)), T((2, 4), "int64", 8), 10, -1, False), T((10, 3)), macs=0, flops=24),
+]
+
+
+@pytest.mark.parametrize("op,args,out,macs,flops", EMBEDDING_CASES)
+def test_bilinear_and_embeddings(op, args, out, macs, flops):
     check(op, args, out, macs, flops)
 
 
@@ -514,6 +737,10 @@ N_A = 2 * 3 * 5
     pytest.param("aten.threshold_backward", (T(A), T(A), 0.0), 1, id="threshold_backward"),
     pytest.param("aten.addcmul", (T(A), T(A), T(A)), 2, id="addcmul"),  # a + b*c
     pytest.param("aten.lerp", (T(A), T(A), 0.5), 2, id="lerp"),  # a + w*(b - a)
+    pytest.param("aten.celu", (T(A),), 1, id="celu"),
+    pytest.param("aten.softshrink", (T(A), 0.5), 1, id="softshrink"),
+    pytest.param("aten.rrelu_with_noise", (T(A), T(A), 0.1, 0.3, True), 1, id="rrelu"),
+    pytest.param("aten.mish_backward", (T(A), T(A)), 1, id="mish_backward"),
 ])
 def test_elementwise(op, args, flops_per_element):
     check(op, args, T(A), 0, flops_per_element * N_A)
@@ -539,6 +766,14 @@ def test_native_dropout_draws_and_scales():
     pytest.param("aten.empty_strided", ALLOC, id="empty_strided"),
     pytest.param("aten.clone", COMPUTE, id="clone-moves-data"),
     pytest.param("aten.cat", COMPUTE, id="cat-moves-data"),
+    pytest.param("aten.as_strided_", VIEW, id="as_strided_"),
+    pytest.param("aten.max_unpool2d", COMPUTE, id="max_unpool2d-scatters"),
+    pytest.param("aten.max_unpool3d", COMPUTE, id="max_unpool3d-scatters"),
+    pytest.param("aten._pack_padded_sequence", COMPUTE, id="_pack_padded_sequence"),
+    pytest.param("aten._pad_packed_sequence", COMPUTE, id="_pad_packed_sequence"),
+    pytest.param("aten.reflection_pad3d", COMPUTE, id="reflection_pad3d"),
+    pytest.param("aten.pixel_unshuffle", COMPUTE, id="pixel_unshuffle"),
+    pytest.param("aten.linspace", COMPUTE, id="linspace"),
 ])
 def test_zero_cost_kinds(op, kind):
     entry = ATEN.lookup(op)

@@ -19,6 +19,10 @@ def _i64(name, values):
     return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
 
 
+def _f32(name, values):
+    return numpy_helper.from_array(np.array(values, dtype=np.float32), name)
+
+
 def _scalar(name, value):
     return numpy_helper.from_array(np.array(value, dtype=np.float32), name)
 
@@ -124,6 +128,56 @@ CASES = [
                     [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")],
                     mode="linear"),
      dict(flops=64 * 7, params=0)),
+    # Resize nearest: a copy, 0 FLOPs (aten's upsample_nearest*d)
+    ("resize-nearest",
+     lambda: single("Resize", [tensor("x", [1, 2, 4, 4]), "", "scales"], [1, 2, 8, 8],
+                    [_f32("scales", [1, 1, 2, 2])], mode="nearest"),
+     dict(flops=0)),
+    # Resize cubic 4x4 -> 8x8: 4 taps per resized axis, 16 in all: 2*16 - 1 = 31 per output
+    ("resize-cubic",
+     lambda: single("Resize", [tensor("x", [1, 2, 4, 4]), "", "scales"], [1, 2, 8, 8],
+                    [_f32("scales", [1, 1, 2, 2])], mode="cubic"),
+     dict(flops=128 * 31)),
+    # Resize linear with sizes, only W changes (4 -> 8): 2 taps, 3 per output
+    ("resize-linear-one-axis-sizes",
+     lambda: single("Resize", [tensor("x", [1, 2, 4, 4]), "", "", "sizes"], [1, 2, 4, 8],
+                    [_i64("sizes", [1, 2, 4, 8])], mode="linear"),
+     dict(flops=64 * 3, params=0)),
+    # Resize-18 antialias, linear 8x8 -> 4x4: ceil(2 * 8/4) = 4 taps per axis, 16: 32 x 31
+    ("resize-linear-antialias",
+     lambda: single("Resize", [tensor("x", [1, 2, 8, 8]), "", "scales"], [1, 2, 4, 4],
+                    [_f32("scales", [1, 1, 0.5, 0.5])], mode="linear", antialias=1),
+     dict(flops=32 * 31)),
+    # Upsample-9 linear 1-D 4 -> 8 on (1, 2, 4): 2 taps, 16 outputs x 3
+    ("upsample-9-linear",
+     lambda: single("Upsample", [tensor("x", [1, 2, 4]), "scales"], [1, 2, 8],
+                    [_f32("scales", [1, 1, 2])], opset=9, mode="linear"),
+     dict(flops=16 * 3, params=0)),
+    # GridSample bilinear on a (1, 3, 5, 2) grid: 2 x 3 x 5 = 30 outputs x 7 (4 taps)
+    ("gridsample-bilinear",
+     lambda: single("GridSample", [tensor("x", [1, 2, 4, 4]), tensor("g", [1, 3, 5, 2])],
+                    [1, 2, 3, 5], mode="bilinear"),
+     dict(flops=30 * 7)),
+    ("gridsample-20-cubic",
+     lambda: single("GridSample", [tensor("x", [1, 2, 4, 4]), tensor("g", [1, 3, 5, 2])],
+                    [1, 2, 3, 5], opset=20, mode="cubic"),
+     dict(flops=30 * 31)),
+    # AffineGrid theta (2, 2, 3), size (2, 1, 3, 5) -> grid (2, 3, 5, 2): 60 x 3 MACs
+    ("affinegrid",
+     lambda: single("AffineGrid", [tensor("t", [2, 2, 3]), "size"], [2, 3, 5, 2],
+                    [_i64("size", [2, 1, 3, 5])], opset=20),
+     dict(macs=180, flops=360, params=0)),
+    # MaxUnpool: a scatter to the recorded indices (aten's max_unpool2d): 0 FLOPs, 32 B of
+    # values and 64 B of int64 indices read, 128 B written
+    ("maxunpool",
+     lambda: single("MaxUnpool", [tensor("x", [1, 2, 2, 2]), tensor("i", [1, 2, 2, 2], I64)],
+                    [1, 2, 4, 4], opset=11, kernel_shape=[2, 2], strides=[2, 2]),
+     dict(flops=0, bytes_read=32 + 64, bytes_written=128)),
+    # LayerNormalization without B: statistics 4 + normalise 2 + scale 1 = 7 per element
+    ("layernorm-no-bias",
+     lambda: single("LayerNormalization", [tensor("x", [2, 5, 8]), "s"], [2, 5, 8],
+                    [init("s", [8])], axis=-1),
+     dict(flops=7 * 80, params=8)),
     # LSTM T=5, B=2, I=3, H=4: MACs = 10 x (16*3 + 16*4) = 1,120; gates 10 x 4 x 13 = 520;
     # biases 10 x 2 x 16 = 320; params 48 + 64 + 32
     ("lstm",

@@ -55,6 +55,7 @@ register(
         "aten._nested_tensor_from_mask", "prim.device", "aten.sym_size", "aten.sym_stride",
         "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size", "aten._local_scalar_dense",
         "aten.set_", "aten.resize_", "aten._has_compatible_shallow_copy_type", "aten.is_nonzero",
+        "aten.as_strided_",
     ],
     zero,
     kind=VIEW,
@@ -68,19 +69,27 @@ register(
 register(
     [
         "aten.clone", "aten.copy_", "aten._to_copy", "aten.copy", "aten.cat", "aten.stack",
-        "aten.constant_pad_nd", "aten.reflection_pad2d", "aten.replication_pad2d",
+        "aten.constant_pad_nd", "aten.reflection_pad1d", "aten.reflection_pad2d",
+        "aten.reflection_pad3d", "aten.replication_pad1d", "aten.replication_pad2d",
+        "aten.replication_pad3d",
         "aten.index", "aten.index_select", "aten.gather", "aten.embedding",
         "aten.zeros", "aten.ones", "aten.full", "aten.zeros_like", "aten.ones_like",
+        "aten.linspace", "aten.logspace",
         "aten.full_like", "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.arange",
         "aten.fill_", "aten.zero_", "aten.fill", "aten.scalar_tensor", "aten.tril", "aten.triu",
         "aten.slice_backward", "aten.select_backward", "aten.roll", "aten.flip", "aten.repeat",
         "aten.masked_select", "aten.index_put_", "aten.index_put", "aten.scatter",
         "aten.scatter_", "aten.select_scatter", "aten.slice_scatter", "aten.as_strided_scatter",
-        "aten.pixel_shuffle", "aten.channel_shuffle", "aten.native_channel_shuffle",
+        "aten.pixel_shuffle", "aten.pixel_unshuffle", "aten.channel_shuffle",
+        "aten.native_channel_shuffle",
         "aten.bernoulli_", "aten.bernoulli", "aten.uniform_", "aten.normal_", "aten.rand",
         "aten.randn", "aten.rand_like", "aten.randn_like", "aten.randperm",
-        "aten.upsample_nearest2d", "aten.im2col", "aten.col2im",
+        "aten.im2col", "aten.col2im",
         "aten.argmax", "aten.argmin", "aten.topk", "aten.sort",
+        # max_unpool scatters each input to its recorded index; packing a padded batch into a
+        # PackedSequence (and back) gathers rows: data movement only
+        "aten.max_unpool2d", "aten.max_unpool3d", "aten._pack_padded_sequence",
+        "aten._pad_packed_sequence",
     ],
     zero,
 )
@@ -116,6 +125,10 @@ ONE_FLOP_ELEMENTWISE = [
     "aten.hardswish_backward", "aten.hardsigmoid_backward", "aten.leaky_relu_backward",
     "aten.elu_backward", "aten.softplus_backward", "aten.native_dropout_backward",
     "aten.prelu", "aten._prelu_kernel", "aten.log_sigmoid_forward", "aten.glu",
+    "aten.celu", "aten.celu_", "aten.hardshrink", "aten.softshrink", "aten.rrelu_with_noise",
+    "aten.rrelu_with_noise_", "aten.sgn", "aten.mish_backward", "aten._prelu_kernel_backward",
+    "aten.rrelu_with_noise_backward", "aten.log_sigmoid_backward", "aten.softshrink_backward",
+    "aten.hardshrink_backward",
 ]
 register(ONE_FLOP_ELEMENTWISE, elementwise(1))
 # a*b+c, a+w*(b-a) and friends: two arithmetic ops per element.
@@ -137,7 +150,8 @@ def reduce_mean(args, kwargs, out) -> OpCost:
 
 
 register(["aten.sum", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.prod",
-          "aten.logsumexp", "aten.norm", "aten.linalg_vector_norm", "aten.any", "aten.all"],
+          "aten.logsumexp", "aten.norm", "aten.linalg_vector_norm", "aten.any", "aten.all",
+          "aten._is_all_true", "aten._is_any_true"],
          reduce_sum)
 register(["aten.mean", "aten.var", "aten.std", "aten.var_mean", "aten.std_mean"], reduce_mean)
 
@@ -179,8 +193,18 @@ def pool_backward(args, kwargs, out) -> OpCost:
     return OpCost(flops=_first_out(out).numel)
 
 
+def pad_backward(args, kwargs, out) -> OpCost:
+    # reflection/replication_pad*d_backward(grad_out: (N, C, *padded), x, padding) -> grad_x:
+    # the interior is copied; every border element is added onto the element it mirrors or
+    # repeats: numel(grad_out) - numel(grad_x) adds
+    return OpCost(flops=args[0].numel - _first_out(out).numel)
+
+
 register(["aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices",
-          "aten.max_pool1d", "aten.max_pool2d"], max_pool)
+          "aten.max_pool1d", "aten.max_pool2d",
+          # fractional_max_pool*d(x, kernel_size, output_size, random_samples): random window
+          # starts, the same comparisons per window
+          "aten.fractional_max_pool2d", "aten.fractional_max_pool3d"], max_pool)
 register(["aten.avg_pool2d", "aten.avg_pool3d", "aten.avg_pool1d"], avg_pool)
 register(["aten._adaptive_avg_pool2d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool3d",
           "aten.adaptive_avg_pool1d"], adaptive_avg_pool)
@@ -189,36 +213,177 @@ register(["aten.adaptive_max_pool2d", "aten.adaptive_max_pool1d", "aten.adaptive
 register(["aten.max_pool2d_with_indices_backward", "aten.avg_pool2d_backward",
           "aten._adaptive_avg_pool2d_backward", "aten.adaptive_max_pool2d_backward",
           "aten.max_pool3d_with_indices_backward", "aten.avg_pool3d_backward",
-          "aten._adaptive_avg_pool3d_backward"], pool_backward)
+          "aten._adaptive_avg_pool3d_backward", "aten.fractional_max_pool2d_backward",
+          "aten.fractional_max_pool3d_backward", "aten.adaptive_max_pool3d_backward",
+          "aten.adaptive_max_pool1d_backward"], pool_backward)
+register([f"aten.{kind}_pad{d}d_backward" for kind in ("reflection", "replication")
+          for d in (1, 2, 3)], pad_backward)
+
+
+# ---------------------------------------------------------------- resampling
+# Interpolation (README "Definitions"; onnx.py's Resize uses the same function, so a model costs
+# the same exported or not): an output element is a weighted sum of `taps` input elements,
+# taps = product over the resized axes (input size != output size) of the taps per axis:
+# nearest 1, linear 2, cubic 4. Antialiased downsampling by in/out > 1 widens the filter to
+# ceil(taps * in/out) input elements per axis. FLOPs per output element = taps multiplies +
+# (taps - 1) adds = 2*taps - 1; with a single tap (nearest, or nothing resized) it is a copy: 0.
+# The weights depend only on output coordinates (per row/column, not per element): not counted.
+TAPS_PER_AXIS = {"nearest": 1, "linear": 2, "cubic": 4}
+
+
+def resample_taps(in_shape, out_shape, interp: str, antialias: bool = False) -> int:
+    # in_shape, out_shape: (N, C, *in), (N, C, *out) -> input elements blended per output element
+    per_axis = TAPS_PER_AXIS[interp]
+    taps = 1
+    for a, b in zip(in_shape, out_shape):
+        if a != b:
+            wide = antialias and per_axis > 1 and a > b
+            taps *= math.ceil(per_axis * a / b) if wide else per_axis
+    return taps
+
+
+def blend_flops(outputs: int, taps: int) -> int:
+    # outputs elements, each taps multiplies + taps - 1 adds; a single tap is a copy
+    return 0 if taps == 1 else outputs * (2 * taps - 1)
+
+
+def resample_flops(in_shape, out_shape, interp: str, antialias: bool = False) -> int:
+    # FLOPs of the whole output: numel(out) * (2*taps - 1), 0 for one tap
+    taps = resample_taps(in_shape, out_shape, interp, antialias)
+    return blend_flops(math.prod(out_shape), taps)
+
+
+def upsample(interp: str, antialias: bool = False):
+    def handler(args, kwargs, out) -> OpCost:
+        # upsample_{nearest,linear,bilinear,bicubic,trilinear}*(x: (N, C, *in), output_size?,
+        # [align_corners], scales...) -> (N, C, *out); align_corners moves the sample points,
+        # not the number of taps
+        return OpCost(flops=resample_flops(args[0].shape, _first_out(out).shape, interp,
+                                           antialias))
+
+    handler.__name__ = f"upsample_{interp}{'_aa' if antialias else ''}"
+    return handler
+
+
+def upsample_backward(interp: str, antialias: bool = False):
+    def handler(args, kwargs, out) -> OpCost:
+        # upsample_*_backward(grad_out: (N, C, *out), output_size, input_size, ...) -> grad_x:
+        # every grad_out element is scattered to its taps: taps multiplies + taps adds
+        # (a single tap: 1 add)
+        grad_out, grad_x = args[0], _first_out(out)
+        taps = resample_taps(grad_x.shape, grad_out.shape, interp, antialias)
+        return OpCost(flops=grad_out.numel * (1 if taps == 1 else 2 * taps))
+
+    handler.__name__ = f"upsample_{interp}{'_aa' if antialias else ''}_backward"
+    return handler
+
+
+# grid_sample's interpolation_mode: 0 bilinear (trilinear in 3-D), 1 nearest, 2 bicubic; every
+# spatial axis is interpolated at the grid's points
+GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+
+
+def _grid_taps(x: T, mode) -> int:
+    return TAPS_PER_AXIS[GRID_MODES.get(int(mode), "linear")] ** (len(x.shape) - 2)
+
+
+def grid_sampler(args, kwargs, out) -> OpCost:
+    # grid_sampler_{2,3}d(x: (N, C, *in), grid: (N, *out, dims), interpolation_mode,
+    # padding_mode, align_corners) -> (N, C, *out): the resampling rule with every axis resized
+    return OpCost(flops=blend_flops(_first_out(out).numel, _grid_taps(args[0], args[2])))
+
+
+def grid_sampler_backward(args, kwargs, out) -> OpCost:
+    # grid_sampler_{2,3}d_backward(grad_out: (N, C, *out), x, grid, interpolation_mode,
+    # padding_mode, align_corners, output_mask) -> (grad_x?, grad_grid): per grad_out element
+    # and gradient computed, taps multiplies + taps adds (grad_x scatters to the taps; grad_grid
+    # weighs each tap's value by its weight's derivative)
+    mask = args[6] if len(args) > 6 else (True, True)
+    grads = int(bool(mask[0])) + 1
+    return OpCost(flops=grads * args[0].numel * 2 * _grid_taps(args[1], args[3]))
+
+
+def affine_grid(args, kwargs, out) -> OpCost:
+    # affine_grid_generator(theta: (N, d, d+1), size, align_corners) -> grid: (N, *out, d):
+    # every grid point is theta @ (x, y[, z], 1): numel(grid) * (d + 1) MACs
+    macs = _first_out(out).numel * args[0].shape[-1]
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+register(["aten.grid_sampler_2d", "aten.grid_sampler_3d"], grid_sampler)
+register(["aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward"],
+         grid_sampler_backward)
+register("aten.affine_grid_generator", affine_grid)
+
+
+NEAREST = ["aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
+           "aten._upsample_nearest_exact1d", "aten._upsample_nearest_exact2d",
+           "aten._upsample_nearest_exact3d"]
+LINEAR = ["aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d"]
+register(NEAREST, upsample("nearest"))
+register(LINEAR, upsample("linear"))
+register("aten.upsample_bicubic2d", upsample("cubic"))
+register("aten._upsample_bilinear2d_aa", upsample("linear", antialias=True))
+register("aten._upsample_bicubic2d_aa", upsample("cubic", antialias=True))
+register([op + "_backward" for op in NEAREST], upsample_backward("nearest"))
+register([op + "_backward" for op in LINEAR], upsample_backward("linear"))
+register("aten.upsample_bicubic2d_backward", upsample_backward("cubic"))
+register("aten._upsample_bilinear2d_aa_backward", upsample_backward("linear", antialias=True))
+register("aten._upsample_bicubic2d_aa_backward", upsample_backward("cubic", antialias=True))
 
 
 # ---------------------------------------------------------------- normalisation and softmax
-# Normalise + affine: (x - mean) * invstd * w + b = 4 FLOPs per element. Computing the
-# statistics (training BatchNorm, LayerNorm, GroupNorm) adds mean (1) and variance (3) per element.
-NORM_APPLY = 4
+# Normalise: (x - mean) * invstd = 2 FLOPs per element; the affine (* w, + b) adds 1 each when
+# the weight / bias is present (affine=False, elementwise_affine=False, bias=False, or
+# F.batch_norm without weight pass None). Computing the statistics (training BatchNorm,
+# LayerNorm, GroupNorm) adds mean (1) and variance (3) per element. Per-channel work (invstd
+# from var) is not counted.
+NORM_NORMALISE = 2
+NORM_APPLY = NORM_NORMALISE + 2  # with weight and bias
 NORM_STATS = 4
 
 
+def _norm(x: T, weight, bias, stats: bool) -> OpCost:
+    affine = isinstance(weight, T) + isinstance(bias, T)
+    per = NORM_NORMALISE + affine + (NORM_STATS if stats else 0)
+    return OpCost(flops=per * x.numel)
+
+
 def batch_norm(args, kwargs, out) -> OpCost:
-    # native_batch_norm(x: (N, C, *), w, b, running_mean, running_var, training, momentum, eps)
+    # native_batch_norm(x: (N, C, *), w?, b?, running_mean, running_var, training, momentum, eps)
     training = bool(args[5]) if len(args) > 5 else bool(kwargs.get("training", False))
-    per = NORM_APPLY + (NORM_STATS if training else 0)
-    return OpCost(flops=per * args[0].numel)
+    return _norm(args[0], args[1], args[2], training)
 
 
 def batch_norm_no_stats(args, kwargs, out) -> OpCost:
-    # _native_batch_norm_legit_no_training(x: (N, C, *), ...): normalise with running stats
-    return OpCost(flops=NORM_APPLY * args[0].numel)
+    # _native_batch_norm_legit_no_training(x: (N, C, *), w?, b?, ...): normalise with running stats
+    return _norm(args[0], args[1], args[2], False)
 
 
 def batch_norm_legit(args, kwargs, out) -> OpCost:
-    # _native_batch_norm_legit(x, w, b, running_mean?, running_var?, training, momentum, eps)
+    # _native_batch_norm_legit(x, w?, b?, running_mean?, running_var?, training, momentum, eps)
     training = bool(args[5]) if len(args) > 5 else True
-    return OpCost(flops=(NORM_APPLY + (NORM_STATS if training else 0)) * args[0].numel)
+    return _norm(args[0], args[1], args[2], training)
 
 
-def norm_with_stats(args, kwargs, out) -> OpCost:
-    # native_layer_norm(x, normalized_shape, w, b, eps) / native_group_norm(x, w, b, N, C, HxW, g, eps)
+def batch_norm_legit_no_stats(args, kwargs, out) -> OpCost:
+    # _native_batch_norm_legit.no_stats(x, w?, b?, training, momentum, eps): no running stats
+    training = bool(args[3]) if len(args) > 3 else True
+    return _norm(args[0], args[1], args[2], training)
+
+
+def layer_norm(args, kwargs, out) -> OpCost:
+    # native_layer_norm(x, normalized_shape, w?, b?, eps): statistics + normalise + affine
+    return _norm(args[0], args[2], args[3], True)
+
+
+def group_norm(args, kwargs, out) -> OpCost:
+    # native_group_norm(x, w?, b?, N, C, HxW, group, eps): statistics + normalise + affine
+    return _norm(args[0], args[1], args[2], True)
+
+
+def rms_norm(args, kwargs, out) -> OpCost:
+    # _fused_rms_norm(x, normalized_shape, w?, eps): charged as a LayerNorm with its weight
     return OpCost(flops=(NORM_APPLY + NORM_STATS) * args[0].numel)
 
 
@@ -243,17 +408,12 @@ def softmax_backward(args, kwargs, out) -> OpCost:
 
 register("aten.native_batch_norm", batch_norm)
 register("aten._native_batch_norm_legit_no_training", batch_norm_no_stats)
-def batch_norm_legit_no_stats(args, kwargs, out) -> OpCost:
-    # _native_batch_norm_legit.no_stats(x, w, b, training, momentum, eps): no running stats
-    training = bool(args[3]) if len(args) > 3 else True
-    return OpCost(flops=(NORM_APPLY + (NORM_STATS if training else 0)) * args[0].numel)
-
-
 register("aten._native_batch_norm_legit.no_stats", batch_norm_legit_no_stats)
 register(["aten._native_batch_norm_legit", "aten._native_batch_norm_legit_functional"],
          batch_norm_legit)
-register(["aten.native_layer_norm", "aten.native_group_norm", "aten._fused_rms_norm"],
-         norm_with_stats)
+register("aten.native_layer_norm", layer_norm)
+register("aten.native_group_norm", group_norm)
+register("aten._fused_rms_norm", rms_norm)
 register(["aten.native_batch_norm_backward", "aten.native_layer_norm_backward",
           "aten.native_group_norm_backward"], norm_backward)
 register(["aten._softmax", "aten._log_softmax", "aten._safe_softmax"], softmax)
@@ -350,6 +510,99 @@ register("aten.cudnn_convolution", cudnn_convolution(False))
 register("aten.cudnn_convolution_transpose", cudnn_convolution(True))
 register("aten._slow_conv2d_forward", slow_conv2d)
 register("aten.convolution_backward", convolution_backward)
+
+
+def _spanned(x: T, expand, total: int) -> dict[int, int]:
+    # x unsqueezed at `expand` to `total` dims -> {dim it spans: size}
+    kept = [d for d in range(total) if d not in set(expand)]
+    return dict(zip(kept, x.shape))
+
+
+def trilinear(args, kwargs, out) -> OpCost:
+    # _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim): each operand is
+    # unsqueezed at its expand dims to one rank, and i1*i2*i3 is summed over sumdim. The kernel
+    # contracts (i1 * i2) over the sumdims i3 lacks, then that with i3 over the rest; each step
+    # costs prod(sizes of the dims its two operands span) MACs if it sums a dim, else that many
+    # FLOPs (an elementwise product). nn.Bilinear, x1: (B, I), W: (O, I, J), x2: (B, J):
+    # B*O*I*J (x1 W) + B*O*J (. x2) MACs (fvcore counts B*O*I*J; the second step is real work).
+    ops = args[:3]
+    total = len(ops[0].shape) + len(args[3])
+    d1, d2, d3 = (_spanned(x, e, total) for x, e in zip(ops, args[3:6]))
+    sizes: dict[int, int] = {}
+    for d in (d1, d2, d3):
+        for dim, n in d.items():
+            sizes[dim] = max(sizes.get(dim, 1), n)
+    sumdim = set(args[6])
+    first = set(d1) | set(d2)
+    summed_first = {d for d in sumdim & first if d not in d3}
+    second = (first - summed_first) | set(d3)
+    macs = flops = 0
+    for dims, summed in ((first, summed_first), (second, sumdim - summed_first)):
+        work = math.prod(sizes[d] for d in dims)
+        if summed:
+            macs += work
+        else:
+            flops += work
+    return OpCost(macs=macs, flops=2 * macs + flops)
+
+
+register("aten._trilinear", trilinear)
+
+
+# ---------------------------------------------------------------- embeddings
+# EmbeddingBag reduces the n looked-up rows of D into `bags` bags (mode 0 sum, 1 mean, 2 max):
+# (n - bags) * D adds (max: comparisons); mean divides: + bags * D; per_sample_weights scale
+# every row first: + n * D multiplies. The lookup itself is a gather: 0.
+BAG_SUM, BAG_MEAN, BAG_MAX = 0, 1, 2
+
+
+def embedding_bag(args, kwargs, out) -> OpCost:
+    # _embedding_bag[_forward_only](weight: (V, D), indices: (n,), offsets: (B,), scale_grad,
+    # mode, sparse, per_sample_weights?: (n,), include_last_offset, padding_idx)
+    # -> (out: (bags, D), offset2bag, bag_size, max_indices)
+    d, n = args[0].shape[1], args[1].numel
+    y = _first_out(out)
+    mode = int(args[4]) if len(args) > 4 else BAG_SUM
+    flops = max(n - y.shape[0], 0) * d + (y.numel if mode == BAG_MEAN else 0)
+    psw = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
+    return OpCost(flops=flops + (n * d if isinstance(psw, T) else 0))
+
+
+def embedding_bag_backward(mode_at: int, psw_at: int):
+    def handler(args, kwargs, out) -> OpCost:
+        # _embedding_bag[_dense]_backward(grad: (bags, D), indices: (n,), ...) -> (V, D):
+        # sum: each looked-up row accumulates its bag's gradient, n * D adds; mean also scales
+        # by 1/bag_size, + n * D; max: only each bag's maxima receive it, bags * D adds;
+        # per_sample_weights: + n * D multiplies
+        grad, n = args[0], args[1].numel
+        d = grad.shape[-1]
+        mode = int(args[mode_at]) if len(args) > mode_at else BAG_SUM
+        flops = {BAG_SUM: n * d, BAG_MEAN: 2 * n * d}.get(mode, grad.numel)
+        psw = args[psw_at] if len(args) > psw_at else None
+        return OpCost(flops=flops + (n * d if isinstance(psw, T) else 0))
+
+    handler.__name__ = "embedding_bag_backward"
+    return handler
+
+
+def embedding_bag_psw_backward(args, kwargs, out) -> OpCost:
+    # _embedding_bag_per_sample_weights_backward(grad: (bags, D), weight: (V, D), indices: (n,),
+    # ...) -> (n,): each sample's gradient is the dot product of its row and its bag's gradient
+    macs = args[2].numel * args[1].shape[1]
+    return OpCost(macs=macs, flops=2 * macs)
+
+
+def embedding_backward(args, kwargs, out) -> OpCost:
+    # embedding_dense_backward(grad_out: (..., D), indices, num_weights, padding_idx, scale):
+    # every gradient row is added into its weight row: 1 add per grad_out element
+    return OpCost(flops=args[0].numel)
+
+
+register(["aten._embedding_bag", "aten._embedding_bag_forward_only"], embedding_bag)
+register("aten._embedding_bag_backward", embedding_bag_backward(8, 10))
+register("aten._embedding_bag_dense_backward", embedding_bag_backward(7, 8))
+register("aten._embedding_bag_per_sample_weights_backward", embedding_bag_psw_backward)
+register("aten.embedding_dense_backward", embedding_backward)
 
 
 # ---------------------------------------------------------------- attention

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 
-from layerscope.ops.aten import ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_STATS, SOFTMAX
+from layerscope.ops.aten import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_NORMALISE,
+                                 NORM_STATS, SOFTMAX, TAPS_PER_AXIS, blend_flops,
+                                 resample_flops)
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
 
 ONNX = VersionedHandlerTable("onnx")
@@ -71,6 +73,7 @@ register("Slice", 10, zero, constants=(1, 2, 3, 4))  # starts, ends, axes, steps
 register("Pad", 11, zero, constants=(1, 2, 3))  # pads, constant_value, axes
 register("Split", 13, zero, constants=(1,))
 register("TopK", 10, zero, constants=(1,))
+register("MaxUnpool", 9, zero, constants=(2,))  # scatter to recorded indices; output_shape
 
 
 # ---------------------------------------------------------------- elementwise
@@ -154,23 +157,38 @@ register("GlobalMaxPool", 1, reduce_sum)
 
 
 # ---------------------------------------------------------------- resampling
-def _resize_taps(mode: str, changed_axes: int) -> int:
-    # nearest copies one input element; (bi/tri)linear blends 2 per resized axis; cubic 4
-    per_axis = {"nearest": 1, "linear": 2, "cubic": 4}.get(mode, 1)
-    return per_axis ** changed_axes
+# Resize / Upsample(mode: nearest | linear | cubic; bilinear in Upsample-1): aten's rule
+# (resample_flops): numel(out) * (2*taps - 1), taps = product over resized axes of 1 / 2 / 4,
+# antialiased downsampling widening each axis to ceil(taps * in/out); nearest is a copy (0).
+INTERPOLATION = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
+                 "cubic": "cubic", "bicubic": "cubic"}
 
 
 def resize(ins, outs, attrs) -> OpCost:
-    # x: (N, C, *in) -> (N, C, *out); per output element taps multiplies + taps - 1 adds
-    # (0 for nearest, like aten's upsample_nearest)
-    mode = attrs.get("mode", "nearest")
-    x, y = ins[0], _out(outs)
-    changed = sum(1 for a, b in zip(x.shape, y.shape) if a != b)
-    taps = _resize_taps(mode, changed)
-    return OpCost(flops=0 if taps == 1 else y.numel * (2 * taps - 1))
+    # x: (N, C, *in), roi?, scales?, sizes? -> (N, C, *out)
+    interp = INTERPOLATION.get(attrs.get("mode", "nearest"), "nearest")
+    return OpCost(flops=resample_flops(ins[0].shape, _out(outs).shape, interp,
+                                       bool(attrs.get("antialias", 0))))
+
+
+def grid_sample(ins, outs, attrs) -> OpCost:
+    # GridSample(x: (N, C, *in), grid: (N, *out, dims)) -> (N, C, *out); mode bilinear | nearest |
+    # bicubic (opset 16), linear | nearest | cubic (20): every spatial axis interpolated, as
+    # aten's grid_sampler
+    interp = INTERPOLATION.get(attrs.get("mode", "linear"), "linear")
+    taps = TAPS_PER_AXIS[interp] ** (len(ins[0].shape) - 2)
+    return OpCost(flops=blend_flops(_out(outs).numel, taps))
+
+
+def affine_grid(ins, outs, attrs) -> OpCost:
+    # AffineGrid(theta: (N, d, d+1), size) -> (N, *out, d): numel(grid) * (d + 1) MACs
+    macs = _out(outs).numel * ins[0].shape[-1]
+    return OpCost(macs=macs, flops=2 * macs)
 
 
 register(["Resize", "Upsample"], 1, resize)
+register("GridSample", 16, grid_sample)
+register("AffineGrid", 20, affine_grid, constants=(1,))  # size
 register("Upsample", 9, resize, constants=(1,))  # scales
 register("Resize", 10, resize, constants=(1,))  # scales
 register("Resize", 11, resize, constants=(1, 2, 3))  # roi, scales, sizes
@@ -185,8 +203,15 @@ def batch_norm(ins, outs, attrs) -> OpCost:
 
 
 def norm_with_stats(ins, outs, attrs) -> OpCost:
-    # Layer/Group/Instance/RMS normalisation(x: any, scale, bias): statistics + apply = 8/elem
+    # Group/Instance/RMS normalisation(x: any, scale, bias): statistics + apply = 8/elem
     return OpCost(flops=(NORM_APPLY + NORM_STATS) * ins[0].numel)
+
+
+def layer_norm(ins, outs, attrs) -> OpCost:
+    # LayerNormalization(x: any, scale, B?): statistics 4 + normalise 2 + scale 1 + bias 1 if
+    # present per element (aten's native_layer_norm rule)
+    has_bias = len(ins) > 2 and ins[2] is not None
+    return OpCost(flops=(NORM_STATS + NORM_NORMALISE + 1 + has_bias) * ins[0].numel)
 
 
 def softmax(ins, outs, attrs) -> OpCost:
@@ -195,8 +220,8 @@ def softmax(ins, outs, attrs) -> OpCost:
 
 
 register("BatchNormalization", 1, batch_norm, buffers=(3, 4))  # running mean, var: buffers
-register(["InstanceNormalization", "LayerNormalization", "GroupNormalization",
-          "RMSNormalization"], 1, norm_with_stats)
+register(["InstanceNormalization", "GroupNormalization", "RMSNormalization"], 1, norm_with_stats)
+register("LayerNormalization", 1, layer_norm)
 register(["Softmax", "LogSoftmax"], 1, softmax)
 
 
