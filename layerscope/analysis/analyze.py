@@ -44,11 +44,12 @@ def _describe(x: Any) -> dict[str, Any]:
 
 
 def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
-         meta: bool = True) -> LoadedModel:
+         meta: bool = True, seed: int = 0) -> LoadedModel:
     """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
 
-    ``meta``: build built-in models on the meta device (static analysis needs no weights)."""
-    loaded = resolve(model, meta=meta and isinstance(model, str))
+    ``meta``: build built-in models on the meta device (static analysis needs no weights);
+    ``seed``: the seed built-in models and factories draw their random weights from."""
+    loaded = resolve(model, meta=meta and isinstance(model, str), seed=seed)
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given
