@@ -13,9 +13,10 @@ from layerscope.core.report import Report
 from tests.helpers import check_golden, run_cli
 
 
-def test_table_golden(update_golden):
+def test_table_golden(update_golden, tmp_path):
+    # -o into tmp_path: an atomic write to os.devnull would replace /dev/null by a plain file
     code, out, err = run_cli("analyze", "resnet20", "--depth", "2", "--width", "150",
-                             "-o", os.devnull, "--format", "table")
+                             "-o", str(tmp_path / "table.txt"), "--format", "table")
     assert code == 0, err
     from layerscope import analyze
     from layerscope.renderers.terminal import to_text

@@ -230,6 +230,9 @@ def _report_facts(r) -> list[tuple[str, str]]:
            ("Activation bytes", exact(t.activation_bytes)),
            ("Peak activation bytes", exact(t.peak_activation_bytes)),
            ("Input / output bytes", f"{si(t.input_bytes)} / {si(t.output_bytes)}")]
+    if t.layer_output_bytes is not None:
+        out += [("Sum of layer outputs", exact(t.layer_output_bytes)),
+                ("Forward/backward pass (torchinfo)", exact(t.torchinfo_pass_bytes))]
     if t.backward_macs is not None:
         out += [("Backward MACs", exact(t.backward_macs)),
                 ("Backward FLOPs", exact(t.backward_flops)),
