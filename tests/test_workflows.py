@@ -106,3 +106,68 @@ def test_torchscript_files_are_still_torchscript(tmp_path):
     path = tmp_path / "m.pt"
     torch.jit.save(torch.jit.script(zoo.MnistCNN()), str(path))
     assert resolve(str(path)).frontend == "torchscript"
+
+
+# ------------------------------------------------------------ papercuts
+def test_activations_never_cut_names_when_not_a_terminal():
+    # googlenet's deepest names are 26 characters; rich's 80-column default cut them before
+    code, out, _ = run_cli("activations", "googlenet", "--layers", "inception4a.branch2.*")
+    assert code == 0
+    for name in ("inception4a.branch2.0.conv", "inception4a.branch2.1.conv"):
+        assert name in out
+    assert "…" not in out
+
+
+def _graph_with_trivial_nodes(tmp_path) -> str:
+    """x -> Identity -> Add(Constant) -> Relu -> Identity -> y: 2 real ops, 3 trivial nodes."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from tests.onnx_graphs import model, save, tensor
+
+    nodes = [helper.make_node("Identity", ["x"], ["a"], name="id0"),
+             helper.make_node("Constant", [], ["c"], name="const",
+                              value=numpy_helper.from_array(np.ones(4, np.float32))),
+             helper.make_node("Add", ["a", "c"], ["b"], name="add"),
+             helper.make_node("Relu", ["b"], ["r"], name="relu"),
+             helper.make_node("Identity", ["r"], ["y"], name="id1")]
+    return save(model(nodes, [tensor("x", [1, 4])], [tensor("y", [1, 4])]), tmp_path)
+
+
+def test_ops_view_counts_trivial_nodes_apart_and_can_skip_them(tmp_path):
+    path = _graph_with_trivial_nodes(tmp_path)
+    code, out, _ = run_cli("analyze", path, "--view", "ops")
+    assert code == 0
+    assert "Total operators: 5" in out
+    assert "Of these, 3 are Constant/Identity nodes (no arithmetic); 2 without them" in out
+    code, out, _ = run_cli("analyze", path, "--view", "ops", "--skip-trivial")
+    assert code == 0 and "Total operators: 2; unique: 2 (Add, Relu)" in out
+    assert "Showing 2 of 5 nodes (without Constant/Identity)" in out
+
+
+def test_attributes_view_op_filter(tmp_path):
+    path = _graph_with_trivial_nodes(tmp_path)
+    code, out, _ = run_cli("analyze", path, "--view", "attributes", "--op-type", "Add|Relu")
+    names = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    assert code == 0 and names == ["add", "relu"]
+    assert "Showing 2 of 5 nodes (op type matching 'Add|Relu')" in out
+
+
+@pytest.mark.parametrize("argv,expected", [
+    pytest.param(["--view", "ops", "--op-type", "("], "not a valid regular expression",
+                 id="bad-regex"),
+    pytest.param(["--op-type", "Add"], "select the rows of the views", id="layers-view"),
+    pytest.param(["--view", "ops", "--skip-trivial", "--format", "json"],
+                 "stay the full report", id="json"),
+])
+def test_row_selection_bad_input(tmp_path, argv, expected):
+    code, _, err = run_cli("analyze", _graph_with_trivial_nodes(tmp_path), *argv)
+    assert code == 2 and expected in err, err
+
+
+def test_analyze_table_has_an_input_shape_column():
+    code, out, _ = run_cli("analyze", "mnist-cnn", "--width", "200")
+    header = next(line for line in out.splitlines() if "Layer" in line)
+    assert "Input shape" in header
+    conv2 = next(line for line in out.splitlines() if line.startswith("│conv2 "))
+    assert "1x32x26x26" in conv2 and "1x64x24x24" in conv2  # conv2's input and output
