@@ -107,7 +107,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     fake = loaded.frontend == "torch"
     try:
         cap = st.capture(loaded.module, loaded.inputs, training=(mode == "training"),
-                         dtype=dtype, fake=fake)
+                         dtype=dtype, fake=fake, owned=loaded.extras.get("owned", False))
     except st.ModelRunError as exc:
         shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
         raise UserError(f"{loaded.name} rejected input {shapes}: {exc}") from exc

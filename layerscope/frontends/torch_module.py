@@ -193,7 +193,9 @@ def _load_file(path: str) -> LoadedModel:
         return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
                            {"source": "trained", "recipe": run.recipe.name,
                             "checkpoint": run.path})
-    return LoadedModel(load_torchscript(path), [], os.path.basename(path), "torchscript")
+    # "owned": loaded here and never run, so an analysis may use it without copying it first
+    return LoadedModel(load_torchscript(path), [], os.path.basename(path), "torchscript",
+                       {"owned": True})
 
 
 def _call_factory(spec: str) -> Any:
