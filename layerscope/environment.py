@@ -101,16 +101,3 @@ def environment() -> dict[str, Any]:
 
 def gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
-
-
-def summary(env: dict[str, Any]) -> str:
-    """One line for a terminal table's header: CPU, RAM, OS, torch, GPU."""
-    parts = [env.get("cpu") or "?"]
-    if env.get("cores"):
-        parts[0] += f" x{env['cores']}"
-    if env.get("ram_bytes"):
-        parts.append(f"{gib(env['ram_bytes'])} RAM")
-    parts.append(env.get("os_name") or env.get("os") or "?")
-    parts.append(f"torch {env.get('torch') or '?'}")
-    parts.append(env.get("gpu") or "no GPU")
-    return ", ".join(parts)
