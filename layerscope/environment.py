@@ -1,6 +1,8 @@
-"""What machine and software a result was measured on."""
+"""What machine and software a result was measured on: ``layerscope env`` prints it, and every
+report carries it in its header (JSON ``environment``, the HTML environment table)."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import sys
@@ -19,6 +21,54 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _ram_bytes() -> int | None:
+    """Physical memory: MemTotal of /proc/meminfo (kB), else sysconf pages x page size."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _os_name() -> str:
+    """The distribution's name where there is one (Debian GNU/Linux 12 (bookworm)), else the
+    system and release (Darwin 23.1.0, Windows 10)."""
+    try:
+        return platform.freedesktop_os_release()["PRETTY_NAME"]
+    except (OSError, KeyError, AttributeError):
+        pass
+    if platform.system() == "Darwin" and platform.mac_ver()[0]:
+        return f"macOS {platform.mac_ver()[0]}"
+    return f"{platform.system()} {platform.release()}".strip()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cudnn_version(v: int | None) -> str | None:
+    """torch reports cuDNN as one integer: major*10000 + minor*100 + patch from cuDNN 9
+    (92400 = 9.24.0), major*1000 + minor*100 + patch before (8902 = 8.9.2)."""
+    if not v:
+        return None
+    if v >= 90000:
+        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+
+
+# Packages whose versions change results (analysis, export, ONNX runtime); None when absent.
+PACKAGES = ("torchvision", "numpy", "onnx", "onnxruntime", "onnxscript")
+
+
 @lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     import torch
@@ -27,21 +77,27 @@ def environment() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "ram_bytes": _ram_bytes(),
         "os": platform.platform(),
+        "os_name": _os_name(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": None,
         "cuda": torch.version.cuda,
+        "cudnn": None,
         "cuda_available": torch.cuda.is_available(),
         "gpu": None,
+        "gpus": [],
     }
-    try:
-        import torchvision
-
-        env["torchvision"] = torchvision.__version__
-    except ImportError:
-        pass
+    for package in PACKAGES:
+        env[package] = _version(package)
+    if torch.backends.cudnn.is_available():
+        env["cudnn"] = _cudnn_version(torch.backends.cudnn.version())
     if env["cuda_available"]:
-        env["gpu"] = torch.cuda.get_device_name(0)
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        env["gpu"] = env["gpus"][0]
     env["executable"] = sys.executable
     return env
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"

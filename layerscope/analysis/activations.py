@@ -60,11 +60,14 @@ def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]
 
 def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*",
                 batch_size: int | None = None, seed: int = 0) -> ActivationCapture:
-    """Run the model once on seeded random inputs and keep the outputs of matching layers."""
+    """Run the model once on seeded random inputs and keep the outputs of matching layers.
+
+    ``seed`` seeds both the input and the weights of built-in models (the same as in export and
+    verify), so two runs give the same arrays."""
     from layerscope.analysis.analyze import normalize_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
-    loaded = resolve(model)
+    loaded = resolve(model, seed=seed)
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given

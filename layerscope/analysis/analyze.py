@@ -44,11 +44,12 @@ def _describe(x: Any) -> dict[str, Any]:
 
 
 def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
-         meta: bool = True) -> LoadedModel:
+         meta: bool = True, seed: int = 0) -> LoadedModel:
     """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
 
-    ``meta``: build built-in models on the meta device (static analysis needs no weights)."""
-    loaded = resolve(model, meta=meta and isinstance(model, str))
+    ``meta``: build built-in models on the meta device (static analysis needs no weights);
+    ``seed``: the seed built-in models and factories draw their random weights from."""
+    loaded = resolve(model, meta=meta and isinstance(model, str), seed=seed)
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given
@@ -106,7 +107,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     fake = loaded.frontend == "torch"
     try:
         cap = st.capture(loaded.module, loaded.inputs, training=(mode == "training"),
-                         dtype=dtype, fake=fake)
+                         dtype=dtype, fake=fake, owned=loaded.extras.get("owned", False))
     except st.ModelRunError as exc:
         shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
         raise UserError(f"{loaded.name} rejected input {shapes}: {exc}") from exc

@@ -7,15 +7,22 @@ import sys
 from layerscope.cli.common import add_model_inputs
 
 
+UNLIMITED_WIDTH = 10_000
+
+
 def register(sub) -> None:
     p = sub.add_parser("activations", help="save the outputs of matching layers and print stats")
     add_model_inputs(p)
     p.add_argument("--layers", default=".*",
                    help="regular expression matched (fully) against layer names and types, "
                         "e.g. 'Conv2d|features.*'")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input and of a built-in model's random weights "
+                        "(default 0, as in every command)")
     p.add_argument("-o", "--output", default=None, metavar="FILE.npz", help="save arrays here")
     p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--width", type=int, default=None,
+                   help="table width in characters (default: the terminal's; unlimited when "
+                        "the output is not a terminal, so names are never cut)")
     p.set_defaults(run=run)
 
 
@@ -34,5 +41,8 @@ def run(args) -> int:
     else:
         from rich.console import Console
 
-        Console().print(activation_table(capture))
+        # Not a terminal (a pipe, a file): as wide as the table needs; the table is not
+        # expanded, so a large console width adds no padding.
+        width = args.width or (None if sys.stdout.isatty() else UNLIMITED_WIDTH)
+        Console(width=width, highlight=False).print(activation_table(capture))
     return 0

@@ -29,21 +29,37 @@ def register(sub) -> None:
                    help="table to show: layers (default), ops (op histogram), attributes (per "
                         "node), bandwidth (bytes per node, sorted), memory (activation sum, "
                         "live-set peak, arena); JSON and CSV output stay the full report")
+    p.add_argument("--op-type", default=None, metavar="REGEX",
+                   help="views ops, attributes and bandwidth: only nodes whose op type fully "
+                        "matches, e.g. 'Conv|Gemm'")
+    p.add_argument("--skip-trivial", action="store_true",
+                   help="views ops, attributes and bandwidth: leave out Constant and Identity "
+                        "nodes (no arithmetic; exporters write many)")
     add_output(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.analyze import analyze
+    from layerscope.errors import UserError
     from layerscope.renderers import pick_format
+    from layerscope.renderers.onnx_views import FILTERED_VIEWS, select_rows
 
+    selecting = args.op_type is not None or args.skip_trivial
+    if selecting and args.view not in FILTERED_VIEWS:
+        raise UserError(f"--op-type and --skip-trivial select the rows of the views "
+                        f"{', '.join(FILTERED_VIEWS)} (--view {args.view} shows the whole report)")
     report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
                      dtype=args.dtype, mode=args.mode, optimizer=args.optimizer)
     if args.view == "layers" or pick_format(args.format, args.output) != "table":
+        if selecting:
+            raise UserError("--op-type and --skip-trivial select table rows; JSON, CSV, HTML "
+                            "and PNG output stay the full report")
         emit(report, args)
         return 0
     from layerscope.renderers.onnx_views import to_text
 
-    output(to_text(report, args.view, width=args.width or 160), args.output)
+    output(to_text(select_rows(report, args.op_type, args.skip_trivial), args.view,
+                   width=args.width or 160), args.output)
     write_report_files(report, args)
     return 0

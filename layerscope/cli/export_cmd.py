@@ -20,6 +20,9 @@ def register(sub) -> None:
                        help="TorchScript-based exporter (folds BatchNorm into Conv)")
     p.add_argument("--fold-batchnorm", action="store_true",
                    help="dynamo: run the full onnxscript optimizer, folding BatchNorm into Conv")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of a built-in model's random weights (default 0, the same in every "
+                        "command, so 'verify' agrees)")
     p.add_argument("--no-verify", action="store_true",
                    help="do not load the result in an onnxruntime session")
     p.set_defaults(run=run, exporter="dynamo")
@@ -30,7 +33,7 @@ def run(args) -> int:
 
     r = export_onnx(args.model, args.output, inputs=args.input, batch_size=args.batch_size,
                     opset=args.opset, exporter=args.exporter, fold_batchnorm=args.fold_batchnorm,
-                    verify=not args.no_verify)
+                    verify=not args.no_verify, seed=args.seed)
     bn = "BatchNorm folded into Conv" if r.batchnorm_folded else "BatchNorm kept"
     check = f"loads in {r.verified_with}" if r.verified_with else "not verified"
     print(f"wrote {r.path}: {r.nodes} nodes, {r.initializers} initializers, opset {r.opset}, "

@@ -14,7 +14,8 @@ def add_tolerances(p) -> None:
                    help=f"relative tolerance, of max|A| (default {DEFAULT_RTOL:g})")
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of model A's random weights when A is a "
+                        "built-in model or factory (default 0, as in export)")
     p.add_argument("--ort-optimization", choices=OPTIMIZATIONS, default="disable",
                    help="onnxruntime graph optimisation level (default: disable, run the graphs "
                         "as written)")

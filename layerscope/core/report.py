@@ -88,6 +88,10 @@ class Totals:
     peak_activation_bytes: int = 0
     input_bytes: int = 0
     output_bytes: int = 0
+    # Figures users compute by hand or with torchinfo (static_torch._layer_outputs); None for
+    # ONNX graphs and TorchScript, where no per-layer outputs are seen.
+    layer_output_bytes: int | None = None
+    torchinfo_pass_bytes: int | None = None
     backward_macs: int | None = None
     backward_flops: int | None = None
     backward_bytes_read: int | None = None

@@ -179,8 +179,11 @@ def _move_into_place(tmpdir: str, filename: str, destination_dir: str, path: str
 
 def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | None = None,
                 opset: int | None = None, exporter: str = "dynamo", fold_batchnorm: bool = False,
-                verify: bool = True) -> ExportResult:
-    """Export a model spec (or module) to ``path``; see the module docstring for the exporters."""
+                verify: bool = True, seed: int = 0) -> ExportResult:
+    """Export a model spec (or module) to ``path``; see the module docstring for the exporters.
+
+    ``seed``: built-in models and factories draw their random weights from it (as ``verify``
+    does, so the export verifies against the same spec)."""
     from layerscope.analysis.analyze import load
 
     if exporter not in EXPORTERS:
@@ -191,7 +194,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
         raise UserError(f"--opset must be 7 or more, got {opset}")
     check_output(path)
     destination_dir = os.path.dirname(os.path.abspath(resolve(path)))
-    loaded = load(model, inputs, batch_size, meta=False)
+    loaded = load(model, inputs, batch_size, meta=False, seed=seed)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
     was_training = module.training

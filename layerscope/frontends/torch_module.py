@@ -1,5 +1,6 @@
-"""Model specs for PyTorch: built-in names, ``file.py:factory``, ``pkg.module:factory`` and
-TorchScript files saved with ``torch.jit.save``."""
+"""Model specs for PyTorch: built-in names, ``file.py:factory``, ``pkg.module:factory``,
+TorchScript files saved with ``torch.jit.save`` and ``layerscope train`` run folders or
+checkpoints."""
 from __future__ import annotations
 
 import importlib
@@ -130,8 +131,9 @@ def load_torchscript(path: str) -> nn.Module:
     if os.path.getsize(path) == 0:
         raise UserError(f"{path} is empty: expected a TorchScript file saved with torch.jit.save")
     if not _looks_like_zip(path):
-        raise UserError(f"{path} is not a TorchScript file (not a torch.jit.save archive); "
-                        "save the model with torch.jit.save or pass a factory as file.py:function")
+        raise UserError(f"{path} is neither a TorchScript file (torch.jit.save archive) nor a "
+                        "layerscope training checkpoint; save the model with torch.jit.save or "
+                        "pass a factory as file.py:function")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -141,40 +143,59 @@ def load_torchscript(path: str) -> nn.Module:
         raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
 
 
-def resolve(spec: str | nn.Module, *, meta: bool = False) -> LoadedModel:
-    """Turn a model spec into a module and its default inputs.
+def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAULT_SEED
+            ) -> LoadedModel:
+    """Turn a model spec into a module and its default inputs: the one place models are loaded.
 
-    ``meta=True`` builds built-in models on the meta device: no weight memory, no init time
-    (enough for static analysis, which never reads values).
+    Built-in models and factories are built under ``seed`` (the same weights in every command,
+    so ``export`` then ``verify`` agree); a training run folder or its checkpoint gives the
+    recipe's model with the trained weights. ``meta=True`` builds built-in models on the meta
+    device: no weight memory, no init time (enough for static analysis, which never reads
+    values).
     """
     if isinstance(spec, nn.Module):
         return LoadedModel(spec, [], type(spec).__name__, _frontend_of(spec))
     if not isinstance(spec, str) or not spec.strip():
         raise UserError("no model given: name a built-in model (e.g. resnet50), a file.py:factory, "
-                        "a package.module:factory or a TorchScript file")
+                        "a package.module:factory, a TorchScript file or a training run folder")
     entry = zoo.lookup(spec)
     if entry is not None:
-        if meta:
-            with torch.device("meta"):
-                module = entry.build()
-        else:
-            module = entry.build()
-        return LoadedModel(module, [InputSpec((1,) + entry.input_shape)], spec, "torch",
-                           {"source": entry.source})
+        return LoadedModel(zoo.build(entry, seed, meta), [InputSpec((1,) + entry.input_shape)],
+                           spec, "torch", {"source": entry.source})
     if os.path.exists(spec):
-        if spec.endswith(".onnx"):
-            raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
-                            "analysed with 'layerscope analyze MODEL.onnx'")
-        return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript")
+        return _load_file(spec)
     if ":" in spec:
-        module, example = _from_factory(_call_factory(spec), spec)
+        with zoo.seeded(seed):
+            module, example = _from_factory(_call_factory(spec), spec)
         return LoadedModel(module, example or [], spec, _frontend_of(module))
     if spec.endswith(TORCHSCRIPT_SUFFIXES):
         raise UserError(f"{spec}: no such file")
     close = zoo.suggestions(spec)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in names, "
-                    "or pass file.py:factory, package.module:factory or a TorchScript file.")
+                    "or pass file.py:factory, package.module:factory, a TorchScript file or a "
+                    "training run folder.")
+
+
+def _load_file(path: str) -> LoadedModel:
+    """A path: a training run folder or checkpoint (``torch.save`` bundle), or TorchScript."""
+    from layerscope.frontends import trained
+
+    if path.endswith(".onnx"):
+        raise UserError(f"{path}: this command needs a PyTorch model; ONNX models are "
+                        "analysed with 'layerscope analyze MODEL.onnx'")
+    if os.path.isdir(path) and not trained.is_run_folder(path):
+        raise UserError(f"{path} is a directory but not a training run folder (no model.pt or "
+                        "checkpoints/): pass a run folder, a checkpoint or a TorchScript file")
+    if os.path.isdir(path) or (_looks_like_zip(path) and not trained.is_torchscript_archive(path)):
+        run = trained.load_trained(path)
+        name = os.path.basename(os.path.normpath(path))
+        return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
+                           {"source": "trained", "recipe": run.recipe.name,
+                            "checkpoint": run.path})
+    # "owned": loaded here and never run, so an analysis may use it without copying it first
+    return LoadedModel(load_torchscript(path), [], os.path.basename(path), "torchscript",
+                       {"owned": True})
 
 
 def _call_factory(spec: str) -> Any:

@@ -1,6 +1,7 @@
 """Built-in models: the reference workloads plus every torchvision classifier by its name."""
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import dataclass
 from typing import Callable
@@ -113,6 +114,31 @@ _OWN = {
     "resnet20": ZooEntry("resnet20", ResNet20, (3, 32, 32), "layerscope"),
     "mnist-cnn": ZooEntry("mnist-cnn", MnistCNN, (1, 28, 28), "layerscope"),
 }
+
+
+DEFAULT_SEED = 0  # every command builds models under this seed unless told otherwise (--seed)
+
+
+@contextlib.contextmanager
+def seeded(seed: int = DEFAULT_SEED):
+    """Random weights drawn from ``seed``, so that ``export`` then ``verify`` (or two runs of one
+    command) see the same model; the caller's global RNG state is restored afterwards.
+
+    Only the CPU generator is forked and seeded (models are built on the CPU): ``manual_seed``
+    would also reseed the caller's CUDA generators."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
+
+
+def build(entry: ZooEntry, seed: int = DEFAULT_SEED, meta: bool = False) -> nn.Module:
+    """The one place built-in models are instantiated. ``meta``: on the meta device (no weight
+    memory, no init time; static analysis never reads values)."""
+    if meta:
+        with torch.device("meta"):
+            return entry.build()
+    with seeded(seed):
+        return entry.build()
 
 
 def names() -> list[str]:

@@ -15,6 +15,12 @@ from rich.text import Text
 from layerscope.core.units import megabytes, si
 
 VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
+# Nodes that do no arithmetic and only hand on a value: the exporters write many (AlexNet's
+# dynamo export holds more Constant/Identity nodes than real ops); --skip-trivial leaves them out.
+TRIVIAL_OPS = ("Constant", "Identity")
+# Views whose rows --op-type and --skip-trivial select (the others show the whole report).
+FILTERED_VIEWS = ("ops", "attributes", "bandwidth")
+
 # Shown in their own columns of the attributes view; everything else goes to "other".
 CONV_ATTRIBUTES = ("kernel_shape", "strides", "pads", "dilations", "group")
 
@@ -33,6 +39,38 @@ def op_histogram(report) -> list[dict]:
                                                                                kv[0]))]
 
 
+def select_rows(report, op_type: str | None = None, skip_trivial: bool = False):
+    """A copy of ``report`` whose rows are the nodes whose op type fully matches ``op_type`` (a
+    regular expression), without Constant/Identity nodes when ``skip_trivial``. Totals are
+    the whole graph's; ``settings["rows_selected"]`` says what was left out."""
+    import dataclasses
+    import re
+
+    from layerscope.errors import UserError
+
+    if op_type is None and not skip_trivial:
+        return report
+    try:
+        rx = re.compile(op_type) if op_type is not None else None
+    except re.error as exc:
+        raise UserError(f"--op-type {op_type!r} is not a valid regular expression: {exc}") from exc
+    rows = [r for r in report.layers if (rx is None or rx.fullmatch(r.type))
+            and not (skip_trivial and r.type in TRIVIAL_OPS)]
+    what = []
+    if op_type is not None:
+        what.append(f"op type matching {op_type!r}")
+    if skip_trivial:
+        what.append(f"without {'/'.join(TRIVIAL_OPS)}")
+    settings = dict(report.settings, rows_selected=f"{len(rows)} of {len(report.layers)} nodes "
+                                                   f"({', '.join(what)})")
+    return dataclasses.replace(report, layers=rows, settings=settings)
+
+
+def _selection_line(report) -> str:
+    chosen = report.settings.get("rows_selected")
+    return f"Showing {chosen}; totals are the whole graph's" if chosen else ""
+
+
 def _ops(report) -> Group:
     hist = op_histogram(report)
     total = sum(h["count"] for h in hist)
@@ -45,6 +83,12 @@ def _ops(report) -> Group:
                       si(h["macs"]), si(h["flops"]), si(h["bytes"]))
     head = (f"Total operators: {total}; unique: {len(hist)} "
             f"({', '.join(sorted(h['type'] for h in hist))})")
+    trivial = sum(h["count"] for h in hist if h["type"] in TRIVIAL_OPS)
+    if trivial:
+        head += (f"\nOf these, {trivial} are {'/'.join(TRIVIAL_OPS)} nodes (no arithmetic); "
+                 f"{total - trivial} without them (--skip-trivial leaves them out)")
+    if _selection_line(report):
+        head += "\n" + _selection_line(report)
     return Group(Text(head), table)
 
 
@@ -68,7 +112,7 @@ def _channels_hw(shape: list) -> tuple[str, str, str]:
     return c, h, w
 
 
-def _attributes(report) -> Table:
+def _attributes(report):
     table = Table(title=f"{report.model}: node attributes", header_style="bold", pad_edge=False)
     for name, justify in [("Node", "left"), ("Op", "left"), ("In C", "right"), ("H", "right"),
                           ("W", "right"), ("kernel_shape", "left"), ("strides", "left"),
@@ -86,6 +130,8 @@ def _attributes(report) -> Table:
         table.add_row(row.name, row.type, c, h, w, _fmt(kernel), _fmt(attrs.get("strides")),
                       _fmt(attrs.get("pads")), _fmt(attrs.get("dilations")),
                       _fmt(attrs.get("group")), other or "")
+    if _selection_line(report):
+        return Group(table, Text(_selection_line(report)))
     return table
 
 
@@ -106,6 +152,8 @@ def _bandwidth(report) -> Group:
                       "-" if r.intensity is None else f"{r.intensity:.1f}")
     foot = (f"Total traffic: {t.bytes_read:,} B read + {t.bytes_written:,} B written = "
             f"{moved:,} B ({megabytes(moved)} MB)")
+    if _selection_line(report):
+        foot += "\n" + _selection_line(report)
     return Group(table, Text(foot))
 
 

@@ -112,6 +112,10 @@ def heading(result) -> tuple[str, str]:
 
 
 def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The environment table (``layerscope env``, every report's header). Keys an older report
+    did not record are left out; a package recorded as None is shown as not installed."""
+    from layerscope.environment import PACKAGES, gib
+
     env = env or {}
     if not env:
         return [("Environment", "not recorded")]
@@ -121,9 +125,21 @@ def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
     cpu = env.get("cpu") or "-"
     if env.get("cores"):
         cpu += f" ({env['cores']} cores, {env.get('torch_threads', '?')} torch threads)"
-    return [("CPU", cpu), ("GPU", env.get("gpu") or "none"), ("OS", env.get("os") or "-"),
-            ("Python", env.get("python") or "-"), ("torch", env.get("torch") or "-"),
-            ("torchvision", env.get("torchvision") or "-"), ("CUDA", cuda)]
+    gpus = env.get("gpus") or ([env["gpu"]] if env.get("gpu") else [])
+    rows = [("CPU", cpu)]
+    if "ram_bytes" in env:
+        rows.append(("RAM", gib(env["ram_bytes"]) if env["ram_bytes"] else "-"))
+    rows.append(("GPU", ", ".join(gpus) or "none"))
+    if env.get("os_name"):
+        rows.append(("OS", f"{env['os_name']} ({env.get('os') or '-'})"))
+    else:
+        rows.append(("OS", env.get("os") or "-"))
+    rows += [("Python", env.get("python") or "-"), ("torch", env.get("torch") or "-"),
+             ("CUDA", cuda)]
+    if "cudnn" in env:
+        rows.append(("cuDNN", env["cudnn"] or "none"))
+    rows += [(p, env[p] or "not installed") for p in PACKAGES if p in env]
+    return rows
 
 
 # ---- key figures ------------------------------------------------------------------------
@@ -214,6 +230,9 @@ def _report_facts(r) -> list[tuple[str, str]]:
            ("Activation bytes", exact(t.activation_bytes)),
            ("Peak activation bytes", exact(t.peak_activation_bytes)),
            ("Input / output bytes", f"{si(t.input_bytes)} / {si(t.output_bytes)}")]
+    if t.layer_output_bytes is not None:
+        out += [("Sum of layer outputs", exact(t.layer_output_bytes)),
+                ("Forward/backward pass (torchinfo)", exact(t.torchinfo_pass_bytes))]
     if t.backward_macs is not None:
         out += [("Backward MACs", exact(t.backward_macs)),
                 ("Backward FLOPs", exact(t.backward_flops)),

@@ -15,7 +15,8 @@ def _layer_table(report) -> Table:
     table = Table(title=f"{report.model} ({report.frontend}, "
                         f"{report.settings.get('mode', 'inference')})",
                   show_lines=False, header_style="bold", pad_edge=False)
-    for name, justify in [("Layer", "left"), ("Type", "left"), ("Output shape", "left"),
+    for name, justify in [("Layer", "left"), ("Type", "left"), ("Input shape", "left"),
+                          ("Output shape", "left"),
                           ("Params", "right"), ("MACs", "right"), ("FLOPs", "right"),
                           ("Read B", "right"), ("Written B", "right"), ("Act. B", "right"),
                           ("FLOP/B", "right")]:
@@ -28,7 +29,8 @@ def _layer_table(report) -> Table:
         label = Text(indent + row.name)
         if row.self_only:
             label.append(" (own ops)", style="dim")
-        cells = [label, row.type, shape_str(row.output_shapes), si(row.params), si(row.macs),
+        cells = [label, row.type, shape_str(row.input_shapes), shape_str(row.output_shapes),
+                 si(row.params), si(row.macs),
                  si(row.flops), si(row.bytes_read), si(row.bytes_written),
                  si(row.activation_bytes),
                  "-" if row.intensity is None else f"{row.intensity:.1f}"]
@@ -36,7 +38,7 @@ def _layer_table(report) -> Table:
             cells.append(si(row.backward_flops))
         table.add_row(*cells)
     t = report.totals
-    cells = [Text("Total", style="bold"), "", "", si(t.params), si(t.macs), si(t.flops),
+    cells = [Text("Total", style="bold"), "", "", "", si(t.params), si(t.macs), si(t.flops),
              si(t.bytes_read), si(t.bytes_written), si(t.activation_bytes),
              "-" if t.intensity is None else f"{t.intensity:.1f}"]
     if training:
@@ -47,19 +49,36 @@ def _layer_table(report) -> Table:
 
 
 def footer_lines(report) -> list[str]:
-    """torchinfo's summary, our definitions: forward/backward pass size = 2 x activation bytes
-    (every tensor the forward creates, kept for backward, plus its gradient)."""
+    """torchinfo's summary, each size labelled with its definition. "Forward/backward pass size"
+    is torchinfo's own (2 x the first output of every call of a leaf layer with parameters), so
+    it matches what torchinfo prints; ours (2 x activation bytes: every tensor the forward
+    creates, plus its gradient) and the plain sum of layer outputs follow it."""
     t = report.totals
-    fwd_bwd = 2 * t.activation_bytes
+    ours = 2 * t.activation_bytes
+    pass_size = ours if t.torchinfo_pass_bytes is None else t.torchinfo_pass_bytes
     lines = [
         f"Total params: {t.params:,}",
         f"Trainable params: {t.trainable_params:,}",
         f"Non-trainable params: {t.params - t.trainable_params:,}",
         f"Total mult-adds (M): {t.macs / 1e6:.2f}",
         f"Input size (MB): {megabytes(t.input_bytes)}",
-        f"Forward/backward pass size (MB): {megabytes(fwd_bwd)}",
+    ]
+    if t.torchinfo_pass_bytes is not None:
+        lines.append(f"Forward/backward pass size (MB): {megabytes(t.torchinfo_pass_bytes)}"
+                     "   (torchinfo: 2 x output bytes of each call of a leaf layer with "
+                     "parameters)")
+    lines += [
+        f"Created tensors x 2 (MB): {megabytes(ours)}   (2 x activation bytes: every tensor "
+        "the forward creates, plus its gradient)",
+    ]
+    if t.layer_output_bytes is not None:
+        lines.append(f"Sum of layer outputs: {t.layer_output_bytes:,} B "
+                     f"({megabytes(t.layer_output_bytes)} MB)   (every call of every leaf layer, "
+                     "in-place outputs counted again)")
+    lines += [
         f"Params size (MB): {megabytes(t.weight_bytes)}",
-        f"Estimated Total Size (MB): {megabytes(t.input_bytes + fwd_bwd + t.weight_bytes)}",
+        f"Estimated Total Size (MB): {megabytes(t.input_bytes + pass_size + t.weight_bytes)}"
+        "   (input + forward/backward pass + params)",
         f"Peak activation memory (MB): {megabytes(t.peak_activation_bytes)}"
         f"   Buffers (MB): {megabytes(t.buffer_bytes)}",
     ]

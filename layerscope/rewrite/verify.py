@@ -2,8 +2,10 @@
 
 A and B are ONNX files (run with onnxruntime), or A is a layerscope model spec (``alexnet``,
 ``file.py:factory``, ``pkg.mod:factory``, a TorchScript file; run in PyTorch, eval mode, no_grad)
-and B an ONNX file. Built-in models are built under ``torch.manual_seed(0)``, so they match an
-ONNX export of ``torch.manual_seed(0); torchvision.models.<name>(weights=None)``.
+and B an ONNX file. Built-in models and factories are built under ``seed`` like in every other
+command (``frontends.zoo.seeded``), so ``layerscope export NAME`` then ``layerscope verify NAME``
+agree, and ``alexnet`` matches an ONNX export of
+``torch.manual_seed(0); torchvision.models.alexnet(weights=None)``.
 
 Inputs: shapes and element types come from the ONNX graph inputs; a symbolic dimension takes the
 PyTorch spec's default input size at that position (or the other file's fixed size, or 1).
@@ -35,7 +37,6 @@ import numpy as np
 from layerscope.errors import UserError
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
-BUILD_SEED = 0  # torch seed under which model specs are built
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
               "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -97,7 +98,7 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
                         f"{', '.join(OPTIMIZATIONS)}")
     seconds = {}
     t0 = time.perf_counter()
-    runner_a = (_OnnxRunner(a, optimization) if is_onnx_path(a) else _TorchRunner(a))
+    runner_a = (_OnnxRunner(a, optimization) if is_onnx_path(a) else _TorchRunner(a, seed))
     seconds["load_a"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     runner_b = _OnnxRunner(b, optimization)
@@ -288,15 +289,11 @@ class _TorchRunner:
     kind = "torch"
     output_names: list[str] = []
 
-    def __init__(self, spec: str):
-        import torch
-
+    def __init__(self, spec: str, seed: int = 0):
         from layerscope.frontends.torch_module import resolve
 
         self.spec = self.path = spec if isinstance(spec, str) else type(spec).__name__
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(BUILD_SEED)
-            loaded = resolve(spec)
+        loaded = resolve(spec, seed=seed)
         self.module = loaded.module
         self.default_shapes = [tuple(x.shape) for x in loaded.inputs]
 

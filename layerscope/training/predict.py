@@ -7,9 +7,7 @@ from typing import Any
 import torch
 
 from layerscope.errors import UserError
-from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import DATASETS, datasets
-from layerscope.training.recipes import lookup
 
 
 @dataclass
@@ -47,12 +45,11 @@ def _image(path: str, data: str) -> torch.Tensor:
 
 def predict(source: str, *, index: int | None = None, image: str | None = None,
             data_dir: str | None = None, k: int = 5) -> Prediction:
-    state = ckpt.load(source)
+    from layerscope.frontends.trained import load_trained
+
+    run = load_trained(source)
+    state, recipe, model = run.state, run.recipe, run.module
     config = state["config"]
-    recipe = lookup(config["recipe"])
-    model = recipe.build()
-    model.load_state_dict(state["model"])
-    model.eval()
     classes = state.get("classes") or []
     if image is not None:
         x, label, where = _image(image, recipe.data), None, image

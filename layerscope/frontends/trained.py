@@ -1,0 +1,83 @@
+"""Trained models: a ``layerscope train`` run folder, one of its checkpoints or its ``model.pt``.
+
+``train`` saves state-dict bundles (``torch.save`` of a dict with ``model`` and ``config``), not
+TorchScript, so a ``.pt`` file is sniffed before it is loaded: a TorchScript archive
+(``torch.jit.save``) is a zip holding ``constants.pkl`` and ``code/``; a ``torch.save`` bundle
+is a zip holding ``data.pkl`` only (or, in the legacy format, a bare pickle)."""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn as nn
+
+from layerscope.errors import UserError
+
+
+@dataclass
+class TrainedModel:
+    module: nn.Module  # in eval mode, with the trained weights
+    recipe: Any  # training.recipes.Recipe
+    state: dict[str, Any]  # the bundle: model, config, classes, ...
+    path: str  # the file the weights came from
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """One sample as the recipe trains on it (channels first, no batch dimension)."""
+        from layerscope.training.data import DATASETS
+
+        shape = DATASETS[self.recipe.data].shape
+        size = self.recipe.image_size
+        return (shape[0], size, size) if size else tuple(shape)
+
+
+def is_torchscript_archive(path: str) -> bool:
+    """A ``torch.jit.save`` archive: a zip whose records include ``constants.pkl`` or ``code/``
+    (``torch.save`` zips hold ``data.pkl`` and ``data/`` only)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+    return any(n.endswith("/constants.pkl") or "/code/" in n for n in names)
+
+
+def is_run_folder(path: str) -> bool:
+    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, "model.pt"))
+                                    or os.path.isdir(os.path.join(path, "checkpoints")))
+
+
+def weights_file(path: str) -> str:
+    """A run folder's final ``model.pt`` (its newest epoch checkpoint when there is none yet);
+    any other path is taken as a checkpoint file."""
+    from layerscope.training import checkpoint as ckpt
+
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.pt")):
+        return os.path.join(path, "model.pt")
+    return ckpt.resolve_checkpoint(path)
+
+
+def load_trained(path: str) -> TrainedModel:
+    """The recipe's model with the trained weights (loaded with ``weights_only=True``)."""
+    from layerscope.training import checkpoint as ckpt
+    from layerscope.training.recipes import lookup
+
+    source = weights_file(path)
+    state = ckpt.load(source)
+    config = state["config"]
+    name = config.get("recipe") or state.get("recipe")
+    if not name:
+        raise UserError(f"{source}: the checkpoint names no recipe")
+    recipe = lookup(name)
+    module = recipe.build()
+    try:
+        module.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise UserError(f"{source}: the weights do not fit recipe {name}'s model: {first}") from exc
+    module.eval()
+    return TrainedModel(module, recipe, state, source)
