@@ -11,7 +11,7 @@ from typing import Any
 
 from layerscope.core.units import shape_str, si
 from layerscope.renderers.terminal import HOT_SHARE  # one rule for "hot" rows everywhere
-from layerscope.renderers.terminal import noise_summary
+from layerscope.renderers.terminal import definitions, noise_summary
 
 PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
                 "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
@@ -232,9 +232,8 @@ def _report_facts(r) -> list[tuple[str, str]]:
                                       f"n={e['n']})"),
                 ("Throughput", f"{num(e.get('throughput_per_s'), '.1f')} samples/s"),
                 ("Overhead", "-" if r.overhead is None else
-                 f"{r.overhead:+.1%} (median of instrumented / bare over interleaved pairs, - 1)"),
-                ("Coverage", f"{pct(r.coverage)} (median over runs of the rows' sum / that "
-                             f"run's wall time)")]
+                 f"{r.overhead:+.1%} ({definitions(r)[0]})"),
+                ("Coverage", f"{pct(r.coverage)} ({definitions(r)[1]})")]
         if r.backward:
             b = r.backward
             out.append(("Backward", f"median {ms(b['end_to_end']['median_s'])} ms, overhead "

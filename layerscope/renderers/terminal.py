@@ -177,16 +177,25 @@ def noise_lines(result) -> list[str]:
                                                   or []]
 
 
+def definitions(report) -> tuple[str, str]:
+    """How ``overhead`` and ``coverage`` were computed. Reports saved before the noise section
+    (and the same-run rule, issue 10) used ratios of medians from different samples."""
+    if report.noise is None:
+        return "instrumented / bare median - 1", "sum of row medians / bare median"
+    return ("median of instrumented / bare over interleaved pairs, - 1",
+            "median over runs of the rows' sum / that run's wall time")
+
+
 def profile_lines(report) -> list[str]:
     e = report.end_to_end
     overhead = "-" if report.overhead is None else f"{report.overhead:+.1%}"
+    how_overhead, how_coverage = definitions(report)
     lines = [
         f"End-to-end (bare, no instrumentation): median {_ms(e['median_s'])} ms, "
         f"mean {_ms(e['mean_s'])}, p10 {_ms(e['p10_s'])}, p90 {_ms(e['p90_s'])}, "
         f"std {_ms(e['std_s'])} ms, n={e['n']}; throughput {e['throughput_per_s']:.1f} samples/s",
-        f"Overhead {overhead} (median of instrumented / bare over interleaved pairs, - 1); "
-        f"coverage {_pct(report.coverage)} (median over runs of the rows' sum / that run's wall "
-        f"time)",
+        f"Overhead {overhead} ({how_overhead}); coverage {_pct(report.coverage)} "
+        f"({how_coverage})",
     ]
     if report.noise:
         lines += noise_lines(report)
