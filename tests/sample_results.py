@@ -2,8 +2,10 @@
 tables, HTML, PNG and schema tests (no model is run)."""
 from __future__ import annotations
 
+from layerscope.core.noise import MachineReading, noise_section
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
+from layerscope.core.stats import TimingStats
 
 ENV = {"cpu": "Test CPU 3000", "cores": 8, "torch_threads": 4, "os": "Linux-test",
        "python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1", "cuda": None,
@@ -84,6 +86,8 @@ def profile_report() -> Report:
                  for row in sorted(rows, key=lambda x: -medians[x.name])]
     r.roofline = {"device": "cpu", "dtype": "float32", "threads": 4, "peak_flops": peak,
                   "bandwidth": bw, "matmul_size": 2048, "copy_bytes": 1 << 29, "ridge": peak / bw}
+    # a quiet machine: p90/p10 = 1.1/0.9, 4 threads + 0 busy CPUs on 8: no warning
+    r.noise = noise_section(TimingStats(**timing(e2e)), MachineReading((0.4, 0.3, 0.2), 8, 8), 4)
     return r
 
 
@@ -114,9 +118,11 @@ def sweep_report():
             cells.append(c)
     cells.append(SweepCell("cpu", "onnxruntime", "float32", 1, 1, status="error",
                            error="ModuleNotFoundError: No module named 'onnxruntime'"))
+    # a loaded machine: 2 threads + floor(7.2) = 7 busy CPUs > 8, so a warning line
+    noise = noise_section(TimingStats(**timing(0.6)), MachineReading((7.2, 6.0, 3.1), 8, 8), 2)
     return SweepReport("tinynet", cells, settings={"runs": 20, "warmup": 3,
                                                    "inputs": [[1, 3, 32, 32]]},
-                       environment=dict(ENV))
+                       environment=dict(ENV), noise=noise)
 
 
 def _breakdown(ms: dict, steps: int, samples_per_step: int = 64) -> dict:
@@ -158,7 +164,11 @@ def ablation_report():
                 VariantResult("pin-memory", [], status="n/a", reason="n/a on cpu"),
                 ok("channels-last", ["--channels-last"], 0.8, 1.25, True),
                 ok("workers=2", ["--num-workers", "2"], 0.97, 1 / 0.97, False)]
-    return AblationReport("digits-cnn", "cpu", 30, 5, 1, variants, environment=dict(ENV))
+    # outliers: mean 2x the median (a hand-made spread, 4 threads on a quiet machine)
+    steps = TimingStats(**(timing(21.5) | {"mean_s": 0.043}))
+    noise = noise_section(steps, MachineReading((0.4, 0.3, 0.2), 8, 8), 4)
+    return AblationReport("digits-cnn", "cpu", 30, 5, 1, variants, environment=dict(ENV),
+                          noise=noise)
 
 
 def activations_capture():

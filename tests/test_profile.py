@@ -182,3 +182,90 @@ def test_profile_bad_input(argv, expected):
         pytest.skip("a GPU is present")
     code, _, err = run_cli("profile", "mnist-cnn", *argv)
     assert code == 2 and expected in err and err.count("\n") == 1, err
+
+
+def _b_schedule_report(monkeypatch=None, **kw):
+    """The schedule of test_leaf_rows_and_percentiles_with_fake_clock: instrumented runs see b
+    take 7, 8, 1, 2, 5 ms, the bare runs 6, 9, 10, 3, 4 ms (pairs by round: (6, 7), (9, 8),
+    (10, 1), (3, 2), (4, 5)); a takes 1 ms and the root's own code 0.5 ms in every run."""
+    clock = FakeClock()
+    net = Net(clock)
+    net.b.schedule = [i / 1000 for i in range(1, 11)]
+    return layerscope.profile(net, inputs=(1, 4), runs=5, warmup=4, roofline=False,
+                              clock=clock, **kw)
+
+
+B_INST = [7, 8, 1, 2, 5]  # ms, instrumented runs in order
+WALLS = [b + 1.5 for b in B_INST]  # 8.5, 9.5, 2.5, 3.5, 6.5 ms
+
+
+def test_coverage_and_shares_come_from_the_same_instrumented_runs():
+    report = _b_schedule_report()
+    rows = {r.name: r for r in report.layers}
+    # Every run's rows ((root) 0.5 + a 1 + b + the Linears' 0) fill that run's wall time: 100%.
+    # The old ratio, sum of row medians / bare median = (0.5 + 1 + 5) / 7.5 = 86.7%, mixed
+    # samples from different runs.
+    assert report.coverage == pytest.approx(1.0)
+    # n = 5 < 10: no run trimmed; share = mean over runs of row time / that run's wall
+    assert rows["b"].share == pytest.approx(sum(b / w for b, w in zip(B_INST, WALLS)) / 5)
+    assert rows["a"].share == pytest.approx(sum(1 / w for w in WALLS) / 5)
+    assert rows["(root)"].share == pytest.approx(sum(0.5 / w for w in WALLS) / 5)
+    assert rows["b.fc"].share == 0.0
+    assert sum(r.share for r in report.layers) == pytest.approx(1.0)
+
+
+def test_overhead_is_the_median_ratio_over_interleaved_pairs():
+    report = _b_schedule_report()
+    # pairs (bare, instrumented) in ms with 1.5 ms of a + root: (7.5, 8.5), (10.5, 9.5),
+    # (11.5, 2.5), (4.5, 3.5), (5.5, 6.5); ratios 1.133, 0.905, 0.217, 0.778, 1.182:
+    # median 9.5 / 10.5
+    assert report.overhead == pytest.approx(9.5 / 10.5 - 1)
+    assert report.end_to_end["instrumented"]["median_s"] == pytest.approx(0.0065)
+
+
+def test_by_type_shares_are_sums_of_the_row_shares():
+    report = _b_schedule_report()
+    rows = {r.name: r for r in report.layers}
+    types = {d["type"]: d for d in report.by_type}
+    # rows never overlap: Sleep appears as its own ops (a and b), never on top of its Linears
+    assert set(types) == {"Net (own ops)", "Sleep (own ops)", "Linear"}
+    assert types["Sleep (own ops)"]["layers"] == 2
+    assert types["Sleep (own ops)"]["share"] == pytest.approx(rows["a"].share + rows["b"].share)
+    # per-run sums (1 + b ms): 8, 9, 2, 3, 6 -> median 6 ms, mean 5.6 ms
+    assert types["Sleep (own ops)"]["time"]["median_s"] == pytest.approx(0.006)
+    assert types["Sleep (own ops)"]["time"]["mean_s"] == pytest.approx(0.0056)
+    assert sum(d["share"] for d in report.by_type) == pytest.approx(
+        sum(r.share for r in report.layers))
+
+
+def test_noise_section_with_a_fixed_machine_reading(monkeypatch):
+    from layerscope.analysis import runtime
+    from layerscope.core.noise import MachineReading
+
+    monkeypatch.setattr(runtime, "read_machine", lambda: MachineReading((3.0, 2.0, 1.0), 2, 2))
+    report = _b_schedule_report(threads=2)
+    noise = report.noise
+    # bare runs 7.5, 10.5, 11.5, 4.5, 5.5 ms: sorted 4.5 5.5 7.5 10.5 11.5, p10 = 4.5 + 0.4 =
+    # 4.9, p90 = 10.5 + 0.6 = 11.1, mean 39.5 / 5 = 7.9, median 7.5
+    assert noise["p90_over_p10"] == pytest.approx(11.1 / 4.9)
+    assert noise["mean_over_median"] == pytest.approx(7.9 / 7.5)
+    assert noise["threads"] == 2 and noise["busy_cpus"] == 3 and noise["oversubscribed"]
+    assert noise["rows_mean_far_above_median"] == 0  # b: median 5, mean 4.6 ms
+    # one line for spread and oversubscription; idle cores = max(1, 2 - 3): --threads 1
+    assert len(noise["warnings"]) == 1 and "--threads 1" in noise["warnings"][0]
+
+
+def test_resnet_type_shares_equal_row_shares_and_never_exceed_the_runs():
+    """Invariants on a real run (no time asserted): a type's share is the sum of its rows'
+    shares; the rows lie inside the run, so all shares add to at most 100%."""
+    report = layerscope.profile("resnet20", runs=3, warmup=1, roofline=False)
+    by_rows: dict[str, float] = {}
+    for r in report.layers:
+        key = r.type + (" (own ops)" if r.self_only else "")
+        by_rows[key] = by_rows.get(key, 0.0) + r.share
+    assert {d["type"]: d["share"] for d in report.by_type} == pytest.approx(by_rows, abs=1e-12)
+    assert "BasicBlock (own ops)" in by_rows and "BasicBlock" not in by_rows
+    assert sum(by_rows.values()) <= 1.0 + 1e-9
+    assert 0.0 < report.coverage <= 1.0 + 1e-9
+    assert set(report.noise) >= {"p90_over_p10", "cv", "loadavg", "cpu_count", "cpus_available",
+                                 "threads", "warnings"}

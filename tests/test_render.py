@@ -166,3 +166,50 @@ def test_png_format_needs_an_output_file(tmp_path):
     path = _save(tmp_path, ALL["profile"]())
     code, out, err = run_cli("render", str(path), "--format", "png")
     assert code == 2 and "give -o FILE.png" in err
+
+
+@pytest.mark.parametrize("kind", ["profile", "sweep", "ablate"])
+def test_results_saved_without_noise_render_without_noise_lines(kind, tmp_path):
+    d = ALL[kind]().to_dict()
+    assert "noise" in d
+    del d["noise"]  # a result saved before the noise section existed
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d))
+    code, out, err = run_cli("render", str(path), "--width", "150", "--format", "table")
+    assert code == 0, err
+    assert "Noise:" not in out and "Warning: Noisy" not in out
+    if kind == "profile":  # its coverage was computed the old way, and is labelled so
+        assert "(sum of row medians / bare median)" in out
+    html_path = tmp_path / "old.html"
+    assert run_cli("render", str(path), "-o", str(html_path))[0] == 0
+    assert '<p class="ls-warning"' not in html_path.read_text()
+
+
+def test_noise_warning_in_table_and_html(tmp_path):
+    result = ALL["sweep"]()  # hand-made: 2 threads + load 7.2 on 8 CPUs
+    path = _save(tmp_path, result)
+    code, out, _ = run_cli("render", str(path), "--width", "150", "--format", "table")
+    assert code == 0 and out.count("Warning: Noisy measurement") == 1
+    html_path = tmp_path / "r.html"
+    assert run_cli("render", str(path), "-o", str(html_path))[0] == 0
+    page = html_path.read_text()
+    assert page.count('<p class="ls-warning" role="note">Warning: Noisy measurement') == 1
+
+
+def test_profile_mean_beside_median_in_table_csv_html_and_chart(tmp_path):
+    from layerscope.renderers.charts import charts
+
+    result = ALL["profile"]()
+    result.layers[0].time["mean_s"] = 0.000777  # conv1: median 0.250 ms, mean 0.777 ms
+    path = _save(tmp_path, result)
+    code, out, _ = run_cli("render", str(path), "--width", "150", "--format", "table")
+    assert code == 0 and "Mean ms" in out and "0.250 │   0.777" in out
+    code, out, _ = run_cli("render", str(path), "--format", "csv")
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(out))}
+    assert float(rows["conv1"]["mean_s"]) == pytest.approx(0.000777)
+    html_path = tmp_path / "r.html"
+    assert run_cli("render", str(path), "-o", str(html_path))[0] == 0
+    assert ">Mean ms<" in html_path.read_text() and ">0.777<" in html_path.read_text()
+    latency = charts(result)[0]
+    assert any("mean 0.777 ms" in str(getattr(p, "tip", "")) for s in latency.series
+               for p in s.points)

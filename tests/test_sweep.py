@@ -84,3 +84,13 @@ def test_sweep_cli_json(tmp_path):
     d = json.loads(out.read_text())
     assert d["kind"] == "sweep" and len(d["cells"]) == 4
     assert all(c["status"] == "ok" for c in d["cells"]), d["cells"]
+
+
+def test_eager_type_shares_add_to_at_most_the_whole_run_and_sweep_has_noise():
+    # issue 16: the types' shares added to 106% (shares of the bare median, times from the
+    # instrumented runs); now shares of the same instrumented runs, rows never overlapping
+    report = layerscope.sweep("mnist-cnn", batch_sizes=[1], threads=[1], runs=3, warmup=1)
+    cell = report.cells[0]
+    assert 0.0 < sum(d["share"] for d in cell.by_type) <= 1.0 + 1e-9
+    assert report.noise["threads"] == 1 and report.noise["n"] == 3
+    assert json.loads(json.dumps(report.to_dict()))["noise"] == report.noise

@@ -7,6 +7,9 @@ Method (REFERENCES.md "ONNX and onnxruntime"):
   the two, as in ``layerscope profile`` for PyTorch;
 - the profiled session's Chrome-trace events are split into runs by its ``model_run`` events;
   warm-up runs are dropped; a node's time per run is the sum of its ``*_kernel_time`` events;
+- ``overhead``, ``coverage``, ``share``, ``by_type`` and ``noise`` follow ``layerscope profile``
+  (analysis/runtime.py): overhead from the interleaved (bare, profiled) pairs, coverage and
+  shares from each profiled run's node times over that run's wall time;
 - ``session.disable_prepacking`` keeps weights visible; at ``--optimization disabled`` (the
   default) nodes keep their names and join the static rows one to one; at higher levels,
   nodes onnxruntime fused or created appear as rows of their own, marked "(fused)".
@@ -22,8 +25,9 @@ from typing import Any, Callable
 import numpy as np
 
 from layerscope.core.io import temp_dir
+from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import LayerRow, Report
-from layerscope.core.stats import TimingStats
+from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.errors import UserError
 
 LEVELS = ("disabled", "basic", "extended", "all")
@@ -95,6 +99,7 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
     runs = 30 if runs is None else runs
     if runs < 1 or warmup < 0:
         raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    machine = read_machine()  # before our own work adds to the load average
     report = analyze(path, inputs, batch_size=batch_size)
     feeds = _feeds(report, seed)
     with temp_dir() as tmp:  # onnxruntime's trace lands here; gone on SIGTERM too
@@ -122,7 +127,10 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
         with open(trace_path, encoding="utf-8") as f:
             events = json.load(f)
     per_run = _node_times(events, warmup)
-    _join(report, per_run, TimingStats.of(bare_s), TimingStats.of(prof_s))
+    _join(report, per_run, bare_s, prof_s)
+    # onnxruntime's default intra-op pool has one thread per core it may use
+    report.noise = noise_section(TimingStats.of(bare_s), machine,
+                                 threads or machine.cpus_available or machine.cpu_count)
     report.kind = "profile"
     report.settings.update({"device": "cpu", "backend": "onnxruntime",
                             "optimization": optimization, "warmup": warmup, "runs": runs,
@@ -138,8 +146,13 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
     return report
 
 
-def _join(report: Report, per_run: list[dict], e2e: TimingStats, inst: TimingStats) -> None:
-    """Attach per-node statistics to the static rows; unknown (fused) nodes get rows."""
+def _join(report: Report, per_run: list[dict], bare_s: list[float],
+          prof_s: list[float]) -> None:
+    """Attach per-node statistics to the static rows; unknown (fused) nodes get rows.
+    ``bare_s[i]`` and ``prof_s[i]`` are the wall times of the i-th interleaved pair."""
+    from layerscope.analysis.runtime import _by_type, _coverage, _share
+
+    e2e, inst = TimingStats.of(bare_s), TimingStats.of(prof_s)
     samples: dict[str, list[float]] = defaultdict(list)
     meta: dict[str, tuple[str, str]] = {}
     for run in per_run:
@@ -147,6 +160,8 @@ def _join(report: Report, per_run: list[dict], e2e: TimingStats, inst: TimingSta
             samples[name].append(seconds)
             meta[name] = (op, provider)
     n = len(per_run)
+    walls = prof_s[:n]  # the profiled runs the trace's measured runs come from, in order
+    keep = middle_runs(walls)
     known = {row.name for row in report.layers}
     fused = [name for name in samples if name not in known]
     for name in fused:
@@ -159,7 +174,7 @@ def _join(report: Report, per_run: list[dict], e2e: TimingStats, inst: TimingSta
         row_samples.append(xs or [0.0])
         stats = TimingStats.of(row_samples[-1])
         row.time = stats.to_dict()
-        row.share = stats.median_s / e2e.median_s if e2e.median_s else None
+        row.share = _share(row_samples[-1], walls, keep) if n else None
         medians.append(stats.median_s)
         sec = stats.median_s
         row.achieved = None if sec <= 0 else {
@@ -171,12 +186,11 @@ def _join(report: Report, per_run: list[dict], e2e: TimingStats, inst: TimingSta
     report.end_to_end = e2e.to_dict() | {"throughput_per_s": batch / e2e.median_s
                                          if e2e.median_s else None,
                                          "instrumented": inst.to_dict()}
-    report.overhead = inst.median_s / e2e.median_s - 1 if e2e.median_s else None
-    report.coverage = sum(medians) / e2e.median_s if e2e.median_s else None
+    ratio = median_of_ratios(prof_s, bare_s)
+    report.overhead = None if ratio is None else ratio - 1
+    report.coverage = _coverage(row_samples, walls) if n else None
     if fused:
         report.notes.append(f"{len(fused)} node(s) onnxruntime created by fusing or rewriting the "
                             "graph are rows marked '(fused)': their static cost is that of the "
                             "nodes they replaced, which show no time of their own")
-    from layerscope.analysis.runtime import _by_type
-
-    report.by_type = _by_type(report, row_samples, e2e.median_s)
+    report.by_type = _by_type(report, row_samples, walls, keep) if n else []

@@ -5,8 +5,18 @@ Method (REFERENCES.md "Measuring time"):
 - end-to-end statistics come from the bare runs only (no hooks installed);
 - per-layer times come from the instrumented runs (``timing.ForwardTimer``), per run, then
   reduced to statistics; containers' rows get their own-code time (inclusive minus children);
-- self-measurement: ``overhead`` = instrumented median / bare median - 1 and ``coverage`` =
-  sum of the rows' medians / bare median, in every output.
+- self-measurement, in every output, each from quantities measured side by side (issue 10: a
+  ratio of medians taken from different samples swung from 28% to 70% on a loaded machine):
+  ``coverage`` = median over instrumented runs of (sum of the rows' times in that run / that
+  run's wall time); the rows never overlap (leaves, depth-cut subtrees, containers' own ops), so
+  their sum is the time attributed to some layer. ``overhead`` = median over the interleaved
+  (bare, instrumented) pairs of instrumented / bare - 1: both runs of a pair see the same drift.
+- ``share`` of a row = its time / the wall time of the same instrumented run, averaged over the
+  middle runs by wall time (``core.stats.middle_runs``: a 10% trimmed mean, the same runs for
+  every row). Means over the same runs add up, so a layer type's share (``by_type``: over the
+  same rows, per-run sums) is exactly the sum of its rows' shares, and all shares sum to the
+  attributed fraction of a typical run (close to ``coverage``).
+- ``noise``: spread, load and threads vs CPUs (``core.noise``), read at the start.
 """
 from __future__ import annotations
 
@@ -21,8 +31,9 @@ from torch.utils import _pytree as pytree
 
 from layerscope.analysis.inputs import real_inputs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
+from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
-from layerscope.core.stats import TimingStats
+from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.errors import UserError
 
 Progress = Callable[[int, int], None]
@@ -135,6 +146,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     from layerscope.frontends.torch_module import parse_dtype
 
     check_device(device)
+    machine = read_machine()  # before our own work adds to the load average
     if warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {warmup}")
     if threads is not None and threads < 1:
@@ -151,7 +163,8 @@ def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
         report = analyze(module, xs, depth=depth, dtype=dtype)
         report.model, report.frontend = loaded.name, loaded.frontend
         module.eval()
-        _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress)
+        _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
+                         machine)
         if backward:
             _measure_backward(report, module, xs, device, warmup, plan, clock, progress)
         if roofline:
@@ -173,7 +186,8 @@ def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.M
             if depth is None or (0 if n == "" else n.count(".") + 1) <= depth]
 
 
-def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress) -> None:
+def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
+                     machine: MachineReading) -> None:
     timed = _timed_modules(module, depth)
     timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock)
 
@@ -209,12 +223,13 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     inst = TimingStats.of(instrumented)
     kids = _children([n for n, _ in timed])
     samples = _row_samples(report, per_run, kids, subtree=True)
-    medians = []
+    keep = middle_runs(instrumented)
+    row_stats = []
     for row, xs_row in zip(report.layers, samples):
         stats = TimingStats.of(xs_row)
+        row_stats.append(stats)
         row.time = stats.to_dict()
-        row.share = stats.median_s / e2e.median_s if e2e.median_s else None
-        medians.append(stats.median_s)
+        row.share = _share(xs_row, instrumented, keep)
         sec = stats.median_s
         moved = row.bytes_read + row.bytes_written
         row.achieved = None if sec <= 0 else {
@@ -222,7 +237,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
             "gflops_per_s": row.flops / sec / 1e9,
             "gbytes_per_s": moved / sec / 1e9,
         }
-    order = sorted(range(len(medians)), key=lambda i: -medians[i])
+    order = sorted(range(len(row_stats)), key=lambda i: -row_stats[i].median_s)
     for rank, i in enumerate(order, 1):
         report.layers[i].rank = rank
     batch = xs[0].shape[0] if xs and xs[0].dim() else 1
@@ -230,23 +245,39 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         "throughput_per_s": batch / e2e.median_s if e2e.median_s else None,
         "instrumented": inst.to_dict(),
     }
-    report.overhead = inst.median_s / e2e.median_s - 1 if e2e.median_s else None
-    report.coverage = sum(medians) / e2e.median_s if e2e.median_s else None
-    report.by_type = _by_type(report, samples, e2e.median_s)
+    ratio = median_of_ratios(instrumented, bare)  # bare[i], instrumented[i]: one pair
+    report.overhead = None if ratio is None else ratio - 1
+    report.coverage = _coverage(samples, instrumented)
+    report.by_type = _by_type(report, samples, instrumented, keep)
+    report.noise = noise_section(e2e, machine, torch.get_num_threads(), row_stats)
 
 
-def _by_type(report, samples, e2e_median) -> list[dict[str, Any]]:
+def _share(per_run: list[float], walls: list[float], keep: list[int]) -> float | None:
+    """Mean over the kept runs of (time in that run / that run's wall time)."""
+    fractions = [per_run[r] / walls[r] for r in keep if walls[r] > 0]
+    return sum(fractions) / len(fractions) if fractions else None
+
+
+def _coverage(samples: list[list[float]], walls: list[float]) -> float | None:
+    """Median over runs of (sum of the rows' times in the run / the run's wall time)."""
+    attributed = [sum(row[r] for row in samples) for r in range(len(walls))]
+    return median_of_ratios(attributed, walls)
+
+
+def _by_type(report, samples, walls, keep) -> list[dict[str, Any]]:
+    """Per type over the rows (never overlapping): a container type appears as its own-ops rows
+    ("BasicBlock (own ops)") or as depth-cut subtrees, never on top of its leaves. Built from the
+    same per-run times as the rows, so a type's share is the sum of its rows' shares."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(report.layers):
         groups[row.type + (" (own ops)" if row.self_only else "")].append(i)
     out = []
     for type_name, idx in groups.items():
-        per_run = [sum(samples[i][r] for i in idx) for r in range(len(samples[idx[0]]))]
-        stats = TimingStats.of(per_run)
+        per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
         out.append({"type": type_name, "layers": len(idx),
                     "macs": sum(report.layers[i].macs for i in idx),
-                    "time": stats.to_dict(),
-                    "share": stats.median_s / e2e_median if e2e_median else None})
+                    "time": TimingStats.of(per_run).to_dict(),
+                    "share": _share(per_run, walls, keep)})
     out.sort(key=lambda d: -d["time"]["median_s"])
     return out
 
@@ -297,16 +328,14 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress)
     inst = TimingStats.of(instrumented)
     kids = _children([n for n, _ in module.named_modules()])
     samples = _row_samples(report, per_run, kids, subtree=False)
-    attributed = 0.0
     for row, xs_row in zip(report.layers, samples):
-        stats = TimingStats.of(xs_row)
-        row.backward_time = stats.to_dict()
-        attributed += stats.median_s
+        row.backward_time = TimingStats.of(xs_row).to_dict()
+    ratio = median_of_ratios(instrumented, bare)
     report.backward = {
         "end_to_end": e2e.to_dict(),
         "instrumented": inst.to_dict(),
-        "overhead": inst.median_s / e2e.median_s - 1 if e2e.median_s else None,
-        "coverage": attributed / e2e.median_s if e2e.median_s else None,
+        "overhead": None if ratio is None else ratio - 1,
+        "coverage": _coverage(samples, instrumented),
     }
 
 

@@ -4,7 +4,8 @@ Every cell is measured the same way (warm-up, then ``runs`` timed runs, median/p
 throughput, and for the eager backend the share of time per layer type (from ``profile``). A
 cell that cannot run records why and the sweep goes on. Speed-up is the throughput ratio over
 the first cell that ran; a difference is "within noise" when the per-sample p10-p90 ranges
-overlap.
+overlap. The sweep's ``noise`` section (core.noise) comes from its noisiest cell (largest
+p90/p10) and the most threads any cell used, with the machine read before the first cell.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.core.document import ResultDocument
+from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -42,7 +44,9 @@ class SweepCell:
     error: str | None = None
     latency: dict[str, Any] | None = None  # TimingStats.to_dict()
     throughput_per_s: float | None = None
-    by_type: list[dict[str, Any]] | None = None  # eager only: share of time per layer type
+    # eager only: share of time per layer type (profile's by_type: over rows that never overlap,
+    # shares of the same instrumented runs, so they add up to the profile's coverage, not more)
+    by_type: list[dict[str, Any]] | None = None
     speedup: float | None = None  # throughput / first cell's throughput
     within_noise: bool | None = None
 
@@ -53,6 +57,7 @@ class SweepReport(ResultDocument):
     cells: list[SweepCell]
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] | None = None
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 
@@ -156,12 +161,14 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
         raise UserError("thread counts must be at least 1")
     if runs < 1 or warmup < 0:
         raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    machine = read_machine()  # before our own work adds to the load average
     loaded = load(model, inputs, None, meta=False)
     base = loaded.module
     flags = [(m, m.training) for m in base.modules()]
     old_threads = torch.get_num_threads()
     grid = list(itertools.product(devices, backends, dtypes, threads, batch_sizes))
     cells: list[SweepCell] = []
+    measured: list[tuple[TimingStats, int]] = []  # (latency, threads used) per cell that ran
     try:
         with tempfile.TemporaryDirectory(prefix="layerscope-sweep-") as workdir:
             for i, (device, backend, dtype, nthreads, batch) in enumerate(grid):
@@ -188,6 +195,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                         with torch.no_grad():
                             stats = time_runs(run, runs, warmup, device)
                     cell.latency = stats.to_dict()
+                    measured.append((stats, torch.get_num_threads()))
                     cell.throughput_per_s = batch / stats.median_s if stats.median_s else None
                 except UserError as exc:
                     cell.status, cell.error = "error", str(exc)
@@ -200,10 +208,14 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
         for m, flag in flags:
             m.training = flag
     _compare(cells)
+    noise = None
+    if measured:
+        worst = max(measured, key=lambda m: m[0].p90_s / m[0].p10_s if m[0].p10_s > 0 else 0)
+        noise = noise_section(worst[0], machine, max(t for _, t in measured))
     return SweepReport(loaded.name, cells,
                        settings={"runs": runs, "warmup": warmup,
                                  "inputs": [list(getattr(x, "shape", ())) for x in loaded.inputs]},
-                       environment=environment())
+                       environment=environment(), noise=noise)
 
 
 def _moved(module: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:

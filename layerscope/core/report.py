@@ -39,7 +39,8 @@ class LayerRow:
     backward_bytes_read: int | None = None
     backward_bytes_written: int | None = None
     # Filled by `profile` only: timing statistics (core.stats.TimingStats.to_dict), the share of
-    # the bare end-to-end median, the rank by median time, achieved rates and roofline placement.
+    # each instrumented run's wall time (trimmed mean over runs, see analysis.runtime), the rank
+    # by median time, achieved rates and roofline placement.
     time: dict[str, Any] | None = None
     share: float | None = None
     rank: int | None = None
@@ -126,9 +127,10 @@ class Report:
     """Header + rows + totals.
 
     ``op_coverage`` is the share of op calls that had a cost handler. Measured reports
-    (``kind="profile"``) add ``end_to_end`` timing statistics, ``overhead`` (instrumented median /
-    bare median - 1), ``coverage`` (sum of the rows' median times / bare median), ``by_type``,
-    ``backward`` and ``roofline``.
+    (``kind="profile"``) add ``end_to_end`` timing statistics (bare runs), ``overhead`` (median
+    over interleaved pairs of instrumented / bare - 1), ``coverage`` (median over instrumented
+    runs of the rows' summed time / that run's wall time), ``by_type``, ``backward``,
+    ``roofline`` and ``noise`` (core.noise.noise_section; absent in reports saved before it).
     """
 
     model: str
@@ -151,10 +153,11 @@ class Report:
     roofline: dict[str, Any] | None = None
     # Static memory plan (ONNX): live-set peak step and tensors, packed arena, fragmentation.
     memory: dict[str, Any] | None = None
+    noise: dict[str, Any] | None = None
 
     # optional fields: left out of to_dict when None
     _MEASURED = ("end_to_end", "overhead", "coverage", "by_type", "backward", "roofline",
-                 "memory")
+                 "memory", "noise")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -56,3 +56,21 @@ class TimingStats:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def median_of_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> float | None:
+    """Median over pairs of numerator / denominator (pairs with a zero denominator skipped).
+
+    Used for quantities measured within one run or one interleaved pair (coverage, overhead):
+    drift between runs cancels inside each ratio, and the median ignores the odd spiked pair."""
+    ratios = sorted(n / d for n, d in zip(numerators, denominators) if d)
+    return percentile(ratios, 0.5) if ratios else None
+
+
+def middle_runs(walls: Sequence[float], trim: float = 0.1) -> list[int]:
+    """Indices of the runs left after dropping the ``floor(trim * n)`` fastest and slowest by
+    wall time (all runs when n < 10): the same runs for every row, so that means over them add
+    up across rows (a 10% trimmed mean)."""
+    order = sorted(range(len(walls)), key=lambda i: walls[i])
+    k = math.floor(trim * len(walls))
+    return sorted(order[k:len(order) - k]) if k else order

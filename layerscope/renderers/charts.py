@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from layerscope.core.units import shape_str, si
-from layerscope.renderers.tables import PHASE_LABELS, is_hot, ms, pct
+from layerscope.renderers.tables import PHASE_LABELS, is_hot, ms, num, pct
 
 # Tableau 10: readable on white, distinct in print
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
@@ -140,8 +140,9 @@ def _profile(r) -> list[Chart]:
         roof = row.roofline or {}
         return layer_tip(
             row,
-            f"median {ms(t.get('median_s'))} ms (p10 {ms(t.get('p10_s'))}, "
-            f"p90 {ms(t.get('p90_s'))}), share {pct(row.share)}, rank {row.rank}",
+            f"median {ms(t.get('median_s'))} ms, mean {ms(t.get('mean_s'))} ms (p10 "
+            f"{ms(t.get('p10_s'))}, p90 {ms(t.get('p90_s'))}), share {pct(row.share)}, "
+            f"rank {row.rank}",
             f"MACs {si(row.macs)}, FLOPs {si(row.flops)}, "
             f"{a.get('gflops_per_s', 0):.1f} GFLOP/s, {a.get('gbytes_per_s', 0):.1f} GB/s"
             if a else f"MACs {si(row.macs)}, FLOPs {si(row.flops)}",
@@ -160,6 +161,10 @@ def _profile(r) -> list[Chart]:
     out = [_layer_bars(r, "latency", "Latency per layer (median; whiskers p10-p90)",
                        "ms", median_ms, tip, hot=is_hot, whiskers=whiskers)]
     out[0].note = "hot layers (share ≥ 10% or top 3) are outlined and named"
+    noise = r.noise or {}
+    if noise.get("warnings"):  # the PNG has no warning line of its own
+        out[0].note += (f"; noisy: p90/p10 {num(noise.get('p90_over_p10'))}, mean/median "
+                        f"{num(noise.get('mean_over_median'))}")
     roof = _roofline(r, tip)
     if roof:
         out.append(roof)

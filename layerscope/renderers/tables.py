@@ -11,6 +11,7 @@ from typing import Any
 
 from layerscope.core.units import shape_str, si
 from layerscope.renderers.terminal import HOT_SHARE  # one rule for "hot" rows everywhere
+from layerscope.renderers.terminal import definitions, noise_summary
 
 PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
                 "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
@@ -167,7 +168,7 @@ def facts(result) -> list[tuple[str, str]]:
             low = min(ok, key=lambda c: c.latency["median_s"])
             out.append(("Lowest latency", f"{ms(low.latency['median_s'])} ms "
                                           f"({_cell_name(low)}, batch {low.batch_size})"))
-        return out
+        return out + noise_facts(result)
     if kind == "train":
         b = result.breakdown
         out = [("Measured steps", f"{b['steps']} ({b['samples']} samples)"),
@@ -197,7 +198,7 @@ def facts(result) -> list[tuple[str, str]]:
         if best and best.speedup:
             out.append(("Fastest", f"{best.variant}: {best.step['median_s'] * 1e3:.2f} ms per "
                                    f"step, {best.speedup:.2f}x over baseline"))
-        return out
+        return out + noise_facts(result)
     if kind == "activations":
         return [("Layers captured", str(len(result.stats)))]
     if kind == "compare":
@@ -245,12 +246,13 @@ def _report_facts(r) -> list[tuple[str, str]]:
     out.append(("Op coverage", cov))
     if r.kind == "profile" and r.end_to_end:
         e = r.end_to_end
-        out += [("End-to-end median", f"{ms(e['median_s'])} ms (p10 {ms(e['p10_s'])}, "
-                                      f"p90 {ms(e['p90_s'])}, n={e['n']})"),
+        out += [("End-to-end median", f"{ms(e['median_s'])} ms (mean {ms(e.get('mean_s'))}, "
+                                      f"p10 {ms(e['p10_s'])}, p90 {ms(e['p90_s'])}, "
+                                      f"n={e['n']})"),
                 ("Throughput", f"{num(e.get('throughput_per_s'), '.1f')} samples/s"),
-                ("Overhead", "-" if r.overhead is None else f"{r.overhead:+.1%} "
-                                                            "(instrumented / bare median - 1)"),
-                ("Coverage", f"{pct(r.coverage)} (sum of row medians / bare median)")]
+                ("Overhead", "-" if r.overhead is None else
+                 f"{r.overhead:+.1%} ({definitions(r)[0]})"),
+                ("Coverage", f"{pct(r.coverage)} ({definitions(r)[1]})")]
         if r.backward:
             b = r.backward
             out.append(("Backward", f"median {ms(b['end_to_end']['median_s'])} ms, overhead "
@@ -263,7 +265,18 @@ def _report_facts(r) -> list[tuple[str, str]]:
                                     f"{c['ridge']:.1f} FLOP/B ({c.get('device')}, "
                                     f"{c.get('dtype')})"))
     out += [("Note", n) for n in r.notes]
-    return out
+    return out + noise_facts(r)
+
+
+def noise_facts(result) -> list[tuple[str, str]]:
+    """The noise line of a timed result (none for one saved without a noise section); its
+    warnings are drawn by ``warnings`` above the figures."""
+    noise = getattr(result, "noise", None)
+    return [("Noise", noise_summary(noise))] if noise else []
+
+
+def warnings(result) -> list[str]:
+    return list((getattr(result, "noise", None) or {}).get("warnings") or [])
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -326,8 +339,8 @@ def _analyze_table(r) -> RowTable:
 def _profile_table(r) -> RowTable:
     backward = r.backward is not None
     cols = [("Layer", False), ("Type", False), ("Input shape", False), ("Output shape", False),
-            ("MACs", True), ("FLOPs", True), ("Median ms", True), ("p10 ms", True),
-            ("p90 ms", True), ("Share", True), ("Rank", True), ("GFLOP/s", True),
+            ("MACs", True), ("FLOPs", True), ("Median ms", True), ("Mean ms", True),
+            ("p10 ms", True), ("p90 ms", True), ("Share", True), ("Rank", True), ("GFLOP/s", True),
             ("GB/s", True), ("FLOP/B", True), ("Bound", False), ("% roof", True)]
     if backward:
         cols.append(("Bwd ms", True))
@@ -338,7 +351,8 @@ def _profile_table(r) -> RowTable:
         roof = row.roofline or {}
         cells = [Cell(_label(row), row.name), _c(row.type), _c(shape_str(row.input_shapes)),
                  _c(shape_str(row.output_shapes)), _c(row.macs), _c(row.flops),
-                 _ms_cell(t.get("median_s")), _ms_cell(t.get("p10_s")), _ms_cell(t.get("p90_s")),
+                 _ms_cell(t.get("median_s")), _ms_cell(t.get("mean_s")), _ms_cell(t.get("p10_s")),
+                 _ms_cell(t.get("p90_s")),
                  Cell(pct(row.share), row.share), Cell(str(row.rank or "-"), row.rank),
                  Cell(num(a.get("gflops_per_s"), ".1f"), a.get("gflops_per_s")),
                  Cell(num(a.get("gbytes_per_s"), ".1f"), a.get("gbytes_per_s")),
@@ -351,7 +365,7 @@ def _profile_table(r) -> RowTable:
         hot.append(is_hot(row))
     e = r.end_to_end or {}
     foot = ["End-to-end (bare)", "", "", "", si(r.totals.macs), si(r.totals.flops),
-            ms(e.get("median_s")), ms(e.get("p10_s")), ms(e.get("p90_s")),
+            ms(e.get("median_s")), ms(e.get("mean_s")), ms(e.get("p10_s")), ms(e.get("p90_s")),
             pct(r.coverage) + " covered", "", "", "", "", "", ""]
     if backward:
         foot.append(ms(r.backward["end_to_end"]["median_s"]))
@@ -360,12 +374,13 @@ def _profile_table(r) -> RowTable:
 
 
 def _type_table(r) -> RowTable:
-    cols = [("Type", False), ("Layers", True), ("Median ms", True), ("Share", True),
-            ("MACs", True)]
+    cols = [("Type", False), ("Layers", True), ("Median ms", True), ("Mean ms", True),
+            ("Share", True), ("MACs", True)]
     rows = [[_c(d["type"]), _c(d["layers"], str(d["layers"])),
-             _ms_cell(d["time"]["median_s"]), Cell(pct(d["share"]), d["share"]),
-             _c(d.get("macs"))] for d in r.by_type]
-    return RowTable("by-type", "Time by layer type", cols, rows)
+             _ms_cell(d["time"]["median_s"]), _ms_cell(d["time"].get("mean_s")),
+             Cell(pct(d["share"]), d["share"]), _c(d.get("macs"))] for d in r.by_type]
+    return RowTable("by-type", "Time by layer type (shares: sums of the rows' shares)", cols,
+                    rows)
 
 
 def _ops_table(t) -> RowTable:

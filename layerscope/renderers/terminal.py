@@ -126,8 +126,9 @@ def _profile_table(report) -> Table:
                         f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
                   header_style="bold", pad_edge=False)
     cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
-            ("p10-p90 ms", "right"), ("Share", "right"), ("Rank", "right"),
-            ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"), ("% roof", "right")]
+            ("Mean ms", "right"), ("p10-p90 ms", "right"), ("Share", "right"),
+            ("Rank", "right"), ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"),
+            ("% roof", "right")]
     if backward:
         cols.append(("Bwd ms", "right"))
     for name, justify in cols:
@@ -140,7 +141,7 @@ def _profile_table(report) -> Table:
         if row.self_only:
             label.append(" (own ops)", style="dim")
         roof = row.roofline or {}
-        cells = [label, row.type, si(row.macs), _ms(t.get("median_s")),
+        cells = [label, row.type, si(row.macs), _ms(t.get("median_s")), _ms(t.get("mean_s")),
                  f"{_ms(t.get('p10_s'))}-{_ms(t.get('p90_s'))}",
                  "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
                  "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
@@ -154,31 +155,76 @@ def _profile_table(report) -> Table:
 
 
 def _type_table(report) -> Table:
-    table = Table(title="Time by layer type", header_style="bold", pad_edge=False)
+    table = Table(title="Time by layer type (shares: sums of the rows' shares)",
+                  header_style="bold", pad_edge=False)
     for name, justify in [("Type", "left"), ("Layers", "right"), ("Median ms", "right"),
-                          ("Share", "right"), ("MACs", "right")]:
+                          ("Mean ms", "right"), ("Share", "right"), ("MACs", "right")]:
         table.add_column(name, justify=justify, no_wrap=True)
     for d in report.by_type:
         table.add_row(d["type"], str(d["layers"]), _ms(d["time"]["median_s"]),
+                      _ms(d["time"].get("mean_s")),
                       "-" if d["share"] is None else f"{d['share']:.1%}", si(d["macs"]))
     return table
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _ratio(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def noise_summary(noise: dict) -> str:
+    """One line: the spread and the machine readings of a ``noise`` section."""
+    load = noise.get("loadavg")
+    cpus = noise.get("cpus_available")
+    affinity = "" if cpus is None or cpus == noise.get("cpu_count") else \
+        f" ({cpus} usable by this process)"
+    return (f"p90/p10 {_ratio(noise.get('p90_over_p10'))}, CV {_ratio(noise.get('cv'))}, "
+            f"mean/median {_ratio(noise.get('mean_over_median'))} (n={noise.get('n')}); "
+            f"load average {'-' if not load else f'{load[0]:.2f}'} at start, "
+            f"{noise.get('threads')} threads, {noise.get('cpu_count')} CPUs{affinity}")
+
+
+def noise_lines(result) -> list[str]:
+    """The noise line and its warnings; nothing for a result saved without a noise section."""
+    noise = getattr(result, "noise", None)
+    if not noise:
+        return []
+    return [f"Noise: {noise_summary(noise)}"] + [f"Warning: {w}" for w in noise.get("warnings")
+                                                  or []]
+
+
+def definitions(report) -> tuple[str, str]:
+    """How ``overhead`` and ``coverage`` were computed. Reports saved before the noise section
+    (and the same-run rule, issue 10) used ratios of medians from different samples."""
+    if report.noise is None:
+        return "instrumented / bare median - 1", "sum of row medians / bare median"
+    return ("median of instrumented / bare over interleaved pairs, - 1",
+            "median over runs of the rows' sum / that run's wall time")
+
+
 def profile_lines(report) -> list[str]:
     e = report.end_to_end
+    overhead = "-" if report.overhead is None else f"{report.overhead:+.1%}"
+    how_overhead, how_coverage = definitions(report)
     lines = [
         f"End-to-end (bare, no instrumentation): median {_ms(e['median_s'])} ms, "
-        f"p10 {_ms(e['p10_s'])}, p90 {_ms(e['p90_s'])}, mean {_ms(e['mean_s'])}, "
+        f"mean {_ms(e['mean_s'])}, p10 {_ms(e['p10_s'])}, p90 {_ms(e['p90_s'])}, "
         f"std {_ms(e['std_s'])} ms, n={e['n']}; throughput {e['throughput_per_s']:.1f} samples/s",
-        f"Overhead {report.overhead:+.1%} (instrumented / bare median - 1); "
-        f"coverage {report.coverage:.1%} (sum of row medians / bare median)",
+        f"Overhead {overhead} ({how_overhead}); coverage {_pct(report.coverage)} "
+        f"({how_coverage})",
     ]
-    if e["median_s"] and e["iqr_s"] > 0.1 * e["median_s"]:
+    if report.noise:
+        lines += noise_lines(report)
+    elif e["median_s"] and e["iqr_s"] > 0.1 * e["median_s"]:
         lines.append("Warning: IQR is above 10% of the median; the machine was noisy.")
     if report.backward:
         b = report.backward
         lines.append(f"Backward: median {_ms(b['end_to_end']['median_s'])} ms, overhead "
-                     f"{b['overhead']:+.1%}, attributed to modules {b['coverage']:.1%}")
+                     f"{_ratio(b.get('overhead'), '+.1%')}, attributed to modules "
+                     f"{_pct(b.get('coverage'))}")
     if report.roofline:
         r = report.roofline
         lines.append(f"Roofline ({r['device']}, {r['dtype']}, {r['threads']} threads): peak "
@@ -237,5 +283,6 @@ def render_sweep(report) -> Group:
                   f"{c.throughput_per_s:.1f}", f"{c.speedup:.2f}x",
                   "within noise" if c.within_noise and c.speedup != 1.0 else "",
                   types or "-")
-    return Group(t, Text("Speed-up: throughput over the first cell; 'within noise': per-sample "
-                         "p10-p90 ranges overlap with the first cell's."))
+    lines = ["Speed-up: throughput over the first cell; 'within noise': per-sample p10-p90 "
+             "ranges overlap with the first cell's."] + noise_lines(report)
+    return Group(t, Text("\n".join(lines)))

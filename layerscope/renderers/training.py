@@ -70,6 +70,9 @@ def render_ablation(report) -> Group:
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         t.add_row(v.variant, *phases, f"{v.step['median_s'] * 1e3:.2f}",
                   f"{v.speedup:.2f}x" if v.speedup else "-", noise)
-    return Group(t, Text("Speed-up: baseline step time / variant step time. Beyond noise: the "
-                         "variant's range (over repeats; p10-p90 of steps with one repeat) does "
-                         "not overlap the baseline's."))
+    from layerscope.renderers.terminal import noise_lines
+
+    lines = ["Speed-up: baseline step time / variant step time. Beyond noise: the variant's "
+             "range (over repeats; p10-p90 of steps with one repeat) does not overlap the "
+             "baseline's."] + noise_lines(report)
+    return Group(t, Text("\n".join(lines)))

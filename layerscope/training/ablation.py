@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from layerscope.core.document import ResultDocument
+from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -53,6 +54,8 @@ class AblationReport(ResultDocument):
     repeats: int
     variants: list[VariantResult]
     environment: dict[str, Any] = field(default_factory=dict)
+    # core.noise section from the baseline's step times (every speed-up is relative to it)
+    noise: dict[str, Any] | None = None
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
@@ -111,6 +114,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
     from layerscope.training.recipes import lookup
 
     lookup(recipe)
+    machine = read_machine()  # before our own work adds to the load average
     if steps < 1 or repeats < 1 or warmup_steps < 0:
         raise UserError("--steps and --repeats must be at least 1, --warmup-steps 0 or more")
     if warmup_steps >= steps:
@@ -128,6 +132,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
     if threads:
         common += ["--threads", str(threads)]
     results = []
+    step_samples: dict[str, list[float]] = {}  # variant -> step times of all its repeats
     total, done = sum(repeats for _, f in plan if f is not None), 0
     with tempfile.TemporaryDirectory(prefix="layerscope-ablate-") as workdir:
         for name, flags in plan:
@@ -144,6 +149,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                     spread = TimingStats.of(rep["step_seconds"] or [0.0])
                     breakdown["step_p10_s"], breakdown["step_p90_s"] = spread.p10_s, spread.p90_s
                     res.repeats.append(breakdown)
+                    step_samples.setdefault(name, []).extend(rep["step_seconds"] or [])
                 except Exception as exc:
                     res.status, res.reason = "error", str(exc)
                     break
@@ -153,7 +159,17 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                         progress(done, total)
     _summarise(results)
     return AblationReport(recipe, device, steps, warmup_steps, repeats, results,
-                          environment=environment())
+                          environment=environment(),
+                          noise=_noise(step_samples.get("baseline"), machine, threads))
+
+
+def _noise(steps: list[float] | None, machine, threads: int | None) -> dict[str, Any] | None:
+    import torch
+
+    if not steps:
+        return None
+    # the training runs use --threads, or torch's default, which is this process's default
+    return noise_section(TimingStats.of(steps), machine, threads or torch.get_num_threads())
 
 
 def _summarise(results: list[VariantResult]) -> None:

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from layerscope.renderers.charts import charts
 from layerscope.renderers.html.svg import svg_chart
-from layerscope.renderers.tables import RowTable, environment_rows, facts, heading, tables
+from layerscope.renderers.tables import (RowTable, environment_rows, facts, heading, tables,
+                                         warnings)
 
 
 def _asset(name: str) -> str:
@@ -84,12 +85,13 @@ def section(result, index: int) -> str:
     sid = f"r{index}"
     title, sub = heading(result)
     parts = [f'<section class="ls-result" id="{sid}" data-kind="{_e(result.kind)}">',
-             f"<h2>{_e(title)}</h2>", f'<p class="ls-sub">{_e(sub)}</p>',
-             '<div class="ls-facts">',
-             kv_table("Environment", environment_rows(getattr(result, "environment", None))),
-             kv_table("Totals" if result.kind in ("analyze", "profile") else "Summary",
-                      facts(result)),
-             "</div>"]
+             f"<h2>{_e(title)}</h2>", f'<p class="ls-sub">{_e(sub)}</p>']
+    parts += [f'<p class="ls-warning" role="note">Warning: {_e(w)}</p>' for w in warnings(result)]
+    parts += ['<div class="ls-facts">',
+              kv_table("Environment", environment_rows(getattr(result, "environment", None))),
+              kv_table("Totals" if result.kind in ("analyze", "profile") else "Summary",
+                       facts(result)),
+              "</div>"]
     drawn = charts(result)
     if drawn:
         parts.append('<div class="ls-charts">' + "".join(svg_chart(c) for c in drawn)
