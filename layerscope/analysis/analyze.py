@@ -10,6 +10,7 @@ from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.frontends.torch_module import (LoadedModel, parse_dtype, parse_input, resolve,
                                                with_batch_size)
 
@@ -98,8 +99,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     if optimizer not in st.OPTIMIZER_STATE_FACTOR:
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
                         f"{', '.join(st.OPTIMIZER_STATE_FACTOR)}")
-    if depth is not None and depth < 0:
-        raise UserError(f"--depth must be 0 or more, got {depth}")
+    if depth is not None:
+        depth = values.non_negative_int(depth, "--depth")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     loaded = load(model, inputs, batch_size)

@@ -21,6 +21,7 @@ from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 
 RANGE_PREFIX = "module::"
 SORTS = ("self", "total")
@@ -112,8 +113,9 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     check_device(device)
     if sort not in SORTS:
         raise UserError(f"unknown --sort {sort!r}: use self or total")
-    if top < 1 or runs < 1 or warmup < 0:
-        raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
+    top = values.positive_int(top, "--top")
+    runs = values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
     loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
     flags = [(m, m.training) for m in module.modules()]
     cuda = device == "cuda"

@@ -25,6 +25,7 @@ import numpy as np
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats
 from layerscope.errors import UserError
+from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")
 _NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
@@ -92,9 +93,10 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
 
     if optimization not in LEVELS:
         raise UserError(f"unknown --optimization {optimization!r}: use {', '.join(LEVELS)}")
-    runs = 30 if runs is None else runs
-    if runs < 1 or warmup < 0:
-        raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    runs = 30 if runs is None else values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
+    if threads is not None:
+        threads = values.thread_count(threads, "--threads")
     report = analyze(path, inputs, batch_size=batch_size)
     feeds = _feeds(report, seed)
     with tempfile.TemporaryDirectory(prefix="layerscope-ort-") as tmp:

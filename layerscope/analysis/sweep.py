@@ -26,6 +26,7 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")
@@ -150,12 +151,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
     dtype_objs = {d: parse_dtype(d) for d in dtypes}
     batch_sizes = _parse_list(batch_sizes, "batch size")
     threads = _parse_list(threads, "thread count")
-    if any(b < 1 for b in batch_sizes):
-        raise UserError("batch sizes must be at least 1")
-    if any(t is not None and t < 1 for t in threads):
-        raise UserError("thread counts must be at least 1")
-    if runs < 1 or warmup < 0:
-        raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    batch_sizes = [values.positive_int(b, "batch size") for b in batch_sizes]
+    threads = [None if t is None else values.thread_count(t, "thread count") for t in threads]
+    runs = values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
     loaded = load(model, inputs, None, meta=False)
     base = loaded.module
     flags = [(m, m.training) for m in base.modules()]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from layerscope.core import values
 from layerscope.errors import UserError
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
@@ -75,18 +75,7 @@ class OnnxGraph:
 # ---------------------------------------------------------------- --input NAME=SHAPE[:DTYPE]
 def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
     """'x=1x3x224x224', '1x3x224x224' or 'ids=1x128:int64' -> (name, shape, dtype)."""
-    name, eq, rest = text.rpartition("=") if "=" in text else (None, "", text)
-    if eq and not name.strip():
-        raise UserError(f"malformed --input {text!r}: the name before '=' is empty")
-    shape_text, _, dtype = rest.partition(":")
-    if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
-        raise UserError(f"malformed --input {text!r}: write NAME=SHAPE with dimensions joined by "
-                        "'x', e.g. --input x=1x3x224x224 (NAME= may be left out for the first "
-                        "input)")
-    shape = tuple(int(d) for d in shape_text.strip().split("x"))
-    if any(d == 0 for d in shape):
-        raise UserError(f"malformed --input {text!r}: dimensions must be positive")
-    return (name.strip() if name else None), shape, (dtype.strip().lower() or None)
+    return values.named_shape(text, "--input")
 
 
 # ---------------------------------------------------------------- loading and checks
@@ -231,24 +220,29 @@ def _shape_text(dims: Sequence[Any]) -> str:
 
 def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) -> None:
     """Give every graph input a concrete shape: NAME=SHAPE binds by name, an unnamed spec binds
-    the next input in order; ``batch_size`` replaces dimension 0 of every input."""
+    the next input not bound yet, in graph order (an input bound twice is refused);
+    ``batch_size`` replaces dimension 0 of every input."""
     init = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in init]
     by_name = {vi.name: vi for vi in real}
-    position = 0
+    names = ", ".join(by_name) or "none"
+    bound: set[str] = set()
     for text in specs or []:
         name, shape, dtype = parse_named_shape(text)
-        if name is None:
-            if position >= len(real):
-                raise UserError(f"--input {text!r}: {path} has only {len(real)} input(s); "
-                                "name the input with NAME=SHAPE")
-            vi = real[position]
-            position += 1
+        if name is None:  # the next input not bound yet, in graph order
+            vi = next((v for v in real if v.name not in bound), None)
+            if vi is None:
+                raise UserError(f"--input {text!r}: every input of {path} already has a shape "
+                                f"(its inputs: {names}); one --input per input")
         elif name not in by_name:
             raise UserError(f"--input {text!r}: {path} has no input {name!r}; its inputs are "
-                            f"{', '.join(by_name) or 'none'}")
+                            f"{names}")
+        elif name in bound:
+            raise UserError(f"--input {text!r}: input {name!r} is given twice; one --input per "
+                            f"input (its inputs: {names})")
         else:
             vi = by_name[name]
+        bound.add(vi.name)
         dims = _dims(vi)
         if dims is not None and len(dims) != len(shape):
             raise UserError(f"--input {text!r}: input {vi.name!r} has rank {len(dims)} "
@@ -259,11 +253,12 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
                             "model; leave the dtype out or give that one")
         _set_dims(vi, shape)
     if batch_size is not None:
-        if batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+        batch_size = values.positive_int(batch_size, "--batch-size")
         for vi in real:
             dims = _dims(vi)
             if dims:
+                if all(isinstance(d, int) and d > 0 for d in dims[1:]):
+                    values.check_shape((batch_size, *dims[1:]), "--batch-size")
                 vi.type.tensor_type.shape.dim[0].Clear()
                 vi.type.tensor_type.shape.dim[0].dim_value = batch_size
     for vi in real:

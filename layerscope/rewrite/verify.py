@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
 BUILD_SEED = 0  # torch seed under which model specs are built
@@ -87,11 +88,10 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
     graph as written (what is being verified) and creates sessions of big tiled graphs far
     faster (alexnet tiled by 64, 14,506 nodes: ~6 s against ~90 s at "all").
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise UserError(f"--runs must be at least 1, got {runs!r}")
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise UserError(f"--{name} must be a number of 0 or more, got {v!r}")
+    runs = values.positive_int(runs, "--runs")
+    rtol = values.finite_non_negative_float(rtol, "--rtol")
+    atol = values.finite_non_negative_float(atol, "--atol")
+    seed = values.seed(seed, "--seed")
     if optimization not in OPTIMIZATIONS:
         raise UserError(f"unknown optimization level {optimization!r}: use one of "
                         f"{', '.join(OPTIMIZATIONS)}")

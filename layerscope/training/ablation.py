@@ -16,6 +16,7 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.training.phases import PHASES
 
 # variant -> train flags; None marks "needs CUDA"
@@ -111,8 +112,14 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
     from layerscope.training.recipes import lookup
 
     lookup(recipe)
-    if steps < 1 or repeats < 1 or warmup_steps < 0:
-        raise UserError("--steps and --repeats must be at least 1, --warmup-steps 0 or more")
+    steps = values.positive_int(steps, "--steps")
+    repeats = values.positive_int(repeats, "--repeats")
+    warmup_steps = values.non_negative_int(warmup_steps, "--warmup-steps")
+    seed = values.seed(seed, "--seed")
+    if batch_size is not None:
+        batch_size = values.positive_int(batch_size, "--batch-size")
+    if threads is not None:
+        threads = values.thread_count(threads, "--threads")
     if warmup_steps >= steps:
         raise UserError(f"--warmup-steps ({warmup_steps}) must be below --steps ({steps})")
     plan = [(v, variant_flags(v, device)) for v in variants]

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from layerscope.errors import UserError
+from layerscope.core import values
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                    "ship", "truck"]
@@ -52,7 +53,8 @@ class SyntheticDataset(Dataset):
     def __getitem__(self, index: int):
         if not 0 <= index < self.size:
             raise IndexError(index)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        gen = torch.Generator().manual_seed(values.derived_seed(self.seed, index,
+                                                                factor=1_000_003))
         label = index % self.classes
         x = torch.randn(self.shape, generator=gen) + (label / self.classes - 0.5)
         return x, label
