@@ -48,9 +48,8 @@ def _shown(value: Any) -> str:
 
 # ---------------------------------------------------------------- whole numbers
 def _range_words(minimum: int, maximum: int) -> str:
-    if maximum == INT64_MAX:
-        return "0 or more" if minimum == 0 else f"at least {minimum}"
-    return f"from {minimum} to {maximum}"
+    low = "0 or more" if minimum == 0 else f"at least {minimum}"
+    return low if maximum == INT64_MAX else f"{low} (and at most {maximum})"
 
 
 def whole_number(value: Any, name: str | None = None, *, minimum: int = 0,
@@ -135,7 +134,7 @@ def finite_float(value: Any, name: str | None = None, *, minimum: float | None =
         low = "positive" if exclusive_minimum == 0 else f"above {exclusive_minimum:g}"
         raise _fail(name, f"must be {low}, got {_shown(value)}")
     if minimum is not None and number < minimum:
-        raise _fail(name, f"must be {minimum:g} or more, got {_shown(value)}")
+        raise _fail(name, f"must be a number of {minimum:g} or more, got {_shown(value)}")
     if maximum is not None and number > maximum:
         raise _fail(name, f"must be at most {maximum:g}, got {_shown(value)}")
     return number
