@@ -9,7 +9,7 @@ import torch.nn as nn
 from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 from layerscope.frontends.torch_module import (LoadedModel, parse_dtype, parse_input, resolve,
                                                with_batch_size)
@@ -110,7 +110,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
                          dtype=dtype, fake=fake)
     except st.ModelRunError as exc:
         shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
-        raise UserError(f"{loaded.name} rejected input {shapes}: {exc}") from exc
+        raise UserError(f"{loaded.name} rejected input {shapes}: {first_line(exc)}") from exc
     ops, coverage = st.uncounted(cap)
     return Report(
         model=loaded.name,

@@ -20,7 +20,7 @@ import torch.nn as nn
 from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 
 RANGE_PREFIX = "module::"
@@ -134,8 +134,8 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
                     if cuda:
                         torch.cuda.synchronize()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{loaded.name} failed to run: {type(exc).__name__}: {first}") from exc
+        raise UserError(f"{loaded.name} failed to run: {first_line(exc, with_type=True)}") \
+            from exc
     finally:
         for m, flag in flags:
             m.training = flag

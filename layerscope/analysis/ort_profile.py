@@ -24,7 +24,7 @@ import numpy as np
 
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")
@@ -119,8 +119,8 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
                     progress(i + 1, runs)
             trace_path = profiled.end_profiling()
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise UserError(f"{path}: onnxruntime could not run the model: {first}") from exc
+            raise UserError(f"{path}: onnxruntime could not run the model: "
+                            f"{first_line(exc)}") from exc
         with open(trace_path, encoding="utf-8") as f:
             events = json.load(f)
     per_run = _node_times(events, warmup)

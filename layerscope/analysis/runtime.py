@@ -23,7 +23,7 @@ from layerscope.analysis.inputs import real_inputs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 
 Progress = Callable[[int, int], None]
@@ -189,8 +189,8 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         for _ in range(warmup):
             run()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{report.model} failed to run: {type(exc).__name__}: {first}") from exc
+        raise UserError(f"{report.model} failed to run: {first_line(exc, with_type=True)}") \
+            from exc
     bare, instrumented, per_run = [], [], []
     done = 0
     while plan.more(done):

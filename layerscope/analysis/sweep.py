@@ -25,7 +25,7 @@ from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
@@ -80,11 +80,6 @@ def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
             torch.cuda.synchronize()
         samples.append(clock() - t0)
     return TimingStats.of(samples)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def _export_onnx(module: nn.Module, xs: list[torch.Tensor], path: str) -> None:
@@ -191,7 +186,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                 except UserError as exc:
                     cell.status, cell.error = "error", str(exc)
                 except Exception as exc:  # a cell that cannot run says why; the sweep goes on
-                    cell.status, cell.error = "error", _first_line(exc)
+                    cell.status, cell.error = "error", first_line(exc, with_type=True)
                 if progress:
                     progress(i + 1, len(grid))
     finally:

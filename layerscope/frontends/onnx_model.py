@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
 BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
@@ -79,12 +79,6 @@ def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | Non
 
 
 # ---------------------------------------------------------------- loading and checks
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line or type(exc).__name__
-
-
 def _read_model(path: str):
     import onnx
     from google.protobuf.message import DecodeError
@@ -101,7 +95,7 @@ def _read_model(path: str):
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); is the file "
+        raise UserError(f"{path} is not a readable ONNX model ({first_line(exc)}); is the file "
                         "complete?") from exc
 
 
@@ -195,7 +189,7 @@ def _check(model, valueless: Sequence[str], path: str) -> None:
     try:
         onnx.checker.check_model(skeleton)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        raise UserError(f"{path} is not a valid ONNX model: {_first_line(exc)}") from exc
+        raise UserError(f"{path} is not a valid ONNX model: {first_line(exc)}") from exc
 
 
 # ---------------------------------------------------------------- binding input shapes
@@ -391,7 +385,7 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
         shapes = ", ".join(f"{vi.name}={_shape_text(_dims(vi) or [])}"
                            for vi in model.graph.input if vi.name not in init)
         raise UserError(f"{path}: shape inference failed for inputs {shapes}: "
-                        f"{_first_line(exc)}") from exc
+                        f"{first_line(exc)}") from exc
     graph = inferred.graph
     tensors = _tensor_infos(inferred)
     resident = {t.name for t in graph.initializer}

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.frontends import zoo
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
@@ -99,12 +99,13 @@ def _load_python_attr(spec: str) -> Any:
         try:
             loader_spec.loader.exec_module(module)
         except Exception as exc:
-            raise UserError(f"{spec}: importing {target} failed: {type(exc).__name__}: {exc}") from exc
+            raise UserError(f"{spec}: importing {target} failed: "
+                            f"{first_line(exc, with_type=True)}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
-            raise UserError(f"{spec}: cannot import module {target!r} ({exc}); "
+            raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
                             "check the name and PYTHONPATH") from exc
     obj = module
     for part in attr.split("."):
@@ -131,8 +132,7 @@ def load_torchscript(path: str) -> nn.Module:
             warnings.simplefilter("ignore", FutureWarning)
             return torch.jit.load(path, map_location="cpu")
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
+        raise UserError(f"{path} could not be loaded as TorchScript: {first_line(exc)}") from exc
 
 
 def resolve(spec: str | nn.Module, *, meta: bool = False) -> LoadedModel:
@@ -180,7 +180,7 @@ def _call_factory(spec: str) -> Any:
     try:
         return factory()
     except Exception as exc:
-        raise UserError(f"{spec}: the factory raised {type(exc).__name__}: {exc}") from exc
+        raise UserError(f"{spec}: the factory raised {first_line(exc, with_type=True)}") from exc
 
 
 def _frontend_of(module: nn.Module) -> str:

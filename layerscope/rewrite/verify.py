@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
@@ -264,7 +264,7 @@ class _OnnxRunner:
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise UserError(f"{self.path}: onnxruntime cannot load it as an ONNX model "
-                            f"({_first_line(exc)})") from exc
+                            f"({first_line(exc)})") from exc
         self.inputs = []
         for i in self.session.get_inputs():
             if i.type not in _ORT_TYPES:
@@ -281,7 +281,7 @@ class _OnnxRunner:
         except Exception as exc:
             raise UserError(f"{self.path} failed on inputs "
                             f"{', '.join(_shape(x.shape) for x in arrays)}: "
-                            f"{_first_line(exc)}") from exc
+                            f"{first_line(exc)}") from exc
 
 
 class _TorchRunner:
@@ -311,7 +311,7 @@ class _TorchRunner:
         except Exception as exc:
             raise UserError(f"{self.spec} rejected inputs "
                             f"{', '.join(_shape(x.shape) for x in arrays)}: "
-                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                            f"{type(exc).__name__}: {first_line(exc)}") from exc
         finally:
             self.module.train(was_training)
         return [t for t in _flatten(out)]
@@ -330,8 +330,3 @@ def _flatten(out) -> list[np.ndarray]:
     if out is None:
         return []
     return [np.asarray(out)]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core import values
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
@@ -100,9 +100,11 @@ def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
     except RuntimeError as exc:
         if "not found" in str(exc).lower() or "corrupted" in str(exc).lower():
             raise _missing(spec, data_dir) from exc
-        raise UserError(f"{spec.name} in {data_dir!r} could not be read: {exc}") from exc
+        raise UserError(f"{spec.name} in {data_dir!r} could not be read: "
+                        f"{first_line(exc)}") from exc
     except OSError as exc:  # --download without a network, unreadable files
-        raise UserError(f"{spec.name}: {exc}; use --synthetic to run without the data") from exc
+        raise UserError(f"{spec.name}: {first_line(exc)}; use --synthetic to run without the "
+                        "data") from exc
     names = list(getattr(train, "classes", [str(i) for i in range(spec.classes)]))
     return train, val, names
 
