@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.core.values import (WORKERS_MAX, arg, finite_positive_float, non_negative_int,
-                                    positive_int, seed, thread_count)
 from layerscope.cli.common import add_report_files, write_report_files
+from layerscope.core.values import (LR_MAX, WORKERS_MAX, arg, finite_positive_float,
+                                    non_negative_int, positive_int, seed, thread_count)
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=arg(positive_int))
     p.add_argument("--steps", type=arg(positive_int), help="stop after this many optimizer steps")
     p.add_argument("--batch-size", type=arg(positive_int))
-    p.add_argument("--lr", type=arg(finite_positive_float))
+    p.add_argument("--lr", type=arg(finite_positive_float, maximum=LR_MAX))
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "adadelta"])
     p.add_argument("--data-dir")
     p.add_argument("--download", action="store_true", help="download the dataset to --data-dir")

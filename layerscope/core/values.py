@@ -27,6 +27,7 @@ SEED_MAX = 2**63 - 1
 THREADS_MAX = 1024  # more intra-op threads than any machine we know of has cores
 WORKERS_MAX = 1024  # data-loader processes
 WIDTH_RANGE = (40, 10_000)  # narrower tables cannot show a name and a number per column
+LR_MAX = 10.0  # larger learning rates diverge (NaN loss) with every recipe and optimizer here
 MIN_TIME_MAX = 3600.0  # seconds: a --min-time of an hour is already more than any estimate needs
 
 _INT_TEXT = re.compile(r"[+-]?\d+")

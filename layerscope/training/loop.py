@@ -151,7 +151,7 @@ class _Run:
         values.non_negative_int(c.warmup_steps, "--warmup-steps")
         values.seed(c.seed, "--seed")
         if c.lr is not None:
-            values.finite_positive_float(c.lr, "--lr")
+            values.finite_positive_float(c.lr, "--lr", maximum=values.LR_MAX)
         if c.threads is not None:
             values.thread_count(c.threads, "--threads")
         if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
