@@ -37,7 +37,7 @@ HOSTILE = [
     ("input-dim-int64", lambda t: ["analyze", "mnist-cnn", "--input", f"{BIG}x1x28x28"],
      "at most 2**63-1"),
     ("input-numel-int64", lambda t: ["analyze", "mnist-cnn", "--input",
-                                     "9999999999x999999999x28x28"], "more than a tensor"),
+                                     "9999999999x999999999x28x28"], "elements, more than a tensor can hold"),
     ("input-5000-digits", lambda t: ["analyze", "mnist-cnn", "--input", "9" * 5000 + "x1"],
      "malformed --input"),
     ("onnx-named-dim-int64", lambda t: ["analyze", save(memory_graph(), t), "--input",

@@ -32,7 +32,7 @@ def normalize_inputs(inputs: Any) -> list[Any]:
         elif isinstance(x, str):
             out.append(parse_input(x))
         elif isinstance(x, (tuple, list, torch.Size)) and all(isinstance(d, int) for d in x):
-            out.append(st.InputSpec(tuple(x)))
+            out.append(st.InputSpec(values.check_shape(x, "input shape")))
         else:
             raise UserError(f"cannot use {x!r} as an input: give a tensor, a shape or '1x3x224x224'")
     return out

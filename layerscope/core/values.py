@@ -164,7 +164,7 @@ def check_shape(dims: Any, name: str | None = "--input") -> tuple[int, ...]:
                 for d in dims)
     numel = math.prod(out)
     if numel > INT64_MAX:
-        raise _fail(name, f"shape {'x'.join(map(str, out))} has {numel:.3g} elements, more than "
+        raise _fail(name, f"{'x'.join(map(str, out))} has {numel:.3g} elements, more than "
                           "a tensor can hold (2**63-1)")
     return out
 
