@@ -90,6 +90,10 @@ HOSTILE = [
     ("steps-negative", lambda t: ["train", "--steps", "-1"], "--steps must be at least 1"),
     ("index-negative", lambda t: ["predict", "run", "--index", "-1"], "--index must be 0 or more"),
     ("plot-size-0x5", lambda t: ["analyze", "mnist-cnn", "--plot-size", "0x5"], "--plot-size"),
+    ("ablate-workers-negative", lambda t: ["ablate", "digits-cnn", "--variants", "workers=-1"],
+     "N of workers=N must be 0 or more"),
+    ("ablate-workers-int64", lambda t: ["ablate", "digits-cnn", "--variants", f"workers={BIG}"],
+     "N of workers=N must be at most 1024"),
     ("no-command", lambda t: [], "give a command"),
     ("rewrite-no-pass", lambda t: ["rewrite"], "rewrite needs a pass"),
 ]

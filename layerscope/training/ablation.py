@@ -68,10 +68,8 @@ class AblationReport(ResultDocument):
 def variant_flags(name: str, device: str) -> list[str] | None:
     """Train flags of a variant; None when it does not apply on ``device``."""
     if name.startswith("workers="):
-        try:
-            n = int(name.split("=", 1)[1])
-        except ValueError:
-            raise UserError(f"variant {name!r}: write workers=N with a whole number") from None
+        n = values.non_negative_int(name.split("=", 1)[1], f"variant {name!r}: N of workers=N",
+                                    maximum=values.WORKERS_MAX)
         return ["--num-workers", str(n)]
     if name == "all":
         flags = ["--num-workers", "4"]
