@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.inputs import real_inputs
+from layerscope.core import values
 from layerscope.errors import UserError, first_line
 
 
@@ -64,6 +65,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     from layerscope.analysis.analyze import normalize_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
+    seed = values.seed(seed, "--seed")
     loaded = resolve(model)
     given = normalize_inputs(inputs)
     if given:
