@@ -283,3 +283,23 @@ def test_numeric_option_refuses_hostile_value(tmp_path, monkeypatch, command, op
     code, out, err = run_cli(*argv)
     _one_line_error(code, err)
     assert option in err, err
+
+
+def test_unexpected_exception_is_one_line_and_debug_shows_it(monkeypatch):
+    from layerscope.cli import models_cmd
+
+    def broken(args):
+        raise RuntimeError("first\nsecond")
+
+    monkeypatch.setattr(models_cmd, "run", broken)
+    code, out, err = run_cli("models")
+    _one_line_error(code, err)
+    assert "unexpected RuntimeError: first" in err
+    with pytest.raises(RuntimeError):
+        run_cli("--debug", "models")
+
+
+def test_a_failed_command_prints_its_error_line_only(user_file, tmp_path):
+    # the model warns, then the run fails: the warning is not shown, the error is the one line
+    code, out, err = run_cli("analyze", f"{user_file}:warns", "--input", "1x5")
+    _one_line_error(code, err)

@@ -1,6 +1,8 @@
 """Entry point: parse, call the public API, render; errors become one line and exit code 2."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 import traceback
@@ -46,20 +48,43 @@ def _exit_origin(exc: SystemExit) -> str:
 
 
 class _Warnings:
-    """Python warnings (from the model, torch, layerscope) as one line each, printed once the
-    command has succeeded: a failed command prints its one error line only."""
+    """Python warnings and library log records (from the model, torch, layerscope) as one line
+    each, printed once the command has succeeded: a failed command prints its one error line
+    only (torch logs a multi-line traceback at ERROR level when a shape check fails under fake
+    tensors, then raises the error the CLI reports anyway)."""
 
     def __init__(self):
         self.lines: list[str] = []
 
-    def show(self, message, category, filename, lineno, file=None, line=None) -> None:
-        text = f"layerscope: warning: {first_line(str(message)) or category.__name__}"
+    def add(self, message: str) -> None:
+        text = f"layerscope: warning: {message}"
         if text not in self.lines:
             self.lines.append(text)
+
+    def show(self, message, category, filename, lineno, file=None, line=None) -> None:
+        self.add(first_line(str(message)) or category.__name__)
 
     def flush(self) -> None:
         for text in self.lines:
             print(text, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _one_line_logs(collected: _Warnings):
+    """Log records of any logger (torch gives its loggers stderr handlers of their own, some
+    created only when a module is first imported during the command) go through ``collected``
+    for the command: WARNING and above as one line each, the rest dropped."""
+    call_handlers = logging.Logger.callHandlers
+
+    def one_line(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            collected.add(first_line(record.getMessage()) or record.levelname.lower())
+
+    logging.Logger.callHandlers = one_line
+    try:
+        yield
+    finally:
+        logging.Logger.callHandlers = call_handlers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     collected = _Warnings()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), \
+                (contextlib.nullcontext() if debug else _one_line_logs(collected)):
             if not debug:
                 warnings.showwarning = collected.show
             code = _run(argv, debug)
