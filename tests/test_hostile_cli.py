@@ -94,6 +94,7 @@ HOSTILE = [
      "N of workers=N must be 0 or more"),
     ("ablate-workers-int64", lambda t: ["ablate", "digits-cnn", "--variants", f"workers={BIG}"],
      "N of workers=N must be at most 1024"),
+    ("empty-module-name", lambda t: ["analyze", ":factory"], "cannot import module ''"),
     ("no-command", lambda t: [], "give a command"),
     ("rewrite-no-pass", lambda t: ["rewrite"], "rewrite needs a pass"),
 ]

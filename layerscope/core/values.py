@@ -109,8 +109,8 @@ def thread_count(value: Any, name: str | None = "--threads") -> int:
     n = whole_number(value, name, minimum=1, maximum=THREADS_MAX)
     cpus = os.cpu_count() or 1
     if n > cpus:
-        warnings.warn(f"{name or 'threads'} {n} is more than this machine's {cpus} CPUs: "
-                      "threads will share cores", stacklevel=2)
+        warnings.warn(f"{n} threads is more than this machine's {cpus} CPUs: threads will "
+                      "share cores", stacklevel=2)
     return n
 
 

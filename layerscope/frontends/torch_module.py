@@ -104,7 +104,7 @@ def _load_python_attr(spec: str) -> Any:
     else:
         try:
             module = importlib.import_module(target)
-        except ImportError as exc:
+        except (ImportError, ValueError) as exc:  # ValueError: ':factory', empty module name
             raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
                             "check the name and PYTHONPATH") from exc
     obj = module
