@@ -66,7 +66,7 @@ def test_activations_command_writes_npz(tmp_path):
 BAD_INPUTS = [
     ("unknown-model", ["analyze", "resnt50"], "Did you mean: resnet50"),
     ("malformed-input", ["analyze", "resnet50", "--input", "1x3xa"], "malformed --input"),
-    ("zero-dim", ["analyze", "resnet50", "--input", "0x3x224x224"], "must be positive"),
+    ("zero-dim", ["analyze", "resnet50", "--input", "0x3x224x224"], "must be at least 1, got 0"),
     ("unknown-dtype", ["analyze", "resnet50", "--input", "1x3x224x224:float8"], "unknown dtype"),
     ("rejected-shape", ["analyze", "resnet50", "--input", "1x1x224x224"],
      "resnet50 rejected input 1x1x224x224: RuntimeError: Given groups=1"),

@@ -370,7 +370,7 @@ CLI_BAD_ARGS = [
     ("tile-0", ["rewrite", "linear-subgraph", "--m", "1", "--k", "8", "--n", "8", "--tile", "0",
                 "-o", "{tmp}/x"], "--tile must be at least 1"),
     ("k-0", ["rewrite", "linear-subgraph", "--m", "1", "--k", "0", "--n", "8", "-o", "{tmp}/x"],
-     "--k must be a whole number of at least 1"),
+     "--k must be at least 1"),
     ("no-pass", ["rewrite"], "rewrite needs a pass"),
     ("unknown-pass", ["rewrite", "fuse-everything"], "invalid choice"),
     ("missing-output", ["rewrite", "tile-linear", "in.onnx"], "-o/--output"),

@@ -67,8 +67,8 @@ def test_speedup_is_throughput_ratio_and_noise_is_overlap():
 
 @pytest.mark.parametrize("argv,expected", [
     (["--backends", "tensorrt"], "unknown backend 'tensorrt'"),
-    (["--batch-sizes", "1,x"], "comma-separated whole numbers"),
-    (["--batch-sizes", "0"], "batch sizes must be at least 1"),
+    (["--batch-sizes", "1,x"], "--batch-sizes each item must be a whole number"),
+    (["--batch-sizes", "0"], "--batch-sizes each item must be at least 1"),
     (["--devices", "tpu"], "unknown device 'tpu'"),
 ], ids=["unknown-backend", "bad-batch-list", "zero-batch", "unknown-device"])
 def test_sweep_bad_input(argv, expected):

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.inputs import real_inputs
-from layerscope.errors import UserError
+from layerscope.core import values
+from layerscope.errors import UserError, first_line
 
 
 @dataclass
@@ -67,6 +68,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     from layerscope.analysis.analyze import normalize_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
+    seed = values.seed(seed, "--seed")
     loaded = resolve(model, seed=seed)
     given = normalize_inputs(inputs)
     if given:
@@ -98,8 +100,8 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
         with torch.no_grad():
             module(*real_inputs(loaded.inputs, seed=seed))
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{loaded.name} rejected the input: {type(exc).__name__}: {first}") from exc
+        raise UserError(f"{loaded.name} rejected the input: "
+                        f"{first_line(exc, with_type=True)}") from exc
     finally:
         for h in handles:
             h.remove()

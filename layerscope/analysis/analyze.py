@@ -9,7 +9,8 @@ import torch.nn as nn
 from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 from layerscope.frontends.torch_module import (LoadedModel, parse_dtype, parse_input, resolve,
                                                with_batch_size)
 
@@ -31,7 +32,7 @@ def normalize_inputs(inputs: Any) -> list[Any]:
         elif isinstance(x, str):
             out.append(parse_input(x))
         elif isinstance(x, (tuple, list, torch.Size)) and all(isinstance(d, int) for d in x):
-            out.append(st.InputSpec(tuple(x)))
+            out.append(st.InputSpec(values.check_shape(x, "input shape")))
         else:
             raise UserError(f"cannot use {x!r} as an input: give a tensor, a shape or '1x3x224x224'")
     return out
@@ -99,8 +100,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     if optimizer not in st.OPTIMIZER_STATE_FACTOR:
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
                         f"{', '.join(st.OPTIMIZER_STATE_FACTOR)}")
-    if depth is not None and depth < 0:
-        raise UserError(f"--depth must be 0 or more, got {depth}")
+    if depth is not None:
+        depth = values.non_negative_int(depth, "--depth")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     loaded = load(model, inputs, batch_size)
@@ -110,7 +111,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
                          dtype=dtype, fake=fake, owned=loaded.extras.get("owned", False))
     except st.ModelRunError as exc:
         shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
-        raise UserError(f"{loaded.name} rejected input {shapes}: {exc}") from exc
+        raise UserError(f"{loaded.name} rejected input {shapes}: {first_line(exc)}") from exc
     ops, coverage = st.uncounted(cap)
     return Report(
         model=loaded.name,

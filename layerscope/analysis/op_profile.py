@@ -19,7 +19,8 @@ import torch.nn as nn
 from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 
 RANGE_PREFIX = "module::"
 SORTS = ("self", "total")
@@ -109,8 +110,9 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     check_device(device)
     if sort not in SORTS:
         raise UserError(f"unknown --sort {sort!r}: use self or total")
-    if top < 1 or runs < 1 or warmup < 0:
-        raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
+    top = values.positive_int(top, "--top")
+    runs = values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
     if trace:
         from layerscope.core.io import check_output
 
@@ -133,8 +135,8 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
                     if cuda:
                         torch.cuda.synchronize()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{loaded.name} failed to run: {type(exc).__name__}: {first}") from exc
+        raise UserError(f"{loaded.name} failed to run: {first_line(exc, with_type=True)}") \
+            from exc
     finally:
         for m, flag in flags:
             m.training = flag

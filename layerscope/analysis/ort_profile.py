@@ -28,7 +28,8 @@ from layerscope.core.io import temp_dir
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")
 _NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
@@ -96,9 +97,10 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
 
     if optimization not in LEVELS:
         raise UserError(f"unknown --optimization {optimization!r}: use {', '.join(LEVELS)}")
-    runs = 30 if runs is None else runs
-    if runs < 1 or warmup < 0:
-        raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    runs = 30 if runs is None else values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
+    if threads is not None:
+        threads = values.thread_count(threads, "--threads")
     machine = read_machine()  # before our own work adds to the load average
     report = analyze(path, inputs, batch_size=batch_size)
     feeds = _feeds(report, seed)
@@ -122,8 +124,8 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
                     progress(i + 1, runs)
             trace_path = profiled.end_profiling()
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise UserError(f"{path}: onnxruntime could not run the model: {first}") from exc
+            raise UserError(f"{path}: onnxruntime could not run the model: "
+                            f"{first_line(exc)}") from exc
         with open(trace_path, encoding="utf-8") as f:
             events = json.load(f)
     per_run = _node_times(events, warmup)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from layerscope.core import values
 from layerscope.environment import environment
 from layerscope.errors import UserError
 
@@ -114,7 +115,7 @@ def _key(device: str, dtype: torch.dtype, threads: int) -> str:
 def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
              refresh: bool = False) -> Ceilings:
     """Cached ceilings for this machine, device, dtype and thread count; measured if missing."""
-    threads = threads or torch.get_num_threads()
+    threads = torch.get_num_threads() if threads is None else values.thread_count(threads)
     key = _key(device, dtype, threads)
     path = cache_path()
     cache: dict[str, Any] = {}

@@ -34,7 +34,8 @@ from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 
 Progress = Callable[[int, int], None]
 
@@ -102,10 +103,11 @@ class _Runs:
     """How many measured runs: a fixed count, or until a time budget is spent."""
 
     def __init__(self, runs: int | None, min_time: float | None):
-        if runs is not None and runs < 1:
-            raise UserError(f"--runs must be at least 1, got {runs}")
-        if min_time is not None and min_time <= 0:
-            raise UserError(f"--min-time must be positive, got {min_time}")
+        if runs is not None:
+            runs = values.positive_int(runs, "--runs")
+        if min_time is not None:
+            min_time = values.finite_positive_float(min_time, "--min-time",
+                                                    maximum=values.MIN_TIME_MAX)
         self.runs = runs if runs is not None else (None if min_time else 30)
         self.min_time = min_time
         self.started = time.perf_counter()
@@ -147,10 +149,9 @@ def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
 
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
-    if warmup < 0:
-        raise UserError(f"--warmup must be 0 or more, got {warmup}")
-    if threads is not None and threads < 1:
-        raise UserError(f"--threads must be at least 1, got {threads}")
+    warmup = values.non_negative_int(warmup, "--warmup")
+    if threads is not None:
+        threads = values.thread_count(threads, "--threads")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     plan = _Runs(runs, min_time)
@@ -202,8 +203,8 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         for _ in range(warmup):
             run()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{report.model} failed to run: {type(exc).__name__}: {first}") from exc
+        raise UserError(f"{report.model} failed to run: {first_line(exc, with_type=True)}") \
+            from exc
     bare, instrumented, per_run = [], [], []
     done = 0
     while plan.more(done):

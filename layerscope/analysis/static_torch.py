@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
+from layerscope.errors import first_line
 from layerscope.ops.aten import ATEN
 from layerscope.ops.registry import ALLOC, VIEW, T
 
@@ -386,8 +387,7 @@ def _run(model_call, tracker, mode, liveness, training) -> tuple[int, int]:
 
 
 def _wrap_model_error(exc: Exception) -> ModelRunError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ModelRunError(f"{type(exc).__name__}: {first}")
+    return ModelRunError(first_line(exc, with_type=True))
 
 
 def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:

@@ -27,7 +27,8 @@ from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")
@@ -84,11 +85,6 @@ def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
             torch.cuda.synchronize()
         samples.append(clock() - t0)
     return TimingStats.of(samples)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def _export_onnx(module: nn.Module, xs: list[torch.Tensor], path: str) -> None:
@@ -155,12 +151,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
     dtype_objs = {d: parse_dtype(d) for d in dtypes}
     batch_sizes = _parse_list(batch_sizes, "batch size")
     threads = _parse_list(threads, "thread count")
-    if any(b < 1 for b in batch_sizes):
-        raise UserError("batch sizes must be at least 1")
-    if any(t is not None and t < 1 for t in threads):
-        raise UserError("thread counts must be at least 1")
-    if runs < 1 or warmup < 0:
-        raise UserError("--runs must be at least 1 and --warmup 0 or more")
+    batch_sizes = [values.positive_int(b, "batch size") for b in batch_sizes]
+    threads = [None if t is None else values.thread_count(t, "thread count") for t in threads]
+    runs = values.positive_int(runs, "--runs")
+    warmup = values.non_negative_int(warmup, "--warmup")
     machine = read_machine()  # before our own work adds to the load average
     loaded = load(model, inputs, None, meta=False)
     base = loaded.module
@@ -200,7 +194,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                 except UserError as exc:
                     cell.status, cell.error = "error", str(exc)
                 except Exception as exc:  # a cell that cannot run says why; the sweep goes on
-                    cell.status, cell.error = "error", _first_line(exc)
+                    cell.status, cell.error = "error", first_line(exc, with_type=True)
                 if progress:
                     progress(i + 1, len(grid))
     finally:

@@ -1,6 +1,7 @@
 """layerscope ablate RECIPE: optimisation variants, each in a fresh process."""
 from __future__ import annotations
 
+from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count, width
 from layerscope.cli.common import add_report_files, emit
 from layerscope.cli.progress import progress_bar
 
@@ -8,21 +9,21 @@ from layerscope.cli.progress import progress_bar
 def register(sub) -> None:
     p = sub.add_parser("ablate", help="phase breakdown per optimisation variant")
     p.add_argument("recipe")
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=arg(positive_int), default=30)
     p.add_argument("--variants", default="baseline,workers=2,compile,channels-last",
                    help="from baseline,pin-memory,workers=N,compile,torchscript,"
                         "cudnn-benchmark,amp,channels-last,all")
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--repeats", type=arg(positive_int), default=1)
+    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=5)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=arg(positive_int))
     p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")
     p.add_argument("--data-dir")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int)
+    p.add_argument("--seed", type=arg(seed), default=0)
+    p.add_argument("--threads", type=arg(thread_count))
     p.add_argument("--format", choices=["table", "json"], default=None)
     p.add_argument("-o", "--output", metavar="FILE")
-    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--width", type=arg(width), default=None)
     add_report_files(p)
     p.set_defaults(run=run)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from layerscope.core.values import arg, seed
 from layerscope.cli.common import add_model_inputs
 
 
@@ -16,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--layers", default=".*",
                    help="regular expression matched (fully) against layer names and types, "
                         "e.g. 'Conv2d|features.*'")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input and of a built-in model's random weights "
+    p.add_argument("--seed", type=arg(seed), default=0,
+                   help="seed of the random input and of a built-in model's random weights "
                         "(default 0, as in every command)")
     p.add_argument("-o", "--output", default=None, metavar="FILE.npz", help="save arrays here")
     p.add_argument("--format", choices=["table", "json"], default="table")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 
+from layerscope.core.values import arg, non_negative_int
 from layerscope.cli.common import (add_model_inputs, add_output, emit, output,
                                     write_report_files)
 
@@ -18,7 +19,7 @@ def register(sub) -> None:
         elif action.dest == "model":
             action.help = action.help.replace(" or a TorchScript file",
                                               ", a TorchScript file or an ONNX file (.onnx)")
-    p.add_argument("--depth", type=int, default=None,
+    p.add_argument("--depth", type=arg(non_negative_int), default=None,
                    help="module depth to show (0 = whole model); default: leaf layers")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                    help="analyse with parameters and inputs in this dtype")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.errors import UserError
 from layerscope.core.io import STDOUT, outputs
 from layerscope.renderers import FORMATS, pick_format, render
@@ -13,6 +14,11 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage mistake as one line and exit code 2."""
 
     def error(self, message):  # noqa: D401 - argparse API
+        # a core.values parser's message reads as a sentence about the option:
+        # "argument --runs: must be at least 1, got 0" -> "--runs must be at least 1, got 0"
+        option, sep, rest = message.partition(": ")
+        if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
+            message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
@@ -21,7 +27,8 @@ def add_model_inputs(p: argparse.ArgumentParser) -> None:
                                  "file.py:factory, package.module:factory or a TorchScript file")
     p.add_argument("--input", action="append", default=None, metavar="SHAPE[:DTYPE]",
                    help="input shape such as 1x3x224x224 or 1x128:int64; repeat for several inputs")
-    p.add_argument("--batch-size", type=int, default=None, help="override the first dimension")
+    p.add_argument("--batch-size", type=arg(positive_int), default=None,
+                   help="override the first dimension")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
@@ -30,7 +37,8 @@ def add_output(p: argparse.ArgumentParser) -> None:
                         "extension")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=int, default=None, help="table width in characters")
+    p.add_argument("--width", type=arg(width), default=None,
+                   help=f"table width in characters ({WIDTH_RANGE[0]} to {WIDTH_RANGE[1]})")
     add_report_files(p)
 
 

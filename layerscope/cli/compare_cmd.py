@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 
+from layerscope.core.values import arg, width
 from layerscope.errors import UserError
 
 FORMATS = ("table", "json", "csv", "html")
@@ -27,7 +28,7 @@ def register(sub) -> None:
                    help="table (default), json, csv or html; default from -o's extension")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=int, default=None, help="table width in characters")
+    p.add_argument("--width", type=arg(width), default=None, help="table width in characters")
     p.set_defaults(run=run)
 
 
@@ -39,8 +40,6 @@ def run(args) -> int:
     fmt = pick_format(args.format, args.output)
     if fmt not in FORMATS:
         raise UserError(f"compare writes {', '.join(FORMATS)}; not {fmt}")
-    if args.width is not None and args.width < 40:
-        raise UserError(f"--width must be at least 40, got {args.width}")
     result = compare(args.a, args.b, inputs=args.input)
     if fmt == "table":
         text = compare_out.to_text(result, width=args.width or 160, show_all=args.all)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from layerscope.core.values import arg, positive_int
 from layerscope.cli.common import add_model_inputs
 
 
@@ -11,7 +12,7 @@ def register(sub) -> None:
                                       "onnxruntime)")
     add_model_inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE.onnx", help="where to write")
-    p.add_argument("--opset", type=int, default=None,
+    p.add_argument("--opset", type=arg(positive_int), default=None,
                    help="ONNX opset (default: the exporter's; legacy: 17)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--dynamo", dest="exporter", action="store_const", const="dynamo",

@@ -1,8 +1,12 @@
 """Entry point: parse, call the public API, render; errors become one line and exit code 2."""
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
 import traceback
+import warnings
 
 from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, profile_cmd,
                             predict_cmd, roofline_cmd, sweep_cmd, train_cmd, ablate_cmd,
@@ -10,7 +14,7 @@ from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, p
                             compare_cmd, env_cmd, graph_cmd)
 from layerscope.cli.common import Parser
 from layerscope.core.io import Terminated, outputs
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
@@ -30,20 +34,77 @@ def build_parser() -> Parser:
     return parser
 
 
+def _command_names(parser: Parser) -> list[str]:
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return list(sub.choices)
+
+
+def _exit_origin(exc: SystemExit) -> str:
+    """Where sys.exit was called: the innermost frame of the traceback, 'file.py:LINE'."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "the model's code"
+    last = frames[-1]
+    return f"{os.path.basename(last.filename)}:{last.lineno}"
+
+
+class _Warnings:
+    """Python warnings and library log records (from the model, torch, layerscope) as one line
+    each, printed once the command has succeeded: a failed command prints its one error line
+    only (torch logs a multi-line traceback at ERROR level when a shape check fails under fake
+    tensors, then raises the error the CLI reports anyway)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def add(self, message: str) -> None:
+        text = f"layerscope: warning: {message}"
+        if text not in self.lines:
+            self.lines.append(text)
+
+    def show(self, message, category, filename, lineno, file=None, line=None) -> None:
+        self.add(first_line(str(message)) or category.__name__)
+
+    def flush(self) -> None:
+        for text in self.lines:
+            print(text, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _one_line_logs(collected: _Warnings):
+    """Log records of any logger (torch gives its loggers stderr handlers of their own, some
+    created only when a module is first imported during the command) go through ``collected``
+    for the command: WARNING and above as one line each, the rest dropped."""
+    call_handlers = logging.Logger.callHandlers
+
+    def one_line(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            collected.add(first_line(record.getMessage()) or record.levelname.lower())
+
+    logging.Logger.callHandlers = one_line
+    try:
+        yield
+    finally:
+        logging.Logger.callHandlers = call_handlers
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    collected = _Warnings()
     try:
-        args = build_parser().parse_args(argv)
-        if not getattr(args, "run", None):
-            build_parser().print_help()
-            return 2
-        with outputs():  # every file the command writes through cli.common: all or none
-            return args.run(args)
+        with warnings.catch_warnings(), \
+                (contextlib.nullcontext() if debug else _one_line_logs(collected)):
+            if not debug:
+                warnings.showwarning = collected.show
+            code = _run(argv, debug)
+        collected.flush()
+        return code
     except UserError as exc:
         if debug:
             traceback.print_exc()
-        print(f"layerscope: error: {exc}", file=sys.stderr)
+        print(f"layerscope: error: {first_line(str(exc)) or type(exc).__name__}",
+              file=sys.stderr)
         return 2
     except Terminated:
         print("layerscope: terminated", file=sys.stderr)
@@ -53,3 +114,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # noqa: BLE001 - one line instead of a traceback; --debug shows it
+        if debug:
+            raise
+        print(f"layerscope: error: unexpected {first_line(exc, with_type=True)} (a bug in "
+              "layerscope or in the model's code; --debug shows the traceback)", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str], debug: bool) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's own exit: --help or --version printed, code 0
+        return exc.code if isinstance(exc.code, int) else 0
+    if not getattr(args, "run", None):
+        raise UserError(f"give a command: {', '.join(_command_names(parser))} "
+                        "(see layerscope --help)")
+    try:
+        with outputs():  # every file the command writes through cli.common: all or none
+            return args.run(args)
+    except Terminated:  # SIGTERM while a temporary existed: main reports it
+        raise
+    except SystemExit as exc:  # raised by user code (a factory, forward, an imported module)
+        if debug:
+            traceback.print_exc()
+        raise UserError(f"the model's code called sys.exit({exc.code!r}) in "
+                        f"{_exit_origin(exc)}; layerscope stopped") from None

@@ -1,6 +1,7 @@
 """layerscope ops MODEL: torch.profiler's operator table and a trace with module ranges."""
 from __future__ import annotations
 
+from layerscope.core.values import arg, non_negative_int, positive_int
 from layerscope.cli.common import add_model_inputs, add_output, emit
 
 
@@ -8,14 +9,14 @@ def register(sub) -> None:
     p = sub.add_parser("ops", help="per-operator time (torch.profiler) and a Chrome/Perfetto trace")
     add_model_inputs(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--top", type=int, default=10, help="rows to show (default 10)")
+    p.add_argument("--top", type=arg(positive_int), default=10, help="rows to show (default 10)")
     p.add_argument("--sort", choices=["self", "total"], default="self")
     p.add_argument("--group-by-shape", action="store_true", help="one row per op and input shapes")
     p.add_argument("--memory", action="store_true", help="add memory columns")
     p.add_argument("--trace", default=None, metavar="OUT.json[.gz]",
                    help="write a Chrome/Perfetto trace with one range per module forward")
-    p.add_argument("--runs", type=int, default=5, help="profiled runs (default 5)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--runs", type=arg(positive_int), default=5, help="profiled runs (default 5)")
+    p.add_argument("--warmup", type=arg(non_negative_int), default=2)
     add_output(p)
     p.set_defaults(run=run)
 

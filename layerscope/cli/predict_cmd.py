@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 import sys
 
+from layerscope.core.values import arg, non_negative_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("predict", help="top-1/top-5 of a trained model on one sample")
     p.add_argument("source", help="a run directory or a checkpoint file")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--index", type=int, help="validation sample index (default 0)")
+    which.add_argument("--index", type=arg(non_negative_int),
+                       help="validation sample index (default 0)")
     which.add_argument("--image", help="an image file")
     p.add_argument("--data-dir")
     p.add_argument("--format", choices=["table", "json"], default="table")

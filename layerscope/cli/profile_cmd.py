@@ -1,6 +1,8 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
+from layerscope.core.values import (MIN_TIME_MAX, arg, finite_positive_float, non_negative_int,
+                                    positive_int, thread_count)
 from layerscope.cli.common import add_model_inputs, add_output, emit
 from layerscope.cli.progress import progress_bar
 
@@ -9,13 +11,18 @@ def register(sub) -> None:
     p = sub.add_parser("profile", help="per-layer latency (median, p10, p90), overhead, coverage")
     add_model_inputs(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=arg(thread_count), default=None, help="torch intra-op threads")
     runs = p.add_mutually_exclusive_group()
-    runs.add_argument("--runs", type=int, default=None, help="measured runs (default 30)")
-    runs.add_argument("--min-time", type=float, default=None, metavar="S",
-                      help="measure for at least S seconds instead of a fixed count")
-    p.add_argument("--warmup", type=int, default=5, help="unmeasured runs first (default 5)")
-    p.add_argument("--depth", type=int, default=None, help="module depth (default: leaves)")
+    runs.add_argument("--runs", type=arg(positive_int), default=None,
+                      help="measured runs (default 30)")
+    runs.add_argument("--min-time",
+                      type=arg(finite_positive_float, maximum=MIN_TIME_MAX), default=None,
+                      metavar="S", help="measure for at least S seconds instead of a fixed "
+                                        f"count (at most {MIN_TIME_MAX:g})")
+    p.add_argument("--warmup", type=arg(non_negative_int), default=5,
+                   help="unmeasured runs first (default 5)")
+    p.add_argument("--depth", type=arg(non_negative_int), default=None,
+                   help="module depth (default: leaves)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--backward", action="store_true",
                    help="also time the backward pass, charged to the module whose forward made it")

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from layerscope.core.values import arg, positive_int, seed
 from layerscope.errors import UserError
 
 
@@ -21,7 +22,8 @@ def register(sub) -> None:
                           description="Exit code 0 (1 with --verify when the outputs differ).")
     t.add_argument("input", metavar="IN.onnx")
     t.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    t.add_argument("--tile", type=int, default=64, help="tile size along K and N (default 64)")
+    t.add_argument("--tile", type=arg(positive_int), default=64,
+                   help="tile size along K and N (default 64)")
     t.add_argument("--verify", action="store_true",
                    help="run IN and OUT on random inputs and compare (exit 1 on mismatch)")
     add_tolerances(t)
@@ -30,13 +32,13 @@ def register(sub) -> None:
     s = passes.add_parser("linear-subgraph", help="write a standalone Linear graph and its tiled "
                                                   "equivalent: DIR/linear.onnx, "
                                                   "DIR/linear_tiled.onnx")
-    s.add_argument("--m", type=int, required=True, help="rows of the input")
-    s.add_argument("--k", type=int, required=True, help="input features")
-    s.add_argument("--n", type=int, required=True, help="output features")
-    s.add_argument("--tile", type=int, default=64, help="tile size (default 64)")
+    s.add_argument("--m", type=arg(positive_int), required=True, help="rows of the input")
+    s.add_argument("--k", type=arg(positive_int), required=True, help="input features")
+    s.add_argument("--n", type=arg(positive_int), required=True, help="output features")
+    s.add_argument("--tile", type=arg(positive_int), default=64, help="tile size (default 64)")
     s.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
                    help="add a bias (default: yes)")
-    s.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
+    s.add_argument("--weight-seed", type=arg(seed), default=0, help="seed of the random weights")
     s.add_argument("-o", "--output", required=True, metavar="DIR")
     s.add_argument("--verify", action="store_true", help="compare the two graphs (exit 1 on "
                                                          "mismatch)")
@@ -46,11 +48,6 @@ def register(sub) -> None:
 
 def _no_pass(args) -> int:
     raise UserError("rewrite needs a pass: tile-linear or linear-subgraph (see rewrite --help)")
-
-
-def _check_tile(tile: int) -> None:
-    if tile < 1:
-        raise UserError(f"--tile must be at least 1, got {tile}")
 
 
 def _summary(result, tile: int) -> str:
@@ -87,7 +84,6 @@ def run_tile_linear(args) -> int:
     from layerscope.rewrite.onnx_io import load_onnx, save_onnx
     from layerscope.rewrite.tile_linear import tile_linear
 
-    _check_tile(args.tile)
     if args.verify and os.path.abspath(args.input) == os.path.abspath(args.output):
         raise UserError("--verify compares IN with OUT: write OUT to another file")
     result = tile_linear(load_onnx(args.input), args.tile)
@@ -103,7 +99,6 @@ def run_linear_subgraph(args) -> int:
     from layerscope.rewrite.onnx_io import save_onnx
     from layerscope.rewrite.tile_linear import tile_linear
 
-    _check_tile(args.tile)
     model = linear_model(args.m, args.k, args.n, bias=args.bias, seed=args.weight_seed)
     result = tile_linear(model, args.tile)
     make_dir(args.output, "-o")

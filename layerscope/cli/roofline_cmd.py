@@ -1,6 +1,8 @@
 """layerscope roofline: measure (or show the cached) peak FLOP/s and memory bandwidth."""
 from __future__ import annotations
 
+from layerscope.core.values import arg, thread_count
+
 import json
 import sys
 
@@ -9,7 +11,7 @@ def register(sub) -> None:
     p = sub.add_parser("roofline", help="the machine's measured compute and bandwidth ceilings")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=arg(thread_count), default=None)
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(run=run)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 
 from layerscope.cli.common import add_report_files, write_output, write_report_files
+from layerscope.core.values import (LR_MAX, WORKERS_MAX, arg, finite_positive_float,
+                                    non_negative_int, positive_int, seed, thread_count)
 
 
 def register(sub) -> None:
@@ -11,17 +13,17 @@ def register(sub) -> None:
     p.add_argument("recipe", nargs="?", default="digits-cnn",
                    help="digits-cnn (default, offline), mnist-cnn, cifar10-resnet20, "
                         "cifar100-resnet50")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--steps", type=int, help="stop after this many optimizer steps")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
+    p.add_argument("--epochs", type=arg(positive_int))
+    p.add_argument("--steps", type=arg(positive_int), help="stop after this many optimizer steps")
+    p.add_argument("--batch-size", type=arg(positive_int))
+    p.add_argument("--lr", type=arg(finite_positive_float, maximum=LR_MAX))
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "adadelta"])
     p.add_argument("--data-dir")
     p.add_argument("--download", action="store_true", help="download the dataset to --data-dir")
     p.add_argument("--synthetic", action="store_true",
                    help="deterministic generated data of the real shapes and class counts")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--num-workers", type=arg(non_negative_int, maximum=WORKERS_MAX), default=0)
     p.add_argument("--pin-memory", action="store_true")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--torchscript", action="store_true", help="torch.jit.trace the model")
@@ -33,10 +35,10 @@ def register(sub) -> None:
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
     p.add_argument("--tensorboard", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=arg(seed), default=0)
     p.add_argument("--weights", help="ImageNet weights for cifar100-resnet50")
-    p.add_argument("--threads", type=int, help="torch intra-op threads")
-    p.add_argument("--warmup-steps", type=int, default=0,
+    p.add_argument("--threads", type=arg(thread_count), help="torch intra-op threads")
+    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--no-eval", action="store_true", help="skip validation")
     p.add_argument("--format", choices=["table", "json"], default="table")
@@ -75,9 +77,9 @@ def run(args) -> int:
         with _epoch_bar() as progress:
             report = train(config_from(args), progress=progress,
                            on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
-    for w in caught:
+    for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
-            err.print(f"warning: {w.message}")
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if args.output:
         write_output(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
     if table:

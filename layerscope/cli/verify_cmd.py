@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.errors import UserError
+from layerscope.core.values import arg, finite_non_negative_float, positive_int, seed, width
 
 
 def add_tolerances(p) -> None:
     from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 
-    p.add_argument("--runs", type=int, default=5, help="random inputs to compare on (default 5)")
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+    p.add_argument("--runs", type=arg(positive_int), default=5,
+                   help="random inputs to compare on (default 5)")
+    p.add_argument("--rtol", type=arg(finite_non_negative_float), default=DEFAULT_RTOL,
                    help=f"relative tolerance, of max|A| (default {DEFAULT_RTOL:g})")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=arg(finite_non_negative_float), default=DEFAULT_ATOL,
                    help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of model A's random weights when A is a "
+    p.add_argument("--seed", type=arg(seed), default=0,
+                   help="seed of the random inputs and of model A's random weights when A is a "
                         "built-in model or factory (default 0, as in export)")
     p.add_argument("--ort-optimization", choices=OPTIMIZATIONS, default="disable",
                    help="onnxruntime graph optimisation level (default: disable, run the graphs "
@@ -30,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("b", metavar="B", help="an ONNX file")
     add_tolerances(p)
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--width", type=int, default=None, help="table width in characters")
+    p.add_argument("--width", type=arg(width), default=None, help="table width in characters")
     p.set_defaults(run=run)
 
 
@@ -46,8 +48,6 @@ def print_result(result, fmt: str = "table", width: int | None = None) -> None:
 def run(args) -> int:
     from layerscope.rewrite.verify import verify
 
-    if args.width is not None and args.width < 40:
-        raise UserError(f"--width must be at least 40, got {args.width}")
     result = verify(args.a, args.b, runs=args.runs, rtol=args.rtol, atol=args.atol,
                     seed=args.seed, optimization=args.ort_optimization)
     print_result(result, args.format, args.width)

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from layerscope.core.report import SCHEMA_VERSION
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 # kind -> (module, class); every class has from_dict() and a ``kind`` attribute
 _CLASSES = {
@@ -71,9 +71,11 @@ def load_result(d: Any, source: str = "result", validate: bool = True):
     cls = getattr(importlib.import_module(module), name)
     try:
         return cls.from_dict(d)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - schema-valid but inconsistent data: one line
         raise UserError(f"{source}: malformed {kind} result "
-                        f"({type(exc).__name__}: {exc})") from exc
+                        f"({first_line(exc, with_type=True)})") from exc
 
 
 def read_result(path: str, validate: bool = True):
@@ -90,8 +92,23 @@ def read_result(path: str, validate: bool = True):
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        d = json.loads(text)
+        d = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}, column "
                         f"{exc.colno})") from None
-    return load_result(d, source=path, validate=validate)
+    except RecursionError:
+        raise UserError(f"{path}: not a layerscope result (JSON nested too deeply)") from None
+    except UserError as exc:
+        raise UserError(f"{path}: not a layerscope result ({exc})") from None
+    try:
+        return load_result(d, source=path, validate=validate)
+    except RecursionError:
+        raise UserError(f"{path}: not a layerscope result (JSON nested too deeply)") from None
+
+
+def _json_int(text: str) -> int:
+    """JSON integers as Python ints, refusing absurd lengths before int() does (its 4300-digit
+    limit raises a bare ValueError); a layerscope result never holds more than int64."""
+    if len(text.lstrip("-")) > 20:
+        raise UserError(f"an integer of {len(text)} digits, {text[:12]}...")
+    return int(text)

@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from layerscope.core import values
 from layerscope.core.io import check_output, resolve, temp_dir
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17
@@ -38,12 +39,6 @@ class ExportResult:
     batchnorm_folded: bool
     seconds: float
     verified_with: str | None  # "onnxruntime X.Y.Z" when the file was loaded in a session
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 def _example_inputs(inputs: list[Any]) -> tuple:
@@ -154,7 +149,7 @@ def verify_loads(path: str) -> str:
         ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001
         raise UserError(f"the exported model does not load in onnxruntime {ort.__version__}: "
-                        f"{_first_line(exc)}") from exc
+                        f"{first_line(exc, with_type=True)}") from exc
     return f"onnxruntime {ort.__version__}"
 
 
@@ -177,6 +172,17 @@ def _move_into_place(tmpdir: str, filename: str, destination_dir: str, path: str
               path if name == filename else os.path.join(destination_dir, name))
 
 
+def opset_range(exporter: str) -> tuple[int, int]:
+    """The opsets torch's exporter can write: an opset outside is refused, not silently
+    replaced (the dynamo exporter otherwise falls back to its default)."""
+    from torch.onnx import _constants
+
+    low = getattr(_constants, "ONNX_MIN_OPSET", 7)
+    high = getattr(_constants, "ONNX_MAX_OPSET", 20) if exporter == "dynamo" else \
+        getattr(_constants, "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", 20)
+    return low, high
+
+
 def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | None = None,
                 opset: int | None = None, exporter: str = "dynamo", fold_batchnorm: bool = False,
                 verify: bool = True, seed: int = 0) -> ExportResult:
@@ -190,8 +196,13 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
         raise UserError(f"unknown exporter {exporter!r}: use {' or '.join(EXPORTERS)}")
     if not path.lower().endswith(".onnx"):
         raise UserError(f"-o {path!r}: the output file name must end in .onnx")
-    if opset is not None and opset < 7:
-        raise UserError(f"--opset must be 7 or more, got {opset}")
+    if opset is not None:
+        low, high = opset_range(exporter)
+        try:
+            opset = values.whole_number(opset, "--opset", minimum=low, maximum=high)
+        except UserError as exc:
+            raise UserError(f"{exc}; the {exporter} exporter writes opsets {low} to "
+                            f"{high}") from None
     check_output(path)
     destination_dir = os.path.dirname(os.path.abspath(resolve(path)))
     loaded = load(model, inputs, batch_size, meta=False, seed=seed)
@@ -213,7 +224,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
             raise
         except Exception as exc:  # noqa: BLE001 - the exporter's own error, reported as one line
             raise UserError(f"{loaded.name}: the {exporter} exporter failed: "
-                            f"{_first_line(exc)}") from exc
+                            f"{first_line(exc, with_type=True)}") from exc
         finally:
             module.train(was_training)
         ir_version = _cap_ir_version(tmp_path)

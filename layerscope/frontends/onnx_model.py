@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from layerscope.errors import UserError
+from layerscope.core import values
+from layerscope.errors import UserError, first_line
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
 BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
@@ -75,27 +75,10 @@ class OnnxGraph:
 # ---------------------------------------------------------------- --input NAME=SHAPE[:DTYPE]
 def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
     """'x=1x3x224x224', '1x3x224x224' or 'ids=1x128:int64' -> (name, shape, dtype)."""
-    name, eq, rest = text.rpartition("=") if "=" in text else (None, "", text)
-    if eq and not name.strip():
-        raise UserError(f"malformed --input {text!r}: the name before '=' is empty")
-    shape_text, _, dtype = rest.partition(":")
-    if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
-        raise UserError(f"malformed --input {text!r}: write NAME=SHAPE with dimensions joined by "
-                        "'x', e.g. --input x=1x3x224x224 (NAME= may be left out for the first "
-                        "input)")
-    shape = tuple(int(d) for d in shape_text.strip().split("x"))
-    if any(d == 0 for d in shape):
-        raise UserError(f"malformed --input {text!r}: dimensions must be positive")
-    return (name.strip() if name else None), shape, (dtype.strip().lower() or None)
+    return values.named_shape(text, "--input")
 
 
 # ---------------------------------------------------------------- loading and checks
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line or type(exc).__name__
-
-
 def _read_model(path: str):
     import onnx
     from google.protobuf.message import DecodeError
@@ -112,7 +95,7 @@ def _read_model(path: str):
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); is the file "
+        raise UserError(f"{path} is not a readable ONNX model ({first_line(exc)}); is the file "
                         "complete?") from exc
 
 
@@ -206,7 +189,7 @@ def _check(model, valueless: Sequence[str], path: str) -> None:
     try:
         onnx.checker.check_model(skeleton)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        raise UserError(f"{path} is not a valid ONNX model: {_first_line(exc)}") from exc
+        raise UserError(f"{path} is not a valid ONNX model: {first_line(exc)}") from exc
 
 
 # ---------------------------------------------------------------- binding input shapes
@@ -231,24 +214,29 @@ def _shape_text(dims: Sequence[Any]) -> str:
 
 def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) -> None:
     """Give every graph input a concrete shape: NAME=SHAPE binds by name, an unnamed spec binds
-    the next input in order; ``batch_size`` replaces dimension 0 of every input."""
+    the next input not bound yet, in graph order (an input bound twice is refused);
+    ``batch_size`` replaces dimension 0 of every input."""
     init = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in init]
     by_name = {vi.name: vi for vi in real}
-    position = 0
+    names = ", ".join(by_name) or "none"
+    bound: set[str] = set()
     for text in specs or []:
         name, shape, dtype = parse_named_shape(text)
-        if name is None:
-            if position >= len(real):
-                raise UserError(f"--input {text!r}: {path} has only {len(real)} input(s); "
-                                "name the input with NAME=SHAPE")
-            vi = real[position]
-            position += 1
+        if name is None:  # the next input not bound yet, in graph order
+            vi = next((v for v in real if v.name not in bound), None)
+            if vi is None:
+                raise UserError(f"--input {text!r}: every input of {path} already has a shape "
+                                f"(its inputs: {names}); one --input per input")
         elif name not in by_name:
             raise UserError(f"--input {text!r}: {path} has no input {name!r}; its inputs are "
-                            f"{', '.join(by_name) or 'none'}")
+                            f"{names}")
+        elif name in bound:
+            raise UserError(f"--input {text!r}: input {name!r} is given twice; one --input per "
+                            f"input (its inputs: {names})")
         else:
             vi = by_name[name]
+        bound.add(vi.name)
         dims = _dims(vi)
         if dims is not None and len(dims) != len(shape):
             raise UserError(f"--input {text!r}: input {vi.name!r} has rank {len(dims)} "
@@ -259,11 +247,12 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
                             "model; leave the dtype out or give that one")
         _set_dims(vi, shape)
     if batch_size is not None:
-        if batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+        batch_size = values.positive_int(batch_size, "--batch-size")
         for vi in real:
             dims = _dims(vi)
             if dims:
+                if all(isinstance(d, int) and d > 0 for d in dims[1:]):
+                    values.check_shape((batch_size, *dims[1:]), "--batch-size")
                 vi.type.tensor_type.shape.dim[0].Clear()
                 vi.type.tensor_type.shape.dim[0].dim_value = batch_size
     for vi in real:
@@ -396,7 +385,7 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
         shapes = ", ".join(f"{vi.name}={_shape_text(_dims(vi) or [])}"
                            for vi in model.graph.input if vi.name not in init)
         raise UserError(f"{path}: shape inference failed for inputs {shapes}: "
-                        f"{_first_line(exc)}") from exc
+                        f"{first_line(exc)}") from exc
     graph = inferred.graph
     tensors = _tensor_infos(inferred)
     resident = {t.name for t in graph.initializer}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import re
 import sys
 import warnings
 import zipfile
@@ -17,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.static_torch import InputSpec
-from layerscope.errors import UserError
+from layerscope.core import values
+from layerscope.errors import UserError, first_line
 from layerscope.frontends import zoo
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
@@ -47,29 +47,23 @@ def parse_dtype(text: str) -> torch.dtype:
 
 def parse_input(text: str) -> InputSpec:
     """'1x3x224x224' or '1x3x224x224:float16' -> InputSpec."""
-    shape_text, _, dtype_text = text.partition(":")
-    if "=" in shape_text:
+    if "=" in str(text).partition(":")[0]:
         raise UserError(f"--input {text!r}: named inputs (NAME=SHAPE) are for ONNX models; "
                         "for a PyTorch model give the shapes in forward's argument order")
-    if not re.fullmatch(r"\d+(x\d+)*", shape_text.strip()):
-        raise UserError(
-            f"malformed --input {text!r}: write the shape as dimensions joined by 'x', "
-            "optionally with a dtype, e.g. 1x3x224x224 or 1x128:int64")
-    shape = tuple(int(d) for d in shape_text.strip().split("x"))
-    if any(d == 0 for d in shape):
-        raise UserError(f"malformed --input {text!r}: dimensions must be positive")
-    return InputSpec(shape, parse_dtype(dtype_text) if dtype_text else torch.float32)
+    dims, dtype_text = values.shape(text, "--input")
+    return InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
 
 
 def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
     """Replace the first dimension of every input by ``batch_size``."""
-    if batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    batch_size = values.positive_int(batch_size, "--batch-size")
     out = []
     for x in inputs:
         if isinstance(x, InputSpec):
-            out.append(InputSpec((batch_size,) + tuple(x.shape[1:]), x.dtype))
+            out.append(InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:])),
+                                 x.dtype))
         elif isinstance(x, torch.Tensor) and x.dim() > 0:
+            values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size")
             reps = (batch_size + x.shape[0] - 1) // x.shape[0]
             out.append(x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size])
         else:
@@ -106,12 +100,13 @@ def _load_python_attr(spec: str) -> Any:
         try:
             loader_spec.loader.exec_module(module)
         except Exception as exc:
-            raise UserError(f"{spec}: importing {target} failed: {type(exc).__name__}: {exc}") from exc
+            raise UserError(f"{spec}: importing {target} failed: "
+                            f"{first_line(exc, with_type=True)}") from exc
     else:
         try:
             module = importlib.import_module(target)
-        except ImportError as exc:
-            raise UserError(f"{spec}: cannot import module {target!r} ({exc}); "
+        except (ImportError, ValueError) as exc:  # ValueError: ':factory', empty module name
+            raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
                             "check the name and PYTHONPATH") from exc
     obj = module
     for part in attr.split("."):
@@ -139,8 +134,7 @@ def load_torchscript(path: str) -> nn.Module:
             warnings.simplefilter("ignore", FutureWarning)
             return torch.jit.load(path, map_location="cpu")
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
+        raise UserError(f"{path} could not be loaded as TorchScript: {first_line(exc)}") from exc
 
 
 def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAULT_SEED
@@ -207,7 +201,7 @@ def _call_factory(spec: str) -> Any:
     try:
         return factory()
     except Exception as exc:
-        raise UserError(f"{spec}: the factory raised {type(exc).__name__}: {exc}") from exc
+        raise UserError(f"{spec}: the factory raised {first_line(exc, with_type=True)}") from exc
 
 
 def _frontend_of(module: nn.Module) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import warnings
 
+from layerscope.core import values
 from layerscope.errors import UserError
 from layerscope.renderers.charts import Chart, charts
 from layerscope.renderers.tables import heading
@@ -18,14 +19,7 @@ def parse_size(text: str | None) -> tuple[int, int]:
     """'1200x800' -> (1200, 800)."""
     if not text:
         return DEFAULT_SIZE
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise UserError(f"--plot-size {text!r}: write WIDTHxHEIGHT in pixels, e.g. 1200x800") \
-            from None
-    if not (100 <= w <= 10000 and 100 <= h <= 10000):
-        raise UserError(f"--plot-size {text!r}: width and height must be 100 to 10000 pixels")
-    return w, h
+    return values.size_pair(text, "--plot-size", low=100, high=10000)
 
 
 def _fmt(v, _pos=None) -> str:

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from layerscope.core import values
 from layerscope.errors import UserError
 from layerscope.rewrite.onnx_io import require_onnx
 
 OPSET = 17
+MAX_WEIGHT_ELEMENTS = 2**28  # 1 GiB of float32: well inside ONNX's 2 GiB protobuf limit
 IR_VERSION = 8  # the IR version that goes with opset 17; onnxruntime 1.31 reads <= 13
 
 
@@ -19,9 +21,11 @@ def linear_model(m: int, k: int, n: int, *, bias: bool = True, seed: int = 0):
     onnx = require_onnx()
     from onnx import TensorProto, helper, numpy_helper
 
-    for name, v in (("m", m), ("k", k), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise UserError(f"--{name} must be a whole number of at least 1, got {v!r}")
+    m, k, n = (values.positive_int(v, f"--{name}") for name, v in (("m", m), ("k", k), ("n", n)))
+    if k * n > MAX_WEIGHT_ELEMENTS or m * k > MAX_WEIGHT_ELEMENTS:
+        raise UserError(f"Linear {m}x{k} @ {k}x{n} is too large for a test graph: the input and "
+                        f"the weight may each have at most {MAX_WEIGHT_ELEMENTS:,} elements "
+                        "(an ONNX file holds at most 2 GiB)")
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(k)
     w = rng.uniform(-bound, bound, size=(k, n)).astype(np.float32)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 from layerscope.core.io import write_file
 
 # onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).
@@ -42,8 +42,7 @@ def load_onnx(path: str):
     try:
         model = onnx.load(path)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"{path} is not an ONNX model ({first})") from exc
+        raise UserError(f"{path} is not an ONNX model ({first_line(exc)})") from exc
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise UserError(f"{path} is not an ONNX model (no IR version, graph or opset)")
     return model

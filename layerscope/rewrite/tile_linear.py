@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.rewrite.onnx_io import MAX_IR_VERSION, require_onnx
 
 # A guard against tiles so small that the graph would not fit in memory or in protobuf.
@@ -65,9 +66,7 @@ def tile_sizes(total: int, tile: int) -> list[int]:
 def tile_linear(model, tile: int) -> PassResult:
     """Tile every Gemm and every MatMul with a 2-D initializer weight; see the module docstring."""
     onnx = require_onnx()
-    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1:
-        raise UserError(f"the tile size must be a whole number of at least 1, got {tile!r}")
-    tile = int(tile)
+    tile = values.positive_int(tile, "the tile size")
     if not isinstance(model, onnx.ModelProto):
         raise UserError(f"tile_linear takes an onnx.ModelProto, got {type(model).__name__}")
 

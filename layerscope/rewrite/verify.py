@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
 
@@ -88,11 +89,10 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
     graph as written (what is being verified) and creates sessions of big tiled graphs far
     faster (alexnet tiled by 64, 14,506 nodes: ~6 s against ~90 s at "all").
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise UserError(f"--runs must be at least 1, got {runs!r}")
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise UserError(f"--{name} must be a number of 0 or more, got {v!r}")
+    runs = values.positive_int(runs, "--runs")
+    rtol = values.finite_non_negative_float(rtol, "--rtol")
+    atol = values.finite_non_negative_float(atol, "--atol")
+    seed = values.seed(seed, "--seed")
     if optimization not in OPTIMIZATIONS:
         raise UserError(f"unknown optimization level {optimization!r}: use one of "
                         f"{', '.join(OPTIMIZATIONS)}")
@@ -265,7 +265,7 @@ class _OnnxRunner:
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise UserError(f"{self.path}: onnxruntime cannot load it as an ONNX model "
-                            f"({_first_line(exc)})") from exc
+                            f"({first_line(exc)})") from exc
         self.inputs = []
         for i in self.session.get_inputs():
             if i.type not in _ORT_TYPES:
@@ -282,7 +282,7 @@ class _OnnxRunner:
         except Exception as exc:
             raise UserError(f"{self.path} failed on inputs "
                             f"{', '.join(_shape(x.shape) for x in arrays)}: "
-                            f"{_first_line(exc)}") from exc
+                            f"{first_line(exc)}") from exc
 
 
 class _TorchRunner:
@@ -308,7 +308,7 @@ class _TorchRunner:
         except Exception as exc:
             raise UserError(f"{self.spec} rejected inputs "
                             f"{', '.join(_shape(x.shape) for x in arrays)}: "
-                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                            f"{type(exc).__name__}: {first_line(exc)}") from exc
         finally:
             self.module.train(was_training)
         return [t for t in _flatten(out)]
@@ -327,8 +327,3 @@ def _flatten(out) -> list[np.ndarray]:
     if out is None:
         return []
     return [np.asarray(out)]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

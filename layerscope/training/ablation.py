@@ -17,6 +17,7 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.training.phases import PHASES
 
 # variant -> train flags; None marks "needs CUDA"
@@ -70,10 +71,8 @@ class AblationReport(ResultDocument):
 def variant_flags(name: str, device: str) -> list[str] | None:
     """Train flags of a variant; None when it does not apply on ``device``."""
     if name.startswith("workers="):
-        try:
-            n = int(name.split("=", 1)[1])
-        except ValueError:
-            raise UserError(f"variant {name!r}: write workers=N with a whole number") from None
+        n = values.non_negative_int(name.split("=", 1)[1], f"variant {name!r}: N of workers=N",
+                                    maximum=values.WORKERS_MAX)
         return ["--num-workers", str(n)]
     if name == "all":
         flags = ["--num-workers", "4"]
@@ -115,8 +114,14 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
 
     lookup(recipe)
     machine = read_machine()  # before our own work adds to the load average
-    if steps < 1 or repeats < 1 or warmup_steps < 0:
-        raise UserError("--steps and --repeats must be at least 1, --warmup-steps 0 or more")
+    steps = values.positive_int(steps, "--steps")
+    repeats = values.positive_int(repeats, "--repeats")
+    warmup_steps = values.non_negative_int(warmup_steps, "--warmup-steps")
+    seed = values.seed(seed, "--seed")
+    if batch_size is not None:
+        batch_size = values.positive_int(batch_size, "--batch-size")
+    if threads is not None:
+        threads = values.thread_count(threads, "--threads")
     if warmup_steps >= steps:
         raise UserError(f"--warmup-steps ({warmup_steps}) must be below --steps ({steps})")
     plan = [(v, variant_flags(v, device)) for v in variants]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 
 def rng_state() -> dict[str, Any]:
@@ -68,8 +68,8 @@ def load(path: str) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path} is not a readable layerscope checkpoint: {first}") from exc
+        raise UserError(f"{path} is not a readable layerscope checkpoint: "
+                        f"{first_line(exc)}") from exc
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise UserError(f"{path} is not a layerscope checkpoint (no model/config entries)")
     return state

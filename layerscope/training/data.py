@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.core import values
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                    "ship", "truck"]
@@ -52,7 +53,8 @@ class SyntheticDataset(Dataset):
     def __getitem__(self, index: int):
         if not 0 <= index < self.size:
             raise IndexError(index)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        gen = torch.Generator().manual_seed(values.derived_seed(self.seed, index,
+                                                                factor=1_000_003))
         label = index % self.classes
         x = torch.randn(self.shape, generator=gen) + (label / self.classes - 0.5)
         return x, label
@@ -98,9 +100,11 @@ def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
     except RuntimeError as exc:
         if "not found" in str(exc).lower() or "corrupted" in str(exc).lower():
             raise _missing(spec, data_dir) from exc
-        raise UserError(f"{spec.name} in {data_dir!r} could not be read: {exc}") from exc
+        raise UserError(f"{spec.name} in {data_dir!r} could not be read: "
+                        f"{first_line(exc)}") from exc
     except OSError as exc:  # --download without a network, unreadable files
-        raise UserError(f"{spec.name}: {exc}; use --synthetic to run without the data") from exc
+        raise UserError(f"{spec.name}: {first_line(exc)}; use --synthetic to run without the "
+                        "data") from exc
     names = list(getattr(train, "classes", [str(i) for i in range(spec.classes)]))
     return train, val, names
 

@@ -32,6 +32,7 @@ from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.environment import environment
 from layerscope.errors import UserError
+from layerscope.core import values
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
@@ -103,7 +104,7 @@ Callback = Callable[..., None]
 
 
 def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
-    s = seed * 1000 + epoch
+    s = values.derived_seed(seed, epoch)
     torch.manual_seed(s)
     random.seed(s)
     np.random.seed(s % 2**32)
@@ -147,10 +148,15 @@ class _Run:
             raise UserError("--device cuda: no CUDA GPU is available here; use --device cpu")
         for name, value in (("--epochs", c.epochs), ("--steps", c.steps),
                             ("--batch-size", c.batch_size)):
-            if value is not None and value < 1:
-                raise UserError(f"{name} must be at least 1, got {value}")
-        if c.num_workers < 0:
-            raise UserError(f"--num-workers must be 0 or more, got {c.num_workers}")
+            if value is not None:
+                values.positive_int(value, name)
+        values.non_negative_int(c.num_workers, "--num-workers", maximum=values.WORKERS_MAX)
+        values.non_negative_int(c.warmup_steps, "--warmup-steps")
+        values.seed(c.seed, "--seed")
+        if c.lr is not None:
+            values.finite_positive_float(c.lr, "--lr", maximum=values.LR_MAX)
+        if c.threads is not None:
+            values.thread_count(c.threads, "--threads")
         if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
             raise UserError(f"unknown --profile {c.profile!r}: use cprofile, torch or pyinstrument")
         self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)

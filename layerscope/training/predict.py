@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
+from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import DATASETS, datasets
 
 
@@ -31,7 +32,7 @@ def _image(path: str, data: str) -> torch.Tensor:
         img = Image.open(path)
         img.load()
     except (OSError, ValueError) as exc:
-        raise UserError(f"--image {path}: not a readable image ({exc})") from exc
+        raise UserError(f"--image {path}: not a readable image ({first_line(exc)})") from exc
     channels, h, w = spec.shape
     img = img.convert("L" if channels == 1 else "RGB").resize((w, h))
     x = torch.tensor(list(img.getdata()), dtype=torch.float32).view(h, w, channels)

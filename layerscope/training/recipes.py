@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from layerscope.errors import UserError
+from layerscope.errors import UserError, first_line
 
 
 class DigitsCNN(nn.Module):
@@ -127,7 +127,7 @@ def load_pretrained_resnet50(model: nn.Module, weights: str | None) -> str:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise UserError(f"--weights {path} could not be loaded: {exc}") from exc
+        raise UserError(f"--weights {path} could not be loaded: {first_line(exc)}") from exc
     state = {k: v for k, v in state.items() if not k.startswith("fc.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("fc.") for k in missing):

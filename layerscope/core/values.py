@@ -1,0 +1,261 @@
+"""Every value a user gives (CLI option or public-API argument) is checked here, one parser per
+kind: whole numbers within int64, tensor shapes, finite floats, thread counts, seeds, lists.
+
+Each parser takes the raw value (text from the command line, or a number from Python) and an
+optional ``name`` (``"--batch-size"``) used to start the message of the ``UserError`` it
+raises, so the CLI prints one line naming the option and the accepted range. ``arg(parser,
+...)`` adapts a parser to argparse's ``type=``: argparse then prefixes the option itself
+("argument --batch-size: must be ...").
+
+Why int64: every size ends up in a torch/numpy/onnx int64 field; a larger Python int raises an
+OverflowError deep inside a library (a traceback), so it is refused at the door. A shape's
+element count must fit too (numel is an int64 in every runtime).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import operator
+import re
+import warnings
+from typing import Any, Callable
+
+from layerscope.errors import UserError
+
+INT64_MAX = 2**63 - 1
+SEED_MAX = 2**63 - 1
+THREADS_MAX = 1024  # more intra-op threads than any machine we know of has cores
+WORKERS_MAX = 1024  # data-loader processes
+WIDTH_RANGE = (40, 10_000)  # narrower tables cannot show a name and a number per column
+LR_MAX = 10.0  # larger learning rates diverge (NaN loss) with every recipe and optimizer here
+MIN_TIME_MAX = 3600.0  # seconds: a --min-time of an hour is already more than any estimate needs
+
+_INT_TEXT = re.compile(r"[+-]?\d+")
+_SHAPE_TEXT = re.compile(r"\d+(x\d+)*")
+
+
+def _fail(name: str | None, message: str) -> UserError:
+    return UserError(f"{name} {message}" if name else message)
+
+
+def _bound(number: int) -> str:
+    return "2**63-1" if number == INT64_MAX else str(number)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ---------------------------------------------------------------- whole numbers
+def _range_words(minimum: int, maximum: int) -> str:
+    low = "0 or more" if minimum == 0 else f"at least {minimum}"
+    return low if maximum == INT64_MAX else f"{low} (and at most {maximum})"
+
+
+def whole_number(value: Any, name: str | None = None, *, minimum: int = 0,
+                 maximum: int = INT64_MAX) -> int:
+    """An int from ``minimum`` to ``maximum`` (text such as '42', or a Python/numpy int)."""
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if not _INT_TEXT.fullmatch(text) or len(text) > 40:  # 40: no 4300-digit int() error
+            raise _fail(name, f"must be a whole number {_range_words(minimum, maximum)}, got "
+                              f"{_shown(value)}")
+        number = int(text)
+    elif isinstance(value, bool):
+        raise _fail(name, f"must be a whole number, got {value!r}")
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise _fail(name, f"must be a whole number {_range_words(minimum, maximum)}, got "
+                              f"{_shown(value)}") from None
+    if number < minimum:
+        raise _fail(name, f"must be {_range_words(minimum, maximum)}, got {_shown(number)}")
+    if number > maximum:
+        raise _fail(name, f"must be at most {_bound(maximum)}, got {_shown(number)}")
+    return number
+
+
+def positive_int(value: Any, name: str | None = None, *, maximum: int = INT64_MAX) -> int:
+    """1 .. int64 max (sizes, counts of runs, steps, epochs, tiles, rows)."""
+    return whole_number(value, name, minimum=1, maximum=maximum)
+
+
+def non_negative_int(value: Any, name: str | None = None, *, maximum: int = INT64_MAX) -> int:
+    """0 .. int64 max (warm-up runs, depths, indices, worker counts)."""
+    return whole_number(value, name, minimum=0, maximum=maximum)
+
+
+def seed(value: Any, name: str | None = None) -> int:
+    """0 .. 2**63-1: every RNG we seed (torch, numpy's default_rng, random) takes it."""
+    return whole_number(value, name, minimum=0, maximum=SEED_MAX)
+
+
+def derived_seed(seed_value: int, *parts: int, factor: int = 1000) -> int:
+    """``seed * factor + part`` (per epoch, per sample ...) folded into 0 .. 2**63-1, so a
+    valid seed never overflows a generator; unchanged for the usual small seeds."""
+    s = seed_value
+    for part in parts:
+        s = s * factor + part
+    return s % (SEED_MAX + 1)
+
+
+def thread_count(value: Any, name: str | None = "--threads") -> int:
+    """1 .. THREADS_MAX intra-op threads; more than the machine's CPUs is allowed (a sweep may
+    want it) but warned about, since the timings are then oversubscribed."""
+    import os
+
+    n = whole_number(value, name, minimum=1, maximum=THREADS_MAX)
+    cpus = os.cpu_count() or 1
+    if n > cpus:
+        warnings.warn(f"{n} threads is more than this machine's {cpus} CPUs: threads will "
+                      "share cores", stacklevel=2)
+    return n
+
+
+def width(value: Any, name: str | None = "--width") -> int:
+    """Table width in characters."""
+    return whole_number(value, name, minimum=WIDTH_RANGE[0], maximum=WIDTH_RANGE[1])
+
+
+# ---------------------------------------------------------------- floats
+def finite_float(value: Any, name: str | None = None, *, minimum: float | None = None,
+                 exclusive_minimum: float | None = None, maximum: float | None = None) -> float:
+    """A finite float within the bounds (nan and +-inf are refused: they poison JSON/loops)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(name, f"must be a number, got {_shown(value)}") from None
+    if not math.isfinite(number):
+        raise _fail(name, f"must be a finite number, got {_shown(value)}")
+    if exclusive_minimum is not None and number <= exclusive_minimum:
+        low = "positive" if exclusive_minimum == 0 else f"above {exclusive_minimum:g}"
+        raise _fail(name, f"must be {low}, got {_shown(value)}")
+    if minimum is not None and number < minimum:
+        raise _fail(name, f"must be a number of {minimum:g} or more, got {_shown(value)}")
+    if maximum is not None and number > maximum:
+        raise _fail(name, f"must be at most {maximum:g}, got {_shown(value)}")
+    return number
+
+
+def finite_positive_float(value: Any, name: str | None = None, *,
+                          maximum: float | None = None) -> float:
+    """> 0 and finite (learning rates, seconds)."""
+    return finite_float(value, name, exclusive_minimum=0.0, maximum=maximum)
+
+
+def finite_non_negative_float(value: Any, name: str | None = None) -> float:
+    """>= 0 and finite (tolerances)."""
+    return finite_float(value, name, minimum=0.0)
+
+
+# ---------------------------------------------------------------- shapes
+def check_shape(dims: Any, name: str | None = "--input") -> tuple[int, ...]:
+    """Every dimension 1 .. int64 max and the element count within int64 too."""
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise _fail(name, f"must be a shape (a sequence of dimensions), got {_shown(dims)}") \
+            from None
+    out = tuple(whole_number(d, f"{name} dimensions" if name else "dimensions", minimum=1)
+                for d in dims)
+    numel = math.prod(out)
+    if numel > INT64_MAX:
+        raise _fail(name, f"{'x'.join(map(str, out))} has {numel:.3g} elements, more than "
+                          "a tensor can hold (2**63-1)")
+    return out
+
+
+def _malformed(name: str | None, text: str, why: str) -> UserError:
+    return UserError(f"malformed {name} {_shown(text)}: {why}" if name else
+                     f"{_shown(text)}: {why}")
+
+
+def _parse_dims(shape_text: str) -> tuple[int, ...]:
+    """'1x3x224x224' -> (1, 3, 224, 224); the message says what is wrong, not where."""
+    shape_text = shape_text.strip()
+    if not _SHAPE_TEXT.fullmatch(shape_text):
+        raise UserError("write dimensions joined by 'x', optionally with a dtype, e.g. "
+                        "1x3x224x224 or 1x128:int64")
+    if any(len(d) > 40 for d in shape_text.split("x")):
+        raise UserError("each dimension must be from 1 to 2**63-1")
+    return check_shape((int(d) for d in shape_text.split("x")), None)
+
+
+def shape(text: str, name: str | None = "--input") -> tuple[tuple[int, ...], str | None]:
+    """'1x3x224x224' or '1x128:int64' -> ((1, 3, 224, 224), None) / ((1, 128), 'int64').
+    The dtype is returned as written (lower case); the frontend knows which it supports."""
+    shape_text, _, dtype = str(text).partition(":")
+    try:
+        dims = _parse_dims(shape_text)
+    except UserError as exc:
+        raise _malformed(name, text, str(exc)) from None
+    return dims, (dtype.strip().lower() or None)
+
+
+def named_shape(text: str, name: str | None = "--input"
+                ) -> tuple[str | None, tuple[int, ...], str | None]:
+    """ONNX inputs: 'x=1x3x224x224[:dtype]' or an unnamed '1x3x224x224' -> (name, dims, dtype)."""
+    text = str(text)
+    input_name, eq, rest = text.rpartition("=") if "=" in text else (None, "", text)
+    if eq and not input_name.strip():
+        raise _malformed(name, text, "the name before '=' is empty")
+    shape_text, _, dtype = rest.partition(":")
+    try:
+        dims = _parse_dims(shape_text)
+    except UserError as exc:
+        raise _malformed(name, text, f"{exc} (NAME= may be left out for the first input, e.g. "
+                                     "--input x=1x3x224x224)") from None
+    return (input_name.strip() if input_name else None), dims, (dtype.strip().lower() or None)
+
+
+def size_pair(text: str, name: str | None = None, *, low: int = 1,
+              high: int = INT64_MAX) -> tuple[int, int]:
+    """'1200x800' -> (1200, 800), each from ``low`` to ``high``."""
+    parts = str(text).lower().split("x")
+    if len(parts) != 2:
+        raise _fail(name, f"{_shown(text)}: write WIDTHxHEIGHT, e.g. 1200x800")
+    try:
+        w, h = (whole_number(p, None, minimum=low, maximum=high) for p in parts)
+    except UserError:
+        raise _fail(name, f"{_shown(text)}: write WIDTHxHEIGHT, each from {low} to {high}, "
+                          "e.g. 1200x800") from None
+    return w, h
+
+
+# ---------------------------------------------------------------- lists
+def comma_list(text: str, name: str | None = None, *, item: Callable[..., Any]) -> list:
+    """'1,16,64' -> [item('1'), ...]; empty items are refused, each item says which it was."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items) or not all(items):
+        raise _fail(name, f"must be a comma-separated list without empty items, got "
+                          f"{_shown(text)}")
+    out = []
+    for t in items:
+        try:
+            out.append(item(t, None))
+        except UserError as exc:
+            raise _fail(name, f"each item {exc}") from None
+    return out
+
+
+# ---------------------------------------------------------------- argparse adapter
+def arg(parser: Callable[..., Any], **kwargs: Any) -> Callable[[str], Any]:
+    """``type=`` for argparse: the parser's UserError becomes argparse's own one-line error,
+    which names the option ("argument --runs: must be a whole number from 1 to ...")."""
+    def parse(text: str) -> Any:
+        try:
+            return parser(text, None, **kwargs)
+        except UserError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = parser.__name__
+    return parse
+
+
+def list_arg(item: Callable[..., Any]) -> Callable[[str], list]:
+    """``type=`` for a comma-separated option (--batch-sizes 1,16,64)."""
+    return arg(comma_list, item=item)

@@ -1,0 +1,306 @@
+"""Hostile command lines: every bad value ends with exactly one stderr line, exit code 2, no
+traceback; user code that calls sys.exit or warns is reported in one line each."""
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+import pytest
+
+from layerscope.cli.main import build_parser
+from tests.helpers import run_cli
+from tests.onnx_graphs import memory_graph, model, save, tensor
+
+BIG = "99999999999999999999"  # > 2**63-1: OverflowError deep in torch before the fix
+SEED_2_70 = str(2**70)  # 1180591620717411303424
+
+
+def _one_line_error(code: int, err: str) -> None:
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("layerscope: error:"), err
+    assert "Traceback" not in err
+
+
+def _two_inputs(tmp_path) -> str:
+    from onnx import helper
+
+    m = model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+              [tensor("a", [1, 4]), tensor("b", [1, 4])], [tensor("y", [1, 4])])
+    return save(m, tmp_path)
+
+
+# (id, argv builder(tmp_path) -> argv, text the message must contain)
+HOSTILE = [
+    ("batch-size-int64", lambda t: ["analyze", "mnist-cnn", "--batch-size", BIG],
+     "--batch-size must be at most 2**63-1"),
+    ("input-dim-int64", lambda t: ["analyze", "mnist-cnn", "--input", f"{BIG}x1x28x28"],
+     "at most 2**63-1"),
+    ("input-numel-int64", lambda t: ["analyze", "mnist-cnn", "--input",
+                                     "9999999999x999999999x28x28"], "elements, more than a tensor can hold"),
+    ("input-5000-digits", lambda t: ["analyze", "mnist-cnn", "--input", "9" * 5000 + "x1"],
+     "malformed --input"),
+    ("onnx-named-dim-int64", lambda t: ["analyze", save(memory_graph(), t), "--input",
+                                        f"X={BIG}x8"], "at most 2**63-1"),
+    ("onnx-batch-int64", lambda t: ["analyze", save(memory_graph(), t), "--batch-size", BIG],
+     "--batch-size must be at most"),
+    ("onnx-extra-unnamed-input", lambda t: ["analyze", save(memory_graph(), t), "--input",
+                                            "X=1x8", "--input", "1x8"],
+     "already has a shape (its inputs: X)"),
+    ("onnx-input-twice", lambda t: ["analyze", _two_inputs(t), "--input", "a=1x4",
+                                    "--input", "a=1x4"], "given twice"),
+    ("seed-2-70", lambda t: ["activations", "mnist-cnn", "--seed", SEED_2_70],
+     "--seed must be at most 2**63-1"),
+    ("verify-seed-2-70", lambda t: ["verify", "a.onnx", "b.onnx", "--seed", SEED_2_70],
+     "--seed must be at most"),
+    ("threads-negative-roofline", lambda t: ["roofline", "--threads", "-1"],
+     "--threads must be at least 1"),
+    ("threads-negative-train", lambda t: ["train", "--threads", "-1"],
+     "--threads must be at least 1"),
+    ("threads-list", lambda t: ["sweep", "mnist-cnn", "--threads", "1,-2"],
+     "--threads each item must be at least 1"),
+    ("batch-sizes-list", lambda t: ["sweep", "mnist-cnn", "--batch-sizes", "1,0,x"],
+     "--batch-sizes each item must be at least 1"),
+    ("batch-sizes-empty-item", lambda t: ["sweep", "mnist-cnn", "--batch-sizes", "1,,2"],
+     "without empty items"),
+    ("lr-nan", lambda t: ["train", "--lr", "nan"], "--lr must be a finite number"),
+    ("lr-negative", lambda t: ["train", "--lr", "-1"], "--lr must be positive"),
+    ("lr-huge", lambda t: ["train", "--lr", "1e20"], "--lr must be at most 10"),
+    ("min-time-nan", lambda t: ["profile", "mnist-cnn", "--min-time", "nan"],
+     "--min-time must be a finite number"),
+    ("min-time-inf", lambda t: ["profile", "mnist-cnn", "--min-time", "inf"],
+     "--min-time must be a finite number"),
+    ("min-time-huge", lambda t: ["profile", "mnist-cnn", "--min-time", "1e9"],
+     "--min-time must be at most 3600"),
+    ("warmup-steps-negative", lambda t: ["train", "--warmup-steps", "-5"],
+     "--warmup-steps must be 0 or more"),
+    ("opset-999", lambda t: ["export", "mnist-cnn", "-o", str(t / "m.onnx"), "--opset", "999"],
+     "exporter writes opsets 7 to"),
+    ("width-negative", lambda t: ["analyze", "mnist-cnn", "--width", "-5"],
+     "--width must be at least 40"),
+    ("runs-0", lambda t: ["ops", "mnist-cnn", "--runs", "0"], "--runs must be at least 1"),
+    ("top-0", lambda t: ["ops", "mnist-cnn", "--top", "0"], "--top must be at least 1"),
+    ("depth-negative", lambda t: ["analyze", "mnist-cnn", "--depth", "-1"],
+     "--depth must be 0 or more"),
+    ("tile-0", lambda t: ["rewrite", "tile-linear", "a.onnx", "-o", "b.onnx", "--tile", "0"],
+     "--tile must be at least 1"),
+    ("linear-too-large", lambda t: ["rewrite", "linear-subgraph", "--m", "1", "--k", BIG[:12],
+                                    "--n", "100000", "-o", str(t / "d")], "too large"),
+    ("epochs-0", lambda t: ["train", "--epochs", "0"], "--epochs must be at least 1"),
+    ("steps-negative", lambda t: ["train", "--steps", "-1"], "--steps must be at least 1"),
+    ("index-negative", lambda t: ["predict", "run", "--index", "-1"], "--index must be 0 or more"),
+    ("plot-size-0x5", lambda t: ["analyze", "mnist-cnn", "--plot-size", "0x5"], "--plot-size"),
+    ("ablate-workers-negative", lambda t: ["ablate", "digits-cnn", "--variants", "workers=-1"],
+     "N of workers=N must be 0 or more"),
+    ("ablate-workers-int64", lambda t: ["ablate", "digits-cnn", "--variants", f"workers={BIG}"],
+     "N of workers=N must be at most 1024"),
+    ("empty-module-name", lambda t: ["analyze", ":factory"], "cannot import module ''"),
+    ("no-command", lambda t: [], "give a command"),
+    ("rewrite-no-pass", lambda t: ["rewrite"], "rewrite needs a pass"),
+]
+
+
+@pytest.mark.parametrize("build,expected", [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_hostile_value_is_one_line_exit_2(tmp_path, build, expected):
+    code, out, err = run_cli(*build(tmp_path))
+    _one_line_error(code, err)
+    assert expected in err, err
+    assert out == ""
+
+
+# ---------------------------------------------------------------- saved results
+def _deep(path):
+    path.write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _huge_int(path):
+    path.write_text('{"kind": "analyze", "schema_version": "1.0", "x": ' + "9" * 5000 + "}")
+
+
+def _wrong_kind(path):
+    path.write_text('{"kind": "analyze", "schema_version": "1.0", "layers": 5}')
+
+
+def _list(path):
+    path.write_text("[1, 2]")
+
+
+RESULTS = [("deeply-nested", _deep, "nested too deeply"),
+           ("int-5000-digits", _huge_int, "an integer of 5000 digits"),
+           ("wrong-kind", _wrong_kind, "not a valid analyze result"),
+           ("not-an-object", _list, "not a layerscope result")]
+
+
+@pytest.mark.parametrize("command", ["render", "report"])
+@pytest.mark.parametrize("write,expected", [r[1:] for r in RESULTS], ids=[r[0] for r in RESULTS])
+def test_hostile_saved_result_is_one_line(tmp_path, command, write, expected):
+    path = tmp_path / "r.json"
+    write(path)
+    code, out, err = run_cli(command, str(path))
+    _one_line_error(code, err)
+    assert expected in err, err
+
+
+# ---------------------------------------------------------------- user code
+USER_CODE = textwrap.dedent('''
+    import sys
+    import warnings
+
+    import torch
+    import torch.nn as nn
+
+
+    class M(nn.Module):
+        def __init__(self, where):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+            self.where = where
+
+        def forward(self, x):
+            if self.where == "forward":
+                sys.exit(3)
+            if self.where == "warn":
+                warnings.warn("first line of the warning\\nsecond line\\nthird line")
+            return self.fc(x)
+
+
+    def factory_exit():
+        sys.exit(5)
+
+
+    def factory_exit_0():
+        sys.exit(0)
+
+
+    def factory_raise():
+        raise SystemExit
+
+
+    def forward_exit():
+        return M("forward"), (torch.randn(1, 4),)
+
+
+    def warns():
+        return M("warn"), (torch.randn(1, 4),)
+
+
+    def interrupt():
+        raise KeyboardInterrupt
+''')
+
+
+@pytest.fixture()
+def user_file(tmp_path):
+    path = tmp_path / "usermodel.py"
+    path.write_text(USER_CODE)
+    return str(path)
+
+
+@pytest.mark.parametrize("command,factory,expected", [
+    ("analyze", "factory_exit", "sys.exit(5) in usermodel.py:"),
+    ("analyze", "factory_exit_0", "sys.exit(0) in usermodel.py:"),
+    ("analyze", "factory_raise", "sys.exit(None) in usermodel.py:"),
+    ("analyze", "forward_exit", "sys.exit(3) in usermodel.py:"),
+    ("activations", "forward_exit", "sys.exit(3) in usermodel.py:"),
+], ids=["factory-exit-5", "factory-exit-0", "raise-SystemExit", "forward-exit", "activations"])
+def test_sys_exit_in_user_code_is_one_line_exit_2(user_file, command, factory, expected):
+    code, out, err = run_cli(command, f"{user_file}:{factory}")
+    _one_line_error(code, err)
+    assert "the model's code called " + expected in err, err
+
+
+def test_keyboard_interrupt_in_user_code_stays_130(user_file):
+    code, _, err = run_cli("analyze", f"{user_file}:interrupt")
+    assert code == 130 and err == "layerscope: interrupted\n"
+
+
+def test_warning_from_the_model_is_one_line(user_file):
+    code, out, err = run_cli("analyze", f"{user_file}:warns")
+    assert code == 0 and out
+    assert err == "layerscope: warning: first line of the warning\n", err
+
+
+def test_help_is_stdout_exit_0_and_bare_command_is_stderr_exit_2():
+    code, out, err = run_cli("--help")
+    assert code == 0 and "usage:" in out and err == ""
+    code, out, err = run_cli()
+    _one_line_error(code, err)
+    assert out == ""
+
+
+# ---------------------------------------------------------------- every numeric option
+HOSTILE_VALUES = ["-5", "0", "nan", "inf", BIG, "abc"]
+# (option, value) pairs a command legitimately accepts: zero where zero means something
+ACCEPTED = {("--seed", "0"), ("--weight-seed", "0"), ("--depth", "0"), ("--warmup", "0"),
+            ("--warmup-steps", "0"), ("--index", "0"), ("--num-workers", "0"),
+            ("--rtol", "0"), ("--atol", "0"),
+            ("--rtol", BIG), ("--atol", BIG)}  # a huge tolerance accepts any difference
+# the smallest valid command line of each (sub)command, so the option under test is the
+# only thing wrong
+BASE = {
+    "analyze": ["mnist-cnn"], "profile": ["mnist-cnn"], "ops": ["mnist-cnn"],
+    "sweep": ["mnist-cnn"], "roofline": [], "train": [], "ablate": ["digits-cnn"],
+    "predict": ["run"], "activations": ["mnist-cnn"], "models": [], "verify": ["a", "b"],
+    "render": ["r.json"], "report": ["r.json"], "export": ["mnist-cnn", "-o", "m.onnx"],
+    "compare": ["a", "b"], "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
+    "rewrite linear-subgraph": ["--m", "1", "--k", "1", "--n", "1", "-o", "d"],
+}
+
+
+def _subparsers(parser: argparse.ArgumentParser, prefix: str = ""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                path = f"{prefix} {name}".strip()
+                if any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+                    yield from _subparsers(sub, path)
+                else:
+                    yield path, sub
+
+
+def _typed_options():
+    for command, sub in _subparsers(build_parser()):
+        for action in sub._actions:
+            if action.type is not None and action.option_strings:
+                yield command, action.option_strings[-1]
+
+
+TYPED = sorted(_typed_options())
+
+
+def test_every_command_has_a_base_command_line():
+    assert {c for c, _ in _subparsers(build_parser())} == set(BASE)
+    assert len(TYPED) > 40  # every numeric option of every command is typed
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+@pytest.mark.parametrize("command,option", TYPED, ids=[f"{c}{o}" for c, o in TYPED])
+def test_numeric_option_refuses_hostile_value(tmp_path, monkeypatch, command, option, value):
+    monkeypatch.chdir(tmp_path)  # nothing the command might write lands in the worktree
+    argv = command.split() + BASE[command] + [option, value]
+    if (option, value) in ACCEPTED:
+        build_parser().parse_args(argv)  # parses; running it is other tests' business
+        return
+    code, out, err = run_cli(*argv)
+    _one_line_error(code, err)
+    assert option in err, err
+
+
+def test_unexpected_exception_is_one_line_and_debug_shows_it(monkeypatch):
+    from layerscope.cli import models_cmd
+
+    def broken(args):
+        raise RuntimeError("first\nsecond")
+
+    monkeypatch.setattr(models_cmd, "run", broken)
+    code, out, err = run_cli("models")
+    _one_line_error(code, err)
+    assert "unexpected RuntimeError: first" in err
+    with pytest.raises(RuntimeError):
+        run_cli("--debug", "models")
+
+
+def test_a_failed_command_prints_its_error_line_only(user_file, tmp_path):
+    # the model warns, then the run fails: the warning is not shown, the error is the one line
+    code, out, err = run_cli("analyze", f"{user_file}:warns", "--input", "1x5")
+    _one_line_error(code, err)
