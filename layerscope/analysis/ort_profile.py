@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from layerscope.core.limits import check_input_bytes
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats
 from layerscope.errors import UserError
@@ -50,11 +51,15 @@ def _options(level: str, threads: int | None, profile_dir: str | None):
     return opts
 
 
+def _dtype(spec: dict) -> np.dtype:
+    return np.dtype(_NUMPY.get(spec["dtype"], np.float32))
+
+
 def _feeds(report: Report, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in report.inputs:
-        dtype = _NUMPY.get(spec["dtype"], np.float32)
+        dtype = _dtype(spec).type
         shape = spec["shape"]
         feeds[spec["name"]] = (rng.standard_normal(shape).astype(dtype)
                                if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype))
@@ -96,6 +101,9 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
     if runs < 1 or warmup < 0:
         raise UserError("--runs must be at least 1 and --warmup 0 or more")
     report = analyze(path, inputs, batch_size=batch_size)
+    check_input_bytes(f"profile {path}", [(spec["shape"], _dtype(spec).itemsize)
+                                          for spec in report.inputs],
+                      "--input NAME=SHAPE, --batch-size")
     feeds = _feeds(report, seed)
     with tempfile.TemporaryDirectory(prefix="layerscope-ort-") as tmp:
         try:

@@ -138,6 +138,18 @@ def _check_domains(model, opsets: dict[str, int], path: str) -> None:
                             "malformed")
 
 
+def _check_data_location(location: str, resolved: str, base: str, tensor: str,
+                         path: str) -> None:
+    """External data must lie inside the model's folder, as onnx's checker and onnxruntime
+    require: a location that is absolute, climbs out with '..' or is a symbolic link resolving
+    elsewhere would let a model file name any file on the machine."""
+    root = os.path.realpath(base)
+    inside = os.path.commonpath([root, os.path.realpath(resolved)]) == root
+    if os.path.isabs(location) or not inside:
+        raise UserError(f"{path}: external data {location!r} of initializer {tensor!r} lies "
+                        "outside the model's folder; external data files must be inside it")
+
+
 def _check_external_data(model, path: str) -> None:
     """Every external data file must exist and be long enough; its bytes are never read."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
@@ -148,6 +160,7 @@ def _check_external_data(model, path: str) -> None:
             continue
         info = ExternalDataInfo(tensor)
         location = os.path.join(base, info.location)
+        _check_data_location(info.location, location, base, tensor.name, path)
         if not info.location or not os.path.isfile(location):
             raise UserError(f"{path}: external data file {info.location!r} of initializer "
                             f"{tensor.name!r} is missing (expected {location}); copy it beside "
@@ -271,6 +284,11 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
         if dims is None:
             raise UserError(f"{path}: input {vi.name!r} has no shape in the model; give one with "
                             f"--input {vi.name}=SHAPE")
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            example = "x".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in dims)
+            raise UserError(f"{path}: input {vi.name!r} has a negative dimension (shape "
+                            f"{_shape_text(dims)}); give its shape with --input "
+                            f"{vi.name}={example}")
         unbound = [d for d in dims if not isinstance(d, int)]
         if unbound:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
@@ -359,6 +377,15 @@ def _tensor_infos(model) -> dict[str, TensorInfo]:
     return infos
 
 
+def _check_no_negative_dims(tensors: dict[str, TensorInfo], path: str) -> None:
+    """A negative dimension (declared in value_info, an output or an initializer) would give
+    negative sizes and counts: the model is malformed."""
+    for name, info in tensors.items():
+        if info.shape is not None and any(d < 0 for d in info.shape):
+            raise UserError(f"{path}: tensor {name!r} has a negative dimension (shape "
+                            f"{_shape_text(info.shape)}); the model is malformed")
+
+
 def _constant_info(node) -> TensorInfo | None:
     """Shape and type of a Constant node's value, from its attribute."""
     for attr in node.attribute:
@@ -406,6 +433,7 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
             if info is not None:
                 tensors[node.output[0]] = info
             resident.add(node.output[0])
+    _check_no_negative_dims(tensors, path)
     captures = {i: c for i, n in enumerate(graph.node) if (c := _subgraph_captures(n))}
     real_inputs = [vi.name for vi in graph.input if vi.name not in resident]
     order = topological_order(graph.node, set(real_inputs) | resident, captures, path)

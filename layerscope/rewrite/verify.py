@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from layerscope._callable_module import make_callable
+from layerscope.core.limits import check_input_bytes
 from layerscope.errors import UserError
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
@@ -107,6 +109,8 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
         raise UserError(f"{a} has {len(runner_a.output_names)} outputs, {b} has "
                         f"{len(runner_b.output_names)}: they cannot be compared")
 
+    check_input_bytes(f"verify {runner_a.path} {b}",
+                      [(shape, np.dtype(dtype).itemsize) for _, shape, dtype in inputs])
     rng = np.random.default_rng(seed)
     acc = None
     seconds["run_a"] = seconds["run_b"] = 0.0
@@ -335,3 +339,6 @@ def _flatten(out) -> list[np.ndarray]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+make_callable(__name__, "layerscope.rewrite.verify:verify")  # see _callable_module

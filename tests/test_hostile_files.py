@@ -1,0 +1,205 @@
+"""Hostile files and API misuse: one line on stderr (exit code 2), never a traceback, a huge
+allocation or wrong numbers."""
+import os
+
+import pytest
+from onnx import TensorProto
+
+from tests.helpers import run_cli
+from tests.onnx_graphs import FLOAT, external_tensor, model, save, single, tensor
+
+# ------------------------------------------------------------------ hostile ONNX graphs
+
+
+def _relu(tmp_path, shape, name="m.onnx") -> str:
+    return save(single("Relu", [tensor("x", shape)], shape), tmp_path, name)
+
+
+def _huge(tmp_path) -> str:
+    """1x3x100000x100000 float32: 3e10 elements, 120e9 bytes = 111.8 GiB of input."""
+    return _relu(tmp_path, [1, 3, 100000, 100000])
+
+
+def _valueless(tmp_path, dims, raw: bytes | None = None) -> str:
+    """A MatMul whose weight W declares ``dims`` but holds no values (or ``raw`` bytes only)."""
+    w = TensorProto()
+    w.name, w.data_type = "W", FLOAT
+    w.dims.extend(dims)
+    if raw is not None:
+        w.raw_data = raw
+    m = single("MatMul", [tensor("x", [2, dims[0]]), "W"], [2, dims[1]], [w])
+    return save(m, tmp_path)
+
+
+def _negative_value_info(tmp_path) -> str:
+    """A custom op's output declared 2x-16 in value_info: nothing infers it, so the declared
+    shape would be used as is (before the fix: -32 FLOPs for the Relu reading it)."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Foo", ["x"], ["h"], name="f", domain="acme"),
+             helper.make_node("Relu", ["h"], ["y"], name="n")]
+    m = model(nodes, [tensor("x", [2, 4])], [tensor("y", [2, 16])], extra_opsets=[("acme", 1)],
+              value_info=[tensor("h", [2, -16])])
+    return save(m, tmp_path)
+
+
+def _external(tmp_path, location: str) -> str:
+    """A model in tmp_path/sub whose 4x2 float weight (32 B) lives at ``location``; a file of
+    64 B exists at tmp_path/secret.bin, outside the model's folder, and sub/link.bin links
+    to it."""
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 64)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.symlink(tmp_path / "secret.bin", sub / "link.bin")
+    w = external_tensor("w", [4, 2], location.replace("TMP", str(tmp_path)))
+    return save(single("MatMul", [tensor("x", [1, 4]), "w"], [1, 2], [w]), sub)
+
+
+OUTSIDE = "lies outside the model's folder; external data files must be inside it"
+HUGE = "its inputs would need 111.8 GiB, over the 4.0 GiB limit"
+
+ONNX_CASES = [
+    ("profile-huge-dims", lambda p: ["profile", _huge(p), "--runs", "1"],
+     f"{HUGE}; give smaller shapes (--input NAME=SHAPE, --batch-size) or raise the limit with "
+     "LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
+    ("verify-huge-dims", lambda p: ["verify", *[_huge(p)] * 2],
+     f"{HUGE}; raise the limit with LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
+    ("rewrite-valueless-initializer", lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128]),
+                                                 "-o", str(p / "out.onnx")],
+     "initializer 'W' (128x128) does not hold the values its dims call for"),
+    ("rewrite-valueless-small-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [4, 16]), "-o", str(p / "out.onnx")],
+     "initializer 'W' (4x16) does not hold the values"),
+    ("rewrite-short-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128], b"\0" * 100), "-o",
+                str(p / "out.onnx")],
+     "initializer 'W' (128x128) does not hold the values"),
+    ("negative-input-dim", lambda p: ["analyze", _relu(p, [1, -5])],
+     "input 'x' has a negative dimension (shape 1x-5); give its shape with --input x=1x1"),
+    ("negative-value-info-dim", lambda p: ["analyze", _negative_value_info(p)],
+     "tensor 'h' has a negative dimension (shape 2x-16); the model is malformed"),
+    ("external-data-parent", lambda p: ["analyze", _external(p, "../secret.bin")],
+     f"external data '../secret.bin' of initializer 'w' {OUTSIDE}"),
+    ("external-data-absolute", lambda p: ["analyze", _external(p, "TMP/secret.bin")],
+     OUTSIDE),
+    ("external-data-symlink-out", lambda p: ["analyze", _external(p, "link.bin")],
+     f"external data 'link.bin' of initializer 'w' {OUTSIDE}"),
+    ("profile-external-data-parent", lambda p: ["profile", _external(p, "../secret.bin")],
+     OUTSIDE),
+]
+
+
+def _one_line_error(argv, expected, tmp_path):
+    before = sorted(os.listdir(tmp_path))
+    code, out, err = run_cli(*argv)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("layerscope: error: "), err
+    assert expected in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in ONNX_CASES],
+                         ids=[c[0] for c in ONNX_CASES])
+def test_hostile_onnx_is_one_line(tmp_path, make, expected):
+    argv = make(tmp_path)
+    _one_line_error(argv, expected, tmp_path)
+
+
+def test_static_analysis_of_huge_dims_still_works(tmp_path):
+    """analyze never allocates inputs: 3e10 elements x 4 B = 120e9 bytes in and out."""
+    from layerscope import analyze
+
+    report = analyze(_huge(tmp_path))
+    assert report.totals.input_bytes == 120_000_000_000
+    assert report.layers[0].flops == 3 * 10**10  # Relu: one comparison per element
+
+
+def test_zero_dim_counts_zero(tmp_path):
+    """A 0 dimension is legal ONNX: an empty tensor, every count 0 (never negative)."""
+    from layerscope import analyze
+
+    report = analyze(_relu(tmp_path, [1, 0]))
+    assert (report.layers[0].flops, report.totals.input_bytes) == (0, 0)
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("7", "its inputs would need 8 bytes, over the 7 bytes limit"),  # 1x2 float32 = 8 B
+    ("abc", "LAYERSCOPE_MAX_INPUT_BYTES='abc': give a whole number of bytes"),
+    ("0", "LAYERSCOPE_MAX_INPUT_BYTES='0': give a whole number of bytes, at least 1"),
+], ids=["below-need", "not-a-number", "zero"])
+def test_input_bytes_limit_env(tmp_path, monkeypatch, value, expected):
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", value)
+    path = _relu(tmp_path, [1, 2])
+    _one_line_error(["verify", path, path], expected, tmp_path)
+
+
+def test_input_bytes_limit_raised_by_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", "8")  # exactly 1x2 float32
+    path = _relu(tmp_path, [1, 2])
+    code, out, err = run_cli("verify", path, path)
+    assert code == 0, err
+
+
+def test_tile_linear_api_refuses_valueless_initializer(tmp_path):
+    import onnx
+
+    from layerscope.errors import UserError
+    from layerscope.rewrite import tile_linear
+
+    m = onnx.load(_valueless(tmp_path, [128, 128]))
+    with pytest.raises(UserError, match="initializer 'W' .128x128. does not hold"):
+        tile_linear(m, 64)
+    m = single("MatMul", [tensor("x", [2, 128]), "w"], [2, 128],
+               [external_tensor("w", [128, 128], "w.bin")])
+    with pytest.raises(UserError, match="external data file that was not loaded"):
+        tile_linear(m, 64)
+
+
+# ------------------------------------------------------------------ API names shared with modules
+
+SHADOWED = [  # (package, name, the module a user may import under that name)
+    ("layerscope", "ops", "layerscope.ops.registry"),
+    ("layerscope.rewrite", "tile_linear", "layerscope.rewrite.tile_linear"),
+    ("layerscope.rewrite", "verify", "layerscope.rewrite.verify"),
+]
+
+
+@pytest.mark.parametrize("module_first", [True, False], ids=["module-first", "function-first"])
+@pytest.mark.parametrize("package,name,submodule", SHADOWED, ids=[c[1] for c in SHADOWED])
+def test_api_function_survives_import_of_same_named_module(package, name, submodule,
+                                                          module_first):
+    """Importing the submodule binds the package attribute to the module (Python's import
+    system does); the name must stay callable in either order of imports, and the module
+    usable. A fresh interpreter: this process has imported everything already."""
+    import subprocess
+    import sys
+
+    steps = [f"import {submodule}", f"assert callable({package}.{name})"]
+    code = "; ".join([f"import {package}", *(steps if module_first else steps[::-1]),
+                      f"import {submodule}", f"assert callable({package}.{name})",
+                      f"assert {submodule}.__name__ == {submodule!r}"])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_layerscope_ops_callable_after_import_of_subpackage():
+    import sys
+
+    import layerscope
+    import layerscope.ops.registry  # noqa: F401  binds layerscope.ops to the subpackage
+
+    table = layerscope.ops("mnist-cnn", runs=1, warmup=0)
+    assert table.kind == "ops" and table.rows
+    assert layerscope.ops.registry is sys.modules["layerscope.ops.registry"]
+
+
+def test_tile_linear_and_verify_callable_after_module_import(tmp_path):
+    import layerscope.rewrite.tile_linear  # noqa: F401
+    import layerscope.rewrite.verify  # noqa: F401
+    from layerscope.rewrite import linear_model, tile_linear, verify
+    from layerscope.rewrite.onnx_io import save_onnx
+
+    m = linear_model(2, 128, 128)
+    save_onnx(m, str(tmp_path / "a.onnx"))
+    save_onnx(tile_linear(m, 64).model, str(tmp_path / "b.onnx"))
+    assert verify(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), runs=1).ok
