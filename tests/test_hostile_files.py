@@ -203,3 +203,114 @@ def test_tile_linear_and_verify_callable_after_module_import(tmp_path):
     save_onnx(m, str(tmp_path / "a.onnx"))
     save_onnx(tile_linear(m, 64).model, str(tmp_path / "b.onnx"))
     assert verify(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), runs=1).ok
+
+
+# ------------------------------------------------------------------ a damaged roofline cache
+
+def _fake_measure(calls):
+    """Stands in for the 2048^3 matmul and 256 MiB copy; counts the measurements."""
+    from layerscope.analysis.roofline import Ceilings
+
+    def measure(device="cpu", dtype=None, threads=None, *args, **kwargs):
+        calls.append(device)
+        return Ceilings(device, "float32", threads or 1, 1e11, 1e10, 2048, 2**29)
+    return measure
+
+
+def _good_entry(**changes):
+    entry = {"device": "cpu", "dtype": "float32", "threads": 1, "peak_flops": 5e10,
+             "bandwidth": 5e9, "matmul_size": 2048, "copy_bytes": 2**29, "ridge": 10.0}
+    return entry | changes
+
+
+def _with_entry(**changes):
+    """A cache whose entry for this machine has ``changes``: a callable of the cache key."""
+    import json
+
+    return lambda key: json.dumps({key: _good_entry(**changes)})
+
+
+CACHE_CASES = [  # (id, file content (text, or a callable of the key), why it is ignored)
+    ("invalid-json", "{not json", "it is not valid JSON"),
+    ("empty-file", "", "it is not valid JSON"),
+    ("not-utf8", b"\xff\xfe\x00garbage", "it is not valid JSON"),
+    ("json-list", "[1, 2]", "it holds a JSON list, not an object"),
+    ("directory", None, "it is a directory"),
+    ("entry-not-object", lambda key: '{"%s": "fast"}' % key, "this machine's entry is malformed"),
+    ("entry-missing-key", lambda key: '{"%s": {"device": "cpu"}}' % key,
+     "this machine's entry is malformed"),
+    ("negative-bandwidth", _with_entry(bandwidth=-1.0), "non-positive ceilings"),
+    ("nan-peak", _with_entry(peak_flops=float("nan")), "malformed"),
+    ("string-threads", _with_entry(threads="4"), "malformed"),
+    ("bool-size", _with_entry(matmul_size=True), "malformed"),
+]
+
+
+def _damage(cache_file, content, key):
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    if content is None:
+        cache_file.mkdir()
+    elif callable(content):
+        cache_file.write_text(content(key))
+    else:
+        (cache_file.write_bytes if isinstance(content, bytes) else cache_file.write_text)(content)
+
+
+@pytest.mark.parametrize("content,why", [c[1:] for c in CACHE_CASES],
+                         ids=[c[0] for c in CACHE_CASES])
+def test_damaged_roofline_cache_is_ignored_with_one_warning(tmp_path, monkeypatch, content, why):
+    import torch
+
+    from layerscope.analysis import roofline
+    from layerscope.errors import LayerscopeWarning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # never the real ~/.cache
+    calls = []
+    monkeypatch.setattr(roofline, "measure", _fake_measure(calls))
+    cache_file = tmp_path / "layerscope" / "roofline.json"
+    assert roofline.cache_path() == str(cache_file)
+    _damage(cache_file, content, roofline._key("cpu", torch.float32, 1))
+    with pytest.warns(LayerscopeWarning) as caught:
+        c = roofline.ceilings("cpu", torch.float32, threads=1)
+    assert len(caught) == 1 and why in str(caught[0].message), [str(w.message) for w in caught]
+    assert str(cache_file) in str(caught[0].message)
+    assert (c.peak_flops, c.bandwidth, calls) == (1e11, 1e10, ["cpu"])  # measured again
+    if content is not None:  # the file was replaced by a good one: no warning next time
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert roofline.ceilings("cpu", torch.float32, threads=1) == c
+        assert calls == ["cpu"]
+
+
+def test_good_roofline_cache_is_used_silently(tmp_path, monkeypatch):
+    import warnings
+
+    import torch
+
+    from layerscope.analysis import roofline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(roofline, "measure", _fake_measure(calls))
+    _damage(tmp_path / "layerscope" / "roofline.json", _with_entry(),
+            roofline._key("cpu", torch.float32, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = roofline.ceilings("cpu", torch.float32, threads=1)
+    assert (c.bandwidth, calls) == (5e9, [])
+
+
+def test_profile_with_damaged_cache_warns_once_on_stderr(tmp_path, monkeypatch):
+    from layerscope.analysis import roofline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(roofline, "measure", _fake_measure([]))
+    _damage(tmp_path / "layerscope" / "roofline.json", "{not json", "")
+    code, out, err = run_cli("profile", "mnist-cnn", "--runs", "1", "--warmup", "0")
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if "roofline cache" in ln]
+    assert len(lines) == 1 and lines[0].startswith("layerscope: warning: ignoring the roofline "
+                                                   "cache "), err
+    assert "Traceback" not in err and "Warning" not in err

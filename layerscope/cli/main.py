@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import sys
 import traceback
+import warnings
 
 from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, profile_cmd,
                             predict_cmd, roofline_cmd, sweep_cmd, train_cmd, ablate_cmd,
                             rewrite_cmd, verify_cmd, render_cmd, report_cmd, export_cmd,
                             compare_cmd)
 from layerscope.cli.common import Parser
-from layerscope.errors import UserError
+from layerscope.errors import LayerscopeWarning, UserError
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
@@ -29,7 +30,7 @@ def build_parser() -> Parser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
@@ -48,3 +49,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``_main`` with layerscope's own warnings printed as one line each (every time: a test
+    or a program calling main twice sees both)."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, LayerscopeWarning):
+            print(f"layerscope: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", LayerscopeWarning)
+        warnings.showwarning = show
+        return _main(argv)
