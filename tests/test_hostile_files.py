@@ -314,3 +314,41 @@ def test_profile_with_damaged_cache_warns_once_on_stderr(tmp_path, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith("layerscope: warning: ignoring the roofline "
                                                    "cache "), err
     assert "Traceback" not in err and "Warning" not in err
+
+
+# ------------------------------------------------------------------ export keeps every flag
+
+def _mixed_flags_model():
+    """Root in training mode, BatchNorm in eval mode, Dropout in training mode."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model[1].eval()
+    return model
+
+
+_SHARED = {}
+
+
+def shared_mixed_flags_model():
+    """A factory for the CLI (spec MODULE:shared_mixed_flags_model, MODULE this module's name
+    in sys.modules) that returns the test's own model, so the test can see its flags after."""
+    return _SHARED["model"]
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_export_restores_every_modules_training_flag(tmp_path, via):
+    from layerscope.frontends.onnx_export import export_onnx
+
+    model = _mixed_flags_model()
+    before = [m.training for m in model.modules()]
+    assert before == [True, True, False, True, True]
+    path = str(tmp_path / "m.onnx")
+    if via == "api":
+        export_onnx(model, path, inputs="2x8", exporter="legacy", verify=False)
+    else:
+        _SHARED["model"] = model
+        code, out, err = run_cli("export", f"{__name__}:shared_mixed_flags_model", "-o", path, "--input", "2x8", "--legacy", "--no-verify")
+        assert code == 0, err
+    assert os.path.exists(path)
+    assert [m.training for m in model.modules()] == before

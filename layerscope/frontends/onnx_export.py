@@ -193,7 +193,9 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
     loaded = load(model, inputs, batch_size, meta=False)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
-    was_training = module.training
+    # every module's own flag, not only the root's: eval() sets them all, and a model may mix
+    # train and eval submodules (frozen TorchScript modules have no flag)
+    flags = [(m, m.training) for m in module.modules() if hasattr(m, "training")]
     try:
         tmpdir = tempfile.mkdtemp(prefix=".layerscope-export-", dir=destination_dir)
     except OSError as exc:
@@ -214,7 +216,8 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
             raise UserError(f"{loaded.name}: the {exporter} exporter failed: "
                             f"{_first_line(exc)}") from exc
         finally:
-            module.train(was_training)
+            for m, flag in flags:
+                m.training = flag
         ir_version = _cap_ir_version(tmp_path)
         verified = verify_loads(tmp_path) if verify else None
         opset_used, nodes, initializers = _summary(tmp_path)
