@@ -352,3 +352,116 @@ def test_export_restores_every_modules_training_flag(tmp_path, via):
         assert code == 0, err
     assert os.path.exists(path)
     assert [m.training for m in model.modules()] == before
+
+
+# ------------------------------------------------------------------ hostile checkpoints
+
+def _digits_weights():
+    from layerscope.training.recipes import lookup
+
+    return lookup("digits-cnn").build().state_dict()
+
+
+def _other_recipe_weights():
+    """mnist-cnn's weights: same layer names as far as they go, other shapes."""
+    from layerscope.training.recipes import lookup
+
+    return lookup("mnist-cnn").build().state_dict()
+
+
+CONFIG = {"recipe": "digits-cnn", "synthetic": True, "synthetic_size": [64, 32]}
+
+
+def _checkpoint(**changes):
+    """A training checkpoint as loop.py writes one (the optimizer state of a fresh SGD/Adam is
+    what load_state_dict accepts), with ``changes``; a value of None removes the entry."""
+    from layerscope.training.checkpoint import rng_state
+    from layerscope.training.recipes import lookup, make_optimizer
+
+    recipe = lookup("digits-cnn")
+    model = recipe.build()
+    state = {"model": model.state_dict(),
+             "optimizer": make_optimizer(recipe.optimizer, model.parameters(),
+                                         recipe.lr).state_dict(),
+             "scheduler": None, "scaler": None, "epoch": 1, "step": 2, "rng": rng_state(),
+             "config": dict(CONFIG), "history": []}
+    state.update(changes)
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def _final_model(**changes):
+    """What training writes to RUN/model.pt: weights, config, classes; no training state."""
+    state = {"model": _digits_weights(), "config": dict(CONFIG), "classes": list("0123456789"),
+             "recipe": "digits-cnn"}
+    return state | changes
+
+
+def _saved(tmp_path, state, name="ckpt.pt") -> str:
+    import torch
+
+    path = str(tmp_path / name)
+    torch.save(state, path)
+    return path
+
+
+def _resume(state):
+    return lambda p: ["train", "--resume", _saved(p, state()), "--out", str(p / "out"),
+                      "--dry-run"]
+
+
+def _predict(state):
+    return lambda p: ["predict", _saved(p, state()), "--index", "0"]
+
+
+CHECKPOINT_CASES = [
+    ("resume-final-model", _resume(_final_model),
+     "is a run's final model, not a training checkpoint; to resume, give the run directory"),
+    ("resume-other-recipe-weights", _resume(lambda: _checkpoint(model=_other_recipe_weights())),
+     "its weights do not fit the model of recipe 'digits-cnn' (size mismatch for"),
+    ("predict-other-recipe-weights", _predict(lambda: _final_model(model=_other_recipe_weights())),
+     "its weights do not fit the model of recipe 'digits-cnn'"),
+    ("predict-missing-weights", _predict(lambda: _final_model(model={})),
+     "its weights do not fit the model of recipe 'digits-cnn' (Missing key(s)"),
+    ("model-entry-tensor", _predict(lambda: _final_model(model=_ones())),
+     "its model entry is a Tensor, not a state dict"),
+    ("config-not-dict", _predict(lambda: _final_model(config="digits-cnn")),
+     "its config is malformed (a str, not a dict)"),
+    ("config-no-recipe", _predict(lambda: _final_model(config={"synthetic": True})),
+     "its config is malformed (no recipe)"),
+    ("config-wrong-type", _resume(lambda: _checkpoint(config=CONFIG | {"epochs": "ten"})),
+     "its config is malformed (epochs is 'ten')"),
+    ("config-recipe-not-str", _predict(lambda: _final_model(config={"recipe": 3})),
+     "its config is malformed (recipe is 3)"),
+    ("resume-damaged-optimizer", _resume(lambda: _checkpoint(optimizer={"state": {},
+                                                                        "param_groups": []})),
+     "the checkpoint's training state does not fit this run (ValueError"),
+    ("resume-no-rng", _resume(lambda: _checkpoint(rng=None)), "the checkpoint has no rng"),
+    ("resume-bare-tensor", _resume(lambda: _ones()),
+     "is not a layerscope checkpoint (no model/config entries)"),
+]
+
+
+def _ones():
+    import torch
+
+    return torch.ones(3)
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in CHECKPOINT_CASES],
+                         ids=[c[0] for c in CHECKPOINT_CASES])
+def test_hostile_checkpoint_is_one_line(tmp_path, make, expected):
+    _one_line_error(make(tmp_path), expected, tmp_path)
+
+
+@pytest.mark.parametrize("content", ["tensor", "list", "dict-of-strings"])
+def test_weights_that_are_not_a_state_dict(tmp_path, content):
+    import torch
+    from torch import nn
+
+    from layerscope.errors import UserError
+    from layerscope.training.recipes import load_pretrained_resnet50
+
+    obj = {"tensor": torch.ones(3), "list": [torch.ones(3)], "dict-of-strings": {"a": "b"}}
+    path = _saved(tmp_path, obj[content], "w.pth")
+    with pytest.raises(UserError, match="holds a .*, not a state dict"):
+        load_pretrained_resnet50(nn.Linear(1, 1), path)

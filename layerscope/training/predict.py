@@ -51,7 +51,7 @@ def predict(source: str, *, index: int | None = None, image: str | None = None,
     config = state["config"]
     recipe = lookup(config["recipe"])
     model = recipe.build()
-    model.load_state_dict(state["model"])
+    ckpt.load_weights(model, state, source)
     model.eval()
     classes = state.get("classes") or []
     if image is not None:
