@@ -465,3 +465,103 @@ def test_weights_that_are_not_a_state_dict(tmp_path, content):
     path = _saved(tmp_path, obj[content], "w.pth")
     with pytest.raises(UserError, match="holds a .*, not a state dict"):
         load_pretrained_resnet50(nn.Linear(1, 1), path)
+
+
+# ------------------------------------------------------------------ corrupt files, every command
+
+def _good_onnx(tmp_path) -> str:
+    return _relu(tmp_path, [1, 4], "good.onnx")
+
+
+def _torchscript_bytes() -> bytes:
+    import io
+    import warnings
+
+    import torch
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(torch.nn.Linear(4, 4)), buf)
+    return buf.getvalue()
+
+
+def _zip_without_version() -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("m/data.pkl", b"garbage")
+    return buf.getvalue()
+
+
+def _corrupt(kind: str, suffix: str):
+    """A callable of tmp_path that writes a corrupt model file named bad.<suffix>."""
+    import random
+
+    def make(tmp_path) -> str:
+        path = tmp_path / f"bad.{suffix}"
+        if kind == "directory":
+            path.mkdir()
+            return str(path)
+        data = {"random": lambda: random.Random(0).randbytes(512),
+                "empty": lambda: b"",
+                "truncated-torchscript": lambda: _torchscript_bytes()[:300],
+                "torchscript": _torchscript_bytes,
+                "zip-not-torchscript": _zip_without_version}
+        if kind == "truncated-onnx":
+            good = open(_good_onnx(tmp_path), "rb").read()
+            path.write_bytes(good[: len(good) // 2])
+        else:
+            path.write_bytes(data[kind]())
+        return str(path)
+    return make
+
+
+ONNX_FILES = ["random", "empty", "directory", "truncated-onnx", "torchscript"]
+TORCHSCRIPT_FILES = ["random", "empty", "directory", "truncated-torchscript",
+                     "zip-not-torchscript"]
+ONNX_COMMANDS = {  # command -> argv around the bad file F (good.onnx: a valid second model)
+    "analyze": ["analyze", "F"], "profile": ["profile", "F", "--runs", "1"],
+    "verify-a": ["verify", "F", "G"], "verify-b": ["verify", "G", "F"],
+    "rewrite": ["rewrite", "tile-linear", "F", "-o", "OUT"], "compare": ["compare", "F", "G"],
+}
+TORCHSCRIPT_COMMANDS = {
+    "analyze": ["analyze", "F"], "profile": ["profile", "F", "--runs", "1"],
+    "ops": ["ops", "F", "--runs", "1"], "verify": ["verify", "F", "G"],
+    "compare": ["compare", "F", "G"], "export": ["export", "F", "-o", "OUT"],
+}
+CORRUPT_CASES = (
+    [(f"{cmd}-{kind}.onnx", kind, "onnx", argv) for kind in ONNX_FILES
+     for cmd, argv in ONNX_COMMANDS.items()]
+    + [(f"{cmd}-{kind}.pt", kind, "pt", argv) for kind in TORCHSCRIPT_FILES
+       for cmd, argv in TORCHSCRIPT_COMMANDS.items()])
+
+
+@pytest.mark.parametrize("kind,suffix,argv", [c[1:] for c in CORRUPT_CASES],
+                         ids=[c[0] for c in CORRUPT_CASES])
+def test_corrupt_model_file_is_one_line(tmp_path, kind, suffix, argv):
+    bad = _corrupt(kind, suffix)(tmp_path)
+    good = _good_onnx(tmp_path)
+    out = str(tmp_path / "out.onnx")
+    argv = [{"F": bad, "G": good, "OUT": out}.get(a, a) for a in argv]
+    _one_line_error(argv, os.path.basename(bad), tmp_path)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["analyze", "TMP/nope.onnx"], "nope.onnx: no such file"),
+    (["analyze", "TMP/nope.pt"], "nope.pt: no such file"),
+    (["analyze", "resnt50"], "unknown model 'resnt50'. Did you mean: resnet50"),
+    (["analyze", "TMP/bad.onnx"], "it is a zip archive, as TorchScript and torch.save files are"),
+    (["rewrite", "tile-linear", "TMP/bad.onnx", "-o", "TMP/o.onnx"], "it is a zip archive"),
+    (["analyze", "TMP/bad.pt"], "could not be loaded as TorchScript: Expected hasRecord"),
+], ids=["missing-onnx", "missing-pt", "unknown-name", "torchscript-named-onnx",
+        "rewrite-torchscript-named-onnx", "zip-not-torchscript"])
+def test_bad_model_message_says_what_to_do(tmp_path, argv, expected):
+    (tmp_path / "bad.onnx").write_bytes(_torchscript_bytes())
+    (tmp_path / "bad.pt").write_bytes(_zip_without_version())
+    argv = [a.replace("TMP", str(tmp_path)) for a in argv]
+    code, out, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1 and expected in err, err
+    assert "Could this error message be improved" not in err

@@ -112,8 +112,18 @@ def _read_model(path: str):
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); is the file "
-                        "complete?") from exc
+        raise UserError(f"{path} is not a readable ONNX model ({_first_line(exc)}); "
+                        f"{unreadable_hint(path)}") from exc
+
+
+def unreadable_hint(path: str) -> str:
+    """What to say about a file protobuf cannot parse: PyTorch files are zip archives."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        return ("it is a zip archive, as TorchScript and torch.save files are: give it a .pt "
+                "name to analyse it as TorchScript")
+    return "is the file complete?"
 
 
 def _opsets(model, path: str) -> dict[str, int]:

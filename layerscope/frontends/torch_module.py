@@ -138,6 +138,7 @@ def load_torchscript(path: str) -> nn.Module:
             return torch.jit.load(path, map_location="cpu")
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first.split("(Could this error message be improved?")[0].strip()  # PyTorch's
         raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
 
 

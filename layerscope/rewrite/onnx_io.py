@@ -42,7 +42,10 @@ def load_onnx(path: str):
     try:
         model = onnx.load(path)
     except Exception as exc:
-        raise UserError(f"{path} is not an ONNX model ({_first_line(exc)})") from exc
+        from layerscope.frontends.onnx_model import unreadable_hint
+
+        raise UserError(f"{path} is not an ONNX model ({_first_line(exc)}); "
+                        f"{unreadable_hint(path)}") from exc
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise UserError(f"{path} is not an ONNX model (no IR version, graph or opset)")
     return model
