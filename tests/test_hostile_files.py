@@ -55,6 +55,18 @@ def _external(tmp_path, location: str) -> str:
     return save(single("MatMul", [tensor("x", [1, 4]), "w"], [1, 2], [w]), sub)
 
 
+def _external_constant(tmp_path) -> str:
+    """A Constant node whose value (4x2 float) is external data at ../secret.bin."""
+    from onnx import helper
+
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "sub").mkdir()
+    value = external_tensor("c", [4, 2], "../secret.bin")
+    nodes = [helper.make_node("Constant", [], ["c"], name="k", value=value),
+             helper.make_node("MatMul", ["x", "c"], ["y"], name="n")]
+    return save(model(nodes, [tensor("x", [1, 4])], [tensor("y", [1, 2])]), tmp_path / "sub")
+
+
 OUTSIDE = "lies outside the model's folder; external data files must be inside it"
 HUGE = "its inputs would need 111.8 GiB, over the 4.0 GiB limit"
 
@@ -84,6 +96,8 @@ ONNX_CASES = [
      OUTSIDE),
     ("external-data-symlink-out", lambda p: ["analyze", _external(p, "link.bin")],
      f"external data 'link.bin' of initializer 'w' {OUTSIDE}"),
+    ("external-data-of-constant", lambda p: ["analyze", _external_constant(p)],
+     f"external data '../secret.bin' of attribute 'value' of node 'k' {OUTSIDE}"),
     ("profile-external-data-parent", lambda p: ["profile", _external(p, "../secret.bin")],
      OUTSIDE),
 ]

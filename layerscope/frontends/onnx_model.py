@@ -148,7 +148,7 @@ def _check_domains(model, opsets: dict[str, int], path: str) -> None:
                             "malformed")
 
 
-def _check_data_location(location: str, resolved: str, base: str, tensor: str,
+def _check_data_location(location: str, resolved: str, base: str, what: str,
                          path: str) -> None:
     """External data must lie inside the model's folder, as onnx's checker and onnxruntime
     require: a location that is absolute, climbs out with '..' or is a symbolic link resolving
@@ -156,8 +156,27 @@ def _check_data_location(location: str, resolved: str, base: str, tensor: str,
     root = os.path.realpath(base)
     inside = os.path.commonpath([root, os.path.realpath(resolved)]) == root
     if os.path.isabs(location) or not inside:
-        raise UserError(f"{path}: external data {location!r} of initializer {tensor!r} lies "
-                        "outside the model's folder; external data files must be inside it")
+        raise UserError(f"{path}: external data {location!r} of {what} lies outside the "
+                        "model's folder; external data files must be inside it")
+
+
+def _stored_tensors(graph):
+    """(what, tensor) for every TensorProto that can keep its data in a file: initializers and
+    tensor attributes (Constant values), in subgraphs too."""
+    import onnx
+
+    for t in graph.initializer:
+        yield f"initializer {t.name!r}", t
+    for node in graph.node:
+        for attr in node.attribute:
+            label = f"attribute {attr.name!r} of node {node.name or node.op_type!r}"
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield label, attr.t
+            for t in attr.tensors:
+                yield label, t
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else []) + list(
+                    attr.graphs):
+                yield from _stored_tensors(g)
 
 
 def _check_external_data(model, path: str) -> None:
@@ -165,22 +184,20 @@ def _check_external_data(model, path: str) -> None:
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     base = os.path.dirname(os.path.abspath(path))
-    for tensor in model.graph.initializer:
+    for what, tensor in _stored_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
         info = ExternalDataInfo(tensor)
         location = os.path.join(base, info.location)
-        _check_data_location(info.location, location, base, tensor.name, path)
+        _check_data_location(info.location, location, base, what, path)
         if not info.location or not os.path.isfile(location):
-            raise UserError(f"{path}: external data file {info.location!r} of initializer "
-                            f"{tensor.name!r} is missing (expected {location}); copy it beside "
-                            "the model")
+            raise UserError(f"{path}: external data file {info.location!r} of {what} is missing "
+                            f"(expected {location}); copy it beside the model")
         need = (info.offset or 0) + (info.length if info.length
                                      else tensor_bytes(tensor.dims, tensor.data_type))
         if os.path.getsize(location) < need:
             raise UserError(f"{path}: external data file {info.location!r} is shorter than "
-                            f"initializer {tensor.name!r} needs ({need:,} bytes); it is "
-                            "truncated")
+                            f"{what} needs ({need:,} bytes); it is truncated")
 
 
 # Initializers up to this many elements keep their values: shape inference reads small integer
