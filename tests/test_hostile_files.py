@@ -136,6 +136,15 @@ def test_zero_dim_counts_zero(tmp_path):
     assert (report.layers[0].flops, report.totals.input_bytes) == (0, 0)
 
 
+def test_verify_keeps_a_zero_dim(tmp_path):
+    """verify used to take a fixed 0 for a symbolic dimension and feed 1x1 (rejected)."""
+    from layerscope.rewrite import verify
+
+    path = _relu(tmp_path, [1, 0])
+    result = verify(path, path, runs=1)
+    assert result.ok and result.inputs[0]["shape"] == [1, 0]
+
+
 @pytest.mark.parametrize("value,expected", [
     ("7", "its inputs would need 8 bytes, over the 7 bytes limit"),  # 1x2 float32 = 8 B
     ("abc", "LAYERSCOPE_MAX_INPUT_BYTES='abc': give a whole number of bytes"),

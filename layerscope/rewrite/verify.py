@@ -274,7 +274,8 @@ class _OnnxRunner:
             if i.type not in _ORT_TYPES:
                 raise UserError(f"{self.path}: input {i.name} has type {i.type}, which verify "
                                 "cannot generate (tensors of numbers or booleans only)")
-            dims = [d if isinstance(d, int) and d > 0 else None for d in (i.shape or [])]
+            # a fixed 0 is an empty tensor (legal ONNX); None and names are symbolic
+            dims = [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]
             self.inputs.append((i.name, dims, np.dtype(_ORT_TYPES[i.type])))
         self.output_names = [o.name for o in self.session.get_outputs()]
 
