@@ -76,6 +76,10 @@ ONNX_CASES = [
      "LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
     ("verify-huge-dims", lambda p: ["verify", *[_huge(p)] * 2],
      f"{HUGE}; raise the limit with LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
+    ("linear-subgraph-huge", lambda p: ["rewrite", "linear-subgraph", "--m", "1", "--k",
+                                        "100000", "--n", "100000", "-o", str(p / "lin")],
+     # weights drawn in float64, kept in float32: 1e10 x 12 B = 111.8 GiB
+     "its weights would need 111.8 GiB, over the 4.0 GiB limit; give smaller shapes (--k, --n)"),
     ("rewrite-valueless-initializer", lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128]),
                                                  "-o", str(p / "out.onnx")],
      "initializer 'W' (128x128) does not hold the values its dims call for"),

@@ -36,12 +36,12 @@ def _gib(nbytes: int) -> str:
 
 
 def check_input_bytes(what: str, tensors: Iterable[tuple[Sequence[int], int]],
-                      smaller: str = "") -> None:
+                      smaller: str = "", noun: str = "its inputs") -> None:
     """Refuse before allocating: ``tensors`` are (shape, bytes per element) of one input set;
     ``smaller`` names the options that give smaller shapes, if the command has any."""
     need = sum(math.prod(shape) * itemsize for shape, itemsize in tensors)
     limit = max_input_bytes()
     if need > limit:
         fix = f"give smaller shapes ({smaller}) or raise" if smaller else "raise"
-        raise UserError(f"{what}: its inputs would need {_gib(need)}, over the {_gib(limit)} "
+        raise UserError(f"{what}: {noun} would need {_gib(need)}, over the {_gib(limit)} "
                         f"limit; {fix} the limit with {ENV_MAX_INPUT_BYTES}=BYTES")

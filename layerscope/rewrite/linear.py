@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from layerscope.core.limits import check_input_bytes
 from layerscope.errors import UserError
 from layerscope.rewrite.onnx_io import require_onnx
 
@@ -22,6 +23,9 @@ def linear_model(m: int, k: int, n: int, *, bias: bool = True, seed: int = 0):
     for name, v in (("m", m), ("k", k), ("n", n)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise UserError(f"--{name} must be a whole number of at least 1, got {v!r}")
+    # the weights are drawn in float64 (8 B) and kept in float32 (4 B)
+    check_input_bytes(f"linear-subgraph {m}x{k} @ {k}x{n}", [((k, n), 12)], "--k, --n",
+                      noun="its weights")
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(k)
     w = rng.uniform(-bound, bound, size=(k, n)).astype(np.float32)
