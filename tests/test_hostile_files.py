@@ -80,8 +80,8 @@ ONNX_CASES = [
                                         "100000", "--n", "100000", "-o", str(p / "lin")],
      # weights drawn in float64, kept in float32: 1e10 x 12 B = 111.8 GiB
      "its weights would need 111.8 GiB, over the 4.0 GiB limit; give smaller shapes (--k, --n)"),
-    ("rewrite-valueless-initializer", lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128]),
-                                                 "-o", str(p / "out.onnx")],
+    ("rewrite-valueless-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128]), "-o", str(p / "out.onnx")],
      "initializer 'W' (128x128) does not hold the values its dims call for"),
     ("rewrite-valueless-small-initializer",
      lambda p: ["rewrite", "tile-linear", _valueless(p, [4, 16]), "-o", str(p / "out.onnx")],
@@ -375,7 +375,8 @@ def test_export_restores_every_modules_training_flag(tmp_path, via):
         export_onnx(model, path, inputs="2x8", exporter="legacy", verify=False)
     else:
         _SHARED["model"] = model
-        code, out, err = run_cli("export", f"{__name__}:shared_mixed_flags_model", "-o", path, "--input", "2x8", "--legacy", "--no-verify")
+        code, out, err = run_cli("export", f"{__name__}:shared_mixed_flags_model", "-o", path,
+                                 "--input", "2x8", "--legacy", "--no-verify")
         assert code == 0, err
     assert os.path.exists(path)
     assert [m.training for m in model.modules()] == before
