@@ -17,3 +17,8 @@ def first_line(exc: BaseException | str, *, with_type: bool = False) -> str:
     if not line:
         return type(exc).__name__
     return f"{type(exc).__name__}: {line}" if with_type else line
+
+
+class LayerscopeWarning(UserWarning):
+    """Something was wrong but the command carries on (a damaged cache is ignored): the CLI
+    prints it as one line, ``layerscope: warning: ...``."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from layerscope.core.io import temp_dir
 from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.limits import check_input_bytes
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.errors import UserError, first_line
@@ -55,11 +56,15 @@ def _options(level: str, threads: int | None, profile_dir: str | None):
     return opts
 
 
+def _dtype(spec: dict) -> np.dtype:
+    return np.dtype(_NUMPY.get(spec["dtype"], np.float32))
+
+
 def _feeds(report: Report, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for spec in report.inputs:
-        dtype = _NUMPY.get(spec["dtype"], np.float32)
+        dtype = _dtype(spec).type
         shape = spec["shape"]
         feeds[spec["name"]] = (rng.standard_normal(shape).astype(dtype)
                                if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype))
@@ -103,6 +108,9 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
         threads = values.thread_count(threads, "--threads")
     machine = read_machine()  # before our own work adds to the load average
     report = analyze(path, inputs, batch_size=batch_size)
+    check_input_bytes(f"profile {path}", [(spec["shape"], _dtype(spec).itemsize)
+                                          for spec in report.inputs],
+                      "--input NAME=SHAPE, --batch-size")
     feeds = _feeds(report, seed)
     with temp_dir() as tmp:  # onnxruntime's trace lands here; gone on SIGTERM too
         try:

@@ -3,9 +3,12 @@ large copy), cached per machine, and each layer's place under the roof (Williams
 attainable = min(peak, bandwidth x intensity))."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -13,7 +16,7 @@ import torch
 
 from layerscope.core import values
 from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.errors import LayerscopeWarning, UserError
 
 CACHE_VERSION = 1
 
@@ -112,6 +115,23 @@ def _key(device: str, dtype: torch.dtype, threads: int) -> str:
     return f"v{CACHE_VERSION}|{device}|{machine}|{env['cores']}|{threads}|{dtype}|{env['torch']}"
 
 
+def _valid_entry(d: Any) -> bool:
+    """A cached entry is used only when it is exactly what ``Ceilings.to_dict`` wrote, with
+    positive finite ceilings: a hand-edited or damaged one would give wrong roofline numbers."""
+    fields = {f.name for f in dataclasses.fields(Ceilings)}
+    if not isinstance(d, dict) or set(d) - {"ridge"} != fields:
+        return False
+    numbers = [d[k] for k in ("threads", "peak_flops", "bandwidth", "matmul_size", "copy_bytes")]
+    return (isinstance(d["device"], str) and isinstance(d["dtype"], str)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                    and math.isfinite(x) and x > 0 for x in numbers))
+
+
+def _read_cache(path: str, key: str) -> tuple[dict[str, Any], str | None]:
+    """The cache's entries and, when the file or this key's entry is damaged, why it is
+    ignored. A missing file is no problem."""
+
+
 def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
              refresh: bool = False) -> Ceilings:
     """Cached ceilings for this machine, device, dtype and thread count; measured if missing."""
@@ -122,8 +142,33 @@ def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: i
     try:
         with open(path, encoding="utf-8") as f:
             cache = json.load(f)
-    except (OSError, ValueError):
-        cache = {}
+    except FileNotFoundError:
+        return {}, None
+    except IsADirectoryError:
+        return {}, "it is a directory"
+    except OSError as exc:
+        return {}, f"it cannot be read ({exc.strerror or exc})"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return {}, f"it is not valid JSON ({str(exc).splitlines()[0]})"
+    if not isinstance(cache, dict):
+        return {}, f"it holds a JSON {type(cache).__name__}, not an object"
+    if key in cache and not _valid_entry(cache[key]):
+        del cache[key]
+        return cache, "this machine's entry is malformed or holds non-positive ceilings"
+    return cache, None
+
+
+def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
+             refresh: bool = False) -> Ceilings:
+    """Cached ceilings for this machine, device, dtype and thread count; measured if missing.
+    A damaged cache is ignored with one ``LayerscopeWarning`` and the ceilings are measured."""
+    threads = threads or torch.get_num_threads()
+    key = _key(device, dtype, threads)
+    path = cache_path()
+    cache, damaged = _read_cache(path, key)
+    if damaged:
+        warnings.warn(f"ignoring the roofline cache {path}: {damaged}; measuring the ceilings "
+                      "again", LayerscopeWarning, stacklevel=2)
     if not refresh and key in cache:
         d = dict(cache[key])
         d.pop("ridge", None)
@@ -136,5 +181,5 @@ def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: i
         make_dir(os.path.dirname(path), "cache folder")
         write_file(path, json.dumps(cache, indent=1))
     except (OSError, UserError):
-        pass  # a read-only home only costs a re-measurement next time
+        pass  # a read-only home (or a directory in the file's place) costs a re-measurement
     return result

@@ -208,7 +208,9 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
     loaded = load(model, inputs, batch_size, meta=False, seed=seed)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
-    was_training = module.training
+    # every module's own flag, not only the root's: eval() sets them all, and a model may mix
+    # train and eval submodules (frozen TorchScript modules have no flag)
+    flags = [(m, m.training) for m in module.modules() if hasattr(m, "training")]
     filename = os.path.basename(path)
     start = time.perf_counter()
     # the temporary folder goes on Ctrl-C and SIGTERM too (core.io.temp_dir)
@@ -226,7 +228,8 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
             raise UserError(f"{loaded.name}: the {exporter} exporter failed: "
                             f"{first_line(exc, with_type=True)}") from exc
         finally:
-            module.train(was_training)
+            for m, flag in flags:
+                m.training = flag
         ir_version = _cap_ir_version(tmp_path)
         verified = verify_loads(tmp_path) if verify else None
         opset_used, nodes, initializers = _summary(tmp_path)

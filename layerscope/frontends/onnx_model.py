@@ -95,8 +95,18 @@ def _read_model(path: str):
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path} is not a readable ONNX model ({first_line(exc)}); is the file "
-                        "complete?") from exc
+        raise UserError(f"{path} is not a readable ONNX model ({first_line(exc)}); "
+                        f"{unreadable_hint(path)}") from exc
+
+
+def unreadable_hint(path: str) -> str:
+    """What to say about a file protobuf cannot parse: PyTorch files are zip archives."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        return ("it is a zip archive, as TorchScript and torch.save files are: give it a .pt "
+                "name to analyse it as TorchScript")
+    return "is the file complete?"
 
 
 def _opsets(model, path: str) -> dict[str, int]:
@@ -121,26 +131,56 @@ def _check_domains(model, opsets: dict[str, int], path: str) -> None:
                             "malformed")
 
 
+def _check_data_location(location: str, resolved: str, base: str, what: str,
+                         path: str) -> None:
+    """External data must lie inside the model's folder, as onnx's checker and onnxruntime
+    require: a location that is absolute, climbs out with '..' or is a symbolic link resolving
+    elsewhere would let a model file name any file on the machine."""
+    root = os.path.realpath(base)
+    inside = os.path.commonpath([root, os.path.realpath(resolved)]) == root
+    if os.path.isabs(location) or not inside:
+        raise UserError(f"{path}: external data {location!r} of {what} lies outside the "
+                        "model's folder; external data files must be inside it")
+
+
+def _stored_tensors(graph):
+    """(what, tensor) for every TensorProto that can keep its data in a file: initializers and
+    tensor attributes (Constant values), in subgraphs too."""
+    import onnx
+
+    for t in graph.initializer:
+        yield f"initializer {t.name!r}", t
+    for node in graph.node:
+        for attr in node.attribute:
+            label = f"attribute {attr.name!r} of node {node.name or node.op_type!r}"
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield label, attr.t
+            for t in attr.tensors:
+                yield label, t
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else []) + list(
+                    attr.graphs):
+                yield from _stored_tensors(g)
+
+
 def _check_external_data(model, path: str) -> None:
     """Every external data file must exist and be long enough; its bytes are never read."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     base = os.path.dirname(os.path.abspath(path))
-    for tensor in model.graph.initializer:
+    for what, tensor in _stored_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
         info = ExternalDataInfo(tensor)
         location = os.path.join(base, info.location)
+        _check_data_location(info.location, location, base, what, path)
         if not info.location or not os.path.isfile(location):
-            raise UserError(f"{path}: external data file {info.location!r} of initializer "
-                            f"{tensor.name!r} is missing (expected {location}); copy it beside "
-                            "the model")
+            raise UserError(f"{path}: external data file {info.location!r} of {what} is missing "
+                            f"(expected {location}); copy it beside the model")
         need = (info.offset or 0) + (info.length if info.length
                                      else tensor_bytes(tensor.dims, tensor.data_type))
         if os.path.getsize(location) < need:
             raise UserError(f"{path}: external data file {info.location!r} is shorter than "
-                            f"initializer {tensor.name!r} needs ({need:,} bytes); it is "
-                            "truncated")
+                            f"{what} needs ({need:,} bytes); it is truncated")
 
 
 # Initializers up to this many elements keep their values: shape inference reads small integer
@@ -260,6 +300,11 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
         if dims is None:
             raise UserError(f"{path}: input {vi.name!r} has no shape in the model; give one with "
                             f"--input {vi.name}=SHAPE")
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            example = "x".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in dims)
+            raise UserError(f"{path}: input {vi.name!r} has a negative dimension (shape "
+                            f"{_shape_text(dims)}); give its shape with --input "
+                            f"{vi.name}={example}")
         unbound = [d for d in dims if not isinstance(d, int)]
         if unbound:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
@@ -348,6 +393,15 @@ def _tensor_infos(model) -> dict[str, TensorInfo]:
     return infos
 
 
+def _check_no_negative_dims(tensors: dict[str, TensorInfo], path: str) -> None:
+    """A negative dimension (declared in value_info, an output or an initializer) would give
+    negative sizes and counts: the model is malformed."""
+    for name, info in tensors.items():
+        if info.shape is not None and any(d < 0 for d in info.shape):
+            raise UserError(f"{path}: tensor {name!r} has a negative dimension (shape "
+                            f"{_shape_text(info.shape)}); the model is malformed")
+
+
 def _constant_info(node) -> TensorInfo | None:
     """Shape and type of a Constant node's value, from its attribute."""
     for attr in node.attribute:
@@ -395,6 +449,7 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
             if info is not None:
                 tensors[node.output[0]] = info
             resident.add(node.output[0])
+    _check_no_negative_dims(tensors, path)
     captures = {i: c for i, n in enumerate(graph.node) if (c := _subgraph_captures(n))}
     real_inputs = [vi.name for vi in graph.input if vi.name not in resident]
     order = topological_order(graph.node, set(real_inputs) | resident, captures, path)

@@ -134,7 +134,8 @@ def load_torchscript(path: str) -> nn.Module:
             warnings.simplefilter("ignore", FutureWarning)
             return torch.jit.load(path, map_location="cpu")
     except Exception as exc:
-        raise UserError(f"{path} could not be loaded as TorchScript: {first_line(exc)}") from exc
+        first = first_line(exc).split("(Could this error message be improved?")[0].strip()  # PyTorch's
+        raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
 
 
 def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAULT_SEED

@@ -74,10 +74,6 @@ def load_trained(path: str) -> TrainedModel:
         raise UserError(f"{source}: the checkpoint names no recipe")
     recipe = lookup(name)
     module = recipe.build()
-    try:
-        module.load_state_dict(state["model"])
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise UserError(f"{source}: the weights do not fit recipe {name}'s model: {first}") from exc
+    ckpt.load_weights(module, state, source)
     module.eval()
     return TrainedModel(module, recipe, state, source)

@@ -15,14 +15,13 @@ OPTIMIZATIONS = ("disable", "basic", "extended", "all")  # onnxruntime graph opt
 
 
 def __getattr__(name):  # lazy: onnx and onnxruntime are optional dependencies
-    if name in ("tile_linear", "PassResult"):
-        from layerscope.rewrite import tile_linear as mod
+    # import_module, not `from layerscope.rewrite import verify`: that looks the name up on
+    # this package first, which calls this function again, without end.
+    if name in ("tile_linear", "PassResult", "verify", "VerifyResult"):
+        import importlib
 
-        return getattr(mod, name)
-    if name in ("verify", "VerifyResult"):
-        from layerscope.rewrite import verify as mod
-
-        return getattr(mod, name)
+        module = "tile_linear" if name in ("tile_linear", "PassResult") else "verify"
+        return getattr(importlib.import_module(f"layerscope.rewrite.{module}"), name)
     if name == "linear_model":
         from layerscope.rewrite.linear import linear_model
 

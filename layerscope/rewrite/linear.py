@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from layerscope.core import values
+from layerscope.core.limits import check_input_bytes
 from layerscope.errors import UserError
 from layerscope.rewrite.onnx_io import require_onnx
 
@@ -26,6 +27,9 @@ def linear_model(m: int, k: int, n: int, *, bias: bool = True, seed: int = 0):
         raise UserError(f"Linear {m}x{k} @ {k}x{n} is too large for a test graph: the input and "
                         f"the weight may each have at most {MAX_WEIGHT_ELEMENTS:,} elements "
                         "(an ONNX file holds at most 2 GiB)")
+    # the weights are drawn in float64 (8 B) and kept in float32 (4 B)
+    check_input_bytes(f"linear-subgraph {m}x{k} @ {k}x{n}", [((k, n), 12)], "--k, --n",
+                      noun="its weights")
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(k)
     w = rng.uniform(-bound, bound, size=(k, n)).astype(np.float32)

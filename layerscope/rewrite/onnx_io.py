@@ -42,10 +42,33 @@ def load_onnx(path: str):
     try:
         model = onnx.load(path)
     except Exception as exc:
-        raise UserError(f"{path} is not an ONNX model ({first_line(exc)})") from exc
+        from layerscope.frontends.onnx_model import unreadable_hint
+
+        raise UserError(f"{path} is not an ONNX model ({first_line(exc)}); "
+                        f"{unreadable_hint(path)}") from exc
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise UserError(f"{path} is not an ONNX model (no IR version, graph or opset)")
     return model
+
+
+def check_initializer_values(model) -> None:
+    """Every initializer must hold its values, as many as its dims say: a pass reads them, and
+    a model without them would be written out as broken as it came in."""
+    from onnx import numpy_helper
+    from onnx.external_data_helper import uses_external_data
+
+    for t in model.graph.initializer:
+        dims = "x".join(str(d) for d in t.dims) or "scalar"
+        if uses_external_data(t):
+            raise UserError(f"initializer {t.name!r} ({dims}) keeps its values in an external "
+                            "data file that was not loaded: load the model with onnx.load(path)")
+        try:
+            numpy_helper.to_array(t)  # a view of raw_data; a copy only of typed fields
+        except Exception as exc:
+            raise UserError(f"initializer {t.name!r} ({dims}) does not hold the values its "
+                            f"dims call for ({first_line(exc)}); the model file is incomplete "
+                            "or corrupt") from exc
+
 
 
 def save_onnx(model, path: str) -> None:

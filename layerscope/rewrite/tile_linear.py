@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from layerscope._callable_module import make_callable
 from layerscope.errors import UserError
 from layerscope.core import values
-from layerscope.rewrite.onnx_io import MAX_IR_VERSION, require_onnx
+from layerscope.rewrite.onnx_io import MAX_IR_VERSION, check_initializer_values, require_onnx
 
 # A guard against tiles so small that the graph would not fit in memory or in protobuf.
 MAX_NEW_MATMULS = 1_000_000
@@ -69,6 +70,7 @@ def tile_linear(model, tile: int) -> PassResult:
     tile = values.positive_int(tile, "the tile size")
     if not isinstance(model, onnx.ModelProto):
         raise UserError(f"tile_linear takes an onnx.ModelProto, got {type(model).__name__}")
+    check_initializer_values(model)
 
     new = onnx.ModelProto()
     new.CopyFrom(model)
@@ -426,3 +428,6 @@ class _LazyShapes:
         for t in inferred.graph.initializer:
             out[t.name] = (t.data_type, list(t.dims))
         return out
+
+
+make_callable(__name__, "layerscope.rewrite.tile_linear:tile_linear")  # see _callable_module

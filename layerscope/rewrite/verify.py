@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from layerscope._callable_module import make_callable
+from layerscope.core.limits import check_input_bytes
 from layerscope.errors import UserError, first_line
 from layerscope.core import values
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
@@ -108,6 +110,8 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
         raise UserError(f"{a} has {len(runner_a.output_names)} outputs, {b} has "
                         f"{len(runner_b.output_names)}: they cannot be compared")
 
+    check_input_bytes(f"verify {runner_a.path} {b}",
+                      [(shape, np.dtype(dtype).itemsize) for _, shape, dtype in inputs])
     rng = np.random.default_rng(seed)
     acc = None
     seconds["run_a"] = seconds["run_b"] = 0.0
@@ -271,7 +275,8 @@ class _OnnxRunner:
             if i.type not in _ORT_TYPES:
                 raise UserError(f"{self.path}: input {i.name} has type {i.type}, which verify "
                                 "cannot generate (tensors of numbers or booleans only)")
-            dims = [d if isinstance(d, int) and d > 0 else None for d in (i.shape or [])]
+            # a fixed 0 is an empty tensor (legal ONNX); None and names are symbolic
+            dims = [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]
             self.inputs.append((i.name, dims, np.dtype(_ORT_TYPES[i.type])))
         self.output_names = [o.name for o in self.session.get_outputs()]
 
@@ -327,3 +332,6 @@ def _flatten(out) -> list[np.ndarray]:
     if out is None:
         return []
     return [np.asarray(out)]
+
+
+make_callable(__name__, "layerscope.rewrite.verify:verify")  # see _callable_module

@@ -183,7 +183,7 @@ class _Run:
         self.start_epoch, self.global_step, self.history = 0, 0, []
         self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         if c.resume:
-            self._restore(ckpt.load(c.resume))
+            self._restore(ckpt.load(c.resume, resume=True))
         self.forward_model = self._wrap(self.model)
 
     def _wrap(self, model: nn.Module):
@@ -203,15 +203,20 @@ class _Run:
         if state["config"].get("recipe") != self.recipe.name:
             raise UserError(f"--resume: the checkpoint is of recipe {state['config'].get('recipe')!r}, "
                             f"not {self.recipe.name!r}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler"):
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.start_epoch, self.global_step = state["epoch"], state["step"]
-        self.history = list(state.get("history", []))
-        ckpt.set_rng_state(state["rng"])
+        ckpt.load_weights(self.model, state, self.config.resume)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state.get("scheduler"):
+                self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.start_epoch, self.global_step = int(state["epoch"]), int(state["step"])
+            self.history = list(state.get("history", []))
+            ckpt.set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise UserError(f"--resume {self.config.resume}: the checkpoint's training state "
+                            f"does not fit this run ({type(exc).__name__}: "
+                            f"{(str(exc).strip().splitlines() or [''])[0]})") from exc
         if not self.config.out:
             self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
                 ckpt.resolve_checkpoint(self.config.resume))))
@@ -323,7 +328,7 @@ def _profiler(kind: str | None, run_dir: str):
 def _resumed_config(config: TrainConfig) -> TrainConfig:
     """A resumed run continues with the checkpoint's settings; options the caller set to
     something other than their default (e.g. more --epochs) override them."""
-    saved = ckpt.load(config.resume)["config"]
+    saved = ckpt.load(config.resume, resume=True)["config"]
     defaults = TrainConfig()
     merged = {}
     for f in dataclasses.fields(TrainConfig):

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from layerscope.errors import UserError, first_line
+from layerscope.training.checkpoint import is_state_dict
 
 
 class DigitsCNN(nn.Module):
@@ -128,6 +129,9 @@ def load_pretrained_resnet50(model: nn.Module, weights: str | None) -> str:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise UserError(f"--weights {path} could not be loaded: {first_line(exc)}") from exc
+    if not is_state_dict(state):
+        raise UserError(f"--weights {path} holds a {type(state).__name__}, not a state dict "
+                        "(parameter names to tensors, as torch.save(model.state_dict()) writes)")
     state = {k: v for k, v in state.items() if not k.startswith("fc.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("fc.") for k in missing):

@@ -1,0 +1,26 @@
+"""Modules that are also the function of the same name their package exports.
+
+``layerscope.ops`` is an API function and a subpackage; ``layerscope.rewrite.tile_linear`` and
+``layerscope.rewrite.verify`` are functions and modules. Importing a submodule makes Python bind
+it as an attribute of its package, replacing the lazily exported function, and nothing can stop
+that. So each such module is made callable: whichever object the name ends up bound to, calling
+it calls the function, and its attributes are the module's.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        module, _, name = self.__call_target__.partition(":")
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+
+def make_callable(module_name: str, target: str) -> None:
+    """Calling module ``module_name`` calls ``target`` ('package.module:function')."""
+    module = sys.modules[module_name]
+    module.__call_target__ = target
+    module.__class__ = _CallableModule

@@ -1,0 +1,595 @@
+"""Hostile files and API misuse: one line on stderr (exit code 2), never a traceback, a huge
+allocation or wrong numbers."""
+import os
+
+import pytest
+from onnx import TensorProto
+
+from tests.helpers import run_cli
+from tests.onnx_graphs import FLOAT, external_tensor, model, save, single, tensor
+
+# ------------------------------------------------------------------ hostile ONNX graphs
+
+
+def _relu(tmp_path, shape, name="m.onnx") -> str:
+    return save(single("Relu", [tensor("x", shape)], shape), tmp_path, name)
+
+
+def _huge(tmp_path) -> str:
+    """1x3x100000x100000 float32: 3e10 elements, 120e9 bytes = 111.8 GiB of input."""
+    return _relu(tmp_path, [1, 3, 100000, 100000])
+
+
+def _valueless(tmp_path, dims, raw: bytes | None = None) -> str:
+    """A MatMul whose weight W declares ``dims`` but holds no values (or ``raw`` bytes only)."""
+    w = TensorProto()
+    w.name, w.data_type = "W", FLOAT
+    w.dims.extend(dims)
+    if raw is not None:
+        w.raw_data = raw
+    m = single("MatMul", [tensor("x", [2, dims[0]]), "W"], [2, dims[1]], [w])
+    return save(m, tmp_path)
+
+
+def _negative_value_info(tmp_path) -> str:
+    """A custom op's output declared 2x-16 in value_info: nothing infers it, so the declared
+    shape would be used as is (before the fix: -32 FLOPs for the Relu reading it)."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Foo", ["x"], ["h"], name="f", domain="acme"),
+             helper.make_node("Relu", ["h"], ["y"], name="n")]
+    m = model(nodes, [tensor("x", [2, 4])], [tensor("y", [2, 16])], extra_opsets=[("acme", 1)],
+              value_info=[tensor("h", [2, -16])])
+    return save(m, tmp_path)
+
+
+def _external(tmp_path, location: str) -> str:
+    """A model in tmp_path/sub whose 4x2 float weight (32 B) lives at ``location``; a file of
+    64 B exists at tmp_path/secret.bin, outside the model's folder, and sub/link.bin links
+    to it."""
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 64)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.symlink(tmp_path / "secret.bin", sub / "link.bin")
+    w = external_tensor("w", [4, 2], location.replace("TMP", str(tmp_path)))
+    return save(single("MatMul", [tensor("x", [1, 4]), "w"], [1, 2], [w]), sub)
+
+
+def _external_constant(tmp_path) -> str:
+    """A Constant node whose value (4x2 float) is external data at ../secret.bin."""
+    from onnx import helper
+
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "sub").mkdir()
+    value = external_tensor("c", [4, 2], "../secret.bin")
+    nodes = [helper.make_node("Constant", [], ["c"], name="k", value=value),
+             helper.make_node("MatMul", ["x", "c"], ["y"], name="n")]
+    return save(model(nodes, [tensor("x", [1, 4])], [tensor("y", [1, 2])]), tmp_path / "sub")
+
+
+OUTSIDE = "lies outside the model's folder; external data files must be inside it"
+HUGE = "its inputs would need 111.8 GiB, over the 4.0 GiB limit"
+
+ONNX_CASES = [
+    ("profile-huge-dims", lambda p: ["profile", _huge(p), "--runs", "1"],
+     f"{HUGE}; give smaller shapes (--input NAME=SHAPE, --batch-size) or raise the limit with "
+     "LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
+    ("verify-huge-dims", lambda p: ["verify", *[_huge(p)] * 2],
+     f"{HUGE}; raise the limit with LAYERSCOPE_MAX_INPUT_BYTES=BYTES"),
+    ("linear-subgraph-huge", lambda p: ["rewrite", "linear-subgraph", "--m", "1", "--k",
+                                        "100000", "--n", "100000", "-o", str(p / "lin")],
+     # weights drawn in float64, kept in float32: 1e10 x 12 B = 111.8 GiB
+     "its weights would need 111.8 GiB, over the 4.0 GiB limit; give smaller shapes (--k, --n)"),
+    ("rewrite-valueless-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128]), "-o", str(p / "out.onnx")],
+     "initializer 'W' (128x128) does not hold the values its dims call for"),
+    ("rewrite-valueless-small-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [4, 16]), "-o", str(p / "out.onnx")],
+     "initializer 'W' (4x16) does not hold the values"),
+    ("rewrite-short-initializer",
+     lambda p: ["rewrite", "tile-linear", _valueless(p, [128, 128], b"\0" * 100), "-o",
+                str(p / "out.onnx")],
+     "initializer 'W' (128x128) does not hold the values"),
+    ("negative-input-dim", lambda p: ["analyze", _relu(p, [1, -5])],
+     "input 'x' has a negative dimension (shape 1x-5); give its shape with --input x=1x1"),
+    ("negative-value-info-dim", lambda p: ["analyze", _negative_value_info(p)],
+     "tensor 'h' has a negative dimension (shape 2x-16); the model is malformed"),
+    ("external-data-parent", lambda p: ["analyze", _external(p, "../secret.bin")],
+     f"external data '../secret.bin' of initializer 'w' {OUTSIDE}"),
+    ("external-data-absolute", lambda p: ["analyze", _external(p, "TMP/secret.bin")],
+     OUTSIDE),
+    ("external-data-symlink-out", lambda p: ["analyze", _external(p, "link.bin")],
+     f"external data 'link.bin' of initializer 'w' {OUTSIDE}"),
+    ("external-data-of-constant", lambda p: ["analyze", _external_constant(p)],
+     f"external data '../secret.bin' of attribute 'value' of node 'k' {OUTSIDE}"),
+    ("profile-external-data-parent", lambda p: ["profile", _external(p, "../secret.bin")],
+     OUTSIDE),
+]
+
+
+def _one_line_error(argv, expected, tmp_path):
+    before = sorted(os.listdir(tmp_path))
+    code, out, err = run_cli(*argv)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("layerscope: error: "), err
+    assert expected in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in ONNX_CASES],
+                         ids=[c[0] for c in ONNX_CASES])
+def test_hostile_onnx_is_one_line(tmp_path, make, expected):
+    argv = make(tmp_path)
+    _one_line_error(argv, expected, tmp_path)
+
+
+def test_static_analysis_of_huge_dims_still_works(tmp_path):
+    """analyze never allocates inputs: 3e10 elements x 4 B = 120e9 bytes in and out."""
+    from layerscope import analyze
+
+    report = analyze(_huge(tmp_path))
+    assert report.totals.input_bytes == 120_000_000_000
+    assert report.layers[0].flops == 3 * 10**10  # Relu: one comparison per element
+
+
+def test_zero_dim_counts_zero(tmp_path):
+    """A 0 dimension is legal ONNX: an empty tensor, every count 0 (never negative)."""
+    from layerscope import analyze
+
+    report = analyze(_relu(tmp_path, [1, 0]))
+    assert (report.layers[0].flops, report.totals.input_bytes) == (0, 0)
+
+
+def test_verify_keeps_a_zero_dim(tmp_path):
+    """verify used to take a fixed 0 for a symbolic dimension and feed 1x1 (rejected)."""
+    from layerscope.rewrite import verify
+
+    path = _relu(tmp_path, [1, 0])
+    result = verify(path, path, runs=1)
+    assert result.ok and result.inputs[0]["shape"] == [1, 0]
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("7", "its inputs would need 8 bytes, over the 7 bytes limit"),  # 1x2 float32 = 8 B
+    ("abc", "LAYERSCOPE_MAX_INPUT_BYTES='abc': give a whole number of bytes"),
+    ("0", "LAYERSCOPE_MAX_INPUT_BYTES='0': give a whole number of bytes, at least 1"),
+], ids=["below-need", "not-a-number", "zero"])
+def test_input_bytes_limit_env(tmp_path, monkeypatch, value, expected):
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", value)
+    path = _relu(tmp_path, [1, 2])
+    _one_line_error(["verify", path, path], expected, tmp_path)
+
+
+def test_input_bytes_limit_raised_by_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", "8")  # exactly 1x2 float32
+    path = _relu(tmp_path, [1, 2])
+    code, out, err = run_cli("verify", path, path)
+    assert code == 0, err
+
+
+def test_tile_linear_api_refuses_valueless_initializer(tmp_path):
+    import onnx
+
+    from layerscope.errors import UserError
+    from layerscope.rewrite import tile_linear
+
+    m = onnx.load(_valueless(tmp_path, [128, 128]))
+    with pytest.raises(UserError, match="initializer 'W' .128x128. does not hold"):
+        tile_linear(m, 64)
+    m = single("MatMul", [tensor("x", [2, 128]), "w"], [2, 128],
+               [external_tensor("w", [128, 128], "w.bin")])
+    with pytest.raises(UserError, match="external data file that was not loaded"):
+        tile_linear(m, 64)
+
+
+# ------------------------------------------------------------------ API names shared with modules
+
+SHADOWED = [  # (package, name, the module a user may import under that name)
+    ("layerscope", "ops", "layerscope.ops.registry"),
+    ("layerscope.rewrite", "tile_linear", "layerscope.rewrite.tile_linear"),
+    ("layerscope.rewrite", "verify", "layerscope.rewrite.verify"),
+]
+
+
+@pytest.mark.parametrize("module_first", [True, False], ids=["module-first", "function-first"])
+@pytest.mark.parametrize("package,name,submodule", SHADOWED, ids=[c[1] for c in SHADOWED])
+def test_api_function_survives_import_of_same_named_module(package, name, submodule,
+                                                          module_first):
+    """Importing the submodule binds the package attribute to the module (Python's import
+    system does); the name must stay callable in either order of imports, and the module
+    usable. A fresh interpreter: this process has imported everything already."""
+    import subprocess
+    import sys
+
+    steps = [f"import {submodule}", f"assert callable({package}.{name})"]
+    code = "; ".join([f"import {package}", *(steps if module_first else steps[::-1]),
+                      f"import {submodule}", f"assert callable({package}.{name})",
+                      f"assert {submodule}.__name__ == {submodule!r}"])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_layerscope_ops_callable_after_import_of_subpackage():
+    import sys
+
+    import layerscope
+    import layerscope.ops.registry  # noqa: F401  binds layerscope.ops to the subpackage
+
+    table = layerscope.ops("mnist-cnn", runs=1, warmup=0)
+    assert table.kind == "ops" and table.rows
+    assert layerscope.ops.registry is sys.modules["layerscope.ops.registry"]
+
+
+def test_tile_linear_and_verify_callable_after_module_import(tmp_path):
+    import layerscope.rewrite.tile_linear  # noqa: F401
+    import layerscope.rewrite.verify  # noqa: F401
+    from layerscope.rewrite import linear_model, tile_linear, verify
+    from layerscope.rewrite.onnx_io import save_onnx
+
+    m = linear_model(2, 128, 128)
+    save_onnx(m, str(tmp_path / "a.onnx"))
+    save_onnx(tile_linear(m, 64).model, str(tmp_path / "b.onnx"))
+    assert verify(str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), runs=1).ok
+
+
+# ------------------------------------------------------------------ a damaged roofline cache
+
+def _fake_measure(calls):
+    """Stands in for the 2048^3 matmul and 256 MiB copy; counts the measurements."""
+    from layerscope.analysis.roofline import Ceilings
+
+    def measure(device="cpu", dtype=None, threads=None, *args, **kwargs):
+        calls.append(device)
+        return Ceilings(device, "float32", threads or 1, 1e11, 1e10, 2048, 2**29)
+    return measure
+
+
+def _good_entry(**changes):
+    entry = {"device": "cpu", "dtype": "float32", "threads": 1, "peak_flops": 5e10,
+             "bandwidth": 5e9, "matmul_size": 2048, "copy_bytes": 2**29, "ridge": 10.0}
+    return entry | changes
+
+
+def _with_entry(**changes):
+    """A cache whose entry for this machine has ``changes``: a callable of the cache key."""
+    import json
+
+    return lambda key: json.dumps({key: _good_entry(**changes)})
+
+
+CACHE_CASES = [  # (id, file content (text, or a callable of the key), why it is ignored)
+    ("invalid-json", "{not json", "it is not valid JSON"),
+    ("empty-file", "", "it is not valid JSON"),
+    ("not-utf8", b"\xff\xfe\x00garbage", "it is not valid JSON"),
+    ("json-list", "[1, 2]", "it holds a JSON list, not an object"),
+    ("directory", None, "it is a directory"),
+    ("entry-not-object", lambda key: '{"%s": "fast"}' % key, "this machine's entry is malformed"),
+    ("entry-missing-key", lambda key: '{"%s": {"device": "cpu"}}' % key,
+     "this machine's entry is malformed"),
+    ("negative-bandwidth", _with_entry(bandwidth=-1.0), "non-positive ceilings"),
+    ("nan-peak", _with_entry(peak_flops=float("nan")), "malformed"),
+    ("string-threads", _with_entry(threads="4"), "malformed"),
+    ("bool-size", _with_entry(matmul_size=True), "malformed"),
+]
+
+
+def _damage(cache_file, content, key):
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    if content is None:
+        cache_file.mkdir()
+    elif callable(content):
+        cache_file.write_text(content(key))
+    else:
+        (cache_file.write_bytes if isinstance(content, bytes) else cache_file.write_text)(content)
+
+
+@pytest.mark.parametrize("content,why", [c[1:] for c in CACHE_CASES],
+                         ids=[c[0] for c in CACHE_CASES])
+def test_damaged_roofline_cache_is_ignored_with_one_warning(tmp_path, monkeypatch, content, why):
+    import torch
+
+    from layerscope.analysis import roofline
+    from layerscope.errors import LayerscopeWarning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # never the real ~/.cache
+    calls = []
+    monkeypatch.setattr(roofline, "measure", _fake_measure(calls))
+    cache_file = tmp_path / "layerscope" / "roofline.json"
+    assert roofline.cache_path() == str(cache_file)
+    _damage(cache_file, content, roofline._key("cpu", torch.float32, 1))
+    with pytest.warns(LayerscopeWarning) as caught:
+        c = roofline.ceilings("cpu", torch.float32, threads=1)
+    assert len(caught) == 1 and why in str(caught[0].message), [str(w.message) for w in caught]
+    assert str(cache_file) in str(caught[0].message)
+    assert (c.peak_flops, c.bandwidth, calls) == (1e11, 1e10, ["cpu"])  # measured again
+    if content is not None:  # the file was replaced by a good one: no warning next time
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert roofline.ceilings("cpu", torch.float32, threads=1) == c
+        assert calls == ["cpu"]
+
+
+def test_good_roofline_cache_is_used_silently(tmp_path, monkeypatch):
+    import warnings
+
+    import torch
+
+    from layerscope.analysis import roofline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(roofline, "measure", _fake_measure(calls))
+    _damage(tmp_path / "layerscope" / "roofline.json", _with_entry(),
+            roofline._key("cpu", torch.float32, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = roofline.ceilings("cpu", torch.float32, threads=1)
+    assert (c.bandwidth, calls) == (5e9, [])
+
+
+def test_profile_with_damaged_cache_warns_once_on_stderr(tmp_path, monkeypatch):
+    from layerscope.analysis import roofline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(roofline, "measure", _fake_measure([]))
+    _damage(tmp_path / "layerscope" / "roofline.json", "{not json", "")
+    code, out, err = run_cli("profile", "mnist-cnn", "--runs", "1", "--warmup", "0")
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if "roofline cache" in ln]
+    assert len(lines) == 1 and lines[0].startswith("layerscope: warning: ignoring the roofline "
+                                                   "cache "), err
+    assert "Traceback" not in err and "Warning" not in err
+
+
+# ------------------------------------------------------------------ export keeps every flag
+
+def _mixed_flags_model():
+    """Root in training mode, BatchNorm in eval mode, Dropout in training mode."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model[1].eval()
+    return model
+
+
+_SHARED = {}
+
+
+def shared_mixed_flags_model():
+    """A factory for the CLI (spec MODULE:shared_mixed_flags_model, MODULE this module's name
+    in sys.modules) that returns the test's own model, so the test can see its flags after."""
+    return _SHARED["model"]
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_export_restores_every_modules_training_flag(tmp_path, via):
+    from layerscope.frontends.onnx_export import export_onnx
+
+    model = _mixed_flags_model()
+    before = [m.training for m in model.modules()]
+    assert before == [True, True, False, True, True]
+    path = str(tmp_path / "m.onnx")
+    if via == "api":
+        export_onnx(model, path, inputs="2x8", exporter="legacy", verify=False)
+    else:
+        _SHARED["model"] = model
+        code, out, err = run_cli("export", f"{__name__}:shared_mixed_flags_model", "-o", path,
+                                 "--input", "2x8", "--legacy", "--no-verify")
+        assert code == 0, err
+    assert os.path.exists(path)
+    assert [m.training for m in model.modules()] == before
+
+
+# ------------------------------------------------------------------ hostile checkpoints
+
+def _digits_weights():
+    from layerscope.training.recipes import lookup
+
+    return lookup("digits-cnn").build().state_dict()
+
+
+def _other_recipe_weights():
+    """mnist-cnn's weights: same layer names as far as they go, other shapes."""
+    from layerscope.training.recipes import lookup
+
+    return lookup("mnist-cnn").build().state_dict()
+
+
+CONFIG = {"recipe": "digits-cnn", "synthetic": True, "synthetic_size": [64, 32]}
+
+
+def _checkpoint(**changes):
+    """A training checkpoint as loop.py writes one (the optimizer state of a fresh SGD/Adam is
+    what load_state_dict accepts), with ``changes``; a value of None removes the entry."""
+    from layerscope.training.checkpoint import rng_state
+    from layerscope.training.recipes import lookup, make_optimizer
+
+    recipe = lookup("digits-cnn")
+    model = recipe.build()
+    state = {"model": model.state_dict(),
+             "optimizer": make_optimizer(recipe.optimizer, model.parameters(),
+                                         recipe.lr).state_dict(),
+             "scheduler": None, "scaler": None, "epoch": 1, "step": 2, "rng": rng_state(),
+             "config": dict(CONFIG), "history": []}
+    state.update(changes)
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def _final_model(**changes):
+    """What training writes to RUN/model.pt: weights, config, classes; no training state."""
+    state = {"model": _digits_weights(), "config": dict(CONFIG), "classes": list("0123456789"),
+             "recipe": "digits-cnn"}
+    return state | changes
+
+
+def _saved(tmp_path, state, name="ckpt.pt") -> str:
+    import torch
+
+    path = str(tmp_path / name)
+    torch.save(state, path)
+    return path
+
+
+def _resume(state):
+    return lambda p: ["train", "--resume", _saved(p, state()), "--out", str(p / "out"),
+                      "--dry-run"]
+
+
+def _predict(state):
+    return lambda p: ["predict", _saved(p, state()), "--index", "0"]
+
+
+CHECKPOINT_CASES = [
+    ("resume-final-model", _resume(_final_model),
+     "is a run's final model, not a training checkpoint; to resume, give the run directory"),
+    ("resume-other-recipe-weights", _resume(lambda: _checkpoint(model=_other_recipe_weights())),
+     "its weights do not fit the model of recipe 'digits-cnn' (size mismatch for"),
+    ("predict-other-recipe-weights", _predict(lambda: _final_model(model=_other_recipe_weights())),
+     "its weights do not fit the model of recipe 'digits-cnn'"),
+    ("predict-missing-weights", _predict(lambda: _final_model(model={})),
+     "its weights do not fit the model of recipe 'digits-cnn' (Missing key(s)"),
+    ("model-entry-tensor", _predict(lambda: _final_model(model=_ones())),
+     "its model entry is a Tensor, not a state dict"),
+    ("config-not-dict", _predict(lambda: _final_model(config="digits-cnn")),
+     "its config is malformed (a str, not a dict)"),
+    ("config-no-recipe", _predict(lambda: _final_model(config={"synthetic": True})),
+     "its config is malformed (no recipe)"),
+    ("config-wrong-type", _resume(lambda: _checkpoint(config=CONFIG | {"epochs": "ten"})),
+     "its config is malformed (epochs is 'ten')"),
+    ("config-recipe-not-str", _predict(lambda: _final_model(config={"recipe": 3})),
+     "its config is malformed (recipe is 3)"),
+    ("resume-damaged-optimizer", _resume(lambda: _checkpoint(optimizer={"state": {},
+                                                                        "param_groups": []})),
+     "the checkpoint's training state does not fit this run (ValueError"),
+    ("resume-no-rng", _resume(lambda: _checkpoint(rng=None)), "the checkpoint has no rng"),
+    ("resume-bare-tensor", _resume(lambda: _ones()),
+     "is not a layerscope checkpoint (no model/config entries)"),
+]
+
+
+def _ones():
+    import torch
+
+    return torch.ones(3)
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in CHECKPOINT_CASES],
+                         ids=[c[0] for c in CHECKPOINT_CASES])
+def test_hostile_checkpoint_is_one_line(tmp_path, make, expected):
+    _one_line_error(make(tmp_path), expected, tmp_path)
+
+
+@pytest.mark.parametrize("content", ["tensor", "list", "dict-of-strings"])
+def test_weights_that_are_not_a_state_dict(tmp_path, content):
+    import torch
+    from torch import nn
+
+    from layerscope.errors import UserError
+    from layerscope.training.recipes import load_pretrained_resnet50
+
+    obj = {"tensor": torch.ones(3), "list": [torch.ones(3)], "dict-of-strings": {"a": "b"}}
+    path = _saved(tmp_path, obj[content], "w.pth")
+    with pytest.raises(UserError, match="holds a .*, not a state dict"):
+        load_pretrained_resnet50(nn.Linear(1, 1), path)
+
+
+# ------------------------------------------------------------------ corrupt files, every command
+
+def _good_onnx(tmp_path) -> str:
+    return _relu(tmp_path, [1, 4], "good.onnx")
+
+
+def _torchscript_bytes() -> bytes:
+    import io
+    import warnings
+
+    import torch
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(torch.nn.Linear(4, 4)), buf)
+    return buf.getvalue()
+
+
+def _zip_without_version() -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("m/data.pkl", b"garbage")
+    return buf.getvalue()
+
+
+def _corrupt(kind: str, suffix: str):
+    """A callable of tmp_path that writes a corrupt model file named bad.<suffix>."""
+    import random
+
+    def make(tmp_path) -> str:
+        path = tmp_path / f"bad.{suffix}"
+        if kind == "directory":
+            path.mkdir()
+            return str(path)
+        data = {"random": lambda: random.Random(0).randbytes(512),
+                "empty": lambda: b"",
+                "truncated-torchscript": lambda: _torchscript_bytes()[:300],
+                "torchscript": _torchscript_bytes,
+                "zip-not-torchscript": _zip_without_version}
+        if kind == "truncated-onnx":
+            good = open(_good_onnx(tmp_path), "rb").read()
+            path.write_bytes(good[: len(good) // 2])
+        else:
+            path.write_bytes(data[kind]())
+        return str(path)
+    return make
+
+
+ONNX_FILES = ["random", "empty", "directory", "truncated-onnx", "torchscript"]
+TORCHSCRIPT_FILES = ["random", "empty", "directory", "truncated-torchscript",
+                     "zip-not-torchscript"]
+ONNX_COMMANDS = {  # command -> argv around the bad file F (good.onnx: a valid second model)
+    "analyze": ["analyze", "F"], "profile": ["profile", "F", "--runs", "1"],
+    "verify-a": ["verify", "F", "G"], "verify-b": ["verify", "G", "F"],
+    "rewrite": ["rewrite", "tile-linear", "F", "-o", "OUT"], "compare": ["compare", "F", "G"],
+}
+TORCHSCRIPT_COMMANDS = {
+    "analyze": ["analyze", "F"], "profile": ["profile", "F", "--runs", "1"],
+    "ops": ["ops", "F", "--runs", "1"], "verify": ["verify", "F", "G"],
+    "compare": ["compare", "F", "G"], "export": ["export", "F", "-o", "OUT"],
+}
+CORRUPT_CASES = (
+    [(f"{cmd}-{kind}.onnx", kind, "onnx", argv) for kind in ONNX_FILES
+     for cmd, argv in ONNX_COMMANDS.items()]
+    + [(f"{cmd}-{kind}.pt", kind, "pt", argv) for kind in TORCHSCRIPT_FILES
+       for cmd, argv in TORCHSCRIPT_COMMANDS.items()])
+
+
+@pytest.mark.parametrize("kind,suffix,argv", [c[1:] for c in CORRUPT_CASES],
+                         ids=[c[0] for c in CORRUPT_CASES])
+def test_corrupt_model_file_is_one_line(tmp_path, kind, suffix, argv):
+    bad = _corrupt(kind, suffix)(tmp_path)
+    good = _good_onnx(tmp_path)
+    out = str(tmp_path / "out.onnx")
+    argv = [{"F": bad, "G": good, "OUT": out}.get(a, a) for a in argv]
+    _one_line_error(argv, os.path.basename(bad), tmp_path)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["analyze", "TMP/nope.onnx"], "nope.onnx: no such file"),
+    (["analyze", "TMP/nope.pt"], "nope.pt: no such file"),
+    (["analyze", "resnt50"], "unknown model 'resnt50'. Did you mean: resnet50"),
+    (["analyze", "TMP/bad.onnx"], "it is a zip archive, as TorchScript and torch.save files are"),
+    (["rewrite", "tile-linear", "TMP/bad.onnx", "-o", "TMP/o.onnx"], "it is a zip archive"),
+    (["analyze", "TMP/bad.pt"], "could not be loaded as TorchScript: Expected hasRecord"),
+], ids=["missing-onnx", "missing-pt", "unknown-name", "torchscript-named-onnx",
+        "rewrite-torchscript-named-onnx", "zip-not-torchscript"])
+def test_bad_model_message_says_what_to_do(tmp_path, argv, expected):
+    (tmp_path / "bad.onnx").write_bytes(_torchscript_bytes())
+    (tmp_path / "bad.pt").write_bytes(_zip_without_version())
+    argv = [a.replace("TMP", str(tmp_path)) for a in argv]
+    code, out, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1 and expected in err, err
+    assert "Could this error message be improved" not in err
