@@ -130,15 +130,6 @@ def _valid_entry(d: Any) -> bool:
 def _read_cache(path: str, key: str) -> tuple[dict[str, Any], str | None]:
     """The cache's entries and, when the file or this key's entry is damaged, why it is
     ignored. A missing file is no problem."""
-
-
-def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
-             refresh: bool = False) -> Ceilings:
-    """Cached ceilings for this machine, device, dtype and thread count; measured if missing."""
-    threads = torch.get_num_threads() if threads is None else values.thread_count(threads)
-    key = _key(device, dtype, threads)
-    path = cache_path()
-    cache: dict[str, Any] = {}
     try:
         with open(path, encoding="utf-8") as f:
             cache = json.load(f)
@@ -162,7 +153,7 @@ def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: i
              refresh: bool = False) -> Ceilings:
     """Cached ceilings for this machine, device, dtype and thread count; measured if missing.
     A damaged cache is ignored with one ``LayerscopeWarning`` and the ceilings are measured."""
-    threads = threads or torch.get_num_threads()
+    threads = torch.get_num_threads() if threads is None else values.thread_count(threads)
     key = _key(device, dtype, threads)
     path = cache_path()
     cache, damaged = _read_cache(path, key)
