@@ -361,6 +361,12 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
             m.training = flag
 
 
+def parameters_only(model: nn.Module, training: bool = False) -> Capture:
+    """A capture with no forward run (the model has none): parameters and buffers per module."""
+    stats, order = _module_table(model)
+    return Capture(stats, order, 0, Counter(), 0, 0, 0, training)
+
+
 def _run(model_call, tracker, mode, liveness, training) -> tuple[int, int]:
     """Run forward (and backward) under the tracker and mode; returns output bytes."""
     with tracker, mode, torch.set_grad_enabled(training):
