@@ -104,16 +104,15 @@ def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[st
     args, kwargs = result[1], (result[2] if len(result) == 3 else None)
     if isinstance(args, dict) and kwargs is None:
         args, kwargs = None, args
-    elif args is not None and not isinstance(args, (tuple, list, torch.Tensor, InputSpec)):
-        args = (args,)
+    value = args is not None and not isinstance(args, (tuple, list, torch.Tensor, InputSpec))
     if kwargs is not None and not isinstance(kwargs, dict):
         raise UserError(f"{spec}: the factory's keyword inputs (third item) must be a dict, got "
                         f"{type(kwargs).__name__}")
     try:
-        args, kwargs = split_inputs(args, kwargs)
+        args, kwargs = split_inputs(None if value else args, kwargs)
     except UserError as exc:
         raise UserError(f"{spec}: the factory's example inputs: {exc}") from None
-    return result[0], args, kwargs
+    return result[0], [result[1]] if value else args, kwargs
 
 
 def _load_python_attr(spec: str) -> Any:
