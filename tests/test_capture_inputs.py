@@ -301,3 +301,11 @@ def test_data_dependent_fallback_refuses_a_huge_input():
     with pytest.raises(UserError) as err:
         layerscope.analyze(DataDependent(), (1, 3, 100_000, 100_000))
     assert "120000.00 MB of inputs" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_profile_passes_keyword_and_non_tensor_inputs():
+    report = layerscope.profile(Keywords(), ((3, 4), 2), kwargs={"mask": (3, 4)}, runs=2,
+                                warmup=0, backward=True, roofline=False)
+    assert report.inputs[2] == {"name": "mask", "shape": [3, 4], "dtype": "float32"}
+    assert report.settings["batch_size"] == 3
+    assert report.totals.macs == 3 * 4 * 4  # three rows through Linear(4, 4)
