@@ -159,6 +159,19 @@ def test_data_parallel_analyses_the_wrapped_module():
     assert any("DataParallel" in n and "module." in n for n in report.notes)
 
 
+def test_distributed_data_parallel_analyses_the_wrapped_module(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        wrapped = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 3)))
+        report = layerscope.analyze(wrapped, (2, 4))
+    finally:
+        dist.destroy_process_group()
+    assert report.totals.macs == 2 * 4 * 3 and [r.name for r in report.layers] == ["0"]
+    assert any("DistributedDataParallel" in n for n in report.notes)
+
+
 # ---------------------------------------------------------------- inputs
 class Keywords(nn.Module):
     def __init__(self):
@@ -309,3 +322,36 @@ def test_profile_passes_keyword_and_non_tensor_inputs():
     assert report.inputs[2] == {"name": "mask", "shape": [3, 4], "dtype": "float32"}
     assert report.settings["batch_size"] == 3
     assert report.totals.macs == 3 * 4 * 4  # three rows through Linear(4, 4)
+
+
+CLI_MODELS = ("import torch, torch.nn as nn\n"
+              "from tests.test_capture_inputs import DataDependent\n"
+              "class Masked(nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.lin = nn.Linear(4, 4)\n"
+              "    def forward(self, x, mask=None):\n"
+              "        y = self.lin(x)\n"
+              "        return y if mask is None else y * mask\n"
+              "def masked():\n    return Masked()\n"
+              "def module_list():\n    return nn.ModuleList([nn.Linear(3, 4)])\n"
+              "def data_dependent():\n    return DataDependent()\n")
+
+
+@pytest.mark.parametrize("factory,extra,code,expected", [
+    ("masked", ["--input", "2x4", "--input", "mask=2x4:bool"], 0, '"name": "mask"'),
+    ("module_list", [], 0, "no forward ran"),
+    ("masked", ["--input", "1x-16"], 2, "shape 1x-16 is invalid"),
+    ("masked", ["--input", "mask=2x0"], 2, "shape 2x0 is invalid"),
+    ("masked", ["--input", "2=2x4"], 2, "a keyword input is NAME=SHAPE"),
+    ("data_dependent", ["--input", "1x3x100000x100000"], 2, "120000.00 MB of inputs"),
+], ids=["keyword-tensor", "module-list", "negative-dim", "zero-dim-keyword", "bad-keyword-name",
+        "huge-real-run"])
+def test_cli_inputs(tmp_path, factory, extra, code, expected):
+    src = tmp_path / "cli_models.py"
+    src.write_text(CLI_MODELS)
+    got, out, err = run_cli("analyze", f"{src}:{factory}", *extra, "--format", "json")
+    assert got == code, err
+    if code == 0:
+        assert expected in out
+    else:
+        assert err.count("\n") == 1 and expected in err
