@@ -128,6 +128,37 @@ def test_shared_modules_from_the_cli(tmp_path, build, x, params, macs):
     user.MODEL(x)
 
 
+def _old_spectral_norm():
+    return nn.utils.spectral_norm(nn.Linear(4, 4))
+
+
+def _old_weight_norm():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of parametrizations
+        return nn.utils.weight_norm(nn.Linear(4, 4))
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("build,params", [
+    (_old_spectral_norm, 16 + 4),  # weight_orig + bias (u, v are buffers)
+    (_old_weight_norm, 4 + 16 + 4),  # weight_g (4x1) + weight_v + bias
+    (lambda: nn.utils.parametrizations.weight_norm(nn.Linear(4, 4)), 4 + 16 + 4),
+], ids=["spectral-norm-hook", "weight-norm-hook", "weight-norm-parametrization"])
+def test_weights_derived_in_hooks_are_restored(build, params, mode):
+    """Old-style weight/spectral norm set ``module.weight`` (a plain attribute) in a pre-hook."""
+    model = build().eval()
+    x = torch.ones(1, 4)
+    expected = model(x).detach()
+    snap, plain = _snapshot(model), dict(vars(model))
+    report = layerscope.analyze(model, x, mode=mode)
+    _assert_unchanged(model, snap)
+    assert all(vars(model)[k] is v for k, v in plain.items() if isinstance(v, torch.Tensor))
+    assert report.totals.params == params
+    assert torch.equal(model(x), expected)
+
+
 # ---------------------------------------------------------------- lazy modules
 def test_lazy_modules_are_materialised_on_a_private_copy():
     model = nn.Sequential(nn.Linear(7, 7), nn.LazyLinear(5), nn.LazyBatchNorm1d())

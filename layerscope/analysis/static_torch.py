@@ -414,6 +414,9 @@ def _swapped(model: nn.Module, replace):
     for _, _, t in slots:
         if id(t) not in memo:
             memo[id(t)] = replace(t)
+    # Plain tensor attributes too: hooks such as torch.nn.utils.weight_norm / spectral_norm set
+    # ``module.weight`` from the swapped parameters during forward.
+    plain = [(m, _tensor_attrs(m)) for m in model.modules()]
     try:
         for table, key, t in slots:
             table[key] = memo[id(t)]
@@ -421,6 +424,14 @@ def _swapped(model: nn.Module, replace):
     finally:
         for table, key, t in slots:
             table[key] = t
+        for m, before in plain:
+            for key in _tensor_attrs(m).keys() - before.keys():
+                del m.__dict__[key]
+            m.__dict__.update(before)
+
+
+def _tensor_attrs(m: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in vars(m).items() if isinstance(v, torch.Tensor)}
 
 
 def _map_inputs(obj, leaf):
