@@ -386,3 +386,10 @@ def test_cli_inputs(tmp_path, factory, extra, code, expected):
         assert expected in out
     else:
         assert err.count("\n") == 1 and expected in err
+
+
+def test_heading_names_keyword_inputs_and_value_types():
+    from layerscope.renderers.tables import heading
+
+    report = layerscope.analyze(Keywords(), ((3, 4), 2), kwargs={"mask": (3, 4)})
+    assert "input 3x4 float32, int, mask=3x4 float32 ·" in heading(report)[1]
