@@ -37,7 +37,8 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     args, named = split_inputs(inputs, kwargs)
     if args or named:
         loaded.inputs, loaded.kwargs = args, named
-    if not loaded.inputs and not loaded.kwargs and needs_arguments(loaded.module):
+    if (not loaded.inputs and not loaded.kwargs
+            and needs_arguments(unwrap(loaded.module, loaded.name)[0])):
         raise UserError(f"{loaded.name}: no default input is known for this model; "
                         "give one with --input, e.g. --input 1x3x224x224")
     if batch_size is not None:
