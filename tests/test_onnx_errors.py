@@ -96,8 +96,9 @@ CASES = [
     ("depth-on-onnx", lambda p: _matmul(p, "--depth", "1"), "--depth needs a module hierarchy"),
     ("training-on-onnx", lambda p: _matmul(p, "--mode", "training"), "inference only"),
     ("dtype-on-onnx", lambda p: _matmul(p, "--dtype", "float16"), "--dtype does not apply"),
-    ("named-input-for-pytorch", lambda p: ["analyze", "resnet20", "--input", "x=1x3x32x32"],
-     "named inputs (NAME=SHAPE) are for ONNX models"),
+    # NAME=SHAPE is a keyword argument for a PyTorch model; resnet20's forward has no 'image'
+    ("unknown-keyword-for-pytorch", lambda p: ["analyze", "resnet20", "--input", "image=1x3x32x32"],
+     "rejected input image=1x3x32x32: TypeError"),
     ("onnx-to-ops", lambda p: ["ops", _matmul(p)[1]], "this command needs a PyTorch model"),
     ("export-extension", lambda p: ["export", "mnist-cnn", "-o", str(p / "m.txt")],
      "must end in .onnx"),

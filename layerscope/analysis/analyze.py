@@ -10,55 +10,42 @@ from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.environment import environment
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
-from layerscope.frontends.torch_module import (LoadedModel, parse_dtype, parse_input, resolve,
-                                               with_batch_size)
+from layerscope.analysis.inputs import call_text, describe_all, split_inputs
+from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,
+                                            needs_arguments, unwrap)
+from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size, parse_dtype,
+                                               resolve, with_batch_size)
 
 MODES = ("inference", "training")
 
 
 def normalize_inputs(inputs: Any) -> list[Any]:
-    """A tensor, a tuple of tensors, a shape, a list of shapes or '1x3x224x224' strings."""
-    if inputs is None:
-        return []
-    if isinstance(inputs, (torch.Tensor, st.InputSpec, str)):
-        inputs = [inputs]
-    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):
-        inputs = [tuple(inputs)]
-    out = []
-    for x in inputs:
-        if isinstance(x, (torch.Tensor, st.InputSpec)):
-            out.append(x)
-        elif isinstance(x, str):
-            out.append(parse_input(x))
-        elif isinstance(x, (tuple, list, torch.Size)) and all(isinstance(d, int) for d in x):
-            out.append(st.InputSpec(values.check_shape(x, "input shape")))
-        else:
-            raise UserError(f"cannot use {x!r} as an input: give a tensor, a shape or '1x3x224x224'")
-    return out
-
-
-def _describe(x: Any) -> dict[str, Any]:
-    if isinstance(x, st.InputSpec):
-        return {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
-    return {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
+    """Positional inputs only (commands that run ``module(*inputs)``); see ``inputs.split_inputs``."""
+    args, kwargs = split_inputs(inputs)
+    if kwargs:
+        raise UserError(f"keyword inputs ({', '.join(kwargs)}=...) are not supported by this "
+                        "command; give forward's arguments in order")
+    return args
 
 
 def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
-         meta: bool = True, seed: int = 0) -> LoadedModel:
+         meta: bool = True, kwargs: dict[str, Any] | None = None, seed: int = 0
+         ) -> LoadedModel:
     """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
 
     ``meta``: build built-in models on the meta device (static analysis needs no weights);
     ``seed``: the seed built-in models and factories draw their random weights from."""
     loaded = resolve(model, meta=meta and isinstance(model, str), seed=seed)
-    given = normalize_inputs(inputs)
-    if given:
-        loaded.inputs = given
-    if not loaded.inputs:
+    args, named = split_inputs(inputs, kwargs)
+    if args or named:
+        loaded.inputs, loaded.kwargs = args, named
+    if (not loaded.inputs and not loaded.kwargs
+            and needs_arguments(unwrap(loaded.module, loaded.name)[0])):
         raise UserError(f"{loaded.name}: no default input is known for this model; "
                         "give one with --input, e.g. --input 1x3x224x224")
     if batch_size is not None:
         loaded.inputs = with_batch_size(loaded.inputs, batch_size)
+        loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)
     return loaded
 
 
@@ -83,14 +70,16 @@ def _analyze_onnx(path: str, inputs: Any, batch_size: int | None, depth: int | N
                                for i in inputs or []], batch_size=batch_size)
 
 
-def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
-            depth: int | None = None, dtype: str | torch.dtype | None = None,
-            mode: str = "inference", optimizer: str = "adam") -> Report:
+def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
+            batch_size: int | None = None, depth: int | None = None,
+            dtype: str | torch.dtype | None = None, mode: str = "inference",
+            optimizer: str = "adam") -> Report:
     """Parameters, memory, MACs/FLOPs and bytes per layer, without running real arithmetic.
 
     ``model``: an ``nn.Module`` or a spec (``resnet50``, ``file.py:factory``, ``pkg.mod:factory``,
-    ``model.pt``, ``model.onnx``). ``inputs``: a tensor, a tuple of tensors, or shapes (for ONNX:
-    ``'NAME=1x3x224x224'`` strings). ``mode="training"`` adds
+    ``model.pt``, ``model.onnx``). ``inputs``: forward's positional arguments — a tensor, a shape,
+    or a tuple of tensors, shapes and other values (for ONNX: ``'NAME=1x3x224x224'`` strings);
+    ``kwargs``: forward's keyword arguments. ``mode="training"`` adds
     the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam, adamw).
     """
     if mode not in MODES:
@@ -104,20 +93,33 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
         depth = values.non_negative_int(depth, "--depth")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
-    loaded = load(model, inputs, batch_size)
-    fake = loaded.frontend == "torch"
-    try:
-        cap = st.capture(loaded.module, loaded.inputs, training=(mode == "training"),
-                         dtype=dtype, fake=fake, owned=loaded.extras.get("owned", False))
-    except st.ModelRunError as exc:
-        shapes = ", ".join("x".join(map(str, _describe(x)["shape"])) for x in loaded.inputs)
-        raise UserError(f"{loaded.name} rejected input {shapes}: {first_line(exc)}") from exc
+    loaded = load(model, inputs, batch_size, kwargs=kwargs)
+    module, notes = unwrap(loaded.module, loaded.name)
+    if not has_forward(module):
+        cap = st.parameters_only(module, training=(mode == "training"))
+        notes.append(f"{type(module).__name__} has no forward(): no forward ran; the report "
+                     "lists parameters and buffers only (no MACs, FLOPs or activations)")
+    else:
+        if is_lazy(module):
+            module, lazy_notes = materialized_copy(module, loaded.inputs, loaded.kwargs,
+                                                   loaded.name)
+            notes += lazy_notes
+        try:
+            cap = st.capture(module, loaded.inputs, kwargs=loaded.kwargs,
+                             training=(mode == "training"), dtype=dtype,
+                             fake=loaded.frontend == "torch",
+                             owned=loaded.extras.get("owned", False))
+        except st.TooLargeForRealRun as exc:
+            raise UserError(f"{loaded.name}: {exc}") from None
+        except st.ModelRunError as exc:
+            raise UserError(f"{loaded.name} rejected input "
+                            f"{call_text(loaded.inputs, loaded.kwargs)}: {first_line(exc)}") from exc
     ops, coverage = st.uncounted(cap)
     return Report(
         model=loaded.name,
         frontend=loaded.frontend,
-        inputs=[_describe(x) for x in loaded.inputs],
-        totals=st.totals(cap, loaded.module, optimizer),
+        inputs=describe_all(loaded.inputs, loaded.kwargs),
+        totals=st.totals(cap, module, optimizer),
         layers=st.layer_rows(cap, depth),
         uncounted_ops=ops,
         op_coverage=coverage,
@@ -125,7 +127,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
                   "optimizer": optimizer if mode == "training" else None},
         environment=environment(),
-        notes=list(cap.warnings) + _frozen_note(loaded),
+        notes=notes + list(cap.warnings) + _frozen_note(loaded),
     )
 
 

@@ -1,27 +1,139 @@
-"""Real input tensors for runs that execute the model (profiling, activations, sweeps)."""
+"""Forward's arguments: normalising what the user gave, describing it, and real tensors for runs
+that execute the model (profiling, activations, sweeps).
+
+What the user gives (API ``inputs=`` / ``kwargs=``, a factory's example inputs, CLI ``--input``):
+- a tensor, an ``InputSpec``, a shape (a tuple of ints, ``torch.Size``) or a shape string
+  (``'1x3x224x224'``, ``'1x128:int64'``; ``'NAME=SHAPE[:DTYPE]'`` binds a keyword argument);
+- any other Python value (int, float, None, a string that does not start with a digit, a list
+  or dict holding tensors, ...) is passed to forward as it is.
+Errors describe inputs by shape and dtype only, never by value (a tensor can be huge)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 
 from layerscope.analysis.static_torch import InputSpec
+from layerscope.core import values
+from layerscope.errors import UserError
+
+
+def check_dims(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of positive ints, or one UserError line naming ``what``.
+
+    The one place an input shape is validated (the shared shape parser can take it over)."""
+    dims = tuple(shape)
+    if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        text = "x".join(map(str, dims)) or "()"
+        raise UserError(f"{what}: shape {text} is invalid: dimensions must be positive "
+                        "integers, e.g. 1x3x224x224")
+    return values.check_shape(dims, what)  # within int64, element count too
+
+
+def _is_shape(x: Any) -> bool:
+    return (isinstance(x, (tuple, list, torch.Size)) and len(x) > 0
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in x))
+
+
+def _looks_like_shape_text(x: Any) -> bool:
+    return isinstance(x, str) and bool(re.match(r"\s*(-?\d|[A-Za-z_]\w*\s*=)", x))
+
+
+def _item(x: Any, what: str) -> Any:
+    if isinstance(x, InputSpec):
+        return InputSpec(check_dims(x.shape, what), x.dtype)
+    if _is_shape(x):
+        return InputSpec(check_dims(x, what))
+    return x  # a tensor, or a value forward takes as it is
+
+
+def split_inputs(inputs: Any = None, kwargs: dict[str, Any] | None = None,
+                 ) -> tuple[list[Any], dict[str, Any]]:
+    """(positional arguments, keyword arguments) with shapes turned into ``InputSpec``."""
+    from layerscope.frontends.torch_module import parse_input
+
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise UserError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
+    if isinstance(inputs, dict):
+        raise UserError("inputs is a dict: pass keyword arguments as kwargs={...}, or a dict that "
+                        "forward takes as one argument as inputs=(the_dict,)")
+    if inputs is None:
+        items = []
+    elif isinstance(inputs, (torch.Tensor, InputSpec, str)) or _is_shape(inputs):
+        items = [inputs]
+    elif isinstance(inputs, (tuple, list)):
+        items = list(inputs)
+    else:
+        raise UserError(f"inputs={type(inputs).__name__} is ambiguous: give a shape as a tuple "
+                        "(e.g. (1, 16)) or forward's arguments as a tuple (e.g. (x, 5))")
+    args: list[Any] = []
+    named: dict[str, Any] = {}
+    for i, x in enumerate(items):
+        if _looks_like_shape_text(x):
+            name, spec = parse_input(x)
+            if name is None:
+                args.append(spec)
+            else:
+                named[name] = spec
+        else:
+            args.append(_item(x, f"input {i + 1}"))
+    for name, x in (kwargs or {}).items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise UserError(f"kwargs: {name!r} is not a keyword argument name")
+        named[name] = _item(x, f"input {name}")
+    return args, named
+
+
+def describe(x: Any, name: str | None = None) -> dict[str, Any]:
+    """What a report says about one argument: shape and dtype, or the type of a plain value."""
+    out: dict[str, Any] = {"name": name} if name else {}
+    if isinstance(x, (torch.Tensor, InputSpec)):
+        out |= {"shape": [int(d) for d in x.shape], "dtype": str(x.dtype).removeprefix("torch.")}
+    else:
+        out["type"] = type(x).__name__
+    return out
+
+
+def describe_all(args: list[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [describe(x) for x in args] + [describe(x, k) for k, x in kwargs.items()]
+
+
+def call_text(args: list[Any], kwargs: dict[str, Any]) -> str:
+    """'1x10 float32, mask=1x10 bool, int' — for error messages (never values)."""
+    def one(d):
+        head = f"{d['name']}=" if "name" in d else ""
+        if "shape" in d:
+            return head + "x".join(map(str, d["shape"])) + (
+                "" if d["dtype"] == "float32" else f" {d['dtype']}")
+        return head + d["type"]
+    return ", ".join(one(d) for d in describe_all(args, kwargs)) or "no inputs"
 
 
 def real_inputs(inputs: list[Any], device: str | torch.device = "cpu",
-                dtype: torch.dtype | None = None, seed: int = 0) -> list[torch.Tensor]:
-    """Seeded standard-normal tensors for float specs, zeros for integer ones (valid indices)."""
+                dtype: torch.dtype | None = None, seed: int = 0) -> list[Any]:
+    """Seeded standard-normal tensors for float specs, zeros for integer ones (valid indices);
+    values that are not tensors pass through."""
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for x in inputs:
-        if isinstance(x, InputSpec):
-            if x.dtype.is_floating_point:
-                t = torch.randn(x.shape, generator=gen).to(dtype or x.dtype)
-            else:
-                t = torch.zeros(x.shape, dtype=x.dtype)
+    return [_real(x, device, dtype, gen) for x in inputs]
+
+
+def real_kwargs(kwargs: dict[str, Any], device: str | torch.device = "cpu",
+                dtype: torch.dtype | None = None, seed: int = 0) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(seed + 1)
+    return {k: _real(x, device, dtype, gen) for k, x in kwargs.items()}
+
+
+def _real(x: Any, device, dtype, gen) -> Any:
+    if isinstance(x, InputSpec):
+        if x.dtype.is_floating_point:
+            t = torch.randn(x.shape, generator=gen).to(dtype or x.dtype)
         else:
-            t = x.detach()
-            if dtype is not None and t.is_floating_point():
-                t = t.to(dtype)
-        out.append(t.to(device))
-    return out
+            t = torch.zeros(x.shape, dtype=x.dtype)
+    elif isinstance(x, torch.Tensor):
+        t = x.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+    else:
+        return x
+    return t.to(device)

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from layerscope.analysis.inputs import real_inputs
+from layerscope.analysis.inputs import real_inputs, real_kwargs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
@@ -122,10 +122,10 @@ class _Runs:
 
 
 def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
-             dtype: torch.dtype | None):
+             dtype: torch.dtype | None, kwargs: dict[str, Any] | None = None):
     from layerscope.analysis.analyze import load
 
-    loaded = load(model, inputs, batch_size, meta=False)
+    loaded = load(model, inputs, batch_size, meta=False, kwargs=kwargs)
     module = loaded.module
     needs_move = any(t.device.type != device or (dtype is not None and t.is_floating_point()
                                                  and t.dtype != dtype)
@@ -137,7 +137,8 @@ def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
     return loaded, module, real_inputs(loaded.inputs, device, dtype)
 
 
-def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
+def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
+            batch_size: int | None = None,
             device: str = "cpu", threads: int | None = None, runs: int | None = None,
             min_time: float | None = None, warmup: int = 5, depth: int | None = None,
             backward: bool = False, dtype: str | torch.dtype | None = None,
@@ -158,16 +159,17 @@ def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
-    loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype)
+    loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
+    kw = real_kwargs(loaded.kwargs, device, dtype)
     flags = [(m, m.training) for m in module.modules()]
     try:
-        report = analyze(module, xs, depth=depth, dtype=dtype)
+        report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
         report.model, report.frontend = loaded.name, loaded.frontend
         module.eval()
         _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
-                         machine)
+                         machine, kw)
         if backward:
-            _measure_backward(report, module, xs, device, warmup, plan, clock, progress)
+            _measure_backward(report, module, xs, device, warmup, plan, clock, progress, kw)
         if roofline:
             _place_on_roofline(report, device, dtype or torch.float32, torch.get_num_threads())
     finally:
@@ -178,8 +180,16 @@ def profile(model: str | nn.Module, inputs: Any = None, *, batch_size: int | Non
     report.settings.update({"device": device, "threads": threads or old_threads,
                             "warmup": warmup, "runs": report.end_to_end["n"],
                             "min_time": min_time, "backward": backward,
-                            "batch_size": xs[0].shape[0] if xs and xs[0].dim() else None})
+                            "batch_size": _batch_of(xs, kw)})
     return report
+
+
+def _batch_of(xs, kw) -> int | None:
+    """The first dimension of the first tensor input (positional, then keyword)."""
+    for x in list(xs) + list((kw or {}).values()):
+        if isinstance(x, torch.Tensor):
+            return x.shape[0] if x.dim() else None
+    return None
 
 
 def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.Module]]:
@@ -188,14 +198,14 @@ def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.M
 
 
 def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
-                     machine: MachineReading) -> None:
+                     machine: MachineReading, kw=None) -> None:
     timed = _timed_modules(module, depth)
     timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock)
 
     def run() -> float:
         t0 = clock()
         with torch.no_grad():
-            module(*xs)
+            module(*xs, **(kw or {}))
         _sync(device)
         return clock() - t0
 
@@ -241,7 +251,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     order = sorted(range(len(row_stats)), key=lambda i: -row_stats[i].median_s)
     for rank, i in enumerate(order, 1):
         report.layers[i].rank = rank
-    batch = xs[0].shape[0] if xs and xs[0].dim() else 1
+    batch = _batch_of(xs, kw) or 1
     report.end_to_end = e2e.to_dict() | {
         "throughput_per_s": batch / e2e.median_s if e2e.median_s else None,
         "instrumented": inst.to_dict(),
@@ -283,7 +293,8 @@ def _by_type(report, samples, walls, keep) -> list[dict[str, Any]]:
     return out
 
 
-def _measure_backward(report, module, xs, device, warmup, plan, clock, progress) -> None:
+def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
+                      kw=None) -> None:
     """Backward of the summed outputs w.r.t. the trainable parameters (``autograd.grad``: the
     model's ``.grad`` fields are never touched). The model stays in eval mode, so BatchNorm
     statistics are not updated."""
@@ -294,7 +305,7 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress)
 
     def forward():
         with torch.enable_grad():
-            outs = [t for t in _tensors(module(*xs)) if t.requires_grad]
+            outs = [t for t in _tensors(module(*xs, **(kw or {}))) if t.requires_grad]
         return outs
 
     def backward(outs, timed: BackwardTimer | None = None) -> float:

@@ -2,9 +2,10 @@
 modules, and cost them with the handlers of ``layerscope.ops.aten``.
 
 How it works
-- The model runs through ``torch.func.functional_call`` on *fake* copies of its parameters and
-  inputs (``FakeTensorMode``): no arithmetic is done and no weight memory is needed, and the
-  module itself is never touched (its parameters are swapped for the call and swapped back).
+- The model runs on *fake* copies of its parameters and inputs (``FakeTensorMode``): no
+  arithmetic is done and no weight memory is needed. The fakes are swapped into each distinct
+  (module, attribute) slot for the call and the very same objects are put back (``_swapped``),
+  so shared modules and tied weights are restored exactly.
   Parameters on the meta device are analysed as CPU tensors, so the CPU kernels are chosen.
 - Forward ops are attributed to the innermost module running (global forward pre/post hooks,
   removed afterwards). Backward ops (``mode="training"``) are attributed through the autograd
@@ -15,11 +16,12 @@ How it works
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
@@ -351,24 +353,34 @@ def _module_table(model: nn.Module) -> tuple[dict[str, _ModuleStats], list[str]]
     return stats, order
 
 
-def capture(model: nn.Module, inputs: Sequence[torch.Tensor | InputSpec], *,
+def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] | None = None,
             training: bool = False, dtype: torch.dtype | None = None,
             fake: bool = True, owned: bool = False) -> Capture:
     """Run ``model`` once (fake by default) and record what every module costs.
 
-    ``owned``: the model is the analysis' own, just loaded from a file and never run, so a
-    TorchScript model needs no fresh copy (the copy through ``torch.jit.save``/``load`` is most
-    of the time a TorchScript analysis takes: AlexNet ~4 s of ~6.5 s)."""
+    ``inputs`` are forward's positional arguments and ``kwargs`` its keyword arguments: tensors,
+    ``InputSpec`` shapes, or any other Python value (passed as is; tensors nested in lists,
+    tuples and dicts are made fake too). ``owned``: the model is the analysis' own, just loaded
+    from a file and never run, so a TorchScript model needs no fresh copy (the copy through
+    ``torch.jit.save``/``load`` is most of the time a TorchScript analysis takes: AlexNet ~4 s of
+    ~6.5 s)."""
+    kwargs = dict(kwargs or {})
     stats, order = _module_table(model)
     flags = _flags(model)
     try:
         model.train(training)
         if fake:
-            return _capture_fake(model, inputs, stats, order, training, dtype)
-        return _capture_real(model, inputs, stats, order, training, dtype, owned)
+            return _capture_fake(model, list(inputs), kwargs, stats, order, training, dtype)
+        return _capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned)
     finally:
         for m, flag in flags:
             m.training = flag
+
+
+def parameters_only(model: nn.Module, training: bool = False) -> Capture:
+    """A capture with no forward run (the model has none): parameters and buffers per module."""
+    stats, order = _module_table(model)
+    return Capture(stats, order, 0, Counter(), 0, 0, 0, training)
 
 
 def _run(model_call, tracker, mode, liveness, training) -> tuple[int, int]:
@@ -390,93 +402,191 @@ def _wrap_model_error(exc: Exception) -> ModelRunError:
     return ModelRunError(first_line(exc, with_type=True))
 
 
-def _capture_fake(model, inputs, stats, order, training, dtype) -> Capture:
+def _slots(model: nn.Module) -> list[tuple[dict, str, torch.Tensor]]:
+    """Every (module, attribute) that holds a parameter or buffer, each exactly once.
+
+    ``model.modules()`` yields a module once however many names reach it (the same layer twice
+    in a Sequential, ``self.a = self.b = lin``), so swapping these slots and putting the same
+    objects back restores the model exactly; a tensor held by two slots (tied weights) is
+    swapped in both, for the same replacement. Uninitialized (lazy) parameters are left alone."""
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    out = []
+    for m in model.modules():
+        for table in (m._parameters, m._buffers):
+            for key, t in table.items():
+                if t is not None and not isinstance(t, UninitializedTensorMixin):
+                    out.append((table, key, t))
+    return out
+
+
+@contextlib.contextmanager
+def _swapped(model: nn.Module, replace):
+    """Within the block every parameter/buffer ``t`` of ``model`` is ``replace(t)`` (called once
+    per distinct tensor); afterwards the very same objects are back in their slots."""
+    slots = _slots(model)
+    memo: dict[int, torch.Tensor] = {}
+    for _, _, t in slots:
+        if id(t) not in memo:
+            memo[id(t)] = replace(t)
+    # Plain tensor attributes too: hooks such as torch.nn.utils.weight_norm / spectral_norm set
+    # ``module.weight`` from the swapped parameters during forward.
+    plain = [(m, _tensor_attrs(m)) for m in model.modules()]
+    try:
+        for table, key, t in slots:
+            table[key] = memo[id(t)]
+        yield memo
+    finally:
+        for table, key, t in slots:
+            table[key] = t
+        for m, before in plain:
+            for key in _tensor_attrs(m).keys() - before.keys():
+                del m.__dict__[key]
+            m.__dict__.update(before)
+
+
+def _tensor_attrs(m: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in vars(m).items() if isinstance(v, torch.Tensor)}
+
+
+def _map_inputs(obj, leaf):
+    """``obj`` (forward's arguments) with every tensor and InputSpec passed through ``leaf``."""
+    return pytree.tree_map(lambda x: leaf(x) if isinstance(x, (torch.Tensor, InputSpec)) else x,
+                           obj, is_leaf=lambda x: isinstance(x, InputSpec))
+
+
+def _input_tensors(args, kwargs) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+
+
+def _capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Capture:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = FakeTensorMode()
     liveness = _Liveness()
     device = _model_device(model)
-    # Parameters are wrapped outside the mode: their meta storage must be a plain meta tensor.
-    memo: dict[int, torch.Tensor] = {}
-    state: dict[str, torch.Tensor] = {}
-    named = list(model.named_parameters(remove_duplicate=False)) + list(
-        model.named_buffers(remove_duplicate=False))
-    for name, t in named:
-        if id(t) not in memo:
-            memo[id(t)] = _fake_like(t, dtype, training and isinstance(t, nn.Parameter)
-                                     and t.requires_grad, fake_mode)
-        state[name] = memo[id(t)]
-    with fake_mode:
-        fake_inputs = []
-        for x in inputs:
-            if isinstance(x, InputSpec):
-                x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
-                fake_inputs.append(torch.zeros(x.shape, dtype=x_dtype, device=device))
-            else:
-                fake_inputs.append(_fake_like(x, dtype, False))
-    for t in memo.values():
-        liveness.resident.add(_storage_key(t))
-    for x in fake_inputs:
-        liveness.add(x)
-    input_bytes = sum(map(_tensor_nbytes, fake_inputs))
 
+    def fake_param(t):
+        # Wrapped outside the mode: their meta storage must be a plain meta tensor.
+        return _fake_like(t, dtype, training and isinstance(t, nn.Parameter) and t.requires_grad,
+                          fake_mode)
+
+    def fake_input(x):
+        if isinstance(x, InputSpec):
+            x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
+            return torch.zeros(x.shape, dtype=x_dtype, device=device)
+        return _fake_like(x, dtype, False)
+
+    with fake_mode:
+        fake_args, fake_kwargs = _map_inputs((tuple(inputs), kwargs), fake_input)
     tracker = _ModuleTracker(model, stats, tag_autograd=training)
     mode = _CountingMode(tracker, stats, liveness)
-    call = lambda: torch.func.functional_call(  # noqa: E731
-        model, state, tuple(fake_inputs), strict=False, tie_weights=False)
+    in_tensors = _input_tensors(fake_args, fake_kwargs)
     try:
-        with fake_mode:
-            output_bytes = _run(call, tracker, mode, liveness, training)
+        with _swapped(model, fake_param) as memo:
+            for t in memo.values():
+                liveness.resident.add(_storage_key(t))
+            for x in in_tensors:
+                liveness.add(x)
+            with fake_mode:
+                output_bytes = _run(lambda: model(*fake_args, **fake_kwargs), tracker, mode,
+                                    liveness, training)
     except (torch._subclasses.fake_tensor.UnsupportedOperatorException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
-            torch._subclasses.fake_tensor.DataDependentOutputException):
-        # The model needs real values (data-dependent shapes); run it for real on a copy.
+            torch._subclasses.fake_tensor.DataDependentOutputException) as exc:
+        # The model needs real values (data-dependent shapes); run it for real.
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
-            raise
+            raise ModelRunError(f"{type(exc).__name__}: the model needs real values "
+                                "(data-dependent shapes) but its weights are on the meta device")
         fresh, _ = _module_table(model)
         stats.clear()
         stats.update(fresh)
-        return _capture_real(model, inputs, stats, order, training, dtype)
+        return _capture_real(model, inputs, kwargs, stats, order, training, dtype)
     except Exception as exc:  # the model's own error: shape mismatch and the like
         raise _wrap_model_error(exc) from exc
-    return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak, input_bytes,
-                   output_bytes, training)
+    return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
+                   sum(map(_tensor_nbytes, in_tensors)), output_bytes, training)
 
 
-def _capture_real(model, inputs, stats, order, training, dtype, owned: bool = False) -> Capture:
-    """Fallback with real tensors, on a deep copy so the caller's model is untouched (an
-    ``owned`` TorchScript model, never run, is used as it is)."""
+# The real-tensor fallback (models with data-dependent shapes, TorchScript) allocates its inputs
+# and a private copy of the weights for real; above these bounds it refuses instead (README).
+REAL_INPUT_LIMIT = 256 * 10**6
+REAL_WEIGHT_LIMIT = 4 * 10**9
+
+
+class TooLargeForRealRun(Exception):
+    """The real-tensor fallback would allocate more than the bounds above."""
+
+
+def _spec_nbytes(x, dtype) -> int:
+    if isinstance(x, InputSpec):
+        d = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
+        return math.prod(x.shape) * torch.empty((), dtype=d).element_size()
+    return _tensor_nbytes(x)
+
+
+def _check_real_size(model, inputs, kwargs, dtype) -> None:
+    leaves = pytree.tree_leaves((inputs, kwargs), is_leaf=lambda x: isinstance(x, InputSpec))
+    need = sum(_spec_nbytes(x, dtype) for x in leaves if isinstance(x, (torch.Tensor, InputSpec)))
+    weights = sum(_tensor_nbytes(t) for _, _, t in _slots(model))
+    if need > REAL_INPUT_LIMIT or weights > REAL_WEIGHT_LIMIT:
+        from layerscope.core.units import megabytes as mb
+
+        raise TooLargeForRealRun(
+            f"this model needs real tensors (data-dependent shapes or TorchScript), and a real "
+            f"run would allocate {mb(need)} MB of inputs and a {mb(weights)} MB copy of the "
+            f"weights (limits {mb(REAL_INPUT_LIMIT)} MB and {mb(REAL_WEIGHT_LIMIT)} MB); "
+            "analyse it with a smaller input")
+
+
+def _capture_real(model, inputs, kwargs, stats, order, training, dtype,
+                  owned: bool = False) -> Capture:
+    """Fallback with real tensors. The caller's model runs with private copies of its parameters
+    and buffers swapped in (never a deep copy of the model: that fails on attributes such as
+    locks), so its own tensors, gradients and running statistics are untouched (an ``owned``
+    TorchScript model, never run, is used as it is)."""
+    _check_real_size(model, inputs, kwargs, dtype)
     script = isinstance(model, torch.jit.ScriptModule)
-    if script:
-        work = model if owned else _script_copy(model)
-    else:
-        work = copy.deepcopy(model)
-    if dtype is not None:
-        work = work.to(dtype)
-    # Statistics are keyed by name; the copy has the same names.
-    device = _model_device(work)
-    real_inputs = []
-    for x in inputs:
+    device = _model_device(model)
+
+    def real_input(x):
         if isinstance(x, InputSpec):
             x_dtype = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
-            real_inputs.append(torch.zeros(x.shape, dtype=x_dtype, device=device))
-        else:
-            real_inputs.append(x.detach().clone())
+            return torch.zeros(x.shape, dtype=x_dtype, device=device)
+        return x.detach().clone()
+
+    def real_param(t):
+        copy_ = t.detach().clone()
+        if dtype is not None and copy_.is_floating_point():
+            copy_ = copy_.to(dtype)
+        if isinstance(t, nn.Parameter):
+            return nn.Parameter(copy_, requires_grad=t.requires_grad)
+        return copy_
+
+    real_args, real_kwargs = _map_inputs((tuple(inputs), kwargs), real_input)
+    in_tensors = _input_tensors(real_args, real_kwargs)
     liveness = _Liveness()
-    for t in list(work.parameters()) + list(work.buffers()):
-        liveness.resident.add(_storage_key(t))
-    for x in real_inputs:
+    for x in in_tensors:
         liveness.add(x)
     if script:
-        return _capture_script(work, real_inputs, stats, order, training, liveness)
-    tracker = _ModuleTracker(work, stats, tag_autograd=training)
+        work = _script_copy(model)
+        if dtype is not None:
+            work = work.to(dtype)
+        for t in list(work.parameters()) + list(work.buffers()):
+            liveness.resident.add(_storage_key(t))
+        return _capture_script(work, real_args, real_kwargs, stats, order, training, liveness)
+    tracker = _ModuleTracker(model, stats, tag_autograd=training)
     mode = _CountingMode(tracker, stats, liveness)
     try:
-        output_bytes = _run(lambda: work(*real_inputs), tracker, mode, liveness, training)
+        with _swapped(model, real_param) as memo:
+            for t in memo.values():
+                liveness.resident.add(_storage_key(t))
+            output_bytes = _run(lambda: model(*real_args, **real_kwargs), tracker, mode,
+                                liveness, training)
     except Exception as exc:
         raise _wrap_model_error(exc) from exc
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
-                   sum(map(_tensor_nbytes, real_inputs)), output_bytes, training)
+                   sum(map(_tensor_nbytes, in_tensors)), output_bytes, training)
 
 
 def _script_copy(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
@@ -496,7 +606,7 @@ def _script_copy(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
         return copy.deepcopy(model)
 
 
-def _capture_script(work, real_inputs, stats, order, training, liveness) -> Capture:
+def _capture_script(work, real_args, real_kwargs, stats, order, training, liveness) -> Capture:
     """TorchScript: submodules run inside the interpreter, where module hooks never fire. Each op
     is charged to a bucket of its own and moved to its module after the run, from the module
     hierarchy the profiler records (``torchscript_scopes``). What could not be attributed stays on
@@ -507,12 +617,14 @@ def _capture_script(work, real_inputs, stats, order, training, liveness) -> Capt
     buckets = ts.OpBuckets()
     mode = ts.ScriptCountingMode(scopes, buckets, liveness)
     try:
-        output_bytes = _run(lambda: work(*real_inputs), scopes, mode, liveness, training)
+        output_bytes = _run(lambda: work(*real_args, **real_kwargs), scopes, mode, liveness,
+                            training)
     except Exception as exc:
         raise _wrap_model_error(exc) from exc
     scopes.attribute(buckets)
     cap = Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
-                  sum(map(_tensor_nbytes, real_inputs)), output_bytes, training)
+                  sum(map(_tensor_nbytes, _input_tensors(real_args, real_kwargs))), output_bytes,
+                  training)
     for s in stats.values():  # module hooks never fire inside the interpreter
         s.output_bytes = s.first_output_bytes = None
     cap.warnings = list(scopes.warnings)

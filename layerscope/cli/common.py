@@ -25,8 +25,10 @@ class Parser(argparse.ArgumentParser):
 def add_model_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="built-in name (resnet50, resnet20, mnist-cnn, ...), "
                                  "file.py:factory, package.module:factory or a TorchScript file")
-    p.add_argument("--input", action="append", default=None, metavar="SHAPE[:DTYPE]",
-                   help="input shape such as 1x3x224x224 or 1x128:int64; repeat for several inputs")
+    p.add_argument("--input", action="append", default=None, metavar="[NAME=]SHAPE[:DTYPE]",
+                   help="input shape such as 1x3x224x224 or 1x128:int64, in forward's argument "
+                        "order; NAME=SHAPE[:DTYPE] passes a keyword argument "
+                        "(attention_mask=1x128:int64); repeat for several inputs")
     p.add_argument("--batch-size", type=arg(positive_int), default=None,
                    help="override the first dimension")
 

@@ -32,10 +32,11 @@ class LoadedModel:
     """A runnable PyTorch model plus the inputs it is analysed with by default."""
 
     module: nn.Module
-    inputs: list[Any]  # tensors or InputSpec; the first dimension is the batch
+    inputs: list[Any]  # forward's positional arguments: tensors, InputSpec (batch first), values
     name: str
     frontend: str  # "torch" or "torchscript"
     extras: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # forward's keyword arguments
 
 
 def parse_dtype(text: str) -> torch.dtype:
@@ -45,47 +46,67 @@ def parse_dtype(text: str) -> torch.dtype:
         raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
 
 
-def parse_input(text: str) -> InputSpec:
-    """'1x3x224x224' or '1x3x224x224:float16' -> InputSpec."""
-    if "=" in str(text).partition(":")[0]:
-        raise UserError(f"--input {text!r}: named inputs (NAME=SHAPE) are for ONNX models; "
-                        "for a PyTorch model give the shapes in forward's argument order")
-    dims, dtype_text = values.shape(text, "--input")
-    return InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
+def parse_input(text: str) -> tuple[str | None, InputSpec]:
+    """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
+    name, eq, rest = str(text).partition("=")
+    if not eq:
+        name, rest = None, str(text)
+    elif not name.strip().isidentifier():
+        raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
+                        "attention_mask=1x128:int64")
+    dims, dtype_text = values.shape(rest, f"--input {text!r}")
+    spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
+    return (name.strip() if name else None), spec
 
 
 def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
     """Replace the first dimension of every input by ``batch_size``."""
     batch_size = values.positive_int(batch_size, "--batch-size")
-    out = []
-    for x in inputs:
-        if isinstance(x, InputSpec):
-            out.append(InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:])),
-                                 x.dtype))
-        elif isinstance(x, torch.Tensor) and x.dim() > 0:
-            values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size")
-            reps = (batch_size + x.shape[0] - 1) // x.shape[0]
-            out.append(x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size])
-        else:
-            out.append(x)
-    return out
+    return [_batched(x, batch_size) for x in inputs]
 
 
-def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any] | None]:
-    example = None
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
-        result, example = result
-        if isinstance(example, torch.Tensor):
-            example = [example]
-        elif isinstance(example, (tuple, list)):
-            example = list(example)
-        else:
-            raise UserError(f"{spec}: the factory's example inputs must be a tensor or a tuple of "
-                            f"tensors, got {type(example).__name__}")
-    if not isinstance(result, nn.Module):
-        raise UserError(f"{spec}: the factory returned {type(result).__name__}, not a torch.nn.Module "
-                        "or (module, example_inputs)")
-    return result, example
+def kwargs_with_batch_size(kwargs: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    return {k: _batched(x, batch_size) for k, x in kwargs.items()}
+
+
+def _batched(x: Any, batch_size: int) -> Any:
+    if isinstance(x, InputSpec):
+        return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size"),
+                         x.dtype)
+    if isinstance(x, torch.Tensor) and x.dim() > 0:
+        values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size")
+        reps = (batch_size + x.shape[0] - 1) // x.shape[0]
+        return x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size]
+    return x
+
+
+def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[str, Any]]:
+    """A factory returns a module, ``(module, args)`` or ``(module, args, kwargs)``.
+
+    ``args``: a tensor, a shape, a tuple of forward's arguments or one other value (an int is one
+    argument); a dict is keyword arguments (as in ``model(**tokenizer(text))``)."""
+    from layerscope.analysis.inputs import split_inputs
+
+    if not (isinstance(result, tuple) and result and isinstance(result[0], nn.Module)):
+        if isinstance(result, nn.Module):
+            return result, [], {}
+        raise UserError(f"{spec}: the factory returned {type(result).__name__}, not a "
+                        "torch.nn.Module, (module, args) or (module, args, kwargs)")
+    if len(result) not in (2, 3):
+        raise UserError(f"{spec}: the factory returned a tuple of {len(result)} items; return "
+                        "(module, args) or (module, args, kwargs)")
+    args, kwargs = result[1], (result[2] if len(result) == 3 else None)
+    if isinstance(args, dict) and kwargs is None:
+        args, kwargs = None, args
+    value = args is not None and not isinstance(args, (tuple, list, torch.Tensor, InputSpec))
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise UserError(f"{spec}: the factory's keyword inputs (third item) must be a dict, got "
+                        f"{type(kwargs).__name__}")
+    try:
+        args, kwargs = split_inputs(None if value else args, kwargs)
+    except UserError as exc:
+        raise UserError(f"{spec}: the factory's example inputs: {exc}") from None
+    return result[0], [result[1]] if value else args, kwargs
 
 
 def _load_python_attr(spec: str) -> Any:
@@ -161,8 +182,8 @@ def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAUL
         return _load_file(spec)
     if ":" in spec:
         with zoo.seeded(seed):
-            module, example = _from_factory(_call_factory(spec), spec)
-        return LoadedModel(module, example or [], spec, _frontend_of(module))
+            module, args, kwargs = _from_factory(_call_factory(spec), spec)
+        return LoadedModel(module, args, spec, _frontend_of(module), kwargs=kwargs)
     if spec.endswith(TORCHSCRIPT_SUFFIXES):
         raise UserError(f"{spec}: no such file")
     close = zoo.suggestions(spec)

@@ -69,13 +69,20 @@ def _ms_cell(seconds: float | None) -> Cell:
 
 
 # ---- heading and environment ------------------------------------------------------------
+def _input_text(i: dict) -> str:
+    """'1x3x224x224 float32', 'mask=1x128 bool', 'int' (a forward argument that is no tensor)."""
+    name = f"{i['name']}=" if i.get("name") else ""
+    if "shape" not in i:
+        return name + str(i.get("type", "?"))
+    return name + f"{shape_str([i.get('shape')])} {i.get('dtype') or ''}".strip()
+
+
 def heading(result) -> tuple[str, str]:
     """(title, one-line description of the settings)."""
     kind = result.kind
     if kind in ("analyze", "profile"):
         s = result.settings
-        inputs = ", ".join(f"{shape_str([i.get('shape')])} {i.get('dtype', '')}".strip()
-                           for i in result.inputs)
+        inputs = ", ".join(_input_text(i) for i in result.inputs)
         parts = [f"input {inputs}" if inputs else None, f"frontend {result.frontend}",
                  f"mode {s.get('mode', 'inference')}",
                  f"depth {s['depth']}" if s.get("depth") is not None else "leaf layers"]
