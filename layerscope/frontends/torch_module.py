@@ -54,7 +54,7 @@ def parse_input(text: str) -> tuple[str | None, InputSpec]:
     elif not name.strip().isidentifier():
         raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
                         "attention_mask=1x128:int64")
-    dims, dtype_text = values.shape(rest, f"--input {text!r}")
+    dims, dtype_text = values.shape(rest, "--input")
     spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
     return (name.strip() if name else None), spec
 
