@@ -173,3 +173,52 @@ def test_ablate_marks_cuda_only_variants_na_on_cpu():
     assert by["baseline"].status == "ok" and by["baseline"].speedup == 1.0
     assert by["channels-last"].status == "ok" and by["channels-last"].phases_ms["forward"] > 0
     assert set(by["baseline"].phases_ms) == set(PHASES)
+
+
+@pytest.mark.parametrize("name,device,cores,flags,parts", [
+    ("torchscript+channels-last", "cpu", 2, ["--torchscript", "--channels-last"],
+     ["torchscript", "channels-last"]),
+    ("workers=3+amp", "cpu", 2, ["--num-workers", "3", "--amp"], ["workers=3", "amp"]),
+    ("pin-memory+amp", "cpu", 2, None, ["pin-memory", "amp"]),
+    # all on 2 cores: workers=min(4, 2); the CUDA-only switches left out; compile, not torchscript
+    ("all", "cpu", 2, ["--num-workers", "2", "--compile", "--amp", "--channels-last"],
+     ["workers=2", "compile", "amp", "channels-last"]),
+    ("all", "cpu", 1, ["--compile", "--amp", "--channels-last"], ["compile", "amp", "channels-last"]),
+    ("all", "cuda", 16, ["--num-workers", "4", "--pin-memory", "--compile", "--cudnn-benchmark",
+                         "--amp", "--channels-last"],
+     ["workers=4", "pin-memory", "compile", "cudnn-benchmark", "amp", "channels-last"]),
+], ids=["torchscript+channels-last", "workers+amp", "cuda-only-part-on-cpu", "all-2-cores",
+        "all-1-core", "all-cuda-16-cores"])
+def test_ablation_variants_combine_and_expand(name, device, cores, flags, parts):
+    from layerscope.training.ablation import parse_variant
+
+    assert parse_variant(name, device, cores) == (flags, parts)
+
+
+@pytest.mark.parametrize("name,message", [
+    ("compile+torchscript", "exclude each other"),
+    ("all+amp", "use it alone"),
+    ("amp+", "empty part"),
+    ("workers=2+workers=3", "workers=N once"),
+    ("amp+amp", "repeated"),
+    ("workers=x", "whole number"),
+    ("amp+turbo", "unknown variant 'turbo'"),
+], ids=["exclusive", "all-plus", "empty", "two-workers", "repeated", "bad-workers", "unknown"])
+def test_ablation_bad_variants(name, message):
+    from layerscope.errors import UserError
+    from layerscope.training.ablation import parse_variant
+
+    with pytest.raises(UserError, match=message):
+        parse_variant(name, "cpu", 2)
+
+
+def test_ablate_combined_variant_runs_from_the_cli(tmp_path):
+    out = tmp_path / "a.json"
+    code, _, err = run_cli("ablate", "digits-cnn", "--variants", "torchscript+channels-last",
+                           "--steps", "5", "--format", "json", "-o", str(out))
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert report["warmup_steps"] == 2  # default 5, at most half of 5 steps
+    by = {v["variant"]: v for v in report["variants"]}
+    assert by["torchscript+channels-last"]["status"] == "ok", by
+    assert by["torchscript+channels-last"]["flags"] == ["--torchscript", "--channels-last"]

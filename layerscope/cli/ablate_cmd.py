@@ -10,10 +10,13 @@ def register(sub) -> None:
     p.add_argument("recipe")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--variants", default="baseline,workers=2,compile,channels-last",
-                   help="from baseline,pin-memory,workers=N,compile,torchscript,"
-                        "cudnn-benchmark,amp,channels-last,all")
+                   help="comma-separated; each from baseline,pin-memory,workers=N,compile,"
+                        "torchscript,cudnn-benchmark,amp,channels-last, or several joined "
+                        "with + (torchscript+channels-last), or all (every variant that "
+                        "applies to the device, workers at most the cores)")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="steps left out of the breakdown (default 5, at most half of --steps)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")

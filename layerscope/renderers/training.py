@@ -62,13 +62,14 @@ def render_ablation(report) -> Group:
     for name in ("Total", "Speed-up", "Beyond noise"):
         t.add_column(name, justify="right" if name != "Beyond noise" else "left")
     for v in report.variants:
+        label = f"{v.variant} = {v.expanded}" if v.expanded else v.variant
         if v.status != "ok":
-            t.add_row(v.variant, *["-"] * len(PHASE_LABELS), "-", "-",
+            t.add_row(label, *["-"] * len(PHASE_LABELS), "-", "-",
                       Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
             continue
         phases = [f"{v.phases_ms[p]:.2f}" for p in PHASE_LABELS]
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
-        t.add_row(v.variant, *phases, f"{v.step['median_s'] * 1e3:.2f}",
+        t.add_row(label, *phases, f"{v.step['median_s'] * 1e3:.2f}",
                   f"{v.speedup:.2f}x" if v.speedup else "-", noise)
     return Group(t, Text("Speed-up: baseline step time / variant step time. Beyond noise: the "
                          "variant's range (over repeats; p10-p90 of steps with one repeat) does "
