@@ -222,3 +222,31 @@ def test_ablate_combined_variant_runs_from_the_cli(tmp_path):
     by = {v["variant"]: v for v in report["variants"]}
     assert by["torchscript+channels-last"]["status"] == "ok", by
     assert by["torchscript+channels-last"]["flags"] == ["--torchscript", "--channels-last"]
+
+
+@pytest.mark.parametrize("warmup,title", [
+    (0, "Time per phase"),
+    (1, "Time per phase (1 warm-up step excluded)"),
+    (3, "Time per phase (3 warm-up steps excluded)"),
+], ids=["none", "one", "three"])
+def test_phase_title_says_warmup_only_when_excluded(warmup, title):
+    from layerscope.renderers.tables import phase_title
+
+    assert phase_title(warmup) == title
+
+
+@pytest.mark.parametrize("stop_at", [5, 30], ids=["mid-epoch-1", "mid-epoch-2"])
+def test_steps_stopping_mid_epoch_checkpoints_and_resumes_exactly(tmp_path, stop_at):
+    # digits: 1437 training images / batch 64 = 23 batches an epoch, so both stops are mid-epoch
+    common = dict(recipe="digits-cnn", epochs=2, threads=1, seed=5)
+    ref = tmp_path / "ref"
+    layerscope.train(**common, out=str(ref))
+    stopped = tmp_path / "stopped"
+    first = layerscope.train(**common, steps=stop_at, out=str(stopped))
+    assert first.epochs[-1]["step"] == stop_at
+    assert (stopped / "checkpoints" / f"step-{stop_at:06d}.pt").exists()
+    assert (stopped / "checkpoints" / "last.pt").exists()
+    assert len([n for n in os.listdir(stopped / "checkpoints") if n.startswith("epoch-")]) \
+        == stop_at // 23
+    layerscope.train(**common, resume=str(stopped))
+    assert _final(stopped) == _final(ref)

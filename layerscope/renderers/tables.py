@@ -262,7 +262,8 @@ def tables(result) -> list[RowTable]:
     if kind == "sweep":
         return [_sweep_table(result)]
     if kind == "train":
-        return [_epochs_table(result), _phase_table(result.breakdown)]
+        return [_epochs_table(result),
+                _phase_table(result.breakdown, (result.config or {}).get("warmup_steps") or 0)]
     if kind == "ablate":
         return [_ablate_table(result)]
     if kind == "activations":
@@ -413,16 +414,28 @@ def _epochs_table(r) -> RowTable:
     return RowTable("epochs", "Per epoch", cols, rows)
 
 
-def _phase_table(b: dict) -> RowTable:
+def phase_title(warmup_steps: int) -> str:
+    """Say warm-up steps were left out only when some were."""
+    if not warmup_steps:
+        return "Time per phase"
+    return f"Time per phase ({warmup_steps} warm-up step{'s' if warmup_steps != 1 else ''} excluded)"
+
+
+def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
     rows = [[Cell(PHASE_LABELS.get(p, p), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
              Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in b["seconds"].items()]
-    return RowTable("phases", "Time per phase (warm-up excluded)", cols, rows,
+    return RowTable("phases", phase_title(warmup_steps), cols, rows,
                     ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
                      f"{wall / steps * 1e3:.2f}"])
+
+
+def variant_label(v) -> str:
+    """An ablation variant's name, with what ``all`` stood for."""
+    return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
 
 
 def _ablate_table(a) -> RowTable:
@@ -431,11 +444,11 @@ def _ablate_table(a) -> RowTable:
     rows = []
     for v in a.variants:
         if v.status != "ok" or not v.phases_ms:
-            rows.append([_c(v.variant)] + [Cell("-")] * (len(PHASE_LABELS) + 3)
+            rows.append([_c(variant_label(v))] + [Cell("-")] * (len(PHASE_LABELS) + 3)
                         + [Cell(v.reason or v.status, v.status)])
             continue
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
-        rows.append([_c(v.variant)]
+        rows.append([_c(variant_label(v))]
                     + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
                        for p in PHASE_LABELS]
                     + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),

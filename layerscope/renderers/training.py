@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import si
+from layerscope.renderers.tables import phase_title, variant_label
 
 PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
                 "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
@@ -49,7 +50,8 @@ def render_train(report) -> Group:
     if report.final:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
-    return Group(breakdown_table(b, "Time per phase (warm-up excluded)"), Text("\n".join(lines)))
+    title = phase_title((report.config or {}).get("warmup_steps") or 0)
+    return Group(breakdown_table(b, title), Text("\n".join(lines)))
 
 
 def render_ablation(report) -> Group:
@@ -62,7 +64,7 @@ def render_ablation(report) -> Group:
     for name in ("Total", "Speed-up", "Beyond noise"):
         t.add_column(name, justify="right" if name != "Beyond noise" else "left")
     for v in report.variants:
-        label = f"{v.variant} = {v.expanded}" if v.expanded else v.variant
+        label = variant_label(v)
         if v.status != "ok":
             t.add_row(label, *["-"] * len(PHASE_LABELS), "-", "-",
                       Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
