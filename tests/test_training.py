@@ -250,3 +250,24 @@ def test_steps_stopping_mid_epoch_checkpoints_and_resumes_exactly(tmp_path, stop
         == stop_at // 23
     layerscope.train(**common, resume=str(stopped))
     assert _final(stopped) == _final(ref)
+
+
+def test_tensorboard_has_per_step_scalars(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    report = layerscope.train(recipe="digits-cnn", steps=7, evaluate=False, tensorboard=True,
+                              out=str(out))
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"step/loss", "step/lr", "step/throughput_per_s"} <= tags
+    assert {f"step/phase_ms/{p}" for p in PHASES} <= tags
+    losses = acc.Scalars("step/loss")
+    assert [e.step for e in losses] == list(range(1, 8))
+    # the per-epoch scalars are still there, one point for the (partial) epoch
+    assert len(acc.Scalars("train_loss")) == 1
+    assert acc.Scalars("train_loss")[0].value == pytest.approx(report.epochs[0]["train_loss"])
+    # per-step phase times add up to the step (ms), within the float32 of event files
+    step1 = sum(acc.Scalars(f"step/phase_ms/{p}")[0].value for p in PHASES)
+    assert step1 == pytest.approx(report.step_seconds[0] * 1e3, rel=1e-4)

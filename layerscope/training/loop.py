@@ -347,6 +347,17 @@ def _profiler(kind: str | None, run_dir: str):
     return _Pyinstrument()
 
 
+def _step_scalars(writer, run: _Run, loss: float, phases: dict[str, float], wall: float,
+                  samples: int) -> None:
+    """Per-step TensorBoard scalars under ``step/`` (the per-epoch ones keep their names)."""
+    step = run.global_step
+    writer.add_scalar("step/loss", loss, step)
+    writer.add_scalar("step/lr", run.optimizer.param_groups[0]["lr"], step)
+    writer.add_scalar("step/throughput_per_s", samples / wall if wall else 0.0, step)
+    for phase, seconds in phases.items():
+        writer.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
+
+
 def _resumed_config(config: TrainConfig) -> TrainConfig:
     """A resumed run continues with the checkpoint's settings; options the caller set to
     something other than their default (e.g. more --epochs) override them."""
@@ -458,7 +469,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             timer.mark("optimizer")
             phases, wall = timer.stop()
             # after the step's one synchronisation, reading values costs nothing more
-            loss_sum += float(loss.detach()) * len(y)
+            step_loss = float(loss.detach())
+            loss_sum += step_loss * len(y)
             correct += int((out.detach().argmax(1) == y).sum())
             seen += len(y)
             run.global_step += 1
@@ -467,6 +479,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                 totals.add(phases, wall, len(y))
                 epoch_totals.add(phases, wall, len(y))
                 step_seconds.append(wall)
+            if writer is not None:
+                _step_scalars(writer, run, step_loss, phases, wall, len(y))
             if progress:
                 progress(epoch, skip + i + 1, epoch_batches)
         del it
