@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from layerscope.cli.common import add_report_files, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
 
 
 def register(sub) -> None:
@@ -27,13 +27,14 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE")
     p.add_argument("--width", type=int, default=None)
     add_report_files(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.training.ablation import ablate
 
-    with progress_bar(f"ablating {args.recipe}") as progress:
+    with progress_bar(f"ablating {args.recipe}", quiet=args.quiet) as progress:
         report = ablate(args.recipe, steps=args.steps,
                         variants=[v.strip() for v in args.variants.split(",") if v.strip()],
                         repeats=args.repeats, warmup_steps=args.warmup_steps, device=args.device,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from layerscope.cli.common import add_model_inputs, add_output, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
 
 
 def register(sub) -> None:
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
     add_output(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
@@ -40,14 +41,14 @@ def run(args) -> int:
 
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
                             "--backward, --depth and --dtype do not apply")
-        with progress_bar(f"profiling {args.model}") as progress:
+        with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
             report = profile_onnx(args.model, args.input, batch_size=args.batch_size,
                                   runs=args.runs, warmup=args.warmup, threads=args.threads,
                                   optimization=args.optimization,
                                   roofline=not args.no_roofline, progress=progress)
         emit(report, args)
         return 0
-    with progress_bar(f"profiling {args.model}") as progress:
+    with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
         report = profile(args.model, args.input, batch_size=args.batch_size, device=args.device,
                          threads=args.threads, runs=args.runs, min_time=args.min_time,
                          warmup=args.warmup, depth=args.depth, backward=args.backward,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from layerscope.cli.common import add_output, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.errors import UserError
 
 
@@ -30,13 +30,14 @@ def register(sub) -> None:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     add_output(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.sweep import sweep
 
-    with progress_bar(f"sweeping {args.model}") as progress:
+    with progress_bar(f"sweeping {args.model}", quiet=args.quiet, unit="cells") as progress:
         report = sweep(args.model, args.input,
                        batch_sizes=_ints(args.batch_sizes, "batch-sizes"),
                        threads=_ints(args.threads, "threads") if args.threads else [None],

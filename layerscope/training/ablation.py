@@ -140,7 +140,8 @@ def _run_variant(recipe: str, flags: list[str], common: list[str], seed: int,
                  workdir: str, tag: str) -> dict[str, Any]:
     out = os.path.join(workdir, f"{tag}.json")
     cmd = [sys.executable, "-m", "layerscope", "train", recipe, *common, "--seed", str(seed),
-           "--out", os.path.join(workdir, tag), "--no-eval", "--format", "json", "-o", out,
+           "--out", os.path.join(workdir, tag), "--no-eval", "--quiet", "--format", "json",
+           "-o", out,
            *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
