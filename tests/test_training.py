@@ -271,3 +271,18 @@ def test_tensorboard_has_per_step_scalars(tmp_path):
     # per-step phase times add up to the step (ms), within the float32 of event files
     step1 = sum(acc.Scalars(f"step/phase_ms/{p}")[0].value for p in PHASES)
     assert step1 == pytest.approx(report.step_seconds[0] * 1e3, rel=1e-4)
+
+
+def test_train_profile_torch_prints_operator_table_and_no_kineto_lines(tmp_path):
+    out = tmp_path / "run"
+    # a subprocess: kineto writes to file descriptor 2, which an in-process capture misses
+    proc = subprocess.run(CLI + ["train", "digits-cnn", "--steps", "2", "--no-eval",
+                                 "--profile", "torch", "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    stdout, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, err
+    assert "operators by self time (cpu, per step, 2 steps)" in stdout
+    assert "aten::" in stdout
+    assert "ERROR" not in err and "gpuGetDeviceCount" not in err and "profiler_start" not in err
+    report = json.loads((out / "report.json").read_text())
+    assert report["ops"]["runs"] == 2 and report["ops"]["rows"]

@@ -57,7 +57,7 @@ class _ModuleRanges:
 
 
 @contextmanager
-def _quiet_native_stderr():
+def quiet_native_stderr():
     """Kineto prints start/stop banners straight to file descriptor 2; hide them while the
     profiler runs (Python exceptions are objects and still propagate)."""
     import sys
@@ -100,43 +100,10 @@ def _write_trace(prof, path: str) -> None:
                 os.unlink(leftover)
 
 
-def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
-        device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
-        memory: bool = False, trace: str | None = None, runs: int = 5,
-        warmup: int = 2) -> OpTable:
-    """Per-operator time over ``runs`` profiled inferences (per-run figures)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from layerscope.analysis.runtime import _prepare, check_device
-
-    check_device(device)
-    if sort not in SORTS:
-        raise UserError(f"unknown --sort {sort!r}: use self or total")
-    if top < 1 or runs < 1 or warmup < 0:
-        raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
-    loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
-    flags = [(m, m.training) for m in module.modules()]
-    cuda = device == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    try:
-        module.eval()
-        with torch.no_grad():
-            for _ in range(warmup):
-                module(*xs)
-            with _quiet_native_stderr(), profile(activities=activities,
-                                                 record_shapes=group_by_shape,
-                                                 profile_memory=memory) as prof:
-                with _ModuleRanges(module):
-                    for _ in range(runs):
-                        module(*xs)
-                    if cuda:
-                        torch.cuda.synchronize()
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{loaded.name} failed to run: {type(exc).__name__}: {first}") from exc
-    finally:
-        for m, flag in flags:
-            m.training = flag
+def op_rows(prof, *, cuda: bool, runs: int, top: int, sort: str = "self",
+            group_by_shape: bool = False, memory: bool = False) -> tuple[list[OpRow], float, int]:
+    """(the ``top`` operator rows, summed self seconds of all ops, distinct ops) per run, from
+    a finished torch.profiler session; module ranges and profiler steps are left out."""
     events = [e for e in prof.key_averages(group_by_input_shape=group_by_shape)
               if not e.key.startswith(RANGE_PREFIX) and not e.key.startswith("ProfilerStep")]
 
@@ -160,10 +127,52 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
             input_shapes=str(e.input_shapes) if group_by_shape else None,
             self_memory_bytes=int(e.self_cpu_memory_usage / runs) if memory else None,
             memory_bytes=int(e.cpu_memory_usage / runs) if memory else None))
+    return rows, all_self, len(events)
+
+
+def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
+        device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
+        memory: bool = False, trace: str | None = None, runs: int = 5,
+        warmup: int = 2) -> OpTable:
+    """Per-operator time over ``runs`` profiled inferences (per-run figures)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerscope.analysis.runtime import _prepare, check_device
+
+    check_device(device)
+    if sort not in SORTS:
+        raise UserError(f"unknown --sort {sort!r}: use self or total")
+    if top < 1 or runs < 1 or warmup < 0:
+        raise UserError("--top and --runs must be at least 1 and --warmup 0 or more")
+    loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
+    flags = [(m, m.training) for m in module.modules()]
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        module.eval()
+        with torch.no_grad():
+            for _ in range(warmup):
+                module(*xs)
+            with quiet_native_stderr(), profile(activities=activities,
+                                                 record_shapes=group_by_shape,
+                                                 profile_memory=memory) as prof:
+                with _ModuleRanges(module):
+                    for _ in range(runs):
+                        module(*xs)
+                    if cuda:
+                        torch.cuda.synchronize()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{loaded.name} failed to run: {type(exc).__name__}: {first}") from exc
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    rows, all_self, n_events = op_rows(prof, cuda=cuda, runs=runs, top=top, sort=sort,
+                                       group_by_shape=group_by_shape, memory=memory)
     if trace:
         _write_trace(prof, trace)
     return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
-                   total_self_s=all_self, ops_total=len(events), trace=trace,
+                   total_self_s=all_self, ops_total=n_events, trace=trace,
                    settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
                              "warmup": warmup,
                              "inputs": [list(x.shape) for x in xs]},

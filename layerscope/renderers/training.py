@@ -51,7 +51,13 @@ def render_train(report) -> Group:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
     title = phase_title((report.config or {}).get("warmup_steps") or 0)
-    return Group(breakdown_table(b, title), Text("\n".join(lines)))
+    parts = [breakdown_table(b, title), Text("\n".join(lines))]
+    if report.ops:
+        from layerscope.core.optable import OpTable
+        from layerscope.renderers.terminal import render_ops
+
+        parts += [Text(""), render_ops(OpTable.from_dict(report.ops))]
+    return Group(*parts)
 
 
 def render_ablation(report) -> Group:

@@ -35,6 +35,7 @@ from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import load_pretrained_resnet50, lookup, make_optimizer
 
 
+OP_TABLE_TOP = 10  # operators in the --profile torch table
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
@@ -87,6 +88,7 @@ class TrainReport(ResultDocument):
     peak_cuda_bytes: int | None
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    ops: dict[str, Any] | None = None  # --profile torch: OpTable.to_dict(), per step
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
@@ -315,17 +317,36 @@ def _profiler(kind: str | None, run_dir: str):
     if kind == "torch":
         from torch.profiler import ProfilerActivity, profile
 
+        from layerscope.analysis.op_profile import op_rows, quiet_native_stderr
+
         class _Torch:
             def __enter__(self):
-                acts = [ProfilerActivity.CPU] + (
-                    [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+                # CUDA activities only where CUDA is: on the CPU kineto would print
+                # "gpuGetDeviceCount failed"; its start/stop banners go to fd 2 as well
+                self.cuda = torch.cuda.is_available()
+                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
                 self.p = profile(activities=acts)
-                self.p.__enter__()
+                with quiet_native_stderr():
+                    self.p.__enter__()
+                return self
 
             def __exit__(self, *exc):
-                self.p.__exit__(*exc)
-                self.p.export_chrome_trace(os.path.join(run_dir, "trace.json"))
+                with quiet_native_stderr():
+                    self.p.__exit__(*exc)
+                    self.p.export_chrome_trace(os.path.join(run_dir, "trace.json"))
                 return False
+
+            def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
+                """The top operators per training step (torch.profiler's key averages)."""
+                from layerscope.core.optable import OpTable
+
+                rows, total, n = op_rows(self.p, cuda=self.cuda, runs=max(steps, 1),
+                                         top=OP_TABLE_TOP)
+                return OpTable(model=f"{report.recipe} training", device=report.config["device"],
+                               sort="self", runs=steps, rows=rows, total_self_s=total,
+                               ops_total=n, trace=os.path.join(run_dir, "trace.json"),
+                               settings={"unit": "step", "top": OP_TABLE_TOP,
+                                         "includes": "validation, when it ran"}).to_dict()
 
         return _Torch()
     try:
@@ -391,8 +412,11 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         run = _Run(config, notes)
         os.makedirs(os.path.join(run.run_dir, "checkpoints"), exist_ok=True)
         _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
-        with _profiler(config.profile, run.run_dir):
+        first_step = run.global_step
+        with _profiler(config.profile, run.run_dir) as profiler:
             report = _train(run, on_epoch, progress)
+        if config.profile == "torch":
+            report.ops = profiler.table(report, run.global_step - first_step)
         _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         return report
     finally:
@@ -482,7 +506,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             if writer is not None:
                 _step_scalars(writer, run, step_loss, phases, wall, len(y))
             if progress:
-                progress(epoch, skip + i + 1, epoch_batches)
+                progress(epoch, skip + i + 1, skip + n_batches)
         del it
         if c.steps is not None and run.global_step >= c.steps:
             stop = True
