@@ -5,6 +5,9 @@ from layerscope.cli.common import add_model_inputs, add_output, emit
 from layerscope.cli.progress import add_quiet, progress_bar
 
 
+WARMUP_DEFAULT = 5
+
+
 def register(sub) -> None:
     p = sub.add_parser("profile", help="per-layer latency (median, p10, p90), overhead, coverage")
     add_model_inputs(p)
@@ -14,7 +17,8 @@ def register(sub) -> None:
     runs.add_argument("--runs", type=int, default=None, help="measured runs (default 30)")
     runs.add_argument("--min-time", type=float, default=None, metavar="S",
                       help="measure for at least S seconds instead of a fixed count")
-    p.add_argument("--warmup", type=int, default=5, help="unmeasured runs first (default 5)")
+    p.add_argument("--warmup", type=int, default=WARMUP_DEFAULT,
+                   help="unmeasured runs first (default 5; with --loop, 1 batch)")
     p.add_argument("--depth", type=int, default=None, help="module depth (default: leaves)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--backward", action="store_true",
@@ -25,6 +29,16 @@ def register(sub) -> None:
                         "reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
+    loop = p.add_argument_group("inference over a data loader (--loop)")
+    loop.add_argument("--loop", metavar="DATASET", default=None,
+                      help="time inference over a data set's validation split, data loading "
+                           "and copies included: digits, mnist, cifar10 or cifar100; per phase "
+                           "(data wait, host-to-device, forward, other) and per layer; --runs "
+                           "is the number of batches (default: all)")
+    loop.add_argument("--synthetic", action="store_true",
+                      help="--loop: generated data of the data set's shapes")
+    loop.add_argument("--data-dir", default=None, help="--loop: where the data set is")
+    loop.add_argument("--num-workers", type=int, default=0, help="--loop: loader workers")
     add_output(p)
     add_quiet(p)
     p.set_defaults(run=run)
@@ -32,6 +46,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.analysis.runtime import profile
+
+    if args.loop:
+        return _run_loop(args)
 
     if args.model.lower().endswith(".onnx"):
         from layerscope.analysis.ort_profile import profile_onnx
@@ -54,4 +71,23 @@ def run(args) -> int:
                          warmup=args.warmup, depth=args.depth, backward=args.backward,
                          dtype=args.dtype, roofline=not args.no_roofline, progress=progress)
     emit(report, args)
+    return 0
+
+
+def _run_loop(args) -> int:
+    from layerscope.errors import UserError
+    from layerscope.training.inference_loop import profile_loop
+
+    if args.input or args.backward or args.depth is not None or args.dtype or args.min_time:
+        raise UserError("--loop takes its inputs from the data set: --input, --backward, "
+                        "--depth, --dtype and --min-time do not apply")
+    with progress_bar(f"profiling {args.model} over {args.loop}", quiet=args.quiet,
+                      unit="batches") as progress:
+        result = profile_loop(args.model, args.loop, synthetic=args.synthetic,
+                              data_dir=args.data_dir, batch_size=args.batch_size,
+                              batches=args.runs, warmup=min(args.warmup, 1)
+                              if args.warmup == WARMUP_DEFAULT else args.warmup,
+                              device=args.device, num_workers=args.num_workers,
+                              threads=args.threads, progress=progress)
+    emit(result, args)
     return 0

@@ -182,6 +182,13 @@ def facts(result) -> list[tuple[str, str]]:
             out.append(("Fastest", f"{best.variant}: {best.step['median_s'] * 1e3:.2f} ms per "
                                    f"step, {best.speedup:.2f}x over baseline"))
         return out
+    if kind == "loop":
+        b = result.phases
+        return [("Data set", result.dataset),
+                ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
+                            "excluded)"),
+                ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+                ("Layer coverage", pct(result.coverage))]
     if kind == "activations":
         return [("Layers captured", str(len(result.stats)))]
     if kind == "compare":
@@ -266,6 +273,8 @@ def tables(result) -> list[RowTable]:
                 _phase_table(result.breakdown, (result.config or {}).get("warmup_steps") or 0)]
     if kind == "ablate":
         return [_ablate_table(result)]
+    if kind == "loop":
+        return [_phase_table(result.phases), _loop_layers_table(result)]
     if kind == "activations":
         return [_activations_table(result)]
     if kind == "compare":
@@ -436,6 +445,15 @@ def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
 def variant_label(v) -> str:
     """An ablation variant's name, with what ``all`` stood for."""
     return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
+
+
+def _loop_layers_table(r) -> RowTable:
+    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("p10 ms", True),
+            ("p90 ms", True), ("Share of forward", True)]
+    rows = [[_c(row.name), _c(row.type), _ms_cell(row.time["median_s"]),
+             _ms_cell(row.time["p10_s"]), _ms_cell(row.time["p90_s"]),
+             Cell(pct(row.share), row.share)] for row in r.layers]
+    return RowTable("layers", "Forward time per layer, per batch", cols, rows)
 
 
 def _ablate_table(a) -> RowTable:

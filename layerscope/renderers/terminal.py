@@ -89,7 +89,8 @@ def to_text(report, width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width or 160, force_terminal=False, color_system=None,
                       highlight=False, soft_wrap=False)
-    console.print(report if report.kind in ("train", "ablate") else render_table(report))
+    console.print(report if report.kind in ("train", "ablate", "loop")
+                  else render_table(report))
     return buf.getvalue()
 
 

@@ -82,3 +82,29 @@ def render_ablation(report) -> Group:
     return Group(t, Text("Speed-up: baseline step time / variant step time. Beyond noise: the "
                          "variant's range (over repeats; p10-p90 of steps with one repeat) does "
                          "not overlap the baseline's."))
+
+
+LOOP_TOP_LAYERS = 15
+
+
+def render_loop(result) -> Group:
+    """``profile --loop``: the phases of each batch, then the slowest layers."""
+    b = result.phases
+    title = (f"{result.model} on {result.dataset}: inference loop on {result.device} "
+             f"({result.batches} batches of {result.batch_size}, {result.warmup} warm-up "
+             f"batch{'es' if result.warmup != 1 else ''} excluded; ms per batch)")
+    t = Table(title=f"Slowest layers (forward ms per batch; top {LOOP_TOP_LAYERS})",
+              header_style="bold", pad_edge=False)
+    for name, justify in [("Layer", "left"), ("Type", "left"), ("Median", "right"),
+                          ("p10", "right"), ("p90", "right"), ("Share of forward", "right")]:
+        t.add_column(name, justify=justify)
+    for row in result.layers[:LOOP_TOP_LAYERS]:
+        s = row.time
+        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", f"{s['p10_s'] * 1e3:.3f}",
+                  f"{s['p90_s'] * 1e3:.3f}", "-" if row.share is None else f"{row.share:.1%}")
+    lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
+             f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
+             f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
+             "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
+             + " of the forward phase (the rest is the model's own code between layers)"]
+    return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
