@@ -5,7 +5,8 @@ from layerscope.cli.common import add_model_inputs, add_output, emit
 from layerscope.cli.progress import add_quiet, progress_bar
 
 
-WARMUP_DEFAULT = 5
+WARMUP_DEFAULT = 5  # runs
+LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them
 
 
 def register(sub) -> None:
@@ -17,7 +18,7 @@ def register(sub) -> None:
     runs.add_argument("--runs", type=int, default=None, help="measured runs (default 30)")
     runs.add_argument("--min-time", type=float, default=None, metavar="S",
                       help="measure for at least S seconds instead of a fixed count")
-    p.add_argument("--warmup", type=int, default=WARMUP_DEFAULT,
+    p.add_argument("--warmup", type=int, default=None,
                    help="unmeasured runs first (default 5; with --loop, 1 batch)")
     p.add_argument("--depth", type=int, default=None, help="module depth (default: leaves)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
@@ -49,6 +50,8 @@ def run(args) -> int:
 
     if args.loop:
         return _run_loop(args)
+    if args.warmup is None:
+        args.warmup = WARMUP_DEFAULT
 
     if args.model.lower().endswith(".onnx"):
         from layerscope.analysis.ort_profile import profile_onnx
@@ -85,8 +88,8 @@ def _run_loop(args) -> int:
                       unit="batches") as progress:
         result = profile_loop(args.model, args.loop, synthetic=args.synthetic,
                               data_dir=args.data_dir, batch_size=args.batch_size,
-                              batches=args.runs, warmup=min(args.warmup, 1)
-                              if args.warmup == WARMUP_DEFAULT else args.warmup,
+                              batches=args.runs,
+                              warmup=LOOP_WARMUP_DEFAULT if args.warmup is None else args.warmup,
                               device=args.device, num_workers=args.num_workers,
                               threads=args.threads, progress=progress)
     emit(result, args)

@@ -30,8 +30,9 @@ def register(sub) -> None:
     p.add_argument("--amp", action="store_true", help="autocast (float16 on CUDA, bfloat16 on CPU)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--profile", choices=["cprofile", "torch", "pyinstrument"])
-    p.add_argument("--dry-run", action="store_true", help="one small batch (8 samples unless --batch-size) through "
-                   "training, validation, checkpoint and outputs")
+    p.add_argument("--dry-run", action="store_true",
+                   help="one small batch (8 samples unless --batch-size) through training, "
+                        "validation, checkpoint and outputs")
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
     p.add_argument("--tensorboard", action="store_true")

@@ -427,7 +427,8 @@ def phase_title(warmup_steps: int) -> str:
     """Say warm-up steps were left out only when some were."""
     if not warmup_steps:
         return "Time per phase"
-    return f"Time per phase ({warmup_steps} warm-up step{'s' if warmup_steps != 1 else ''} excluded)"
+    plural = "s" if warmup_steps != 1 else ""
+    return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
 
 
 def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:

@@ -388,7 +388,8 @@ def _resumed_config(config: TrainConfig) -> TrainConfig:
     for f in dataclasses.fields(TrainConfig):
         mine = getattr(config, f.name)
         # --steps and --dry-run stop one invocation; they are not the run's settings
-        if f.name in ("resume", "out", "steps", "dry_run") or mine != getattr(defaults, f.name) or f.name not in saved:
+        if (f.name in ("resume", "out", "steps", "dry_run") or mine != getattr(defaults, f.name)
+                or f.name not in saved):
             merged[f.name] = mine
         else:
             value = saved[f.name]
