@@ -22,10 +22,12 @@ def test_one_line_per_interval_with_eta():
     p = LineProgress("profiling m", "runs", out, interval=5.0, clock=Ticks(0, 1, 4, 6, 7, 12))
     for done in (1, 2, 3, 4, 5):
         p(done, 10)
-    # t=6: 3 done in 6 s -> 2 s each, 7 left -> 14 s; t=12: 5 done in 12 s -> 5 left -> 12 s
+    # the rate counts from the first report (t=1, 1 done), not from the setup before it:
+    # t=6: 2 more in 5 s -> 2.5 s each, 7 left -> 17.5 s (rounds to 18);
+    # t=12: 4 more in 11 s -> 2.75 s each, 5 left -> 13.75 s -> 14 s
     assert out.getvalue().splitlines() == [
-        "profiling m: 3/10 runs, 6s elapsed, ETA 14s",
-        "profiling m: 5/10 runs, 12s elapsed, ETA 12s",
+        "profiling m: 3/10 runs, 6s elapsed, ETA 18s",
+        "profiling m: 5/10 runs, 12s elapsed, ETA 14s",
     ]
 
 

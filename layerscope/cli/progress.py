@@ -28,11 +28,14 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+_FIRST = object()
+
+
 class LineProgress:
     """A ``(done, total)`` callback writing one line at most every ``interval`` seconds.
 
     The first line comes after ``interval`` seconds (short runs print nothing); the ETA is the
-    mean time per unit so far times the units left. ``label`` names the current stage (the
+    mean time per unit since the first report times the units left. ``label`` names the current stage (the
     epoch of a training run); a new label restarts the rate's measurement from that report."""
 
     def __init__(self, description: str, unit: str = "runs", stream: TextIO | None = None,
@@ -41,7 +44,8 @@ class LineProgress:
         self.stream = stream if stream is not None else sys.stderr
         self.interval, self.clock = interval, clock
         self.started = self.last = clock()
-        self.label: str | None = None
+        # the rate is measured from the first report on: loading and warm-up come before it
+        self.label: object = _FIRST
         self.stage_started, self.stage_done = self.started, 0
 
     def __call__(self, done: int, total: int | None, label: str | None = None) -> None:
