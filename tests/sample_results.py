@@ -202,6 +202,19 @@ def compare_result():
     return compare(analyze_report(), onnx)
 
 
+def loop_profile():
+    """profile --loop: 10 batches of 64; 1.5 + 0.2 + 6.0 + 0.3 = 8.0 ms a batch."""
+    from layerscope.training.inference_loop import LoopLayer, LoopProfile
+
+    ms = {"data": 1.5, "h2d": 0.2, "forward": 6.0, "other": 0.3}
+    layers = [LoopLayer("conv1", "Conv2d", timing(4.0), 4.0 / 6.0),
+              LoopLayer("fc", "Linear", timing(1.5), 1.5 / 6.0)]
+    return LoopProfile("tinynet", "digits", "cpu", 64, 10, 1, _breakdown(ms, 10),
+                       timing(8.0), layers, coverage=5.5 / 6.0,
+                       settings={"threads": 2, "num_workers": 0, "synthetic": False},
+                       environment=dict(ENV))
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
-       "activations": activations_capture, "compare": compare_result}
+       "activations": activations_capture, "compare": compare_result, "loop": loop_profile}

@@ -36,6 +36,8 @@ COMMANDS = [
     ("train", ["train", "--steps", "2", "--no-eval", "--synthetic"]),
     ("ablate", ["ablate", "digits-cnn", "--steps", "3", "--warmup-steps", "1", "--synthetic",
                 "--variants", "baseline,pin-memory"]),
+    ("loop", ["profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--runs", "2",
+              "--batch-size", "4"]),
 ]
 
 
@@ -46,7 +48,8 @@ def test_command_json_output_validates(name, argv, validator, tmp_path):
     code, _, err = run_cli(*argv, *extra, "--format", "json", "-o", str(out))
     assert code == 0, err
     d = json.loads(out.read_text())
-    assert d["kind"] == argv[0] and d["schema_version"].startswith("1.")
+    assert d["kind"] == (name if name == "loop" else argv[0])
+    assert d["schema_version"].startswith("1.")
     assert _problems(validator, d) == []
 
 

@@ -57,7 +57,7 @@ class _ModuleRanges:
 
 
 @contextmanager
-def _quiet_native_stderr():
+def quiet_native_stderr():
     """Kineto prints start/stop banners straight to file descriptor 2; hide them while the
     profiler runs (Python exceptions are objects and still propagate)."""
     import sys
@@ -98,6 +98,36 @@ def _write_trace(prof, path: str) -> None:
         write_file(path, copy)
 
 
+def op_rows(prof, *, cuda: bool, runs: int, top: int, sort: str = "self",
+            group_by_shape: bool = False, memory: bool = False) -> tuple[list[OpRow], float, int]:
+    """(the ``top`` operator rows, summed self seconds of all ops, distinct ops) per run, from
+    a finished torch.profiler session; module ranges and profiler steps are left out."""
+    events = [e for e in prof.key_averages(group_by_input_shape=group_by_shape)
+              if not e.key.startswith(RANGE_PREFIX) and not e.key.startswith("ProfilerStep")]
+
+    def self_us(e) -> float:
+        return e.self_device_time_total if cuda else e.self_cpu_time_total
+
+    def total_us(e) -> float:
+        return e.device_time_total if cuda else e.cpu_time_total
+
+    all_self = sum(self_us(e) for e in events) / 1e6 / runs
+    key = self_us if sort == "self" else total_us
+    chosen = sorted(events, key=key, reverse=True)[:top]
+    rows = []
+    for e in chosen:
+        calls = e.count / runs
+        total = total_us(e) / 1e6 / runs
+        rows.append(OpRow(
+            name=e.key, calls=int(round(calls)), self_s=self_us(e) / 1e6 / runs, total_s=total,
+            mean_s=total / calls if calls else 0.0,
+            share=(self_us(e) / 1e6 / runs) / all_self if all_self else 0.0,
+            input_shapes=str(e.input_shapes) if group_by_shape else None,
+            self_memory_bytes=int(e.self_cpu_memory_usage / runs) if memory else None,
+            memory_bytes=int(e.cpu_memory_usage / runs) if memory else None))
+    return rows, all_self, len(events)
+
+
 def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
         device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
         memory: bool = False, trace: str | None = None, runs: int = 5,
@@ -126,7 +156,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
         with torch.no_grad():
             for _ in range(warmup):
                 module(*xs)
-            with _quiet_native_stderr(), profile(activities=activities,
+            with quiet_native_stderr(), profile(activities=activities,
                                                  record_shapes=group_by_shape,
                                                  profile_memory=memory) as prof:
                 with _ModuleRanges(module):
@@ -140,33 +170,12 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     finally:
         for m, flag in flags:
             m.training = flag
-    events = [e for e in prof.key_averages(group_by_input_shape=group_by_shape)
-              if not e.key.startswith(RANGE_PREFIX) and not e.key.startswith("ProfilerStep")]
-
-    def self_us(e) -> float:
-        return e.self_device_time_total if cuda else e.self_cpu_time_total
-
-    def total_us(e) -> float:
-        return e.device_time_total if cuda else e.cpu_time_total
-
-    all_self = sum(self_us(e) for e in events) / 1e6 / runs
-    key = self_us if sort == "self" else total_us
-    chosen = sorted(events, key=key, reverse=True)[:top]
-    rows = []
-    for e in chosen:
-        calls = e.count / runs
-        total = total_us(e) / 1e6 / runs
-        rows.append(OpRow(
-            name=e.key, calls=int(round(calls)), self_s=self_us(e) / 1e6 / runs, total_s=total,
-            mean_s=total / calls if calls else 0.0,
-            share=(self_us(e) / 1e6 / runs) / all_self if all_self else 0.0,
-            input_shapes=str(e.input_shapes) if group_by_shape else None,
-            self_memory_bytes=int(e.self_cpu_memory_usage / runs) if memory else None,
-            memory_bytes=int(e.cpu_memory_usage / runs) if memory else None))
+    rows, all_self, n_events = op_rows(prof, cuda=cuda, runs=runs, top=top, sort=sort,
+                                       group_by_shape=group_by_shape, memory=memory)
     if trace:
         _write_trace(prof, trace)
     return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
-                   total_self_s=all_self, ops_total=len(events), trace=trace,
+                   total_self_s=all_self, ops_total=n_events, trace=trace,
                    settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
                              "warmup": warmup,
                              "inputs": [list(x.shape) for x in xs]},

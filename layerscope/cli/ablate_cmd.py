@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count, width
 from layerscope.cli.common import add_report_files, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
 
 
 def register(sub) -> None:
@@ -11,10 +11,13 @@ def register(sub) -> None:
     p.add_argument("recipe")
     p.add_argument("--steps", type=arg(positive_int), default=30)
     p.add_argument("--variants", default="baseline,workers=2,compile,channels-last",
-                   help="from baseline,pin-memory,workers=N,compile,torchscript,"
-                        "cudnn-benchmark,amp,channels-last,all")
+                   help="comma-separated; each from baseline,pin-memory,workers=N,compile,"
+                        "torchscript,cudnn-benchmark,amp,channels-last, or several joined "
+                        "with + (torchscript+channels-last), or all (every variant that "
+                        "applies to the device, workers at most the cores)")
     p.add_argument("--repeats", type=arg(positive_int), default=1)
-    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=5)
+    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=None,
+                   help="steps left out of the breakdown (default 5, at most half of --steps)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=arg(positive_int))
     p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")
@@ -25,13 +28,14 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE")
     p.add_argument("--width", type=arg(width), default=None)
     add_report_files(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.training.ablation import ablate
 
-    with progress_bar(f"ablating {args.recipe}") as progress:
+    with progress_bar(f"ablating {args.recipe}", quiet=args.quiet) as progress:
         report = ablate(args.recipe, steps=args.steps,
                         variants=[v.strip() for v in args.variants.split(",") if v.strip()],
                         repeats=args.repeats, warmup_steps=args.warmup_steps, device=args.device,

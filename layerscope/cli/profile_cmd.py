@@ -1,10 +1,14 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
-from layerscope.core.values import (MIN_TIME_MAX, arg, finite_positive_float, non_negative_int,
+from layerscope.core.values import (MIN_TIME_MAX, WORKERS_MAX, arg, finite_positive_float, non_negative_int,
                                     positive_int, thread_count)
 from layerscope.cli.common import add_model_inputs, add_output, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
+
+
+WARMUP_DEFAULT = 5  # runs
+LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them
 
 
 def register(sub) -> None:
@@ -19,8 +23,8 @@ def register(sub) -> None:
                       type=arg(finite_positive_float, maximum=MIN_TIME_MAX), default=None,
                       metavar="S", help="measure for at least S seconds instead of a fixed "
                                         f"count (at most {MIN_TIME_MAX:g})")
-    p.add_argument("--warmup", type=arg(non_negative_int), default=5,
-                   help="unmeasured runs first (default 5)")
+    p.add_argument("--warmup", type=arg(non_negative_int), default=None,
+                   help="unmeasured runs first (default 5; with --loop, 1 batch)")
     p.add_argument("--depth", type=arg(non_negative_int), default=None,
                    help="module depth (default: leaves)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
@@ -32,12 +36,29 @@ def register(sub) -> None:
                         "reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
+    loop = p.add_argument_group("inference over a data loader (--loop)")
+    loop.add_argument("--loop", metavar="DATASET", default=None,
+                      help="time inference over a data set's validation split, data loading "
+                           "and copies included: digits, mnist, cifar10 or cifar100; per phase "
+                           "(data wait, host-to-device, forward, other) and per layer; --runs "
+                           "is the number of batches (default: all)")
+    loop.add_argument("--synthetic", action="store_true",
+                      help="--loop: generated data of the data set's shapes")
+    loop.add_argument("--data-dir", default=None, help="--loop: where the data set is")
+    loop.add_argument("--num-workers", type=arg(non_negative_int, maximum=WORKERS_MAX), default=0,
+                      help="--loop: loader workers")
     add_output(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.runtime import profile
+
+    if args.loop:
+        return _run_loop(args)
+    if args.warmup is None:
+        args.warmup = WARMUP_DEFAULT
 
     if args.model.lower().endswith(".onnx"):
         from layerscope.analysis.ort_profile import profile_onnx
@@ -47,17 +68,36 @@ def run(args) -> int:
 
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
                             "--backward, --depth and --dtype do not apply")
-        with progress_bar(f"profiling {args.model}") as progress:
+        with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
             report = profile_onnx(args.model, args.input, batch_size=args.batch_size,
                                   runs=args.runs, warmup=args.warmup, threads=args.threads,
                                   optimization=args.optimization,
                                   roofline=not args.no_roofline, progress=progress)
         emit(report, args)
         return 0
-    with progress_bar(f"profiling {args.model}") as progress:
+    with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
         report = profile(args.model, args.input, batch_size=args.batch_size, device=args.device,
                          threads=args.threads, runs=args.runs, min_time=args.min_time,
                          warmup=args.warmup, depth=args.depth, backward=args.backward,
                          dtype=args.dtype, roofline=not args.no_roofline, progress=progress)
     emit(report, args)
+    return 0
+
+
+def _run_loop(args) -> int:
+    from layerscope.errors import UserError
+    from layerscope.training.inference_loop import profile_loop
+
+    if args.input or args.backward or args.depth is not None or args.dtype or args.min_time:
+        raise UserError("--loop takes its inputs from the data set: --input, --backward, "
+                        "--depth, --dtype and --min-time do not apply")
+    with progress_bar(f"profiling {args.model} over {args.loop}", quiet=args.quiet,
+                      unit="batches") as progress:
+        result = profile_loop(args.model, args.loop, synthetic=args.synthetic,
+                              data_dir=args.data_dir, batch_size=args.batch_size,
+                              batches=args.runs,
+                              warmup=LOOP_WARMUP_DEFAULT if args.warmup is None else args.warmup,
+                              device=args.device, num_workers=args.num_workers,
+                              threads=args.threads, progress=progress)
+    emit(result, args)
     return 0

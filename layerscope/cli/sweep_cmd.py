@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from layerscope.cli.common import add_output, emit
-from layerscope.cli.progress import progress_bar
+from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import arg, list_arg, non_negative_int, positive_int, thread_count
 
 
@@ -25,13 +25,14 @@ def register(sub) -> None:
     p.add_argument("--runs", type=arg(positive_int), default=20)
     p.add_argument("--warmup", type=arg(non_negative_int), default=3)
     add_output(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.sweep import sweep
 
-    with progress_bar(f"sweeping {args.model}") as progress:
+    with progress_bar(f"sweeping {args.model}", quiet=args.quiet, unit="cells") as progress:
         report = sweep(args.model, args.input,
                        batch_sizes=args.batch_sizes, threads=args.threads or [None],
                        devices=_names(args.devices), backends=_names(args.backends),

@@ -6,6 +6,7 @@ import sys
 from layerscope.cli.common import add_report_files, write_output, write_report_files
 from layerscope.core.values import (LR_MAX, WORKERS_MAX, arg, finite_positive_float,
                                     non_negative_int, positive_int, seed, thread_count)
+from layerscope.cli.progress import add_quiet, progress_bar
 
 
 def register(sub) -> None:
@@ -31,7 +32,9 @@ def register(sub) -> None:
     p.add_argument("--amp", action="store_true", help="autocast (float16 on CUDA, bfloat16 on CPU)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--profile", choices=["cprofile", "torch", "pyinstrument"])
-    p.add_argument("--dry-run", action="store_true", help="one batch through everything")
+    p.add_argument("--dry-run", action="store_true",
+                   help="one small batch (8 samples unless --batch-size) through training, "
+                        "validation, checkpoint and outputs")
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
     p.add_argument("--tensorboard", action="store_true")
@@ -44,6 +47,7 @@ def register(sub) -> None:
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
     add_report_files(p)
+    add_quiet(p)
     p.set_defaults(run=run)
 
 
@@ -74,7 +78,9 @@ def run(args) -> int:
     table = args.format == "table" and not args.output
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        with _epoch_bar() as progress:
+        with progress_bar(f"training {args.recipe}", quiet=args.quiet, unit="steps") as bar:
+            progress = None if bar is None else (
+                lambda epoch, done, total: bar(done, total, f"epoch {epoch + 1}"))
             report = train(config_from(args), progress=progress,
                            on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
     for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
@@ -88,33 +94,3 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     write_report_files(report, args)
     return 0
-
-
-class _epoch_bar:
-    """A progress bar per epoch with ETA, on stderr when it is a terminal."""
-
-    def __enter__(self):
-        if not sys.stderr.isatty():
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(),
-                            MofNCompleteColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                            console=Console(stderr=True), transient=True)
-        self.bar.__enter__()
-        self.tasks = {}
-
-        def update(epoch, done, total):
-            if epoch not in self.tasks:
-                for t in self.tasks.values():
-                    self.bar.remove_task(t)
-                self.tasks = {epoch: self.bar.add_task("", total=total, epoch=epoch + 1)}
-            self.bar.update(self.tasks[epoch], completed=done)
-
-        return update
-
-    def __exit__(self, *exc):
-        if hasattr(self, "bar"):
-            self.bar.__exit__(*exc)
-        return False

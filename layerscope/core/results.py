@@ -22,6 +22,7 @@ _CLASSES = {
     "ablate": ("layerscope.training.ablation", "AblationReport"),
     "activations": ("layerscope.analysis.activations", "ActivationCapture"),
     "compare": ("layerscope.analysis.compare", "Comparison"),
+    "loop": ("layerscope.training.inference_loop", "LoopProfile"),
 }
 KINDS = tuple(_CLASSES)
 

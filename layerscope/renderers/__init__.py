@@ -19,7 +19,7 @@ def pick_format(fmt: str | None, output: str | None) -> str:
 
 def render(report, fmt: str, width: int | None = None) -> str:
     """Text formats; "png" is bytes: renderers.plot.render_png."""
-    if fmt == "csv" and report.kind in ("train", "ablate", "activations"):
+    if fmt == "csv" and report.kind in ("train", "ablate", "activations", "loop"):
         fmt = "json"  # these have no row table; their CSVs are written by the run itself
     if fmt == "html":
         from layerscope.renderers.html import render_html

@@ -106,6 +106,8 @@ def charts(result) -> list[Chart]:
         return _train(result)
     if kind == "ablate":
         return _ablate(result)
+    if kind == "loop":
+        return _loop(result)
     if kind == "compare":
         from layerscope.renderers.compare_out import charts as compare_charts
 
@@ -316,6 +318,15 @@ def _train(r) -> list[Chart]:
         out.append(Chart("accuracy", "lines", "Accuracy per epoch", "epoch", "%", acc,
                          x_ticks=epochs))
     return out
+
+
+def _loop(r) -> list[Chart]:
+    b = r.phases
+    steps = b.get("steps") or 0
+    per = {p: (s / steps * 1e3 if steps else 0.0) for p, s in b["seconds"].items()}
+    tip = f"{steps} measured batches of {r.batch_size}"
+    return [_phase_stack("loop-phases", "Time per phase, per batch", [r.dataset], [per], [tip],
+                         "data set")]
 
 
 def _ablate(a) -> list[Chart]:

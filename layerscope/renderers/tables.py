@@ -206,6 +206,13 @@ def facts(result) -> list[tuple[str, str]]:
             out.append(("Fastest", f"{best.variant}: {best.step['median_s'] * 1e3:.2f} ms per "
                                    f"step, {best.speedup:.2f}x over baseline"))
         return out + noise_facts(result)
+    if kind == "loop":
+        b = result.phases
+        return [("Data set", result.dataset),
+                ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
+                            "excluded)"),
+                ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+                ("Layer coverage", pct(result.coverage))]
     if kind == "activations":
         return [("Layers captured", str(len(result.stats)))]
     if kind == "compare":
@@ -301,9 +308,12 @@ def tables(result) -> list[RowTable]:
     if kind == "sweep":
         return [_sweep_table(result)]
     if kind == "train":
-        return [_epochs_table(result), _phase_table(result.breakdown)]
+        return [_epochs_table(result),
+                _phase_table(result.breakdown, (result.config or {}).get("warmup_steps") or 0)]
     if kind == "ablate":
         return [_ablate_table(result)]
+    if kind == "loop":
+        return [_phase_table(result.phases), _loop_layers_table(result)]
     if kind == "activations":
         return [_activations_table(result)]
     if kind == "compare":
@@ -454,16 +464,38 @@ def _epochs_table(r) -> RowTable:
     return RowTable("epochs", "Per epoch", cols, rows)
 
 
-def _phase_table(b: dict) -> RowTable:
+def phase_title(warmup_steps: int) -> str:
+    """Say warm-up steps were left out only when some were."""
+    if not warmup_steps:
+        return "Time per phase"
+    plural = "s" if warmup_steps != 1 else ""
+    return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
+
+
+def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
     rows = [[Cell(PHASE_LABELS.get(p, p), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
              Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in b["seconds"].items()]
-    return RowTable("phases", "Time per phase (warm-up excluded)", cols, rows,
+    return RowTable("phases", phase_title(warmup_steps), cols, rows,
                     ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
                      f"{wall / steps * 1e3:.2f}"])
+
+
+def variant_label(v) -> str:
+    """An ablation variant's name, with what ``all`` stood for."""
+    return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
+
+
+def _loop_layers_table(r) -> RowTable:
+    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("p10 ms", True),
+            ("p90 ms", True), ("Share of forward", True)]
+    rows = [[_c(row.name), _c(row.type), _ms_cell(row.time["median_s"]),
+             _ms_cell(row.time["p10_s"]), _ms_cell(row.time["p90_s"]),
+             Cell(pct(row.share), row.share)] for row in r.layers]
+    return RowTable("layers", "Forward time per layer, per batch", cols, rows)
 
 
 def _ablate_table(a) -> RowTable:
@@ -472,11 +504,11 @@ def _ablate_table(a) -> RowTable:
     rows = []
     for v in a.variants:
         if v.status != "ok" or not v.phases_ms:
-            rows.append([_c(v.variant)] + [Cell("-")] * (len(PHASE_LABELS) + 3)
+            rows.append([_c(variant_label(v))] + [Cell("-")] * (len(PHASE_LABELS) + 3)
                         + [Cell(v.reason or v.status, v.status)])
             continue
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
-        rows.append([_c(v.variant)]
+        rows.append([_c(variant_label(v))]
                     + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
                        for p in PHASE_LABELS]
                     + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),

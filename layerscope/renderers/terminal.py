@@ -108,7 +108,8 @@ def to_text(report, width: int | None = None) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width or 160, force_terminal=False, color_system=None,
                       highlight=False, soft_wrap=False)
-    console.print(report if report.kind in ("train", "ablate") else render_table(report))
+    console.print(report if report.kind in ("train", "ablate", "loop")
+                  else render_table(report))
     return buf.getvalue()
 
 
@@ -241,8 +242,9 @@ def render_profile(report) -> Group:
 
 
 def render_ops(table) -> Group:
+    unit = table.settings.get("unit", "run")  # "step" for a training run's table
     t = Table(title=f"{table.model}: top {len(table.rows)} of {table.ops_total} operators by "
-                    f"{table.sort} time ({table.device}, per run, {table.runs} runs)",
+                    f"{table.sort} time ({table.device}, per {unit}, {table.runs} {unit}s)",
               header_style="bold", pad_edge=False)
     memory = table.settings.get("memory")
     shapes = table.settings.get("group_by_shape")
@@ -257,7 +259,7 @@ def render_ops(table) -> Group:
         if memory:
             cells += [si(r.self_memory_bytes), si(r.memory_bytes)]
         t.add_row(*cells)
-    foot = f"All operators: {_ms(table.total_self_s)} ms self time per run"
+    foot = f"All operators: {_ms(table.total_self_s)} ms self time per {unit}"
     if table.trace:
         foot += f"; trace written to {table.trace} (open in ui.perfetto.dev or chrome://tracing)"
     return Group(t, Text(foot))

@@ -20,7 +20,7 @@ from layerscope.errors import UserError
 from layerscope.core import values
 from layerscope.training.phases import PHASES
 
-# variant -> train flags; None marks "needs CUDA"
+# variant -> train flags; CUDA_ONLY ones do not apply on the CPU
 VARIANT_FLAGS: dict[str, list[str]] = {
     "baseline": [],
     "pin-memory": ["--pin-memory"],
@@ -31,6 +31,10 @@ VARIANT_FLAGS: dict[str, list[str]] = {
     "channels-last": ["--channels-last"],
 }
 CUDA_ONLY = {"pin-memory", "cudnn-benchmark"}
+# a traced TorchScript module cannot be torch.compiled: ``all`` keeps compile
+EXCLUSIVE = [("compile", "torchscript")]
+ALL_MAX_WORKERS = 4
+DEFAULT_WARMUP_STEPS = 5
 
 
 @dataclass
@@ -44,6 +48,7 @@ class VariantResult:
     phases_ms: dict[str, float] | None = None  # median over repeats of ms per step per phase
     speedup: float | None = None
     beyond_noise: bool | None = None
+    expanded: str | None = None  # what ``all`` stood for, e.g. "workers=2+compile+amp"
 
 
 @dataclass
@@ -68,34 +73,79 @@ class AblationReport(ResultDocument):
         return render_ablation(self)
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def expand_all(device: str, cores: int | None = None) -> list[str]:
+    """The parts ``all`` stands for on ``device``: every variant that applies there (compile
+    rather than torchscript, which excludes it), and as many loader workers as there are
+    cores, at most ALL_MAX_WORKERS (none on one core)."""
+    cores = usable_cores() if cores is None else cores
+    workers = min(ALL_MAX_WORKERS, cores)
+    parts = [f"workers={workers}"] if workers > 1 else []
+    dropped = {b for _, b in EXCLUSIVE}
+    parts += [v for v in VARIANT_FLAGS if v != "baseline" and v not in dropped
+              and (device == "cuda" or v not in CUDA_ONLY)]
+    return parts
+
+
+def _part_flags(part: str) -> list[str]:
+    if part.startswith("workers="):
+        value = part.split("=", 1)[1]
+        if not value.isdigit():
+            raise UserError(f"variant {part!r}: write workers=N with a whole number 0 or more")
+        return ["--num-workers", str(int(value))]
+    if part not in VARIANT_FLAGS:
+        known = ", ".join(list(VARIANT_FLAGS) + ["workers=N", "all"])
+        raise UserError(f"unknown variant {part!r}: use {known}, combined with + "
+                        "(e.g. torchscript+channels-last)")
+    return VARIANT_FLAGS[part]
+
+
+def parse_variant(name: str, device: str, cores: int | None = None
+                  ) -> tuple[list[str] | None, list[str]]:
+    """(train flags, parts) of a variant such as ``torchscript+channels-last`` or ``all``.
+
+    Flags are None when a part does not apply on ``device`` (a CUDA-only switch on the CPU).
+    Raises UserError for unknown parts, parts that exclude each other, two worker counts."""
+    parts = [p.strip() for p in name.split("+")]
+    if any(not p for p in parts):
+        raise UserError(f"variant {name!r}: an empty part between '+' signs")
+    if "all" in parts:
+        if len(parts) > 1:
+            raise UserError(f"variant {name!r}: 'all' already holds every variant; use it alone")
+        parts = expand_all(device, cores)
+    flags: list[str] = []
+    for p in parts:
+        flags += _part_flags(p)
+    for a, b in EXCLUSIVE:
+        if a in parts and b in parts:
+            raise UserError(f"variant {name!r}: {a} and {b} exclude each other")
+    if sum(p.startswith("workers=") for p in parts) > 1:
+        raise UserError(f"variant {name!r}: give workers=N once")
+    if len(set(parts)) != len(parts):
+        raise UserError(f"variant {name!r}: a part is repeated")
+    if device != "cuda" and any(p in CUDA_ONLY for p in parts):
+        return None, parts
+    return flags, parts
+
+
 def variant_flags(name: str, device: str) -> list[str] | None:
     """Train flags of a variant; None when it does not apply on ``device``."""
-    if name.startswith("workers="):
-        n = values.non_negative_int(name.split("=", 1)[1], f"variant {name!r}: N of workers=N",
-                                    maximum=values.WORKERS_MAX)
-        return ["--num-workers", str(n)]
-    if name == "all":
-        flags = ["--num-workers", "4"]
-        for v, f in VARIANT_FLAGS.items():
-            if v in ("baseline", "torchscript"):  # torchscript and compile exclude each other
-                continue
-            if v in CUDA_ONLY and device != "cuda":
-                continue
-            flags += f
-        return flags
-    if name not in VARIANT_FLAGS:
-        known = ", ".join(list(VARIANT_FLAGS) + ["workers=N", "all"])
-        raise UserError(f"unknown variant {name!r}: use {known}")
-    if name in CUDA_ONLY and device != "cuda":
-        return None
-    return VARIANT_FLAGS[name]
+    return parse_variant(name, device)[0]
 
 
 def _run_variant(recipe: str, flags: list[str], common: list[str], seed: int,
                  workdir: str, tag: str) -> dict[str, Any]:
     out = os.path.join(workdir, f"{tag}.json")
     cmd = [sys.executable, "-m", "layerscope", "train", recipe, *common, "--seed", str(seed),
-           "--out", os.path.join(workdir, tag), "--no-eval", "--format", "json", "-o", out,
+           "--out", os.path.join(workdir, tag), "--no-eval", "--quiet", "--format", "json",
+           "-o", out,
            *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -106,7 +156,7 @@ def _run_variant(recipe: str, flags: list[str], common: list[str], seed: int,
 
 
 def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int = 1,
-           warmup_steps: int = 5, device: str = "cpu", batch_size: int | None = None,
+           warmup_steps: int | None = None, device: str = "cpu", batch_size: int | None = None,
            synthetic: bool = True, data_dir: str | None = None, seed: int = 0,
            threads: int | None = None,
            progress: Callable[[int, int], None] | None = None) -> AblationReport:
@@ -116,6 +166,8 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
     machine = read_machine()  # before our own work adds to the load average
     steps = values.positive_int(steps, "--steps")
     repeats = values.positive_int(repeats, "--repeats")
+    if warmup_steps is None:  # default: 5, but never more than half the steps
+        warmup_steps = min(DEFAULT_WARMUP_STEPS, steps // 2)
     warmup_steps = values.non_negative_int(warmup_steps, "--warmup-steps")
     seed = values.seed(seed, "--seed")
     if batch_size is not None:
@@ -124,9 +176,12 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
         threads = values.thread_count(threads, "--threads")
     if warmup_steps >= steps:
         raise UserError(f"--warmup-steps ({warmup_steps}) must be below --steps ({steps})")
-    plan = [(v, variant_flags(v, device)) for v in variants]
-    if "baseline" not in [v for v, _ in plan]:
-        plan.insert(0, ("baseline", []))
+    plan = []
+    for v in variants:
+        flags, parts = parse_variant(v, device)
+        plan.append((v, flags, "+".join(parts) if v == "all" else None))
+    if "baseline" not in [v for v, _, _ in plan]:
+        plan.insert(0, ("baseline", [], None))
     common = ["--steps", str(steps), "--warmup-steps", str(warmup_steps), "--device", device]
     if synthetic:
         common.append("--synthetic")
@@ -138,10 +193,10 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
         common += ["--threads", str(threads)]
     results = []
     step_samples: dict[str, list[float]] = {}  # variant -> step times of all its repeats
-    total, done = sum(repeats for _, f in plan if f is not None), 0
+    total, done = sum(repeats for _, f, _ in plan if f is not None), 0
     with tempfile.TemporaryDirectory(prefix="layerscope-ablate-") as workdir:
-        for name, flags in plan:
-            res = VariantResult(name, flags or [])
+        for name, flags, expanded in plan:
+            res = VariantResult(name, flags or [], expanded=expanded)
             results.append(res)
             if flags is None:
                 res.status, res.reason = "n/a", f"n/a on {device}"
@@ -149,7 +204,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
             for r in range(repeats):
                 try:
                     rep = _run_variant(recipe, flags, common, seed, workdir,
-                                       f"{name.replace('=', '-')}-{r}")
+                                       f"{_tag(name)}-{r}")
                     breakdown = rep["breakdown"]
                     spread = TimingStats.of(rep["step_seconds"] or [0.0])
                     breakdown["step_p10_s"], breakdown["step_p90_s"] = spread.p10_s, spread.p90_s
@@ -175,6 +230,10 @@ def _noise(steps: list[float] | None, machine, threads: int | None) -> dict[str,
         return None
     # the training runs use --threads, or torch's default, which is this process's default
     return noise_section(TimingStats.of(steps), machine, threads or torch.get_num_threads())
+
+
+def _tag(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in name)
 
 
 def _summarise(results: list[VariantResult]) -> None:

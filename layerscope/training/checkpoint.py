@@ -44,16 +44,18 @@ def save_atomic(obj: Any, path: str) -> None:
 
 
 def resolve_checkpoint(path: str) -> str:
-    """A checkpoint file, or a run directory: its newest epoch checkpoint.
+    """A checkpoint file, or a run directory: its newest epoch (or mid-epoch step) checkpoint.
 
     The per-epoch file is written before ``last.pt``, so a run killed between the two still
-    resumes from its newest finished epoch."""
+    resumes from its newest finished epoch. ``step-N.pt`` is a run stopped mid-epoch by
+    ``--steps``; the newest file of either kind wins."""
     if os.path.isdir(path):
         directory = os.path.join(path, "checkpoints")
-        names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"epoch-\d+\.pt", n)) \
+        names = [n for n in os.listdir(directory) if re.fullmatch(r"(epoch|step)-\d+\.pt", n)] \
             if os.path.isdir(directory) else []
         if names:
-            return os.path.join(directory, names[-1])
+            newest = max(names, key=lambda n: (os.path.getmtime(os.path.join(directory, n)), n))
+            return os.path.join(directory, newest)
         if os.path.isfile(os.path.join(directory, "last.pt")):
             return os.path.join(directory, "last.pt")
         raise UserError(f"{path} holds no checkpoints/epoch-*.pt: not a layerscope run directory "

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, Sampler
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
@@ -37,6 +37,10 @@ from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import load_pretrained_resnet50, lookup, make_optimizer
+
+
+OP_TABLE_TOP = 10  # operators in the --profile torch table
+DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
 @dataclass
@@ -88,6 +92,7 @@ class TrainReport(ResultDocument):
     peak_cuda_bytes: int | None
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    ops: dict[str, Any] | None = None  # --profile torch: OpTable.to_dict(), per step
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
@@ -160,7 +165,9 @@ class _Run:
         if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
             raise UserError(f"unknown --profile {c.profile!r}: use cprofile, torch or pyinstrument")
         self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)
-        self.batch_size = c.batch_size or r.batch_size
+        # a dry run checks that everything runs, not how fast: one small batch, unless asked
+        self.batch_size = c.batch_size or (min(r.batch_size, DRY_RUN_BATCH) if c.dry_run
+                                           else r.batch_size)
         self.train_set, self.val_set, self.classes = datasets(
             r.data, synthetic=c.synthetic, data_dir=c.data_dir, download=c.download,
             augment=r.augment, seed=c.seed, image_size=r.image_size,
@@ -181,6 +188,9 @@ class _Run:
         self.scaler = torch.amp.GradScaler("cuda") if (c.amp and self.cuda) else None
         self.loss_fn = F.nll_loss if r.loss == "nll" else F.cross_entropy
         self.start_epoch, self.global_step, self.history = 0, 0, []
+        # resuming in the middle of an epoch: batches already done, the epoch's running sums
+        # and the RNG state when it stopped (the epoch's own seeding must not replace it)
+        self.skip_batches, self.partial, self.resume_rng = 0, None, None
         self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         if c.resume:
             self._restore(ckpt.load(c.resume, resume=True))
@@ -213,6 +223,9 @@ class _Run:
             self.start_epoch, self.global_step = int(state["epoch"]), int(state["step"])
             self.history = list(state.get("history", []))
             ckpt.set_rng_state(state["rng"])
+            if state.get("batch"):
+                self.skip_batches, self.partial = state["batch"], dict(state["partial"])
+                self.resume_rng = state["rng"]
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise UserError(f"--resume {self.config.resume}: the checkpoint's training state "
                             f"does not fit this run ({type(exc).__name__}: "
@@ -221,26 +234,50 @@ class _Run:
             self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
                 ckpt.resolve_checkpoint(self.config.resume))))
 
-    def state(self, epoch: int) -> dict[str, Any]:
+    def state(self, epoch: int, batch: int = 0,
+              partial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``--resume`` needs. ``epoch``: epochs finished; ``batch``: batches of the next
+        epoch already done (a run stopped by --steps), with that epoch's running sums."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                 "scaler": self.scaler.state_dict() if self.scaler else None,
                 "epoch": epoch, "step": self.global_step, "rng": ckpt.rng_state(),
+                "batch": batch, "partial": partial,
                 "config": _plain(self.config.to_dict()), "history": self.history,
                 "classes": list(self.classes), "recipe": self.recipe.name}
 
-    def loader(self, epoch: int) -> DataLoader:
+    def loader(self, epoch: int, skip_batches: int = 0) -> DataLoader:
         gen = _seed_epoch(self.config.seed, epoch)
         c = self.config
-        return DataLoader(self.train_set, batch_size=self.batch_size,
-                          sampler=RandomSampler(self.train_set, generator=gen),
+        sampler: Sampler = RandomSampler(self.train_set, generator=gen)
+        if skip_batches:
+            sampler = _Skip(sampler, skip_batches * self.batch_size)
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler,
                           num_workers=c.num_workers, pin_memory=c.pin_memory and self.cuda,
                           persistent_workers=False, drop_last=False,
                           worker_init_fn=_worker_init, generator=gen)
 
     def val_loader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.recipe.eval_batch_size,
-                          num_workers=self.config.num_workers)
+        # a dry run validates one batch of the training batch size: a full evaluation batch
+        # (1000 images of 224x224 through ResNet-50) took minutes and 13 GB
+        size = self.batch_size if self.config.dry_run else self.recipe.eval_batch_size
+        return DataLoader(self.val_set, batch_size=size, num_workers=self.config.num_workers)
+
+
+class _Skip(Sampler):
+    """The epoch's own order (the same generator draws) without its first ``n`` indices."""
+
+    def __init__(self, inner: Sampler, n: int):
+        self.inner, self.n = inner, n
+
+    def __iter__(self):
+        it = iter(self.inner)
+        for _ in range(self.n):
+            next(it, None)
+        return it
+
+    def __len__(self) -> int:
+        return max(len(self.inner) - self.n, 0)
 
 
 def _worker_init(worker_id: int) -> None:
@@ -291,20 +328,39 @@ def _profiler(kind: str | None, run_dir: str):
     if kind == "torch":
         from torch.profiler import ProfilerActivity, profile
 
+        from layerscope.analysis.op_profile import op_rows, quiet_native_stderr
+
         class _Torch:
             def __enter__(self):
-                acts = [ProfilerActivity.CPU] + (
-                    [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+                # CUDA activities only where CUDA is: on the CPU kineto would print
+                # "gpuGetDeviceCount failed"; its start/stop banners go to fd 2 as well
+                self.cuda = torch.cuda.is_available()
+                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
                 self.p = profile(activities=acts)
-                self.p.__enter__()
+                with quiet_native_stderr():
+                    self.p.__enter__()
+                return self
 
             def __exit__(self, *exc):
-                self.p.__exit__(*exc)
-                with temp_dir(near=os.path.join(run_dir, "trace.json")) as tmpdir:
-                    raw = os.path.join(tmpdir, "trace.json")
-                    self.p.export_chrome_trace(raw)
-                    place(raw, os.path.join(run_dir, "trace.json"))
+                with quiet_native_stderr():
+                    self.p.__exit__(*exc)
+                    with temp_dir(near=os.path.join(run_dir, "trace.json")) as tmpdir:
+                        raw = os.path.join(tmpdir, "trace.json")
+                        self.p.export_chrome_trace(raw)
+                        place(raw, os.path.join(run_dir, "trace.json"))
                 return False
+
+            def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
+                """The top operators per training step (torch.profiler's key averages)."""
+                from layerscope.core.optable import OpTable
+
+                rows, total, n = op_rows(self.p, cuda=self.cuda, runs=max(steps, 1),
+                                         top=OP_TABLE_TOP)
+                return OpTable(model=f"{report.recipe} training", device=report.config["device"],
+                               sort="self", runs=steps, rows=rows, total_self_s=total,
+                               ops_total=n, trace=os.path.join(run_dir, "trace.json"),
+                               settings={"unit": "step", "top": OP_TABLE_TOP,
+                                         "includes": "validation, when it ran"}).to_dict()
 
         return _Torch()
     try:
@@ -325,6 +381,17 @@ def _profiler(kind: str | None, run_dir: str):
     return _Pyinstrument()
 
 
+def _step_scalars(writer, run: _Run, loss: float, phases: dict[str, float], wall: float,
+                  samples: int) -> None:
+    """Per-step TensorBoard scalars under ``step/`` (the per-epoch ones keep their names)."""
+    step = run.global_step
+    writer.add_scalar("step/loss", loss, step)
+    writer.add_scalar("step/lr", run.optimizer.param_groups[0]["lr"], step)
+    writer.add_scalar("step/throughput_per_s", samples / wall if wall else 0.0, step)
+    for phase, seconds in phases.items():
+        writer.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
+
+
 def _resumed_config(config: TrainConfig) -> TrainConfig:
     """A resumed run continues with the checkpoint's settings; options the caller set to
     something other than their default (e.g. more --epochs) override them."""
@@ -333,7 +400,9 @@ def _resumed_config(config: TrainConfig) -> TrainConfig:
     merged = {}
     for f in dataclasses.fields(TrainConfig):
         mine = getattr(config, f.name)
-        if f.name in ("resume", "out") or mine != getattr(defaults, f.name) or f.name not in saved:
+        # --steps and --dry-run stop one invocation; they are not the run's settings
+        if (f.name in ("resume", "out", "steps", "dry_run") or mine != getattr(defaults, f.name)
+                or f.name not in saved):
             merged[f.name] = mine
         else:
             value = saved[f.name]
@@ -360,8 +429,11 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         make_dir(run.run_dir, "--out")
         make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
         _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
-        with _profiler(config.profile, run.run_dir):
+        first_step = run.global_step
+        with _profiler(config.profile, run.run_dir) as profiler:
             report = _train(run, on_epoch, progress)
+        if config.profile == "torch":
+            report.ops = profiler.table(report, run.global_step - first_step)
         _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         return report
     finally:
@@ -396,14 +468,20 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
     stop = False
+    rows = list(run.history)
     for epoch in range(run.start_epoch, run.epochs):
         run.model.train()
-        loader = run.loader(epoch)
+        skip, partial = (run.skip_batches, run.partial) if epoch == run.start_epoch else (0, None)
+        loader = run.loader(epoch, skip)
+        if run.resume_rng is not None and skip:
+            ckpt.set_rng_state(run.resume_rng)  # continue the stopped epoch's random stream
+        epoch_batches = skip + len(loader)
         n_batches = len(loader) if not c.dry_run else 1
         if c.steps is not None:
             n_batches = min(n_batches, c.steps - run.global_step)
         epoch_totals = PhaseTotals()
-        loss_sum, correct, seen = 0.0, 0, 0
+        loss_sum, correct, seen = ((partial["loss_sum"], partial["correct"], partial["seen"])
+                                   if partial else (0.0, 0, 0))
         t_epoch = time.perf_counter()
         it = iter(loader)
         for i in range(n_batches):
@@ -433,7 +511,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             timer.mark("optimizer")
             phases, wall = timer.stop()
             # after the step's one synchronisation, reading values costs nothing more
-            loss_sum += float(loss.detach()) * len(y)
+            step_loss = float(loss.detach())
+            loss_sum += step_loss * len(y)
             correct += int((out.detach().argmax(1) == y).sum())
             seen += len(y)
             run.global_step += 1
@@ -442,14 +521,27 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                 totals.add(phases, wall, len(y))
                 epoch_totals.add(phases, wall, len(y))
                 step_seconds.append(wall)
+            if writer is not None:
+                _step_scalars(writer, run, step_loss, phases, wall, len(y))
             if progress:
-                progress(epoch, i + 1, n_batches)
+                progress(epoch, skip + i + 1, skip + n_batches)
         del it
         if c.steps is not None and run.global_step >= c.steps:
             stop = True
+        complete = skip + n_batches == epoch_batches
+        if not complete:
+            # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
+            # taken before validation draws from the random streams
+            state = run.state(epoch, skip + n_batches,
+                              {"loss_sum": loss_sum, "correct": correct, "seen": seen})
+            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints",
+                                                 f"step-{run.global_step:06d}.pt"))
+            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", "last.pt"))
+            stop = True
         if run.scheduler is not None:
             lr = run.scheduler.get_last_lr()[0]
-            run.scheduler.step()
+            if complete:
+                run.scheduler.step()
         else:
             lr = run.optimizer.param_groups[0]["lr"]
         row = {"epoch": epoch + 1, "step": run.global_step,
@@ -461,20 +553,20 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                 val = [next(iter(val))]
             row.update(evaluate(run.model, val, c.device, run.loss_fn, c.channels_last))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
-        run.history.append(row)
         epoch_breakdown.append(epoch_totals.to_dict())
         if writer is not None:
             for k, v in row.items():
                 if k not in ("epoch", "step"):
                     writer.add_scalar(k, v, epoch + 1)
             writer.flush()
-        complete = not stop or n_batches == len(loader)
+        rows = run.history + [row]  # a partial epoch's row is reported, never checkpointed
         if complete:
+            run.history.append(row)
             ckpt.save_atomic(run.state(epoch + 1),
                              os.path.join(run.run_dir, "checkpoints", f"epoch-{epoch + 1:03d}.pt"))
             ckpt.save_atomic(run.state(epoch + 1),
                              os.path.join(run.run_dir, "checkpoints", "last.pt"))
-        _write_metrics(run.run_dir, run.history)
+        _write_metrics(run.run_dir, rows)
         if on_epoch:
             on_epoch(row)
         if stop:
@@ -486,7 +578,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                      os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
     return TrainReport(
-        recipe=r.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=run.history,
+        recipe=r.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=totals.to_dict(), epoch_breakdown=epoch_breakdown, step_seconds=step_seconds,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

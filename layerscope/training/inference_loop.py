@@ -1,0 +1,160 @@
+"""``layerscope profile MODEL --loop DATASET``: a model's inference over a data loader, timed as
+a real evaluation loop is: the wait for each batch, its copy to the device, the forward, and the
+rest of the step (reading results), per batch; and each layer's forward time over the batches.
+
+The phases come from the training loop's ``PhaseTimer`` (same boundaries, same CUDA handling);
+the per-layer times from ``analysis.timing.ForwardTimer`` in the same batches, so the layer
+times and the forward phase are measured together (their coverage is reported).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch.utils.data import DataLoader
+
+from layerscope.core.document import ResultDocument
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.stats import TimingStats
+from layerscope.environment import environment
+from layerscope.errors import UserError
+from layerscope.training.data import DATASETS, datasets
+from layerscope.training.phases import PhaseTimer, PhaseTotals
+
+LOOP_PHASES = ("data", "h2d", "forward", "other")
+DEFAULT_BATCH = 64
+
+
+@dataclass
+class LoopLayer:
+    name: str
+    type: str
+    time: dict[str, Any]  # TimingStats over the measured batches (seconds per batch)
+    share: float | None  # of the forward phase's median
+
+
+@dataclass
+class LoopProfile(ResultDocument):
+    model: str
+    dataset: str
+    device: str
+    batch_size: int
+    batches: int  # measured (warm-up batches excluded)
+    warmup: int
+    phases: dict[str, Any]  # PhaseTotals.to_dict() over the measured batches
+    batch_time: dict[str, Any]  # TimingStats of the batches' wall time
+    layers: list[LoopLayer]
+    coverage: float | None  # summed layer medians / forward-phase median
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    kind: str = "loop"
+    schema_version: str = SCHEMA_VERSION
+
+    _row_types: ClassVar[dict[str, type]] = {"layers": LoopLayer}
+
+    def __rich__(self):
+        from layerscope.renderers.training import render_loop
+
+        return render_loop(self)
+
+
+def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    return [(n, m) for n, m in module.named_modules() if n and not any(True for _ in m.children())]
+
+
+def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
+                 data_dir: str | None = None, batch_size: int | None = None,
+                 batches: int | None = None, warmup: int = 1, device: str = "cpu",
+                 num_workers: int = 0, threads: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 progress: Callable[[int, int], None] | None = None) -> LoopProfile:
+    """Inference over ``dataset``'s validation split (or ``batches`` of it), phases per batch
+    and forward time per leaf layer; the model's flags are restored afterwards."""
+    from layerscope.analysis.runtime import _prepare, check_device
+    from layerscope.analysis.timing import ForwardTimer
+
+    check_device(device)
+    if dataset not in DATASETS:
+        raise UserError(f"unknown --loop dataset {dataset!r}: use {', '.join(DATASETS)}")
+    for name, value in (("--batch-size", batch_size), ("--runs", batches)):
+        if value is not None and value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    if warmup < 0 or num_workers < 0:
+        raise UserError("--warmup and --num-workers must be 0 or more")
+    _, val_set, _ = datasets(dataset, synthetic=synthetic, data_dir=data_dir, download=False,
+                             augment=False, seed=0)
+    batch_size = batch_size or DEFAULT_BATCH
+    cuda = device == "cuda"
+    loader = DataLoader(val_set, batch_size=batch_size, num_workers=num_workers,
+                        pin_memory=cuda)
+    available = len(loader)
+    if batches is None:
+        batches = max(available - warmup, 1)
+    if warmup + batches > available:
+        raise UserError(f"{dataset}: {available} batches of {batch_size}, fewer than --warmup "
+                        f"{warmup} + --runs {batches}; lower them or the batch size")
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    sample_shape = "x".join(str(d) for d in val_set[0][0].shape)
+    loaded, module, _ = _prepare(model, [f"1x{sample_shape}"], None, device, None)
+    flags = [(m, m.training) for m in module.modules()]
+    leaves = _leaves(module) or [("(root)", module)]
+    timer = PhaseTimer(cuda=cuda, clock=clock)
+    layer_timer = ForwardTimer(leaves, cuda=cuda, clock=clock)
+    totals, walls, forwards, per_batch = PhaseTotals(), [], [], []
+    try:
+        module.eval()
+        it = iter(loader)
+        with torch.no_grad():
+            for i in range(warmup + batches):
+                timer.start()
+                x, y = next(it)
+                timer.mark("data")
+                x = x.to(device, non_blocking=cuda)
+                y = y.to(device, non_blocking=cuda)
+                timer.mark("h2d")
+                with layer_timer:
+                    out = module(x)
+                timer.mark("forward")
+                # "other": what an evaluation loop does with the output (one read back)
+                int((out.argmax(1) == y).sum())
+                phases, wall = timer.stop()
+                if i >= warmup:
+                    totals.add(phases, wall, len(y))
+                    walls.append(wall)
+                    forwards.append(phases["forward"])
+                    per_batch.append(layer_timer.result())
+                if progress:
+                    progress(i + 1, warmup + batches)
+        del it
+    except UserError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{loaded.name} failed on {dataset} batches: {type(exc).__name__}: "
+                        f"{first}") from exc
+    finally:
+        for m, flag in flags:
+            m.training = flag
+        torch.set_num_threads(old_threads)
+    forward_median = TimingStats.of(forwards).median_s
+    layers = []
+    for name, m in leaves:
+        stats = TimingStats.of([run.get(name, 0.0) for run in per_batch])
+        layers.append(LoopLayer(name, type(m).__name__, stats.to_dict(),
+                                stats.median_s / forward_median if forward_median else None))
+    layers.sort(key=lambda r: -r.time["median_s"])
+    phases = totals.to_dict()
+    phases["seconds"] = {p: phases["seconds"][p] for p in LOOP_PHASES}
+    return LoopProfile(
+        model=loaded.name, dataset=dataset + (" (synthetic)" if synthetic else ""),
+        device=device, batch_size=batch_size, batches=batches, warmup=warmup, phases=phases,
+        batch_time=TimingStats.of(walls).to_dict(), layers=layers,
+        coverage=(sum(r.time["median_s"] for r in layers) / forward_median
+                  if forward_median else None),
+        settings={"threads": threads or old_threads, "num_workers": num_workers,
+                  "synthetic": synthetic},
+        environment=environment())
