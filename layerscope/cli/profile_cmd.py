@@ -1,7 +1,7 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_model_inputs, add_output, emit
+from layerscope.cli.common import add_highlight, add_model_inputs, add_output, emit
 from layerscope.cli.progress import progress_bar
 
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
     add_output(p)
+    add_highlight(p)
     p.set_defaults(run=run)
 
 
