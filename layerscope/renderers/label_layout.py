@@ -121,7 +121,8 @@ def place_labels(anchors: list[tuple[float, float]], sizes: list[tuple[float, fl
     it overlaps no label placed before it (and none of ``keep_clear``). A label that would
     end right of ``x_max`` is written left of its point instead. Pure; pixels, y down.
 
-    Terminates: n placed boxes of height ≤ h can block at most 2n of the offsets 0, ±h, ±2h…"""
+    Finds a free place: n placed boxes of height ≤ h block at most 2n of the offsets 0, ±h,
+    ±2h… and 2n + 3 of them are tried."""
     out: list[Box | None] = [None] * len(anchors)
     placed: list[Box] = list(keep_clear or [])
     for i in sorted(range(len(anchors)), key=lambda j: (anchors[j][1], anchors[j][0])):
