@@ -54,6 +54,19 @@ def add_report_files(p: argparse.ArgumentParser) -> None:
                    help="PNG size in pixels (default 1200x800)")
 
 
+def add_highlight(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--highlight", type=_highlight, default=None, metavar="SECONDS|top-N|SHARE%",
+                   help="which layers the tables and charts highlight: a median at or above "
+                        "SECONDS (0.00036, 3.6e-4s, 0.36ms), the N slowest (top-5) or a share "
+                        "of the run at or above it (10%%); default: share ≥ 10%% or top 3")
+
+
+def _highlight(text: str) -> dict:
+    from layerscope.renderers.highlight import parse_highlight
+
+    return parse_highlight(text)  # a UserError here stops the command before any work
+
+
 def _plot_size(text: str) -> tuple[int, int]:
     from layerscope.renderers.plot import parse_size
 
@@ -96,6 +109,10 @@ def write_report_files(report, args) -> None:
 
 def emit(report, args) -> None:
     fmt = pick_format(args.format, args.output)
+    if getattr(args, "highlight", None) is not None:
+        from layerscope.renderers.highlight import apply_highlight
+
+        apply_highlight(report, args.highlight)  # kept in the settings: JSON renders the same
     if fmt == "png":
         from layerscope.renderers.plot import render_png
 

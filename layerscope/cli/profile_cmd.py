@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from layerscope.core.values import (MIN_TIME_MAX, WORKERS_MAX, arg, finite_positive_float, non_negative_int,
                                     positive_int, thread_count)
-from layerscope.cli.common import add_model_inputs, add_output, emit
+from layerscope.cli.common import add_highlight, add_model_inputs, add_output, emit
 from layerscope.cli.progress import add_quiet, progress_bar
 
 
@@ -49,6 +49,7 @@ def register(sub) -> None:
                       help="--loop: loader workers")
     add_output(p)
     add_quiet(p)
+    add_highlight(p)
     p.set_defaults(run=run)
 
 

@@ -1,7 +1,7 @@
 """layerscope render RESULT.json: any saved result again, in any format, without the model."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, emit
+from layerscope.cli.common import add_highlight, add_output, emit
 
 
 def register(sub) -> None:
@@ -11,6 +11,7 @@ def register(sub) -> None:
                    help="JSON written by analyze, profile, ops, sweep, train, ablate, "
                         "activations or compare (--format json)")
     add_output(p)
+    add_highlight(p)
     p.set_defaults(run=run)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from layerscope.core.units import shape_str, si
-from layerscope.renderers.tables import PHASE_LABELS, is_hot, ms, num, pct
+from layerscope.renderers.highlight import describe, hot_predicate, rule_of
+from layerscope.renderers.tables import PHASE_LABELS, ms, num, pct
 
 # Tableau 10: readable on white, distinct in print
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
@@ -160,20 +161,22 @@ def _profile(r) -> list[Chart]:
             return None, None
         return t["p10_s"] * 1e3, t["p90_s"] * 1e3
 
+    rule = rule_of(r)
+    is_hot = hot_predicate(rule)
     out = [_layer_bars(r, "latency", "Latency per layer (median; whiskers p10-p90)",
                        "ms", median_ms, tip, hot=is_hot, whiskers=whiskers)]
-    out[0].note = "hot layers (share ≥ 10% or top 3) are outlined and named"
+    out[0].note = f"{describe(rule)} are outlined and named"
     noise = r.noise or {}
     if noise.get("warnings"):  # the PNG has no warning line of its own
         out[0].note += (f"; noisy: p90/p10 {num(noise.get('p90_over_p10'))}, mean/median "
                         f"{num(noise.get('mean_over_median'))}")
-    roof = _roofline(r, tip)
+    roof = _roofline(r, tip, is_hot)
     if roof:
         out.append(roof)
     return out
 
 
-def _roofline(r, tip) -> Chart | None:
+def _roofline(r, tip, is_hot) -> Chart | None:
     c = r.roofline
     if not c:
         return None

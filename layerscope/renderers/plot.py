@@ -9,10 +9,15 @@ import warnings
 from layerscope.core import values
 from layerscope.errors import UserError
 from layerscope.renderers.charts import Chart, charts
+from layerscope.renderers.html.svg import _names_its_category, category_labels, \
+    with_thinning_note
+from layerscope.renderers.label_layout import place_labels
 from layerscope.renderers.tables import heading
 
 DPI = 100
 DEFAULT_SIZE = (1200, 800)
+TICK_PTS = (7.0, 6.5, 6.0, 5.5)  # x-axis names: the largest that fits, thinned below the last
+LABEL_PT = 7.0  # scatter point names
 
 
 def parse_size(text: str | None) -> tuple[int, int]:
@@ -28,7 +33,59 @@ def _fmt(v, _pos=None) -> str:
     return fmt_tick(v)
 
 
-def _draw(ax, chart: Chart) -> None:
+def _band_pt(chart: Chart, ax_width_px: float) -> float:
+    """Width of one bar's slot in points (the axes span n + 0.2 slots)."""
+    return ax_width_px * 72 / DPI / (max(len(chart.categories), 1) + 0.2)
+
+
+def _category_ticks(ax, chart: Chart, ax_width_px: float) -> None:
+    """A name under every bar that fits (label_layout.axis_labels: rotated, shortened in the
+    middle, thinned with every highlighted bar kept), in points as matplotlib draws them."""
+    axis = category_labels(chart, _band_pt(chart, ax_width_px), TICK_PTS)
+    kept = [i for i, t in enumerate(axis.texts) if t is not None]
+    ax.set_xticks(kept)
+    labels = ax.set_xticklabels([axis.texts[i] for i in kept], rotation=axis.rotation,
+                                ha="center", va="top", fontsize=axis.font)
+    for i, lab in zip(kept, labels):
+        if axis.hot[i]:
+            lab.set_fontweight("bold")
+
+
+def _set_title(ax, chart: Chart, ax_width_px: float) -> None:
+    note = with_thinning_note(chart, _band_pt(chart, ax_width_px), TICK_PTS) \
+        if chart.kind in ("bars", "stacked") else chart.note
+    ax.set_title(chart.title + (f"\n{note}" if note else ""), fontsize=8.5, wrap=True)
+
+
+def _place_point_labels(fig, ax) -> None:
+    """Move the scatter's point names (drawn at (5, 0) points) so that none overlaps another:
+    real text sizes from the renderer, placement by label_layout.place_labels in pixels."""
+    texts = [t for t in ax.texts if t.get_gid() == "ls-point-label"]
+    if len(texts) < 2:
+        return
+    renderer = fig.canvas.get_renderer()
+    height = fig.bbox.height
+    anchors, sizes = [], []
+    for t in texts:
+        x, y = ax.transData.transform(t.xy)
+        e = t.get_window_extent(renderer)
+        anchors.append((x, height - y))
+        sizes.append((e.width, e.height + 1))
+    px = DPI / 72
+    boxes = place_labels(anchors, sizes, dx=5 * px, x_max=ax.bbox.x1)
+    for t, (x, y), b in zip(texts, anchors, boxes):
+        dy = (b.y0 + b.y1) / 2 - y
+        ox = (b.x0 - x) / px  # offset points to the label's left edge
+        t.set_position((ox, -dy / px))  # offset points, y up
+        if abs(dy) > 1 or ox < 0:
+            line = ax.annotate("", t.xy, xytext=(ox if ox > 0 else ox + b.width / px, -dy / px),
+                               textcoords="offset points",
+                               arrowprops={"arrowstyle": "-", "color": "#8c959f",
+                                           "linewidth": 0.6, "shrinkA": 0, "shrinkB": 3})
+            line.set_in_layout(False)
+
+
+def _draw(ax, chart: Chart, ax_width_px: float = 500.0) -> None:
     from matplotlib.ticker import FuncFormatter
 
     hot_any = any(p.hot for s in chart.series for p in s.points)
@@ -43,7 +100,7 @@ def _draw(ax, chart: Chart) -> None:
             for p in s.points:
                 if p.lo is not None and p.hi is not None and len(chart.categories) <= 200:
                     ax.plot([p.x, p.x], [p.lo, p.hi], color="#333333", linewidth=0.8)
-                if p.label:
+                if p.label and not _names_its_category(p, chart.categories):
                     ax.annotate(p.label, (p.x, p.hi if p.hi is not None else p.y),
                                 xytext=(2, 4), textcoords="offset points", rotation=30,
                                 fontsize=7, fontweight="bold")
@@ -74,23 +131,19 @@ def _draw(ax, chart: Chart) -> None:
                            edgecolors=["#222222" if p.hot else "none" for p in s.points],
                            label=s.name, zorder=3)
             for p in s.points:
-                if p.label:
-                    ax.annotate(p.label, (p.x, p.y), xytext=(5, 2), textcoords="offset points",
-                                fontsize=7, fontweight="bold")
+                if p.label:  # placed clear of each other once the layout is known: _place
+                    a = ax.annotate(p.label, (p.x, p.y), xytext=(5, 0),
+                                    textcoords="offset points", fontsize=LABEL_PT,
+                                    fontweight="bold", va="center", gid="ls-point-label")
+                    a.set_in_layout(False)
     if chart.log_x:
         ax.set_xscale("log")
     if chart.log_y:
         ax.set_yscale("log")
     if chart.kind in ("bars", "stacked"):
         n = len(chart.categories)
-        if 0 < n <= 40:
-            ax.set_xticks(range(n))
-            ax.set_xticklabels([c if len(c) <= 24 else c[:23] + "…" for c in chart.categories],
-                               rotation=45 if (n > 8 or max(map(len, chart.categories)) > 10)
-                               else 0, ha="right" if n > 8 else "center", fontsize=7)
-        else:
-            ax.set_xticks([])
         ax.set_xlim(-0.6, max(n, 1) - 0.4)
+        _category_ticks(ax, chart, ax_width_px)
     elif chart.x_ticks:
         ax.set_xticks(chart.x_ticks)
         ax.xaxis.set_major_formatter(FuncFormatter(_fmt))
@@ -99,8 +152,7 @@ def _draw(ax, chart: Chart) -> None:
         ax.yaxis.set_major_formatter(FuncFormatter(_fmt))
         if chart.kind == "lines" and all(p.y >= 0 for s in chart.series for p in s.points):
             ax.set_ylim(bottom=0)  # as in the HTML charts
-    ax.set_title(chart.title + (f"\n{chart.note}" if chart.note else ""), fontsize=8.5,
-                 wrap=True)
+    _set_title(ax, chart, ax_width_px)
     if any(p.label for s in chart.series for p in s.points) and not chart.log_y:
         ax.set_ylim(top=ax.get_ylim()[1] * 1.12)
     ax.set_xlabel(chart.x_label, fontsize=8)
@@ -120,8 +172,8 @@ def _rgb(color: str) -> tuple[float, float, float]:
     return tuple(int(c[i:i + 2], 16) / 255 for i in (0, 2, 4))  # type: ignore[return-value]
 
 
-def render_png(result, size: tuple[int, int] = DEFAULT_SIZE) -> bytes:
-    """PNG bytes of exactly ``size`` (width, height) pixels."""
+def figure(result, size: tuple[int, int] = DEFAULT_SIZE):
+    """The matplotlib Figure of ``result``'s charts, laid out and labelled (not yet saved)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -141,12 +193,28 @@ def render_png(result, size: tuple[int, int] = DEFAULT_SIZE) -> bytes:
         cols, rows = 1, n
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, chart in zip(axes.flat, drawn):
-        _draw(ax, chart)
+        _draw(ax, chart, width / cols * 0.85)  # a first guess of the axes' width
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     fig.suptitle(heading(result)[0], fontsize=11, fontweight="bold")
-    buf = io.BytesIO()
     with warnings.catch_warnings():  # tiny sizes: constrained layout gives up, still the size
+        warnings.simplefilter("ignore", UserWarning)
+        fig.canvas.draw()  # lays the axes out: now their widths and transforms are final
+        for ax, chart in zip(axes.flat, drawn):
+            if chart.kind in ("bars", "stacked"):
+                _category_ticks(ax, chart, ax.bbox.width)
+                _set_title(ax, chart, ax.bbox.width)
+        fig.canvas.draw()
+        for ax in list(axes.flat)[:n]:
+            _place_point_labels(fig, ax)
+    return fig
+
+
+def render_png(result, size: tuple[int, int] = DEFAULT_SIZE) -> bytes:
+    """PNG bytes of exactly ``size`` (width, height) pixels."""
+    fig = figure(result, size)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core.units import shape_str, si
-from layerscope.renderers.terminal import HOT_SHARE  # one rule for "hot" rows everywhere
+from layerscope.renderers.highlight import describe, hot_predicate, rule_of  # one rule for "hot"
 from layerscope.renderers.terminal import definitions, noise_summary
 
 PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
@@ -34,7 +34,8 @@ class RowTable:
 
 
 def is_hot(row) -> bool:
-    return (row.share or 0) >= HOT_SHARE or (row.rank or 99) <= 3
+    """The default rule; a result's own rule: ``hot_predicate(rule_of(report))``."""
+    return hot_predicate()(row)
 
 
 # ---- small formatters -------------------------------------------------------------------
@@ -362,6 +363,7 @@ def _profile_table(r) -> RowTable:
     if backward:
         cols.append(("Bwd ms", True))
     rows, hot = [], []
+    is_hot_row = hot_predicate(rule_of(r))
     for row in r.layers:
         t = row.time or {}
         a = row.achieved or {}
@@ -379,15 +381,15 @@ def _profile_table(r) -> RowTable:
         if backward:
             cells.append(_ms_cell((row.backward_time or {}).get("median_s")))
         rows.append(cells)
-        hot.append(is_hot(row))
+        hot.append(is_hot_row(row))
     e = r.end_to_end or {}
     foot = ["End-to-end (bare)", "", "", "", si(r.totals.macs), si(r.totals.flops),
             ms(e.get("median_s")), ms(e.get("mean_s")), ms(e.get("p10_s")), ms(e.get("p90_s")),
             pct(r.coverage) + " covered", "", "", "", "", "", ""]
     if backward:
         foot.append(ms(r.backward["end_to_end"]["median_s"]))
-    return RowTable("layers", "Per layer (hot rows: share ≥ 10% or top 3)", cols, rows, foot,
-                    hot)
+    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))})", cols, rows,
+                    foot, hot)
 
 
 def _type_table(r) -> RowTable:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import megabytes, shape_str, si
+from layerscope.renderers.highlight import HOT_SHARE, describe, hot_predicate, rule_of  # noqa: F401
 
 
 def _layer_table(report) -> Table:
@@ -117,15 +118,14 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-HOT_SHARE = 0.10  # rows above this share of the end-to-end median are highlighted
-
-
 def _profile_table(report) -> Table:
     backward = report.backward is not None
     table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
                         f"batch {report.settings.get('batch_size')}, "
                         f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
+                  caption=f"red rows: {describe(rule_of(report))}", caption_justify="left",
                   header_style="bold", pad_edge=False)
+    is_hot = hot_predicate(rule_of(report))
     cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
             ("Mean ms", "right"), ("p10-p90 ms", "right"), ("Share", "right"),
             ("Rank", "right"), ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"),
@@ -137,7 +137,7 @@ def _profile_table(report) -> Table:
                          min_width=24 if name == "Layer" else None)
     for row in report.layers:
         t = row.time or {}
-        hot = (row.share or 0) >= HOT_SHARE or (row.rank or 99) <= 3
+        hot = is_hot(row)
         label = Text("  " * max(row.depth - 1, 0) + row.name)
         if row.self_only:
             label.append(" (own ops)", style="dim")

@@ -11,11 +11,53 @@ import math
 
 from layerscope.core.units import si
 from layerscope.renderers.charts import Chart, Point
+from layerscope.renderers.label_layout import AxisLabels, Box, axis_labels, place_labels, \
+    text_width
 
 WIDTH = 960
 PLOT_HEIGHT = 260
 LEFT, RIGHT = 74, 18
 CHAR = 6.2  # approximate width of a character at font-size 11
+
+
+HOT_FONT = 10.0  # .ls-hot-label font-size (report.css)
+
+
+def _names_its_category(p: Point, cats: list[str]) -> bool:
+    """A bar's label that only repeats its x-axis name (layer bars): not drawn again."""
+    return bool(p.label) and 0 <= int(p.x) < len(cats) and cats[int(p.x)] == p.label
+
+
+def category_labels(chart: Chart, band: float, fonts=(11.0, 10.0, 9.0, 8.0)) -> AxisLabels:
+    """The x-axis names of a bar chart whose bars are ``band`` wide (see label_layout)."""
+    hot = [False] * len(chart.categories)
+    for s in chart.series:
+        for p in s.points:
+            if p.hot and 0 <= int(p.x) < len(hot):
+                hot[int(p.x)] = True
+    return axis_labels(chart.categories, hot, band, fonts)
+
+
+def with_thinning_note(chart: Chart, band: float | None = None, fonts=None) -> str | None:
+    """The chart's note, plus a word when not every bar could be named."""
+    note = chart.note
+    if chart.kind in ("bars", "stacked") and chart.categories:
+        axis = category_labels(chart, band or (WIDTH - RIGHT - LEFT) / len(chart.categories),
+                               *([fonts] if fonts else []))
+        if axis.thinned:
+            what = "every highlighted bar and " if any(axis.hot) else ""
+            word = (f"names shown for {what}one bar in {axis.step} "
+                    f"({sum(t is not None for t in axis.texts)} of {len(axis.texts)})")
+            note = f"{note}; {word}" if note else word
+    return note
+
+
+def scatter_label_boxes(chart: Chart, sx, sy, font: float = HOT_FONT) -> dict[int, Box]:
+    """id(point) -> the box of its label, placed so that no two overlap (label_layout)."""
+    pts = [p for s in chart.series for p in s.points if p.label]
+    anchors = [(sx(p.x), sy(p.y)) for p in pts]
+    sizes = [(text_width(p.label, font) * 1.1, font * 1.2) for p in pts]  # bold: ~10% wider
+    return {id(p): b for p, b in zip(pts, place_labels(anchors, sizes, x_max=WIDTH - 2))}
 
 
 def _e(text: str) -> str:
@@ -97,20 +139,22 @@ def svg_chart(chart: Chart) -> str:
     parts: list[str] = []
     y = 22.0
     parts.append(f'<text x="{LEFT}" y="{y}" class="ls-chart-title">{_e(chart.title)}</text>')
-    if chart.note:
+    note = with_thinning_note(chart)
+    if note:
         y += 16
-        parts.append(f'<text x="{LEFT}" y="{y}" class="ls-note">{_e(chart.note)}</text>')
+        parts.append(f'<text x="{LEFT}" y="{y}" class="ls-note">{_e(note)}</text>')
     legend, lh = _legend(chart, y + 4)
     parts += legend
     hot_any = any(p.hot for s in chart.series for p in s.points)
-    labels = any(p.label for s in chart.series for p in s.points)
-    top = y + 4 + lh + (26 if labels and chart.kind == "bars" else 12)
     cats = chart.categories
-    show_cats = chart.kind in ("bars", "stacked") and 0 < len(cats) <= 40
-    band0 = (WIDTH - RIGHT - LEFT) / max(len(cats), 1)
-    rotate = show_cats and (len(cats) > 8 or max(len(c) for c in cats) * CHAR > band0 * 0.9)
-    longest = min(max((len(c) for c in cats), default=0), 24)
-    bottom_pad = (30 + longest * CHAR * 0.72 if rotate else 44) if show_cats else 44
+    axis = category_labels(chart, (WIDTH - RIGHT - LEFT) / max(len(cats), 1)) if cats else None
+    labels = any(p.label for s in chart.series for p in s.points
+                 if not _names_its_category(p, cats))
+    top = y + 4 + lh + (26 if labels and chart.kind == "bars" else 12)
+    if axis and axis.rotation:
+        bottom_pad = 30 + max((b.y1 for b in axis.boxes if b), default=0.0)
+    else:
+        bottom_pad = 44
     plot_top, plot_bottom = top, top + PLOT_HEIGHT
     height = plot_bottom + bottom_pad
     x0, x1 = LEFT, WIDTH - RIGHT
@@ -167,17 +211,19 @@ def svg_chart(chart: Chart) -> str:
                     parts.append(f'<rect class="ls-mark" x="{bx(i):.2f}" y="{ytop:.2f}" '
                                  f'width="{bw:.2f}" height="{max(ybot - ytop, 0.5):.2f}" '
                                  f'fill="{s.color}">{_title(p.tip)}</rect>')
-        if show_cats:
-            for i, c in enumerate(cats):
-                cx = x0 + band * (i + 0.5)
-                label = c if len(c) <= 24 else c[:23] + "…"
-                if rotate:
-                    parts.append(f'<text transform="translate({cx + 3:.1f},{plot_bottom + 12}) '
-                                 f'rotate(-45)" class="ls-tick" text-anchor="end">'
-                                 f'{_e(label)}</text>')
-                else:
-                    parts.append(f'<text x="{cx:.1f}" y="{plot_bottom + 16}" class="ls-tick" '
-                                 f'text-anchor="middle">{_e(label)}</text>')
+        for i, text in enumerate(axis.texts if axis else []):
+            if text is None:
+                continue
+            cx = x0 + band * (i + 0.5)
+            font = f' style="font-size:{axis.font:g}px"' if axis.font != 11 else ""
+            cls = "ls-tick ls-hot-tick" if axis.hot[i] else "ls-tick"
+            if axis.rotation:
+                parts.append(f'<text transform="translate({cx + axis.font * 0.35:.1f},'
+                             f'{plot_bottom + 6}) rotate(-90)" class="{cls}"{font} '
+                             f'text-anchor="end">{_e(text)}</text>')
+            else:
+                parts.append(f'<text x="{cx:.1f}" y="{plot_bottom + 16}" class="{cls}"{font} '
+                             f'text-anchor="middle">{_e(text)}</text>')
     else:
         xs = [p.x for s in chart.series + chart.guides for p in s.points]
         if chart.log_x:
@@ -202,6 +248,7 @@ def svg_chart(chart: Chart) -> str:
             pts = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in g.points)
             parts.append(f'<polyline points="{pts}" fill="none" stroke="{g.color}" '
                          f'stroke-width="1.5" stroke-dasharray="6 3"/>')
+        boxes = scatter_label_boxes(chart, sx, sy)
         for s in chart.series:
             if chart.kind == "lines" and len(s.points) > 1:
                 pts = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in s.points)
@@ -218,9 +265,16 @@ def svg_chart(chart: Chart) -> str:
                     ' stroke="#fff" stroke-width="0.8"'
                 parts.append(f'<circle class="ls-mark" cx="{cx:.1f}" cy="{cy:.1f}" r="{r}" '
                              f'fill="{s.color}"{stroke}>{_title(p.tip)}</circle>')
-                if p.label:
-                    parts.append(f'<text x="{cx + 8:.1f}" y="{cy + 4:.1f}" class="ls-hot-label">'
-                                 f'{_e(p.label)}</text>')
+                b = boxes.get(id(p))
+                if b is not None:
+                    left = b.x1 < cx  # written left of its point (no room on the right)
+                    if abs((b.y0 + b.y1) / 2 - cy) > 1:  # moved off its point: a leader line
+                        lx = b.x1 + 1 if left else b.x0 - 1
+                        parts.append(f'<line x1="{cx + (-r if left else r):.1f}" y1="{cy:.1f}" '
+                                     f'x2="{lx:.1f}" y2="{(b.y0 + b.y1) / 2:.1f}" '
+                                     f'class="ls-leader"/>')
+                    parts.append(f'<text x="{b.x0:.1f}" y="{b.y0 + HOT_FONT * 0.95:.1f}" '
+                                 f'class="ls-hot-label">{_e(p.label)}</text>')
     parts.append(f'<line x1="{x0}" y1="{plot_bottom}" x2="{x1}" y2="{plot_bottom}" '
                  f'class="ls-axis"/>')
     parts.append(f'<line x1="{x0}" y1="{plot_top}" x2="{x0}" y2="{plot_bottom}" '
@@ -230,7 +284,8 @@ def svg_chart(chart: Chart) -> str:
             f'xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>")
 
 
-def _bar(p: Point, color: str, x: float, w: float, sy, base: float, hot_any: bool) -> str:
+def _bar(p: Point, color: str, x: float, w: float, sy, base: float, hot_any: bool,
+         named: bool = True) -> str:
     top = sy(max(p.y, 0.0))
     h = max(base - top, 0.5 if p.y > 0 else 0.0)
     style = ' stroke="#222" stroke-width="1.2"' if p.hot else (
@@ -241,7 +296,7 @@ def _bar(p: Point, color: str, x: float, w: float, sy, base: float, hot_any: boo
         cx = x + w / 2
         out += (f'<line x1="{cx:.2f}" y1="{sy(p.lo):.2f}" x2="{cx:.2f}" y2="{sy(p.hi):.2f}" '
                 f'class="ls-whisker"/>')
-    if p.label:
+    if p.label and named:  # a value (compare); layer names are on the axis
         out += (f'<text transform="translate({x + w / 2:.1f},{base - h - 4:.1f}) rotate(-30)" '
                 f'class="ls-hot-label">{_e(p.label)}</text>')
     return out
