@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from layerscope.core.values import arg, seed
+from layerscope.core.values import arg, seed, width
 from layerscope.cli.common import add_model_inputs
 
 
@@ -22,7 +22,7 @@ def register(sub) -> None:
                         "(default 0, as in every command)")
     p.add_argument("-o", "--output", default=None, metavar="FILE.npz", help="save arrays here")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--width", type=int, default=None,
+    p.add_argument("--width", type=arg(width), default=None,
                    help="table width in characters (default: the terminal's; unlimited when "
                         "the output is not a terminal, so names are never cut)")
     p.set_defaults(run=run)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.core.values import arg, positive_int
+from layerscope.core.values import arg, positive_int, seed
 from layerscope.cli.common import add_model_inputs
 
 
@@ -21,7 +21,7 @@ def register(sub) -> None:
                        help="TorchScript-based exporter (folds BatchNorm into Conv)")
     p.add_argument("--fold-batchnorm", action="store_true",
                    help="dynamo: run the full onnxscript optimizer, folding BatchNorm into Conv")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=arg(seed), default=0,
                    help="seed of a built-in model's random weights (default 0, the same in every "
                         "command, so 'verify' agrees)")
     p.add_argument("--no-verify", action="store_true",
