@@ -29,9 +29,10 @@ class PassResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (node, why it was left)
     ops_before: dict[str, int] = field(default_factory=dict)  # op_type -> count
     ops_after: dict[str, int] = field(default_factory=dict)
-    # For the one-line summary: "replaced 3 node(s) {how}", "nothing to rewrite: {nothing}".
+    # For the summary: "{verb} 3 node(s) {how}: names", "nothing to rewrite: {nothing}".
     how: str = ""
     nothing: str = ""
+    verb: str = "replaced"
 
     @property
     def modified(self) -> bool:
@@ -102,7 +103,7 @@ def summary(result: PassResult) -> str:
     the node counts per op type that changed."""
     lines = []
     if result.replaced:
-        lines.append(f"replaced {len(result.replaced)} node(s)"
+        lines.append(f"{result.verb} {len(result.replaced)} node(s)"
                      + (f" {result.how}" if result.how else "") + ": "
                      + ", ".join(result.replaced))
     else:
