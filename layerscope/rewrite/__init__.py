@@ -42,6 +42,8 @@ def get_pass(name: str) -> PassInfo:
 register_pass(PassInfo("tile-linear", "layerscope.rewrite.tile_linear:tile_linear",
                        "split every Gemm and constant-weight MatMul into tile x tile MatMuls",
                        (Option("--tile", int, 64, "tile size along K and N (default 64)", 1),)))
+register_pass(PassInfo("fold-identity", "layerscope.rewrite.fold_identity:fold_identity",
+                       "remove Identity nodes, rewiring their readers and graph outputs"))
 
 
 def __getattr__(name):  # lazy: onnx and onnxruntime are optional dependencies
