@@ -35,7 +35,7 @@ from layerscope.errors import UserError
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
-from layerscope.training.recipes import load_pretrained_resnet50, lookup, make_optimizer
+from layerscope.training.recipes import loss_function, lookup, make_optimizer, make_scheduler
 
 
 @dataclass
@@ -161,19 +161,18 @@ class _Run:
             synthetic_size=c.synthetic_size)
         torch.manual_seed(c.seed)  # the same initial weights in every process
         self.model = r.build()
-        if r.name == "cifar100-resnet50":
-            self.notes.append(load_pretrained_resnet50(self.model, c.weights))
+        if r.init_weights is not None:  # transfer learning
+            self.notes.append(r.init_weights(self.model, c.weights))
         self.model.to(c.device)
         if c.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = make_optimizer(c.optimizer or r.optimizer, self.model.parameters(),
                                         c.lr or r.lr)
-        self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, 1, gamma=r.gamma)
-                          if r.scheduler == "step" else None)
+        self.scheduler = make_scheduler(r, self.optimizer)
         self.cuda = c.device == "cuda"
         self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
         self.scaler = torch.amp.GradScaler("cuda") if (c.amp and self.cuda) else None
-        self.loss_fn = F.nll_loss if r.loss == "nll" else F.cross_entropy
+        self.loss_fn = loss_function(r)
         self.start_epoch, self.global_step, self.history = 0, 0, []
         self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
         if c.resume:
