@@ -5,20 +5,21 @@ import pytest
 
 from layerscope.core import tree
 
-# (id, path, depth, parent, ancestors nearest first)
+# (id, path, depth, parent, leaf, ancestors nearest first)
 PATHS = [
-    ("root", "", 0, None, []),
-    ("top", "a", 1, "", [""]),
-    ("nested", "a.b.c", 3, "a.b", ["a.b", "a", ""]),
-    ("numeric", "features.0", 2, "features", ["features", ""]),
+    ("root", "", 0, None, "", []),
+    ("top", "a", 1, "", "a", [""]),
+    ("nested", "a.b.c", 3, "a.b", "c", ["a.b", "a", ""]),
+    ("numeric", "features.0", 2, "features", "0", ["features", ""]),
 ]
 
 
-@pytest.mark.parametrize("path,depth,parent,ancestors", [c[1:] for c in PATHS],
+@pytest.mark.parametrize("path,depth,parent,leaf,ancestors", [c[1:] for c in PATHS],
                          ids=[c[0] for c in PATHS])
-def test_path_arithmetic(path, depth, parent, ancestors):
+def test_path_arithmetic(path, depth, parent, leaf, ancestors):
     assert tree.depth(path) == depth
     assert tree.parent(path) == parent
+    assert tree.leaf(path) == leaf
     assert tree.ancestors(path) == ancestors
     assert tree.depth(path) == len(tree.ancestors(path))  # invariant
 

@@ -24,6 +24,11 @@ def parent(path: str) -> str | None:
     return path.rpartition(SEP)[0]
 
 
+def leaf(path: str) -> str:
+    """The last segment, the module's attribute name in its parent: 'a.b.c' -> 'c'."""
+    return path.rpartition(SEP)[2]
+
+
 def ancestors(path: str) -> list[str]:
     """Nearest first, ending at the root: 'a.b.c' -> ['a.b', 'a', '']; '' -> []."""
     out = []
