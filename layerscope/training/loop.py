@@ -357,22 +357,26 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         torch.set_num_threads(old_threads)
 
 
+def _tensorboard_writer(run: _Run):
+    """A SummaryWriter in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
+    writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
+                                    "TensorBoard folder"))
+    x, _ = run.train_set[0]
+    try:
+        run.model.eval()
+        writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
+    except Exception as exc:  # a graph that cannot be traced still gets its scalars
+        run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    return writer
+
+
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
     c, r = run.config, run.recipe
-    writer = None
-    if c.tensorboard:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
-        writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
-                                        "TensorBoard folder"))
-        x, _ = run.train_set[0]
-        try:
-            run.model.eval()
-            writer.add_graph(run.model, x.unsqueeze(0).to(c.device))
-        except Exception as exc:  # a graph that cannot be traced still gets its scalars
-            run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    writer = _tensorboard_writer(run) if c.tensorboard else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []
