@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from layerscope.core import tree
 from layerscope.errors import UserError
 
 METRICS = ("flops", "macs", "params", "weight_bytes", "bytes_read", "bytes_written",
@@ -148,7 +149,7 @@ def _fx_graph(module, rows: dict[str, Any]
 
 
 def _call_order_graph(rows: list[Any]) -> tuple[list[GraphNode], list[GraphEdge]]:
-    leaves = [r for r in rows if not any(o.name.startswith(r.name + ".") for o in rows)]
+    leaves = [r for r in rows if not any(tree.is_descendant(o.name, r.name) for o in rows)]
     nodes = [GraphNode(id="input", name="input", type="input", kind="input")]
     nodes += [GraphNode(id=f"m{i}", name=r.name, type=r.type, kind="op",
                         metrics=_row_metrics(r), shape=_shape_text(r.output_shapes))

@@ -31,6 +31,7 @@ from torch.utils import _pytree as pytree
 
 from layerscope.analysis.inputs import real_inputs, real_kwargs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
+from layerscope.core import tree
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
@@ -61,14 +62,6 @@ def _row_key(name: str) -> str:
     return "" if name == "(root)" else name
 
 
-def _children(names: list[str]) -> dict[str, list[str]]:
-    kids: dict[str, list[str]] = defaultdict(list)
-    for n in names:
-        if n:
-            kids[n.rsplit(".", 1)[0] if "." in n else ""].append(n)
-    return kids
-
-
 def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str, list[str]],
                  subtree: bool) -> list[list[float]]:
     """Per row, one sample per run: inclusive time, or own time for ``self_only`` rows.
@@ -85,17 +78,8 @@ def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str
             else:
                 out.append([run.get(key, 0.0) for run in per_run])
         else:
-            members = [key] if row.self_only else _descendants(key, kids)
+            members = [key] if row.self_only else tree.subtree(key, kids)
             out.append([sum(run.get(m, 0.0) for m in members) for run in per_run])
-    return out
-
-
-def _descendants(name: str, kids: dict[str, list[str]]) -> list[str]:
-    out, todo = [], [name]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        todo.extend(kids.get(n, ()))
     return out
 
 
@@ -194,7 +178,7 @@ def _batch_of(xs, kw) -> int | None:
 
 def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in module.named_modules()
-            if depth is None or (0 if n == "" else n.count(".") + 1) <= depth]
+            if depth is None or tree.depth(n) <= depth]
 
 
 def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
@@ -232,7 +216,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
 
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
-    kids = _children([n for n, _ in timed])
+    kids = tree.children_map([n for n, _ in timed])
     samples = _row_samples(report, per_run, kids, subtree=True)
     keep = middle_runs(instrumented)
     row_stats = []
@@ -338,7 +322,7 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
             progress(done, plan.total(done))
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
-    kids = _children([n for n, _ in module.named_modules()])
+    kids = tree.children_map([n for n, _ in module.named_modules()])
     samples = _row_samples(report, per_run, kids, subtree=False)
     for row, xs_row in zip(report.layers, samples):
         row.backward_time = TimingStats.of(xs_row).to_dict()

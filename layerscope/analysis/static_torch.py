@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from layerscope.analysis.module_hooks import global_forward_hooks
+from layerscope.core import tree
 from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.errors import first_line
@@ -333,7 +334,7 @@ def _module_table(model: nn.Module) -> tuple[dict[str, _ModuleStats], list[str]]
     order: list[str] = []
     seen: set[int] = set()
     for name, module in model.named_modules():
-        depth = 0 if name == "" else name.count(".") + 1
+        depth = tree.depth(name)
         s = _ModuleStats(name, type(module).__name__, depth)
         s.has_params = any(p is not None and p.numel() > 0 for p in module._parameters.values())
         for p in module._parameters.values():
@@ -348,7 +349,7 @@ def _module_table(model: nn.Module) -> tuple[dict[str, _ModuleStats], list[str]]
         stats[name] = s
         order.append(name)
         if name:
-            parent = name.rsplit(".", 1)[0] if "." in name else ""
+            parent = tree.parent(name)
             stats[parent].children.append(name)
     return stats, order
 

@@ -68,6 +68,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.static_torch import _TAG, _CountingMode, _ModuleStats, _shapes
+from layerscope.core import tree
 
 MARK = "layerscope::op#"
 KEY = "\x00layerscope-op#"  # bucket key of one forward op; never a module name
@@ -326,7 +327,7 @@ class ScriptModuleScopes:
             self.modules[name] = module
             self.types[name] = _script_type(module)
             if name:
-                self.children[name.rpartition(".")[0]].append(name)
+                self.children[tree.parent(name)].append(name)
             if name in stats and self.types[name]:
                 stats[name].type = self.types[name]  # "Conv2d", not "RecursiveScriptModule"
         self.warnings: list[str] = []
@@ -659,7 +660,7 @@ class ScriptModuleScopes:
                 names = {n for n in self.children.get(parent.scope, []) if fits(n, own.fn)}
             if len(names) == 1:
                 name = names.pop()
-                k.frame = _Frame("module", name.rpartition(".")[2], own.type, own.fn)
+                k.frame = _Frame("module", tree.leaf(name), own.type, own.fn)
                 k.scope, k.method = name, own.fn
 
     def _count_transitions(self, markers: list[_Event]) -> None:

@@ -1,4 +1,5 @@
-"""layerscope rewrite PASS: ONNX graph rewrites (tile-linear) and a test graph to try them on."""
+"""layerscope rewrite PASS: one subcommand per registered ONNX rewrite pass (built from
+``layerscope.rewrite.PASSES``), and linear-subgraph, a test graph to try tile-linear on."""
 from __future__ import annotations
 
 import argparse
@@ -12,22 +13,25 @@ from layerscope.errors import UserError
 def register(sub) -> None:
     from layerscope.cli.common import Parser
     from layerscope.cli.verify_cmd import add_tolerances
+    from layerscope.rewrite import PASSES
 
-    p = sub.add_parser("rewrite", help="ONNX graph rewrites (tile-linear, linear-subgraph)")
+    p = sub.add_parser("rewrite", help=f"ONNX graph rewrites ({', '.join(PASSES)}, "
+                                       "linear-subgraph)")
     p.set_defaults(run=_no_pass)
     passes = p.add_subparsers(dest="rewrite_pass", metavar="PASS", parser_class=Parser)
 
-    t = passes.add_parser("tile-linear", help="split every Gemm and constant-weight MatMul into "
-                                              "tile x tile MatMuls",
-                          description="Exit code 0 (1 with --verify when the outputs differ).")
-    t.add_argument("input", metavar="IN.onnx")
-    t.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    t.add_argument("--tile", type=arg(positive_int), default=64,
-                   help="tile size along K and N (default 64)")
-    t.add_argument("--verify", action="store_true",
-                   help="run IN and OUT on random inputs and compare (exit 1 on mismatch)")
-    add_tolerances(t)
-    t.set_defaults(run=run_tile_linear)
+    for info in PASSES.values():  # one subcommand per registered pass, built from its options
+        t = passes.add_parser(info.name, help=info.help,
+                              description="Exit code 0 (1 with --verify when the outputs "
+                                          "differ).")
+        t.add_argument("input", metavar="IN.onnx")
+        t.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+        for opt in info.options:
+            t.add_argument(opt.flag, type=opt.type, default=opt.default, help=opt.help)
+        t.add_argument("--verify", action="store_true",
+                       help="run IN and OUT on random inputs and compare (exit 1 on mismatch)")
+        add_tolerances(t)
+        t.set_defaults(run=run_pass, rewrite_info=info)
 
     s = passes.add_parser("linear-subgraph", help="write a standalone Linear graph and its tiled "
                                                   "equivalent: DIR/linear.onnx, "
@@ -47,27 +51,10 @@ def register(sub) -> None:
 
 
 def _no_pass(args) -> int:
-    raise UserError("rewrite needs a pass: tile-linear or linear-subgraph (see rewrite --help)")
+    from layerscope.rewrite import PASSES
 
-
-def _summary(result, tile: int) -> str:
-    lines = []
-    if result.replaced:
-        lines.append(f"replaced {len(result.replaced)} node(s) with {tile}x{tile} tiles: "
-                     + ", ".join(result.replaced))
-    else:
-        lines.append("nothing to rewrite: no Gemm or MatMul with a 2-D initializer weight "
-                     "larger than one tile")
-    for name, why in result.skipped:
-        lines.append(f"left {name}: {why}")
-    changes = []
-    for op in sorted(set(result.ops_before) | set(result.ops_after)):
-        before, after = result.ops_before.get(op, 0), result.ops_after.get(op, 0)
-        if before != after:
-            changes.append(f"{op} {before} -> {after}")
-    lines.append(f"nodes: {result.nodes_before} -> {result.nodes_after}"
-                 + (f" ({', '.join(changes)})" if changes else ""))
-    return "\n".join(lines) + "\n"
+    raise UserError(f"rewrite needs a pass: {', '.join(PASSES)} or linear-subgraph "
+                    "(see rewrite --help)")
 
 
 def _verify(a: str, b: str, args) -> int:
@@ -80,15 +67,18 @@ def _verify(a: str, b: str, args) -> int:
     return 0 if result.ok else 1
 
 
-def run_tile_linear(args) -> int:
+def run_pass(args) -> int:
+    from layerscope.rewrite.base import summary
     from layerscope.rewrite.onnx_io import load_onnx, save_onnx
-    from layerscope.rewrite.tile_linear import tile_linear
 
+    info = args.rewrite_info
+    options = {opt.dest: getattr(args, opt.dest) for opt in info.options}
+    info.check_options(options)
     if args.verify and os.path.abspath(args.input) == os.path.abspath(args.output):
         raise UserError("--verify compares IN with OUT: write OUT to another file")
-    result = tile_linear(load_onnx(args.input), args.tile)
+    result = info(load_onnx(args.input), **options)
     save_onnx(result.model, args.output)
-    sys.stdout.write(_summary(result, args.tile))
+    sys.stdout.write(summary(result))
     print(f"wrote {args.output}", file=sys.stderr)
     return _verify(args.input, args.output, args) if args.verify else 0
 
@@ -96,11 +86,14 @@ def run_tile_linear(args) -> int:
 def run_linear_subgraph(args) -> int:
     from layerscope.core.io import make_dir
     from layerscope.rewrite.linear import linear_model
+    from layerscope.rewrite import get_pass
+    from layerscope.rewrite.base import summary
     from layerscope.rewrite.onnx_io import save_onnx
-    from layerscope.rewrite.tile_linear import tile_linear
 
+    tile_pass = get_pass("tile-linear")
+    tile_pass.check_options({"tile": args.tile})
     model = linear_model(args.m, args.k, args.n, bias=args.bias, seed=args.weight_seed)
-    result = tile_linear(model, args.tile)
+    result = tile_pass(model, tile=args.tile)
     make_dir(args.output, "-o")
     plain = os.path.join(args.output, "linear.onnx")
     tiled = os.path.join(args.output, "linear_tiled.onnx")
@@ -108,6 +101,6 @@ def run_linear_subgraph(args) -> int:
     save_onnx(result.model, tiled)
     sys.stdout.write(f"Linear {args.m}x{args.k} @ {args.k}x{args.n}"
                      f"{' + bias' if args.bias else ''}, tile {args.tile}\n")
-    sys.stdout.write(_summary(result, args.tile))
+    sys.stdout.write(summary(result))
     print(f"wrote {plain} and {tiled}", file=sys.stderr)
     return _verify(plain, tiled, args) if args.verify else 0

@@ -25,37 +25,24 @@ name, made unique. Weights no longer used are removed. The IR version is capped 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from layerscope._callable_module import make_callable
 from layerscope.errors import UserError
+from layerscope._callable_module import make_callable
 from layerscope.core import values
-from layerscope.rewrite.onnx_io import MAX_IR_VERSION, check_initializer_values, require_onnx
+from layerscope.rewrite.base import PassResult, copy_input, op_counts
+from layerscope.rewrite.onnx_io import check_initializer_values
+from layerscope.rewrite.graph_utils import (LazyShapes, UniqueNames, add_initializers, all_names,
+                                            cap_ir_version, default_opset,
+                                            drop_unused_initializers, is_default_domain,
+                                            is_float, node_label, np_dtype, replace_nodes)
+
+__all__ = ["tile_linear", "tile_sizes", "PassResult"]
 
 # A guard against tiles so small that the graph would not fit in memory or in protobuf.
 MAX_NEW_MATMULS = 1_000_000
-
-
-@dataclass
-class PassResult:
-    """What a pass returns: the new model and what it did (onnxscript/onnx_ir pass style)."""
-
-    model: Any  # onnx.ModelProto
-    changed: bool
-    replaced: list[str] = field(default_factory=list)  # names of the replaced nodes
-    nodes_before: int = 0
-    nodes_after: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (node, why it was left)
-    ops_before: dict[str, int] = field(default_factory=dict)  # op_type -> count
-    ops_after: dict[str, int] = field(default_factory=dict)
-
-
-def op_counts(graph) -> dict[str, int]:
-    return dict(sorted(Counter(n.op_type for n in graph.node).items()))
 
 
 def tile_sizes(total: int, tile: int) -> list[int]:
@@ -66,21 +53,18 @@ def tile_sizes(total: int, tile: int) -> list[int]:
 
 def tile_linear(model, tile: int) -> PassResult:
     """Tile every Gemm and every MatMul with a 2-D initializer weight; see the module docstring."""
-    onnx = require_onnx()
     tile = values.positive_int(tile, "the tile size")
-    if not isinstance(model, onnx.ModelProto):
-        raise UserError(f"tile_linear takes an onnx.ModelProto, got {type(model).__name__}")
-    check_initializer_values(model)
+    new = copy_input(model, "tile_linear")
+    check_initializer_values(new)  # an initializer without its values: one line, named
+    import onnx
 
-    new = onnx.ModelProto()
-    new.CopyFrom(model)
     graph = new.graph
-    opset = _default_opset(new)
-    names = _UniqueNames(_all_names(graph))
+    opset = default_opset(new)
+    names = UniqueNames(all_names(graph))
     graph_inputs = {i.name for i in graph.input}
     # Initializers that are also graph inputs can be overridden by the caller: not constants.
     constants = {t.name: t for t in graph.initializer if t.name not in graph_inputs}
-    shapes = _LazyShapes(new)
+    shapes = LazyShapes(new)
 
     nodes_before = len(graph.node)
     ops_before = op_counts(graph)
@@ -88,9 +72,9 @@ def tile_linear(model, tile: int) -> PassResult:
     maybe_unused: set[str] = set()
     budget = [MAX_NEW_MATMULS]
     for index, node in enumerate(graph.node):
-        label = node.name or f"{node.op_type}_{index}"
+        label = node_label(node, index)
         plan = None
-        if node.domain in ("", "ai.onnx") and node.op_type in ("Gemm", "MatMul"):
+        if is_default_domain(node) and node.op_type in ("Gemm", "MatMul"):
             plan = _plan(node, constants, shapes, opset, tile)
         if plan is None:
             out_nodes.append(node)
@@ -112,17 +96,14 @@ def tile_linear(model, tile: int) -> PassResult:
         replaced.append(label)
 
     if replaced:
-        del graph.node[:]
-        graph.node.extend(out_nodes)
-        graph.initializer.extend(new_inits)
-        _drop_unused_initializers(graph, maybe_unused)
-        if new.ir_version < 4:  # before IR 4 every initializer must also be a graph input
-            for t in new_inits:
-                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-    if new.ir_version > MAX_IR_VERSION:
-        new.ir_version = MAX_IR_VERSION
+        replace_nodes(graph, out_nodes)
+        add_initializers(new, new_inits)
+        drop_unused_initializers(graph, maybe_unused)
+    cap_ir_version(new)
     return PassResult(new, bool(replaced), replaced, nodes_before, len(graph.node), skipped,
-                      ops_before, op_counts(graph))
+                      ops_before, op_counts(graph), how=f"with {tile}x{tile} tiles",
+                      nothing="no Gemm or MatMul with a 2-D initializer weight larger than one "
+                              "tile")
 
 
 # --- planning -------------------------------------------------------------------------------
@@ -157,7 +138,7 @@ def _plan(node, constants, shapes, opset, tile) -> _Plan | str | None:
         w_proto = constants[node.input[1]]
         if len(w_proto.dims) != 2:
             return None
-        if not _is_float(w_proto.data_type):
+        if not is_float(w_proto.data_type):
             return "integer MatMul (ONNX Sum is float-only)"
         k, n = w_proto.dims
         if k <= tile and n <= tile:
@@ -186,7 +167,7 @@ def _plan(node, constants, shapes, opset, tile) -> _Plan | str | None:
         b_proto = constants[b]
         if len(b_proto.dims) != 2:
             return "B is not 2-D"
-        if not _is_float(b_proto.data_type):
+        if not is_float(b_proto.data_type):
             return "integer Gemm (ONNX Sum is float-only)"
         weight = numpy_helper.to_array(b_proto)
         weight = weight.T if trans_b else weight  # a view: each tile is made contiguous
@@ -198,11 +179,11 @@ def _plan(node, constants, shapes, opset, tile) -> _Plan | str | None:
         info = shapes.get(b)
         if info is None or info[1] is None or len(info[1]) != 2 or None in info[1]:
             return "shape of B unknown"
-        if not _is_float(info[0]):
+        if not is_float(info[0]):
             return "integer Gemm (ONNX Sum is float-only)"
         rows, cols = info[1]
         k, n = (cols, rows) if trans_b else (rows, cols)
-        dtype = _np_dtype(info[0])
+        dtype = np_dtype(info[0])
         weight, b_run = None, b
     if k <= tile and n <= tile:
         return f"fits in one {tile}x{tile} tile"
@@ -295,139 +276,6 @@ def _emit_tiled(emit: _Emitter, p: _Plan, tile: int) -> None:
         y = emit.node("Add", [y, bias], [emit.value("Y_bias")], "Add_bias")[0]
     # The last node made computes the result: give it the replaced node's output name.
     emit.nodes[-1].output[0] = p.output
-
-
-# --- graph helpers --------------------------------------------------------------------------
-
-_FLOAT = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
-
-
-def _is_float(elem_type: int) -> bool:
-    return elem_type in _FLOAT
-
-
-def _np_dtype(elem_type: int) -> np.dtype:
-    from onnx import helper
-
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-
-
-def _default_opset(model) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 1
-
-
-def _subgraphs(node):
-    for attr in node.attribute:
-        if attr.HasField("g"):
-            yield attr.g
-        yield from attr.graphs
-
-
-def _all_names(graph) -> set[str]:
-    """Every node and value name in the graph and its subgraphs."""
-    seen = set()
-    for coll in (graph.input, graph.output, graph.value_info, graph.initializer):
-        seen.update(v.name for v in coll)
-    for node in graph.node:
-        seen.add(node.name)
-        seen.update(node.input)
-        seen.update(node.output)
-        for sub in _subgraphs(node):
-            seen |= _all_names(sub)
-    seen.discard("")
-    return seen
-
-
-def _used_names(graph) -> set[str]:
-    used = {o.name for o in graph.output}
-    for node in graph.node:
-        used.update(node.input)
-        for sub in _subgraphs(node):  # subgraphs may read outer-scope values
-            used |= _used_names(sub)
-    return used
-
-
-def _drop_unused_initializers(graph, candidates: set[str]) -> None:
-    unused = candidates - _used_names(graph)
-    if not unused:
-        return
-    for i in reversed(range(len(graph.initializer))):
-        if graph.initializer[i].name in unused:
-            del graph.initializer[i]
-    for i in reversed(range(len(graph.value_info))):
-        if graph.value_info[i].name in unused:
-            del graph.value_info[i]
-
-
-class _UniqueNames:
-    def __init__(self, taken: set[str]):
-        self.taken = set(taken)
-
-    def fresh(self, stem: str) -> str:
-        name, i = stem, 1
-        while name in self.taken:
-            name, i = f"{stem}_{i}", i + 1
-        self.taken.add(name)
-        return name
-
-
-class _LazyShapes:
-    """Element types and shapes from ONNX shape inference, computed on first use only (run-time
-    Gemm weights and MatMuls under opset 11 need them). Large initializers are passed to shape
-    inference as typed graph inputs, so their data is not copied."""
-
-    SMALL = 4096  # elements; smaller initializers keep their data (Reshape targets and such)
-
-    def __init__(self, model):
-        self.model = model
-        self._map: dict[str, tuple[int, list[int | None] | None]] | None = None
-
-    def get(self, name: str):
-        if self._map is None:
-            self._map = self._infer()
-        return self._map.get(name)
-
-    def rank(self, name: str) -> int | None:
-        info = self.get(name)
-        return None if info is None or info[1] is None else len(info[1])
-
-    def _infer(self):
-        import onnx
-
-        m = self.model
-        light = onnx.ModelProto(ir_version=max(m.ir_version, 4), producer_name="layerscope")
-        light.opset_import.extend(m.opset_import)
-        g = light.graph
-        g.node.extend(m.graph.node)
-        g.input.extend(m.graph.input)
-        g.output.extend(m.graph.output)
-        g.value_info.extend(m.graph.value_info)
-        inputs = {i.name for i in m.graph.input}
-        for t in m.graph.initializer:
-            if int(np.prod(t.dims)) <= self.SMALL:
-                g.initializer.append(t)
-            elif t.name not in inputs:
-                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-        try:
-            inferred = onnx.shape_inference.infer_shapes(light)
-        except Exception:
-            inferred = light
-        out = {}
-        for v in list(inferred.graph.input) + list(inferred.graph.value_info) + list(
-                inferred.graph.output):
-            tt = v.type.tensor_type
-            if not v.type.HasField("tensor_type"):
-                continue
-            dims = None
-            if tt.HasField("shape"):
-                dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            out[v.name] = (tt.elem_type, dims)
-        for t in inferred.graph.initializer:
-            out[t.name] = (t.data_type, list(t.dims))
-        return out
 
 
 make_callable(__name__, "layerscope.rewrite.tile_linear:tile_linear")  # see _callable_module

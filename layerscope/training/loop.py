@@ -36,7 +36,7 @@ from layerscope.core import values
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
-from layerscope.training.recipes import load_pretrained_resnet50, lookup, make_optimizer
+from layerscope.training.recipes import loss_function, lookup, make_optimizer, make_scheduler
 
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
@@ -174,19 +174,18 @@ class _Run:
             synthetic_size=c.synthetic_size)
         torch.manual_seed(c.seed)  # the same initial weights in every process
         self.model = r.build()
-        if r.name == "cifar100-resnet50":
-            self.notes.append(load_pretrained_resnet50(self.model, c.weights))
+        if r.init_weights is not None:  # transfer learning
+            self.notes.append(r.init_weights(self.model, c.weights))
         self.model.to(c.device)
         if c.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = make_optimizer(c.optimizer or r.optimizer, self.model.parameters(),
                                         c.lr or r.lr)
-        self.scheduler = (torch.optim.lr_scheduler.StepLR(self.optimizer, 1, gamma=r.gamma)
-                          if r.scheduler == "step" else None)
+        self.scheduler = make_scheduler(r, self.optimizer)
         self.cuda = c.device == "cuda"
         self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
         self.scaler = torch.amp.GradScaler("cuda") if (c.amp and self.cuda) else None
-        self.loss_fn = F.nll_loss if r.loss == "nll" else F.cross_entropy
+        self.loss_fn = loss_function(r)
         self.start_epoch, self.global_step, self.history = 0, 0, []
         # resuming in the middle of an epoch: batches already done, the epoch's running sums
         # and the RNG state when it stopped (the epoch's own seeding must not replace it)
@@ -441,22 +440,26 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         torch.set_num_threads(old_threads)
 
 
+def _tensorboard_writer(run: _Run):
+    """A SummaryWriter in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
+    writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
+                                    "TensorBoard folder"))
+    x, _ = run.train_set[0]
+    try:
+        run.model.eval()
+        writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
+    except Exception as exc:  # a graph that cannot be traced still gets its scalars
+        run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    return writer
+
+
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
     c, r = run.config, run.recipe
-    writer = None
-    if c.tensorboard:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
-        writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
-                                        "TensorBoard folder"))
-        x, _ = run.train_set[0]
-        try:
-            run.model.eval()
-            writer.add_graph(run.model, x.unsqueeze(0).to(c.device))
-        except Exception as exc:  # a graph that cannot be traced still gets its scalars
-            run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    writer = _tensorboard_writer(run) if c.tensorboard else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []

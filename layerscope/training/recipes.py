@@ -1,4 +1,8 @@
-"""Training recipes: model, data, optimizer, schedule and defaults of the reference studies."""
+"""Training recipes: model, data, optimizer, schedule and defaults of the reference studies.
+
+What differs between recipes is data here (which optimizer, scheduler and loss by name, the input
+size, the weights a transfer-learning recipe starts from); the training loop reads these fields
+and never asks which recipe it runs."""
 from __future__ import annotations
 
 import glob
@@ -13,6 +17,23 @@ import torch.nn.functional as F
 
 from layerscope.errors import UserError, first_line
 from layerscope.training.checkpoint import is_state_dict
+
+
+# optimizer name -> (parameters, lr) -> optimizer; the CLI's --optimizer choices
+_OPTIMIZERS: dict[str, Callable[[Any, float], torch.optim.Optimizer]] = {
+    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+    "adamw": lambda params, lr: torch.optim.AdamW(params, lr=lr),
+    "adadelta": lambda params, lr: torch.optim.Adadelta(params, lr=lr),
+}
+OPTIMIZERS = tuple(_OPTIMIZERS)
+# scheduler name -> (optimizer, recipe) -> scheduler stepped once per epoch; None: constant lr
+SCHEDULERS: dict[str | None, Callable[[torch.optim.Optimizer, Any], Any]] = {
+    None: lambda optimizer, recipe: None,
+    "step": lambda optimizer, recipe: torch.optim.lr_scheduler.StepLR(optimizer, 1,
+                                                                      gamma=recipe.gamma),
+}
+LOSSES = {"cross_entropy": F.cross_entropy, "nll": F.nll_loss}
 
 
 class DigitsCNN(nn.Module):
@@ -48,6 +69,16 @@ class Recipe:
     loss: str = "cross_entropy"  # or "nll" for models ending in log_softmax
     notes: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
+    # Transfer learning: (the built model, --weights FILE or None) -> a note saying what was
+    # loaded. The recipe's ``build`` already replaced the layers that are trained from scratch.
+    init_weights: Callable[[nn.Module, str | None], str] | None = None
+
+    def __post_init__(self):  # a recipe naming an unknown choice is a programming error
+        for kind, value, known in (("optimizer", self.optimizer, OPTIMIZERS),
+                                   ("scheduler", self.scheduler, SCHEDULERS),
+                                   ("loss", self.loss, LOSSES)):
+            if value not in known:
+                raise ValueError(f"recipe {self.name!r}: unknown {kind} {value!r}")
 
 
 def _mnist_cnn() -> nn.Module:
@@ -60,6 +91,10 @@ def _resnet20() -> nn.Module:
     from layerscope.frontends.zoo import ResNet20
 
     return ResNet20()
+
+
+def _imagenet_resnet50(model: nn.Module, weights: str | None) -> str:
+    return load_pretrained_resnet50(model, weights)
 
 
 def _resnet50_cifar100() -> nn.Module:
@@ -81,10 +116,9 @@ RECIPES = {
                                augment=True, notes="ResNet-20, Adam, batch 128, 10 epochs"),
     "cifar100-resnet50": Recipe("cifar100-resnet50", "cifar100", _resnet50_cifar100, "adam",
                                 1e-4, 64, 5, augment=True, image_size=224,
-                                notes="ImageNet ResNet-50, new 100-way head, fine-tuned"),
+                                notes="ImageNet ResNet-50, new 100-way head, fine-tuned",
+                                init_weights=_imagenet_resnet50),
 }
-
-OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta")
 
 
 def lookup(name: str) -> Recipe:
@@ -98,15 +132,18 @@ def lookup(name: str) -> Recipe:
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    if name == "adadelta":
-        return torch.optim.Adadelta(params, lr=lr)
+    if name in _OPTIMIZERS:
+        return _OPTIMIZERS[name](params, lr)
     raise UserError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
+
+
+def make_scheduler(recipe: Recipe, optimizer: torch.optim.Optimizer):
+    """The recipe's learning-rate schedule (None: constant)."""
+    return SCHEDULERS[recipe.scheduler](optimizer, recipe)
+
+
+def loss_function(recipe: Recipe):
+    return LOSSES[recipe.loss]
 
 
 def load_pretrained_resnet50(model: nn.Module, weights: str | None) -> str:

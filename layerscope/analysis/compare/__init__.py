@@ -32,12 +32,13 @@ from layerscope.analysis.compare.result import (
     Comparison, CompareRow, TotalRow, category)
 from layerscope.analysis.compare.sides import legacy_scope
 from layerscope.analysis.compare.rules import (
-    RULE_LABELS, RULES, Effect, explain_moves, explain_row)
+    RULE_LABELS, RULES, Effect, Rule, explain_moves, explain_row)
 from layerscope.analysis.compare.join import compare
 
 __all__ = [
     "CATEGORIES", "COPY_TYPES", "FRONTEND_NAMES", "FUSED_TYPES", "INDEX_BYTES", "LABELS", "ROOT",
     "ROOT_LABEL", "ROW_METRICS", "SHAPE_TYPES", "SMALL_INT_TYPES", "TOTAL_METRICS",
     "UNEXPLAINED", "VIEW_TYPES", "Comparison", "CompareRow", "TotalRow", "category",
-    "legacy_scope", "RULE_LABELS", "RULES", "Effect", "explain_moves", "explain_row", "compare",
+    "legacy_scope", "RULE_LABELS", "RULES", "Rule", "Effect", "explain_moves", "explain_row",
+    "compare",
 ]

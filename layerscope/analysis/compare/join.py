@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from layerscope.analysis.compare.prepass import _batch_ratio, _find_folds
+from layerscope.analysis.compare.prepass import batch_ratio, find_folds
 from layerscope.analysis.compare.result import (
     ROOT_LABEL, TOTAL_METRICS, UNEXPLAINED, Comparison, CompareRow, TotalRow)
+from layerscope.analysis.compare.context import Context, Row
 from layerscope.analysis.compare.rules import (
-    Effect, _Ctx, _Row, _unexplained, explain_moves, explain_row)
+    Effect, explain_moves, explain_row, unexplained_effect)
 from layerscope.analysis.compare.sides import (
-    _fold_into_covering_rows, _group_side, _joined_order, _load_sides, _Side, _source,
-    _with_ancestors)
-from layerscope.analysis.compare.totals import _explain_peak, _explain_total
+    Side, fold_into_covering_rows, group_side, joined_order, load_sides, source_of)
+from layerscope.analysis.compare.totals import explain_peak, explain_total
+from layerscope.core.tree import with_ancestors
 
 
 # ------------------------------------------------------------------------------- compare
-def _describe_side(side: _Side) -> dict[str, Any]:
+def _describe_side(side: Side) -> dict[str, Any]:
     r = side.report
     return {"source": side.source, "model": r.model, "frontend": r.frontend, "inputs": r.inputs,
             "exporter": side.exporter, "layers": len(r.layers), "kind": r.kind}
@@ -29,23 +30,23 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
     ``a``/``b``: a model spec, TorchScript file, ONNX file, saved report JSON or Report.
     ``inputs``: input shapes for both sides (as ``analyze`` takes them); by default each side's
     own, and a TorchScript file takes the other side's."""
-    ra, rb, notes = _load_sides(a, b, inputs)
-    side_a = _Side("A", ra, _source(a), ra.frontend == "onnx")
-    side_b = _Side("B", rb, _source(b), rb.frontend == "onnx")
+    ra, rb, notes = load_sides(a, b, inputs)
+    side_a = Side("A", ra, source_of(a), ra.frontend == "onnx")
+    side_b = Side("B", rb, source_of(b), rb.frontend == "onnx")
     # keys: a side that parses legacy node names resolves suffixes against the other's paths
-    _group_side(side_a, ())
-    _group_side(side_b, _with_ancestors(side_a.groups))
+    group_side(side_a, ())
+    group_side(side_b, with_ancestors(side_a.groups))
     if side_a.onnx:
-        _group_side(side_a, _with_ancestors(side_b.groups))
-    _fold_into_covering_rows(side_a, side_b)
-    _fold_into_covering_rows(side_b, side_a)
-    order = _joined_order(side_a, side_b)
-    rows = {k: _Row(k, side_a.groups.get(k), side_b.groups.get(k)) for k in order}
-    ctx = _Ctx(side_a, side_b, rows)
-    ratio = _batch_ratio(ra, rb)
+        group_side(side_a, with_ancestors(side_b.groups))
+    fold_into_covering_rows(side_a, side_b)
+    fold_into_covering_rows(side_b, side_a)
+    order = joined_order(side_a, side_b)
+    rows = {k: Row(k, side_a.groups.get(k), side_b.groups.get(k)) for k in order}
+    ctx = Context(side_a, side_b, rows)
+    ratio = batch_ratio(ra, rb)
     if ratio:
         ctx.batch, ctx.batches = ratio
-    _find_folds(ctx)
+    find_folds(ctx)
 
     out_rows: list[CompareRow] = []
     explanations: list[str] = []
@@ -73,7 +74,7 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
             continue
         effects = pending[key] + moves.get(key, [])
         if any(residuals[key].values()):
-            effects.append(_unexplained(rows[key], residuals[key]))
+            effects.append(unexplained_effect(rows[key], residuals[key]))
         cr.rules = [e.rule for e in effects]
         cr.summary = "; ".join(e.summary for e in effects)
         text = "; ".join(e.text for e in effects)
@@ -95,11 +96,11 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
         tr = TotalRow(m, ta, tb, tb - ta)
         if tr.diff:
             if m == "peak_activation_bytes":
-                tr.rules, text = _explain_peak(ctx, ta, tb, act_rules)
+                tr.rules, text = explain_peak(ctx, ta, tb, act_rules)
             else:
                 sums = (sum(int(getattr(r, m) or 0) for r in ra.layers),
                         sum(int(getattr(r, m) or 0) for r in rb.layers))
-                tr.rules, text = _explain_total(m, ta, tb, contributions[m], sums)
+                tr.rules, text = explain_total(m, ta, tb, contributions[m], sums)
             tr.explanation = text + "."
             unexplained += UNEXPLAINED in tr.rules
             total_texts.append(tr.explanation)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from fractions import Fraction
 
 from layerscope.analysis.compare.result import CATEGORIES, FUSED_TYPES
-from layerscope.analysis.compare.rules import _Ctx, _present_only, _Row
-from layerscope.analysis.compare.sides import _Side
+from layerscope.analysis.compare.context import Context, Row, present_only
+from layerscope.analysis.compare.sides import Side
 from layerscope.core.report import Report
 
 
 # ------------------------------------------------------------------------------- pre-pass
-def _previous(side: _Side, key: str) -> str | None:
+def _previous(side: Side, key: str) -> str | None:
     """The key before ``key`` in the side's row order, skipping rows that cost nothing."""
     order = side.order()
     i = order.index(key)
@@ -21,10 +21,10 @@ def _previous(side: _Side, key: str) -> str | None:
     return None
 
 
-def _find_folds(ctx: _Ctx) -> None:
+def find_folds(ctx: Context) -> None:
     """BatchNorms folded into the layer before them; activations fused into the node before."""
     for key, row in ctx.rows.items():
-        has = _present_only(row)
+        has = present_only(row)
         if has is None:
             _find_folded_scope(ctx, key, row)
             continue
@@ -45,7 +45,7 @@ def _find_folds(ctx: _Ctx) -> None:
             ctx.fused_into[prev] = key
 
 
-def _find_folded_scope(ctx: _Ctx, key: str, row: _Row) -> None:
+def _find_folded_scope(ctx: Context, key: str, row: Row) -> None:
     """A BatchNorm row whose other side holds a Conv/Gemm node and no BatchNormalization, right
     after a conv or linear layer that the other side lacks: folded, under the BN's scope."""
     if row.a is None or row.b is None:
@@ -66,7 +66,7 @@ def _find_folded_scope(ctx: _Ctx, key: str, row: _Row) -> None:
             return
 
 
-def _batch_ratio(a: Report, b: Report) -> tuple[Fraction, tuple[int, int]] | None:
+def batch_ratio(a: Report, b: Report) -> tuple[Fraction, tuple[int, int]] | None:
     """B's batch / A's batch when the inputs differ only in their first dimension, by the same
     ratio for every input."""
     sa = [d.get("shape") or [] for d in a.inputs]

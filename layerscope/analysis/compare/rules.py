@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from fractions import Fraction
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from layerscope.analysis.compare.context import Context, Row, fmt, present_only, signed
 from layerscope.analysis.compare.result import (
-    COPY_TYPES, FRONTEND_NAMES, FUSED_TYPES, INDEX_BYTES, LABELS, ROOT_LABEL, ROW_METRICS,
-    SHAPE_TYPES, SMALL_INT_TYPES, UNEXPLAINED, VIEW_TYPES, category)
-from layerscope.analysis.compare.sides import _ancestors, _Group, _Side
+    COPY_TYPES, FUSED_TYPES, INDEX_BYTES, LABELS, ROOT_LABEL, ROW_METRICS, SHAPE_TYPES,
+    SMALL_INT_TYPES, UNEXPLAINED, VIEW_TYPES, category)
+from layerscope.analysis.compare.sides import Group, Side
+from layerscope.core import tree
 from layerscope.core.report import LayerRow
 
 
@@ -27,82 +28,31 @@ class Effect:
     delta: dict[str, int]
 
 
-@dataclass
-class _Row:
-    key: str
-    a: _Group | None
-    b: _Group | None
-
-    def value(self, side: str, metric: str) -> int:
-        g = self.a if side == "A" else self.b
-        return g.metric(metric) if g else 0
-
-    def diff(self) -> dict[str, int]:
-        return {m: self.value("B", m) - self.value("A", m) for m in ROW_METRICS}
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    label: str
+    # (context, row, what is left of B - A) -> the part it accounts for, or None
+    explain: Callable[[Context, Row, dict[str, int]], Effect | None] | None
 
 
-@dataclass
-class _Ctx:
-    a: _Side
-    b: _Side
-    rows: dict[str, _Row]
-    batch: Fraction | None = None  # B's batch / A's batch when only the batch differs
-    batches: tuple[int, int] | None = None
-    # bn key -> (the conv key it folded into, the side that still has the BN)
-    folded_bn: dict[str, tuple[str, str]] = field(default_factory=dict)
-    bn_into: dict[str, str] = field(default_factory=dict)  # conv key -> bn key
-    # conv key -> bn key, where the folded node carries the BatchNorm's scope (onnxscript)
-    conv_under_bn: dict[str, str] = field(default_factory=dict)
-    fused_act: dict[str, str] = field(default_factory=dict)  # act key -> the key it fused into
-    fused_into: dict[str, str] = field(default_factory=dict)  # key -> act key fused into it
-
-    def side(self, label: str) -> _Side:
-        return self.a if label == "A" else self.b
-
-    def group(self, label: str, key: str) -> _Group | None:
-        return self.side(label).groups.get(key)
-
-    def name(self, label: str) -> str:
-        """'PyTorch', 'ONNX', ...; 'A'/'B' when both sides are the same kind."""
-        fa, fb = self.a.report.frontend, self.b.report.frontend
-        if FRONTEND_NAMES.get(fa, fa) == FRONTEND_NAMES.get(fb, fb):
-            return label
-        f = self.side(label).report.frontend
-        return FRONTEND_NAMES.get(f, f)
-
-
-def _fmt(n: int | float) -> str:
-    return f"{n:,}"
-
-
-def _signed(n: int) -> str:
-    return f"{n:+,}"
+def _effect(summary: str, text: str, delta: dict[str, int]) -> Effect:
+    """A rule function's finding; ``explain_row`` fills in the rule's name from RULES."""
+    return Effect("", summary, text, delta)
 
 
 def _deltas(delta: dict[str, int], metrics: Sequence[str] = ROW_METRICS) -> str:
-    return ", ".join(f"{LABELS[m]} {_signed(delta[m])}" for m in metrics if delta.get(m))
+    return ", ".join(f"{LABELS[m]} {signed(delta[m])}" for m in metrics if delta.get(m))
 
 
 def _amounts(values: dict[str, int]) -> str:
     """'16 FLOPs, 128 bytes read' (magnitudes)."""
-    return ", ".join(f"{_fmt(abs(v))} {LABELS[m]}" for m, v in values.items() if v)
+    return ", ".join(f"{fmt(abs(v))} {LABELS[m]}" for m, v in values.items() if v)
 
 
 def _sign(has: str) -> int:
     """B - A of something only side ``has`` has: +1 when B has it, -1 when A does."""
     return 1 if has == "B" else -1
-
-
-def _present_only(row: _Row) -> str | None:
-    """'A' or 'B' when only that side has non-zero numbers for the row (the other has no rows or
-    only zero-cost ones such as Identity)."""
-    a_zero = row.a is None or row.a.is_zero()
-    b_zero = row.b is None or row.b.is_zero()
-    if row.a is not None and not a_zero and b_zero:
-        return "A"
-    if row.b is not None and not b_zero and a_zero:
-        return "B"
-    return None
 
 
 def _scaled(delta: dict[str, int], s: int) -> dict[str, int]:
@@ -117,14 +67,14 @@ def _out_numel(row: LayerRow) -> int:
     return _numel(row.output_shapes[0]) if row.output_shapes else 0
 
 
-def _itemsize(*groups: _Group | None) -> int:
+def _itemsize(*groups: Group | None) -> int:
     for g in groups:
         if g is not None and g.metric("params"):
             return max(g.metric("weight_bytes") // g.metric("params"), 1)
     return 4
 
 
-def rule_batch(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_batch(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """Only the batch differs: per-sample numbers scale by k = B's batch / A's batch, weights do
     not; bytes_read = k * (activations read) + weights read, so the weight part W must solve
     read_B = k * (read_A - W) + W with 0 <= W <= read_A."""
@@ -142,14 +92,14 @@ def rule_batch(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
         return None
     delta = {m: res[m] for m in scaled + ("bytes_read",)}
     ba, bb = ctx.batches
-    weights = (f", while its {_fmt(int(w))} bytes of weights are read once either way"
+    weights = (f", while its {fmt(int(w))} bytes of weights are read once either way"
                if w else "")
-    return Effect("batch", f"batch {ba}->{bb}",
+    return _effect(f"batch {ba}->{bb}",
                   f"scales with the batch ({ba} -> {bb}): its arithmetic and the tensors it "
                   f"reads and writes per sample x{float(k):g}{weights} ({_deltas(delta)})", delta)
 
 
-def rule_batchnorm_folded(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_batchnorm_folded(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """A BatchNorm with no nodes on the other side, right after a convolution or linear layer,
     was folded into it: all its numbers are gone (its output tensor too)."""
     if row.key not in ctx.folded_bn:
@@ -159,16 +109,16 @@ def rule_batchnorm_folded(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect |
     delta = _scaled(g.metrics(), _sign(has))
     lacks = ctx.name("B" if has == "A" else "A")
     buffers = g.metric("buffer_bytes")
-    stats = f", {_fmt(buffers)} buffer bytes (running statistics)" if buffers else ""
-    return Effect("batchnorm-folded", f"BN folded into {conv}",
+    stats = f", {fmt(buffers)} buffer bytes (running statistics)" if buffers else ""
+    return _effect(f"BN folded into {conv}",
                   f"{g.type_text(ctx.side(has).onnx)} folded into the preceding `{conv}`: its "
                   f"scale and shift now live in that layer's weights and bias, so {lacks} runs "
-                  f"nothing here and its {_fmt(g.metric('params'))} parameters{stats}, "
-                  f"{_fmt(g.metric('flops'))} FLOPs and output tensor are gone "
+                  f"nothing here and its {fmt(g.metric('params'))} parameters{stats}, "
+                  f"{fmt(g.metric('flops'))} FLOPs and output tensor are gone "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_folded_scope(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_folded_scope(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """A Conv+BatchNorm pair folded into one node that carries the BatchNorm's scope (onnxscript's
     optimizer): the Conv's numbers leave its own row and arrive in the BatchNorm's."""
     if row.key in ctx.conv_under_bn:
@@ -184,30 +134,30 @@ def rule_folded_scope(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | Non
     delta = _scaled(g.metrics(), -_sign(has) if arriving else _sign(has))
     folded = ctx.name("B" if has == "A" else "A")
     if arriving:
-        return Effect("folded-scope", f"holds {conv}",
+        return _effect(f"holds {conv}",
                       f"{folded}'s node for `{conv}` (with `{bn}` folded in) carries this "
                       f"BatchNorm's scope, so {conv}'s numbers are counted here "
                       f"({_deltas(delta)})", delta)
-    return Effect("folded-scope", f"counted at {bn}",
+    return _effect(f"counted at {bn}",
                   f"{folded} folded `{bn}` into this layer and gave the folded node the "
                   f"BatchNorm's scope, so this layer's numbers are counted at `{bn}` "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_dropout_removed(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_dropout_removed(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """Dropout is the identity at inference: exporters drop it (or leave an Identity)."""
-    has = _present_only(row)
+    has = present_only(row)
     if has is None or ctx.group(has, row.key).categories() != {"dropout"}:
         return None
     g = ctx.group(has, row.key)
     delta = _scaled(g.metrics(), _sign(has))
     other = ctx.name("B" if has == "A" else "A")
-    return Effect("dropout-removed", "Dropout removed",
+    return _effect("Dropout removed",
                   f"Dropout is the identity at inference, so {other} has no node for it, while "
                   f"{ctx.name(has)} counted {_amounts(delta)} for it ({_deltas(delta)})", delta)
 
 
-def rule_fused_activation(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_fused_activation(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """An activation with no node on the other side, fused into the preceding layer's node
     (FusedConv, FusedGemm, ...): its FLOPs are counted there; its tensor is never written."""
     if row.key not in ctx.fused_act:
@@ -218,14 +168,14 @@ def rule_fused_activation(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect |
     delta = _scaled(g.metrics(), _sign(has))
     other = "B" if has == "A" else "A"
     fused = ", ".join(sorted({t for t in ctx.group(other, into).types if t in FUSED_TYPES}))
-    return Effect("fused-activation", f"fused into {into}",
+    return _effect(f"fused into {into}",
                   f"{g.type_text(ctx.side(has).onnx)} fused into `{into}`'s {fused} node: the "
-                  f"activation runs in the same kernel, so its {_fmt(g.metric('flops'))} FLOPs "
+                  f"activation runs in the same kernel, so its {fmt(g.metric('flops'))} FLOPs "
                   f"are counted there and its input is never written out and read back "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_fused_into(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_fused_into(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """The other half of ``fused-activation``: the fused node does the activation's FLOPs."""
     act = ctx.fused_into.get(row.key)
     if act is None or row.a is None or row.b is None:
@@ -238,12 +188,12 @@ def rule_fused_into(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
         return None
     side = "B" if has_act == "A" else "A"
     fused = ", ".join(sorted({t for t in ctx.group(side, row.key).types if t in FUSED_TYPES}))
-    return Effect("fused-into", f"+{act} fused",
+    return _effect(f"+{act} fused",
                   f"{ctx.name(side)}'s {fused} also applies `{act}` in the same kernel "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_num_batches_tracked(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_num_batches_tracked(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """PyTorch's BatchNorm keeps num_batches_tracked (an int64) as a buffer; ONNX
     BatchNormalization has no such input."""
     if row.a is None or row.b is None or ctx.a.onnx == ctx.b.onnx:
@@ -256,12 +206,12 @@ def rule_num_batches_tracked(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effec
     delta = {"buffer_bytes": _sign(torch_side) * n * INDEX_BYTES}
     if res["buffer_bytes"] != delta["buffer_bytes"]:
         return None
-    return Effect("num-batches-tracked", "num_batches_tracked",
+    return _effect("num_batches_tracked",
                   f"PyTorch's BatchNorm also keeps num_batches_tracked (one int64, 8 bytes) as a "
                   f"buffer, which ONNX BatchNormalization does not have ({_deltas(delta)})", delta)
 
 
-def _bias_nodes(g: _Group | None) -> list[tuple[int, int]]:
+def _bias_nodes(g: Group | None) -> list[tuple[int, int]]:
     """(bias length, output elements) of the conv/Gemm nodes of an ONNX group that add a bias."""
     out = []
     for r in g.rows if g else []:
@@ -271,7 +221,7 @@ def _bias_nodes(g: _Group | None) -> list[tuple[int, int]]:
     return out
 
 
-def rule_bias_added(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_bias_added(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """A convolution or Gemm that adds a bias the other side's layer does not have (BatchNorm
     folded into it, or a bias the exporter added): +1 FLOP per output element and the bias read;
     its values are parameters unless the exporter stored an identical bias once for several
@@ -316,23 +266,23 @@ def rule_bias_added(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
     other_layer = next((t for t in lg.types if category(t) in ("conv", "linear")), "layer")
     why = (f"BatchNorm `{bn}` was folded into it" if bn
            else "the exporter added it")
-    text = (f"{ctx.name(has)}'s {layer} adds a bias ({_fmt(abs(values))} values) that "
+    text = (f"{ctx.name(has)}'s {layer} adds a bias ({fmt(abs(values))} values) that "
             f"{ctx.name(lacks)}'s {other_layer} does not have, because {why}: one add per "
-            f"output element ({_fmt(abs(outputs))} FLOPs) and the bias read")
+            f"output element ({fmt(abs(outputs))} FLOPs) and the bias read")
     shared = abs(values) - abs(params)
     if shared:
         identity = any(r.type == "Identity" for r in ctx.side(has).report.layers)
-        text += (f"; {_fmt(shared)} of those values are an initializer identical to one read "
+        text += (f"; {fmt(shared)} of those values are an initializer identical to one read "
                  f"earlier, which the exporter stores once"
                  f"{' (handed on through Identity nodes, which cost nothing)' if identity else ''}"
                  f", so they are counted as parameters at the first node that reads them")
     summary = f"bias from {bn}" if bn else "bias added"
     if shared:
         summary += " (shared)"
-    return Effect("bias-added", summary, f"{text} ({_deltas(delta)})", delta)
+    return _effect(summary, f"{text} ({_deltas(delta)})", delta)
 
 
-def _unclaimed(g: _Group | None) -> int:
+def _unclaimed(g: Group | None) -> int:
     """Values of the weights (and biases) that Conv/Gemm/BatchNormalization nodes read but do not
     count as their parameters: an initializer already counted at an earlier reader."""
     n = 0
@@ -343,7 +293,7 @@ def _unclaimed(g: _Group | None) -> int:
     return n
 
 
-def rule_shared_initializer(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_shared_initializer(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """An exporter that stores identical initializers once (the legacy exporter's constant
     folding; freshly initialised biases are all zeros) counts them as parameters at the first
     node that reads them only: the later readers read them but own none."""
@@ -365,15 +315,15 @@ def rule_shared_initializer(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect
                                              "FusedGemm", "BatchNormalization",
                                              "LayerNormalization")), g.types[0])
     identity = any(r.type == "Identity" for r in ctx.side(has).report.layers)
-    return Effect("shared-initializer", "shared initializer",
-                  f"{_fmt(abs(shared))} of the values {ctx.name(has)}'s {layer} reads are an "
+    return _effect("shared initializer",
+                  f"{fmt(abs(shared))} of the values {ctx.name(has)}'s {layer} reads are an "
                   f"initializer identical to one read earlier, which the exporter stores once"
                   f"{' (handed on through Identity nodes, which cost nothing)' if identity else ''}"
                   f", so they are counted as parameters at the first node that reads them "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_maxpool_indices(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_maxpool_indices(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """PyTorch's max_pool2d_with_indices also writes an int64 index tensor (for backward);
     ONNX MaxPool with one output writes the values only."""
     if row.a is None or row.b is None or ctx.a.onnx == ctx.b.onnx:
@@ -389,13 +339,13 @@ def rule_maxpool_indices(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | 
     if res["bytes_written"] != delta["bytes_written"] \
             or res["activation_bytes"] != delta["activation_bytes"]:
         return None
-    return Effect("maxpool-indices", "max-pool indices",
+    return _effect("max-pool indices",
                   f"PyTorch's max_pool2d_with_indices also writes an int64 index tensor "
-                  f"({_fmt(idx)} bytes, kept for backward); ONNX MaxPool writes only the values "
+                  f"({fmt(idx)} bytes, kept for backward); ONNX MaxPool writes only the values "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_norm_statistics(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_norm_statistics(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """PyTorch's native_layer_norm also writes the mean and inverse standard deviation of every
     normalised row (kept for backward); ONNX LayerNormalization with one output writes only y."""
     if row.a is None or row.b is None or ctx.a.onnx == ctx.b.onnx:
@@ -418,14 +368,14 @@ def rule_norm_statistics(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | 
     delta = {"bytes_written": -s * nbytes, "activation_bytes": -s * nbytes}
     if any(res[m] != v for m, v in delta.items()):
         return None
-    return Effect("norm-statistics", "norm statistics",
+    return _effect("norm statistics",
                   f"PyTorch's native_layer_norm also writes the mean and inverse standard "
-                  f"deviation of each of the {_fmt(stats // 2)} normalised rows ({_fmt(nbytes)} "
+                  f"deviation of each of the {fmt(stats // 2)} normalised rows ({fmt(nbytes)} "
                   f"bytes, kept for backward); ONNX LayerNormalization writes only its output "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_decomposed(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_decomposed(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """One PyTorch op (a leaf module such as GELU) spelled as several ONNX nodes: the extra
     nodes' arithmetic and the intermediate tensors each of them writes."""
     if row.a is None or row.b is None or ctx.a.onnx == ctx.b.onnx:
@@ -443,20 +393,20 @@ def rule_decomposed(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
     delta = {m: res[m] for m in ("flops", "bytes_read", "bytes_written", "activation_bytes")}
     counts = Counter(r.type for r in working)
     types = ", ".join(t if n == 1 else f"{t} x{n}" for t, n in counts.items())
-    return Effect("decomposed", f"{tg.rows[0].type} as {len(working)} nodes",
+    return _effect(f"{tg.rows[0].type} as {len(working)} nodes",
                   f"ONNX spells {tg.rows[0].type} as {len(working)} nodes ({types}), each "
                   f"writing an intermediate tensor that the next reads back, where PyTorch runs "
                   f"one op ({_deltas(delta)})", delta)
 
 
-def _in_place(g: _Group | None, side: _Side) -> int:
+def _in_place(g: Group | None, side: Side) -> int:
     """Bytes a PyTorch row writes into existing tensors (written - new tensors)."""
     if g is None or side.onnx:
         return 0
     return g.metric("bytes_written") - g.metric("activation_bytes")
 
 
-def rule_in_place(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_in_place(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """PyTorch in-place ops (ReLU(inplace=True), ``out += identity``) write into an existing
     tensor, so they create no new one; an ONNX node always writes a new tensor. With the writes
     otherwise equal, activation_bytes differ by exactly the bytes written in place."""
@@ -474,16 +424,16 @@ def rule_in_place(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
     ip = abs(ip_a - ip_b)
     if any(r.self_only for r in g.rows):
         what = (f"in-place ops in {g.rows[0].type}'s own forward (e.g. `x += y`) write "
-                f"{_fmt(ip)} bytes into existing tensors")
+                f"{fmt(ip)} bytes into existing tensors")
     else:
-        what = f"{g.type_text(False)}(inplace=True) writes {_fmt(ip)} bytes into its input"
-    return Effect("in-place", "in-place in " + ctx.name(has),
+        what = f"{g.type_text(False)}(inplace=True) writes {fmt(ip)} bytes into its input"
+    return _effect("in-place in " + ctx.name(has),
                   f"{ctx.name(has)}'s {what}, creating no new tensor, while each "
                   f"{ctx.name(other)} node ({og.type_text(ctx.side(other).onnx)}) writes a new one "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_linear_matmul_add(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_linear_matmul_add(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """nn.Linear exported as MatMul + Add (no Gemm): the product goes to an intermediate tensor
     that Add reads back, where addmm adds the bias in the same kernel."""
     if row.a is None or row.b is None or ctx.a.onnx == ctx.b.onnx:
@@ -501,9 +451,9 @@ def rule_linear_matmul_add(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect 
     delta = {"bytes_read": s * n, "bytes_written": s * n, "activation_bytes": s * n}
     if any(res[m] != v for m, v in delta.items()):
         return None
-    return Effect("linear-matmul-add", "Linear as MatMul+Add",
+    return _effect("Linear as MatMul+Add",
                   f"Linear is exported as MatMul + Add: the product goes to an intermediate "
-                  f"tensor ({_fmt(n)} bytes) that Add reads back, where PyTorch's addmm adds the "
+                  f"tensor ({fmt(n)} bytes) that Add reads back, where PyTorch's addmm adds the "
                   f"bias in the same kernel ({_deltas(delta)})", delta)
 
 
@@ -516,7 +466,7 @@ def _is_shape_node(r: LayerRow) -> bool:
         isinstance(s, list) and len(s) <= 1 and _numel(s) <= 8 for s in r.output_shapes)
 
 
-def rule_shape_ops(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_shape_ops(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """ONNX computes shapes at run time with nodes on tiny integer tensors (Shape, Gather,
     Unsqueeze, Concat, ...); PyTorch does that with Python integers, at no tensor cost."""
     def shape_sum(label) -> tuple[dict[str, int], list[str]]:
@@ -535,13 +485,13 @@ def rule_shape_ops(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
     types = ", ".join(dict.fromkeys(tb if has == "B" else ta))
     other = ctx.name("A" if has == "B" else "B")
     shape_note = " (a Shape node counts its whole input as read)" if "Shape" in types else ""
-    return Effect("shape-ops", "shape arithmetic",
+    return _effect("shape arithmetic",
                   f"{ctx.name(has)} computes a shape at run time with {types} nodes on small "
                   f"integer tensors{shape_note}, which {other} does with plain integers "
                   f"({_deltas(delta)})", delta)
 
 
-def rule_view_or_copy(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_view_or_copy(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """The same data movement is a view on one side (no bytes) and a copy on the other (reads n
     bytes, writes n, creates an n-byte tensor): ONNX Transpose is a real copy where PyTorch's
     permute is a view; PyTorch's contiguous()/clone() copy where ONNX Identity/Reshape only
@@ -561,8 +511,8 @@ def rule_view_or_copy(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | Non
     copies = sorted({t for t in g.types if t in COPY_TYPES}) if g else []
     how = f" ({', '.join(copies)})" if copies else ""
     delta = {"bytes_read": n, "bytes_written": n, "activation_bytes": n}
-    return Effect("view-or-copy", "copy vs view",
-                  f"{ctx.name(copier)} materialises a copy{how} of {_fmt(abs(n))} bytes where "
+    return _effect("copy vs view",
+                  f"{ctx.name(copier)} materialises a copy{how} of {fmt(abs(n))} bytes where "
                   f"{ctx.name(viewer)} only takes a view (views such as flatten, reshape, permute "
                   f"and Identity move no bytes) ({_deltas(delta)})", delta)
 
@@ -572,7 +522,7 @@ def _unknown_shapes(r: LayerRow) -> bool:
                for d in (s if isinstance(s, list) else [s]))
 
 
-def rule_uncounted(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
+def rule_uncounted(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
     """A side whose analysis could not cost some of the row's nodes (shape inference left their
     shapes unknown): its numbers are incomplete, and that is the difference."""
     for label in ("A", "B"):
@@ -584,49 +534,43 @@ def rule_uncounted(ctx: _Ctx, row: _Row, res: dict[str, int]) -> Effect | None:
             continue
         types = ", ".join(dict.fromkeys(r.type for r in unknown))
         delta = dict(res)
-        return Effect("uncounted", f"uncounted in {label}",
+        return _effect(f"uncounted in {label}",
                       f"{ctx.name(label)} could not count {len(unknown)} of its nodes here "
                       f"({types}): shape inference left their shapes unknown, so its numbers "
                       f"are incomplete ({_deltas(delta)})", delta)
     return None
 
 
-RULES: list[tuple[str, Callable[[_Ctx, _Row, dict[str, int]], Effect | None]]] = [
-    ("batch", rule_batch),
-    ("uncounted", rule_uncounted),
-    ("folded-scope", rule_folded_scope),
-    ("batchnorm-folded", rule_batchnorm_folded),
-    ("dropout-removed", rule_dropout_removed),
-    ("fused-activation", rule_fused_activation),
-    ("num-batches-tracked", rule_num_batches_tracked),
-    ("bias-added", rule_bias_added),
-    ("fused-into", rule_fused_into),
-    ("maxpool-indices", rule_maxpool_indices),
-    ("norm-statistics", rule_norm_statistics),
-    ("in-place", rule_in_place),
-    ("linear-matmul-add", rule_linear_matmul_add),
-    ("shape-ops", rule_shape_ops),
-    ("shared-initializer", rule_shared_initializer),
-    ("view-or-copy", rule_view_or_copy),
-    ("decomposed", rule_decomposed),
+# Every rule, declared once, in the order they are tried: its name (in CompareRow.rules and the
+# JSON), its label (in the explanations of totals), and the function that applies it.
+BATCH = Rule("batch", "batch size", rule_batch)  # named: totals.explain_peak cites it too
+RULES: list[Rule] = [
+    BATCH,
+    Rule("uncounted", "nodes that could not be counted", rule_uncounted),
+    Rule("folded-scope", "folded node under the BatchNorm's scope", rule_folded_scope),
+    Rule("batchnorm-folded", "BatchNorm folded into the preceding layer", rule_batchnorm_folded),
+    Rule("dropout-removed", "Dropout removed", rule_dropout_removed),
+    Rule("fused-activation", "activations fused", rule_fused_activation),
+    Rule("num-batches-tracked", "num_batches_tracked buffers", rule_num_batches_tracked),
+    Rule("bias-added", "biases added", rule_bias_added),
+    Rule("fused-into", "fused activations", rule_fused_into),
+    Rule("maxpool-indices", "max-pool indices", rule_maxpool_indices),
+    Rule("norm-statistics", "norm statistics", rule_norm_statistics),
+    Rule("in-place", "in-place ops", rule_in_place),
+    Rule("linear-matmul-add", "Linear as MatMul + Add", rule_linear_matmul_add),
+    Rule("shape-ops", "shape arithmetic", rule_shape_ops),
+    Rule("shared-initializer", "initializers stored once", rule_shared_initializer),
+    Rule("view-or-copy", "copies vs views", rule_view_or_copy),
+    Rule("decomposed", "ops spelled as several nodes", rule_decomposed),
 ]
-RULE_LABELS = {
-    "batch": "batch size", "batchnorm-folded": "BatchNorm folded into the preceding layer",
-    "folded-scope": "folded node under the BatchNorm's scope",
-    "dropout-removed": "Dropout removed", "fused-activation": "activations fused",
-    "fused-into": "fused activations", "num-batches-tracked": "num_batches_tracked buffers",
-    "bias-added": "biases added", "shared-initializer": "initializers stored once",
-    "maxpool-indices": "max-pool indices",
-    "in-place": "in-place ops", "linear-matmul-add": "Linear as MatMul + Add",
-    "shape-ops": "shape arithmetic", "view-or-copy": "copies vs views",
-    "uncounted": "nodes that could not be counted", "norm-statistics": "norm statistics",
-    "decomposed": "ops spelled as several nodes", "moved": "numbers counted in another row",
-    UNEXPLAINED: UNEXPLAINED,
-}
+# Effects that no rule function makes: a leftover matched with an ancestor's, and what is left.
+MOVED = Rule("moved", "numbers counted in another row", None)
+UNEXPLAINED_RULE = Rule(UNEXPLAINED, UNEXPLAINED, None)
+RULE_LABELS = {r.name: r.label for r in (*RULES, MOVED, UNEXPLAINED_RULE)}
 
 
-def _unexplained(row: _Row, res: dict[str, int]) -> Effect:
-    parts = [f"{LABELS[m]} {_signed(v)}" for m, v in res.items() if v]
+def unexplained_effect(row: Row, res: dict[str, int]) -> Effect:
+    parts = [f"{LABELS[m]} {signed(v)}" for m, v in res.items() if v]
     missing = ("A has no rows for it; " if row.a is None
                else "B has no rows for it; " if row.b is None else "")
     return Effect(UNEXPLAINED, UNEXPLAINED,
@@ -634,33 +578,34 @@ def _unexplained(row: _Row, res: dict[str, int]) -> Effect:
                   f"{'them' if len(parts) > 1 else 'it'})", dict(res))
 
 
-def explain_row(ctx: _Ctx, row: _Row) -> tuple[list[Effect], dict[str, int]]:
+def explain_row(ctx: Context, row: Row) -> tuple[list[Effect], dict[str, int]]:
     """The rules that account for the row's differences, and what is left (B - A)."""
     res = row.diff()
     effects: list[Effect] = []
-    for _, rule in RULES:
+    for rule in RULES:
         if not any(res.values()):
             break
-        effect = rule(ctx, row, res)
+        effect = rule.explain(ctx, row, res)
         if effect is None:
             continue
+        effect.rule = rule.name
         effects.append(effect)
         for m, v in effect.delta.items():
             res[m] -= v
     return effects, res
 
 
-def explain_moves(ctx: _Ctx, residuals: dict[str, dict[str, int]]) -> dict[str, list[Effect]]:
+def explain_moves(ctx: Context, residuals: dict[str, dict[str, int]]) -> dict[str, list[Effect]]:
     """Numbers one side counts in a module and the other in one of its ancestors (the node that
     does the work carries the parent's scope, e.g. MultiheadAttention using ``out_proj``'s
     weights in its own forward): a row's leftover is exactly the negative of an ancestor's on
     every number it has. Both rows get a ``moved`` effect; ``residuals`` are updated."""
     out: dict[str, list[Effect]] = defaultdict(list)
-    for key in sorted(residuals, key=lambda k: -k.count(".") if k else 1):
+    for key in sorted(residuals, key=lambda k: -tree.depth(k)):
         res = residuals[key]
         if not key or not any(res.values()):
             continue
-        for anc in _ancestors(key):
+        for anc in tree.ancestors(key):
             up = residuals.get(anc)
             if up is None or not all(up[m] == -v for m, v in res.items() if v):
                 continue
@@ -668,12 +613,12 @@ def explain_moves(ctx: _Ctx, residuals: dict[str, dict[str, int]]) -> dict[str, 
             # the side that counts the numbers at the ancestor: where the ancestor gained them
             side = "B" if any(up[m] > 0 for m in delta) else "A"
             where = ctx.name(side)
-            out[key].append(Effect("moved", f"counted at {anc or ROOT_LABEL}",
+            out[key].append(Effect(MOVED.name, f"counted at {anc or ROOT_LABEL}",
                                    f"{where} counts these numbers at `{anc or ROOT_LABEL}` "
                                    f"instead: the node that does this work carries the "
                                    f"ancestor's scope ({_deltas(delta)})", delta))
             back = {m: -v for m, v in delta.items()}
-            out[anc].append(Effect("moved", f"includes {key}",
+            out[anc].append(Effect(MOVED.name, f"includes {key}",
                                    f"{where} counts numbers of `{key}` here, where the node that "
                                    f"does the work carries this module's scope "
                                    f"({_deltas(back)})", back))

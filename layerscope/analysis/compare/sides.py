@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection
 
 from layerscope.analysis.compare.result import ROOT, ROOT_LABEL, ROW_METRICS, category
+from layerscope.core import tree
 from layerscope.core.report import LayerRow, Report
 from layerscope.errors import UserError
 
@@ -55,7 +56,7 @@ def _analyze(spec: Any, inputs: Any) -> Report:
     return analyze(spec, inputs)
 
 
-def _source(spec: Any) -> str:
+def source_of(spec: Any) -> str:
     if isinstance(spec, str):
         return spec
     if isinstance(spec, Report):
@@ -63,7 +64,7 @@ def _source(spec: Any) -> str:
     return type(spec).__name__
 
 
-def _load_sides(a: Any, b: Any, inputs: Any) -> tuple[Report, Report, list[str]]:
+def load_sides(a: Any, b: Any, inputs: Any) -> tuple[Report, Report, list[str]]:
     """Both reports. A side that needs inputs and got none takes the other side's shapes."""
     notes: list[str] = []
     specs = {"A": a, "B": b}
@@ -90,7 +91,7 @@ def _load_sides(a: Any, b: Any, inputs: Any) -> tuple[Report, Report, list[str]]
             continue
         given = _inputs_for(other)
         reports[label] = _analyze(specs[label], given)
-        notes.append(f"{label} ({_source(specs[label])}) has no default input; it was analysed "
+        notes.append(f"{label} ({source_of(specs[label])}) has no default input; it was analysed "
                      f"with {'B' if label == 'A' else 'A'}'s input {', '.join(given)}")
     return reports["A"], reports["B"], notes
 
@@ -130,23 +131,8 @@ def legacy_scope(node_name: str, known: Collection[str] = ()) -> str | None:
     return path
 
 
-def _ancestors(key: str) -> list[str]:
-    """'a.b.c' -> ['a.b', 'a', '']; '' -> []."""
-    if key == ROOT:
-        return []
-    parts = key.split(".")
-    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)] + [ROOT]
-
-
-def _with_ancestors(keys: Collection[str]) -> set[str]:
-    out = set(keys)
-    for k in keys:
-        out.update(_ancestors(k))
-    return out
-
-
 @dataclass
-class _Group:
+class Group:
     key: str
     rows: list[LayerRow]
     first: int  # position of the first row in its report
@@ -182,12 +168,12 @@ class _Group:
 
 
 @dataclass
-class _Side:
+class Side:
     label: str  # "A" / "B"
     report: Report
     source: str
     onnx: bool
-    groups: dict[str, _Group] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)
     exporter: str | None = None
 
     def order(self) -> list[str]:
@@ -206,8 +192,8 @@ def _onnx_exporter(report: Report) -> str:
     return "unscoped (every node at the root)"
 
 
-def _group_side(side: _Side, known: Collection[str]) -> None:
-    groups: dict[str, _Group] = {}
+def group_side(side: Side, known: Collection[str]) -> None:
+    groups: dict[str, Group] = {}
     for i, row in enumerate(side.report.layers):
         if side.onnx:
             key = row.scope if row.scope is not None else legacy_scope(row.name, known)
@@ -218,7 +204,7 @@ def _group_side(side: _Side, known: Collection[str]) -> None:
             covers = not row.self_only
         g = groups.get(key)
         if g is None:
-            groups[key] = _Group(key, [row], i, covers)
+            groups[key] = Group(key, [row], i, covers)
         else:
             g.rows.append(row)
             g.covers_subtree = g.covers_subtree and covers
@@ -227,24 +213,24 @@ def _group_side(side: _Side, known: Collection[str]) -> None:
         side.exporter = _onnx_exporter(side.report)
 
 
-def _fold_into_covering_rows(x: _Side, y: _Side) -> None:
+def fold_into_covering_rows(x: Side, y: Side) -> None:
     """x's keys that y lacks go into the nearest ancestor whose y row covers its subtree."""
-    for key in sorted(x.groups, key=lambda k: -k.count(".")):
+    for key in sorted(x.groups, key=lambda k: -tree.depth(k)):
         if key in y.groups or key not in x.groups:
             continue
-        anc = next((p for p in _ancestors(key) if p in y.groups), None)
+        anc = next((p for p in tree.ancestors(key) if p in y.groups), None)
         if anc is None or not y.groups[anc].covers_subtree:
             continue
         moved = x.groups.pop(key)
         target = x.groups.get(anc)
         if target is None:
-            x.groups[anc] = _Group(anc, moved.rows, moved.first, moved.covers_subtree)
+            x.groups[anc] = Group(anc, moved.rows, moved.first, moved.covers_subtree)
         else:
             target.rows.extend(moved.rows)
             target.first = min(target.first, moved.first)
 
 
-def _joined_order(a: _Side, b: _Side) -> list[str]:
+def joined_order(a: Side, b: Side) -> list[str]:
     order = a.order()
     placed = set(order)
     last = -1  # index in ``order`` after which B-only keys go

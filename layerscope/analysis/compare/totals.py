@@ -3,7 +3,8 @@ by how each side measures it."""
 from __future__ import annotations
 
 from layerscope.analysis.compare.result import LABELS, UNEXPLAINED
-from layerscope.analysis.compare.rules import RULE_LABELS, _Ctx, _fmt, _signed
+from layerscope.analysis.compare.context import Context, fmt, signed
+from layerscope.analysis.compare.rules import BATCH, RULE_LABELS
 
 
 # ------------------------------------------------------------------------------- totals
@@ -11,32 +12,32 @@ def _pct(diff: int, base: int) -> str:
     return f", {diff / base:+.2%}" if base else ""
 
 
-def _explain_total(metric: str, a: int, b: int, contributions: dict[str, list[int]],
+def explain_total(metric: str, a: int, b: int, contributions: dict[str, list[int]],
                    row_sums: tuple[int, int]) -> tuple[list[str], str]:
     diff = b - a
     ranked = [(rule, total, n) for rule, (total, n) in
               sorted(contributions.items(), key=lambda kv: -abs(kv[1][0])) if total]
-    parts = [f"{RULE_LABELS.get(rule, rule)} {_signed(total)} ({n} row{'s' if n != 1 else ''})"
+    parts = [f"{RULE_LABELS.get(rule, rule)} {signed(total)} ({n} row{'s' if n != 1 else ''})"
              for rule, total, n in ranked]
     rules = [rule for rule, _, _ in ranked]
     gap = diff - (row_sums[1] - row_sums[0])
     if gap:
-        parts.append(f"the rows do not sum to the totals ({_signed(gap)} left unexplained)")
+        parts.append(f"the rows do not sum to the totals ({signed(gap)} left unexplained)")
         rules.append(UNEXPLAINED)
     if not parts:
         parts.append("the rows' differences cancel out")
-    return rules, (f"{LABELS[metric]}: {_fmt(a)} vs {_fmt(b)} ({_signed(diff)}{_pct(diff, a)}): "
+    return rules, (f"{LABELS[metric]}: {fmt(a)} vs {fmt(b)} ({signed(diff)}{_pct(diff, a)}): "
                    + "; ".join(parts))
 
 
-def _explain_peak(ctx: _Ctx, a: int, b: int, act_rules: set[str]) -> tuple[list[str], str]:
+def explain_peak(ctx: Context, a: int, b: int, act_rules: set[str]) -> tuple[list[str], str]:
     diff = b - a
-    head = f"{LABELS['peak_activation_bytes']}: {_fmt(a)} vs {_fmt(b)} ({_signed(diff)}" \
+    head = f"{LABELS['peak_activation_bytes']}: {fmt(a)} vs {fmt(b)} ({signed(diff)}" \
            f"{_pct(diff, a)}): "
     causes = [RULE_LABELS.get(r, r) for r in sorted(act_rules) if r != UNEXPLAINED]
     if ctx.batch is not None:
         ba, bb = ctx.batches
-        return ["batch"], head + (f"the live tensors scale with the batch ({ba} -> {bb}), "
+        return [BATCH.name], head + (f"the live tensors scale with the batch ({ba} -> {bb}), "
                                   f"the weights do not")
     frontends = {ctx.a.report.frontend, ctx.b.report.frontend}
     if frontends == {"torch", "torchscript"}:

@@ -1,0 +1,64 @@
+"""core/tree.py: module paths as a tree (hand-written expectations)."""
+from __future__ import annotations
+
+import pytest
+
+from layerscope.core import tree
+
+# (id, path, depth, parent, leaf, ancestors nearest first)
+PATHS = [
+    ("root", "", 0, None, "", []),
+    ("top", "a", 1, "", "a", [""]),
+    ("nested", "a.b.c", 3, "a.b", "c", ["a.b", "a", ""]),
+    ("numeric", "features.0", 2, "features", "0", ["features", ""]),
+]
+
+
+@pytest.mark.parametrize("path,depth,parent,leaf,ancestors", [c[1:] for c in PATHS],
+                         ids=[c[0] for c in PATHS])
+def test_path_arithmetic(path, depth, parent, leaf, ancestors):
+    assert tree.depth(path) == depth
+    assert tree.parent(path) == parent
+    assert tree.leaf(path) == leaf
+    assert tree.ancestors(path) == ancestors
+    assert tree.depth(path) == len(tree.ancestors(path))  # invariant
+
+
+DESCENDANT = [
+    ("child", "a.b", "a", True),
+    ("grandchild-of-root", "a.b", "", True),
+    ("self", "a", "a", False),
+    ("prefix-is-not-parent", "ab", "a", False),
+    ("parent-is-not-below-child", "a", "a.b", False),
+    ("root-below-nothing", "", "", False),
+]
+
+
+@pytest.mark.parametrize("path,of,expected", [c[1:] for c in DESCENDANT],
+                         ids=[c[0] for c in DESCENDANT])
+def test_is_descendant(path, of, expected):
+    assert tree.is_descendant(path, of) is expected
+
+
+def test_children_map_and_subtree():
+    names = ["", "a", "a.x", "a.y", "b", "a.x.k"]
+    kids = tree.children_map(names)
+    assert dict(kids) == {"": ["a", "b"], "a": ["a.x", "a.y"], "a.x": ["a.x.k"]}
+    assert kids["b"] == []
+    # depth first, last child first (a stack)
+    assert tree.subtree("a", kids) == ["a", "a.y", "a.x", "a.x.k"]
+    assert sorted(tree.subtree("", kids)) == sorted(names)
+    assert tree.subtree("b", kids) == ["b"]
+
+
+def test_with_ancestors():
+    assert tree.with_ancestors(["a.b", "c"]) == {"a.b", "a", "c", ""}
+    assert tree.with_ancestors([]) == set()
+
+
+def test_core_tree_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, layerscope.core.tree; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
