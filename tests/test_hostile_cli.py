@@ -244,7 +244,7 @@ BASE = {
     "render": ["r.json"], "report": ["r.json"], "export": ["mnist-cnn", "-o", "m.onnx"],
     "compare": ["a", "b"], "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
     "rewrite linear-subgraph": ["--m", "1", "--k", "1", "--n", "1", "-o", "d"],
-    "env": [], "graph": ["mnist-cnn"],
+    "env": [], "graph": ["mnist-cnn"], "rewrite fold-identity": ["a.onnx", "-o", "b.onnx"],
 }
 
 

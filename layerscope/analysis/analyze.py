@@ -9,6 +9,7 @@ import torch.nn as nn
 from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.environment import environment
+from layerscope.core import values
 from layerscope.errors import UserError, first_line
 from layerscope.analysis.inputs import call_text, describe_all, split_inputs
 from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,

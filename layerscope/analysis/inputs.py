@@ -20,15 +20,12 @@ from layerscope.errors import UserError
 
 
 def check_dims(shape: Any, what: str) -> tuple[int, ...]:
-    """``shape`` as a tuple of positive ints, or one UserError line naming ``what``.
-
-    The one place an input shape is validated (the shared shape parser can take it over)."""
+    """``shape`` as a tuple of positive ints within int64 (the shared parser,
+    ``core.values.check_shape``), or one UserError line naming ``what``."""
     dims = tuple(shape)
-    if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-        text = "x".join(map(str, dims)) or "()"
-        raise UserError(f"{what}: shape {text} is invalid: dimensions must be positive "
-                        "integers, e.g. 1x3x224x224")
-    return values.check_shape(dims, what)  # within int64, element count too
+    if not dims:
+        raise UserError(f"{what}: an empty shape (); give dimensions, e.g. 1x3x224x224")
+    return values.check_shape(dims, what)
 
 
 def _is_shape(x: Any) -> bool:

@@ -570,7 +570,7 @@ def _capture_real(model, inputs, kwargs, stats, order, training, dtype,
     for x in in_tensors:
         liveness.add(x)
     if script:
-        work = _script_copy(model)
+        work = model if owned else _script_copy(model)
         if dtype is not None:
             work = work.to(dtype)
         for t in list(work.parameters()) + list(work.buffers()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 
+from layerscope.core import values
 from layerscope.errors import UserError
 
 HOT_SHARE = 0.10  # default: rows at or above this share of the end-to-end median
@@ -24,6 +25,9 @@ _HELP = ("write seconds (0.00036, 3.6e-4s or 0.36ms: a layer's median at or abov
 _NUMBER = r"[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?"
 
 
+MAX_SECONDS = 3600.0  # no layer takes an hour per call: a larger value is a typo
+
+
 def parse_highlight(text: str) -> dict:
     """'3.6e-4s' -> {'rule': 'seconds', 'value': 0.00036}; 'top-5' -> {'rule': 'top',
     'value': 5}; '10%' -> {'rule': 'share', 'value': 0.1}; 'default' -> the default rule."""
@@ -32,9 +36,7 @@ def parse_highlight(text: str) -> dict:
         return dict(DEFAULT)
     m = re.fullmatch(r"top-?([0-9]+)", t)
     if m:
-        n = int(m.group(1))
-        if n < 1:
-            raise UserError(f"--highlight {text!r}: top-N needs N ≥ 1, e.g. top-5")
+        n = values.positive_int(m.group(1), f"--highlight {text!r}: N of top-N")
         return {"rule": "top", "value": n}
     m = re.fullmatch(rf"({_NUMBER})%", t)
     if m:
@@ -45,8 +47,9 @@ def parse_highlight(text: str) -> dict:
     m = re.fullmatch(rf"({_NUMBER})(ms|s)?", t)
     if m:
         v = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
-        if not (math.isfinite(v) and v > 0):
-            raise UserError(f"--highlight {text!r}: a time must be more than 0 seconds")
+        if not (math.isfinite(v) and 0 < v <= MAX_SECONDS):
+            raise UserError(f"--highlight {text!r}: a time must be more than 0 seconds and at "
+                            f"most {MAX_SECONDS:g} (a layer's median time)")
         return {"rule": "seconds", "value": v}
     raise UserError(f"--highlight {text!r}: {_HELP}")
 

@@ -96,10 +96,9 @@ def expand_all(device: str, cores: int | None = None) -> list[str]:
 
 def _part_flags(part: str) -> list[str]:
     if part.startswith("workers="):
-        value = part.split("=", 1)[1]
-        if not value.isdigit():
-            raise UserError(f"variant {part!r}: write workers=N with a whole number 0 or more")
-        return ["--num-workers", str(int(value))]
+        n = values.non_negative_int(part.split("=", 1)[1], f"variant {part!r}: N of workers=N",
+                                    maximum=values.WORKERS_MAX)
+        return ["--num-workers", str(n)]
     if part not in VARIANT_FLAGS:
         known = ", ".join(list(VARIANT_FLAGS) + ["workers=N", "all"])
         raise UserError(f"unknown variant {part!r}: use {known}, combined with + "
