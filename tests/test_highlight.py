@@ -39,11 +39,12 @@ def test_parse_highlight(text, expected):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("", "write seconds"), ("banana", "write seconds"), ("top-0", "N of top-N must be at least 1"), ("1e20s", "at most 3600"),
+    ("", "write seconds"), ("banana", "write seconds"),
+    ("top-0", "N of top-N must be at least 1"), ("1e20s", "at most 3600"),
     ("top--3", "write seconds"), ("0", "more than 0 seconds"), ("0s", "more than 0 seconds"),
     ("-1", "write seconds"), ("0%", "more than 0%"), ("150%", "at most 100%"),
     ("1e999", "more than 0 seconds"), ("5 us", "write seconds"), ("nan", "write seconds"),
-], ids=["empty", "word", "top-0", "top-negative", "zero", "zero-s", "negative", "share-0",
+], ids=["empty", "word", "top-0", "huge-seconds", "top-negative", "zero", "zero-s", "negative", "share-0",
         "share-over", "infinite", "unit-us", "nan"])
 def test_parse_highlight_rejects(text, words):
     with pytest.raises(UserError, match=words):
