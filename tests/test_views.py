@@ -6,8 +6,10 @@ import json
 import pytest
 
 from layerscope.core.results import KINDS
-from layerscope.renderers import render
+from layerscope.renderers import graph_out, render
 from layerscope.views import VIEWS, View, register, view_for
+from tests.helpers import run_cli
+from tests.onnx_graphs import memory_graph, save
 from tests.sample_results import ALL
 
 
@@ -58,3 +60,37 @@ def test_a_new_kind_is_one_view_and_one_registration(monkeypatch):
     assert render(Tally(), "csv") == "name,count\na,1\nb,2\n"
     assert json.loads(render(Tally(), "json"))["counts"] == {"a": 1, "b": 2}
     assert "<td class=\"num\" data-sort=\"2\">2</td>" in render(Tally(), "html")
+
+
+@pytest.fixture
+def hand(tmp_path):
+    return save(memory_graph(), tmp_path, "hand.onnx")
+
+
+def test_graph_is_a_registered_view(hand):
+    from layerscope.analysis.graph import graph
+
+    g = graph(hand, metric="macs")
+    # mm: (2x4) @ (4x16) -> 2 * 4 * 16 = 128 MACs, the largest node: listed first
+    assert render(g, "table", width=160) == graph_out.to_text(g)
+    assert graph_out.to_text(g).splitlines()[1].split() == ["128", "mm", "(MatMul)"]
+    lines = render(g, "csv").splitlines()
+    assert lines[0].startswith("id,name,type,kind,shape,flops,macs")
+    assert len(lines) == 1 + len(g.nodes)
+    assert view_for(g).tables(g)[0].rows[0][0].text == "mm"
+
+
+@pytest.mark.parametrize("argv, check", [
+    (["--format", "json"], lambda out: json.loads(out)["kind"] == "graph"),
+    (["--format", "csv"], lambda out: out.startswith("id,name,type,kind")),
+    ([], lambda out: "top by flops" in out),
+], ids=["json", "csv", "table"])
+def test_graph_cli_lists_nodes_through_render(hand, argv, check):
+    code, out, err = run_cli("graph", hand, *argv)
+    assert code == 0 and check(out), err
+
+
+def test_graph_cli_writes_the_node_list_by_extension(hand, tmp_path):
+    out = tmp_path / "nodes.json"
+    code, _, err = run_cli("graph", hand, "-o", str(out))
+    assert code == 0 and json.loads(out.read_text())["kind"] == "graph", err

@@ -29,7 +29,7 @@ def view_for(result) -> View:
                           "(layerscope.views.register)") from None
 
 
-from layerscope.views import activations, compare, ops, report, sweep, training  # noqa: E402
+from layerscope.views import activations, compare, graph, ops, report, sweep, training  # noqa: E402
 
 register("analyze", report.ANALYZE)
 register("profile", report.PROFILE)
@@ -40,3 +40,4 @@ register("ablate", training.ABLATE)
 register("loop", training.LOOP)
 register("activations", activations.VIEW)
 register("compare", compare.VIEW)
+register("graph", graph.VIEW)
