@@ -1,7 +1,7 @@
 """Captured activations as an .npz file (their table: layerscope/views/activations.py)."""
 from __future__ import annotations
 
-from layerscope.views.activations import activation_table  # noqa: F401
+from layerscope.views.activations import activation_table  # noqa: F401  (old name)
 
 
 def write_npz(capture, path: str) -> None:

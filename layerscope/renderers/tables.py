@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from layerscope.views import view_for
-from layerscope.views.common import PHASE_LABELS, exact, ms, num, pct  # noqa: F401
 from layerscope.views.sections import Cell, RowTable  # noqa: F401
-from layerscope.views.training import phase_title, variant_label  # noqa: F401
+from layerscope.views.training import phase_title  # noqa: F401
 
 
 def heading(result) -> tuple[str, str]:

@@ -6,10 +6,8 @@ import io
 from rich.console import Console
 
 from layerscope.views import view_for
-# names other modules import from here (the layouts themselves live in layerscope/views)
-from layerscope.views.common import noise_lines, noise_summary  # noqa: F401
+# names results' __rich__ import from here (the layouts themselves live in layerscope/views)
 from layerscope.views.ops import render_ops  # noqa: F401
-from layerscope.views.report import definitions, footer_lines, profile_lines  # noqa: F401
 from layerscope.views.sweep import render_sweep  # noqa: F401
 
 

@@ -7,9 +7,9 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import megabytes, shape_str, si
-from layerscope.views.common import (cell, exact, layer_bars, layer_tip, ms, ms_cell,
-                                     noise_facts, noise_lines, num, pct, row_label,
-                                     by_type_colors, type_of)
+from layerscope.views.common import (by_type_colors, cell, exact, layer_bars, layer_tip, ms,
+                                     ms_cell, noise_facts, noise_lines, num, pct, row_label,
+                                     type_of)
 from layerscope.views.highlight import describe, hot_predicate, rule_of
 from layerscope.views.sections import Cell, Chart, DataTable, Point, RowTable, Series, View
 
@@ -203,10 +203,10 @@ def analyze_charts(r) -> list[Chart]:
         return []
     return [
         layer_bars(r, "macs", "MACs per layer", "MACs", lambda x: x.macs,
-                    lambda x: layer_tip(x, _cost_lines(x))),
+                   lambda x: layer_tip(x, _cost_lines(x))),
         layer_bars(r, "params", "Parameters per layer", "parameters", lambda x: x.params,
-                    lambda x: layer_tip(x, _cost_lines(x),
-                                        f"weight bytes {si(x.weight_bytes)}B")),
+                   lambda x: layer_tip(x, _cost_lines(x),
+                                       f"weight bytes {si(x.weight_bytes)}B")),
     ]
 
 
@@ -241,7 +241,7 @@ def profile_charts(r) -> list[Chart]:
     rule = rule_of(r)
     is_hot = hot_predicate(rule)
     out = [layer_bars(r, "latency", "Latency per layer (median; whiskers p10-p90)",
-                       "ms", median_ms, tip, hot=is_hot, whiskers=whiskers)]
+                      "ms", median_ms, tip, hot=is_hot, whiskers=whiskers)]
     out[0].note = f"{describe(rule)} are outlined and named"
     noise = r.noise or {}
     if noise.get("warnings"):  # the PNG has no warning line of its own
