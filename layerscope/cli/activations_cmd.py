@@ -1,7 +1,6 @@
 """layerscope activations MODEL --layers REGEX -o acts.npz: capture layer outputs."""
 from __future__ import annotations
 
-import json
 import sys
 
 from layerscope.core.values import arg, seed, width
@@ -30,7 +29,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.analysis.activations import activations
-    from layerscope.renderers.activations_out import activation_table, write_npz
+    from layerscope.renderers import render
+    from layerscope.renderers.activations_out import write_npz
+    from layerscope.renderers.terminal import render_table
 
     capture = activations(args.model, args.input, layers=args.layers,
                           batch_size=args.batch_size, seed=args.seed)
@@ -39,12 +40,12 @@ def run(args) -> int:
         if args.output != "-":
             print(f"wrote {args.output} ({len(capture.arrays)} arrays)", file=sys.stderr)
     if args.format == "json":
-        sys.stdout.write(json.dumps(capture.to_dict(), indent=2) + "\n")
+        sys.stdout.write(render(capture, "json"))
     else:
         from rich.console import Console
 
         # Not a terminal (a pipe, a file): as wide as the table needs; the table is not
         # expanded, so a large console width adds no padding.
         width = args.width or (None if sys.stdout.isatty() else UNLIMITED_WIDTH)
-        Console(width=width, highlight=False).print(activation_table(capture))
+        Console(width=width, highlight=False).print(render_table(capture))
     return 0

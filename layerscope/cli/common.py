@@ -62,7 +62,7 @@ def add_highlight(p: argparse.ArgumentParser) -> None:
 
 
 def _highlight(text: str) -> dict:
-    from layerscope.renderers.highlight import parse_highlight
+    from layerscope.views.highlight import parse_highlight
 
     return parse_highlight(text)  # a UserError here stops the command before any work
 
@@ -110,7 +110,7 @@ def write_report_files(report, args) -> None:
 def emit(report, args) -> None:
     fmt = pick_format(args.format, args.output)
     if getattr(args, "highlight", None) is not None:
-        from layerscope.renderers.highlight import apply_highlight
+        from layerscope.views.highlight import apply_highlight
 
         apply_highlight(report, args.highlight)  # kept in the settings: JSON renders the same
     if fmt == "png":
@@ -119,11 +119,13 @@ def emit(report, args) -> None:
         if not args.output:
             raise UserError("--format png writes a binary file: give -o FILE.png")
         write_output(args.output, render_png(report, _size(args)))
-    elif fmt == "table" and not args.output and hasattr(report, "__rich__"):
+    elif fmt == "table" and not args.output:
         from rich.console import Console
 
+        from layerscope.renderers.terminal import render_table
+
         width = args.width or (None if sys.stdout.isatty() else 160)
-        Console(width=width, highlight=False).print(report)
+        Console(width=width, highlight=False).print(render_table(report))
     else:
         output(render(report, fmt, width=args.width or 160), args.output)
     write_report_files(report, args)

@@ -35,15 +35,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.compare import compare
     from layerscope.cli.common import output
-    from layerscope.renderers import compare_out, pick_format, render
+    from layerscope.renderers import pick_format, render
 
     fmt = pick_format(args.format, args.output)
     if fmt not in FORMATS:
         raise UserError(f"compare writes {', '.join(FORMATS)}; not {fmt}")
     result = compare(args.a, args.b, inputs=args.input)
-    if fmt == "table":
-        text = compare_out.to_text(result, width=args.width or 160, show_all=args.all)
-    else:
-        text = render(result, fmt, width=args.width or 160)
-    output(text, args.output)
+    options = {"show_all": args.all} if fmt == "table" else {}
+    output(render(result, fmt, width=args.width or 160, **options), args.output)
     return 0

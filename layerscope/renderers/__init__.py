@@ -1,4 +1,7 @@
-"""Turn results into text, JSON, CSV, HTML (renderers/html) and PNG plots (renderers/plot)."""
+"""Turn results into text, JSON, CSV, HTML (renderers/html) and PNG plots (renderers/plot).
+
+Every renderer draws the sections of ``layerscope.views.view_for(result)``; none asks which kind
+of result it was given."""
 from __future__ import annotations
 
 import os
@@ -17,35 +20,29 @@ def pick_format(fmt: str | None, output: str | None) -> str:
     return "table"
 
 
-def render(report, fmt: str, width: int | None = None) -> str:
-    """Text formats; "png" is bytes: renderers.plot.render_png."""
-    if fmt == "csv" and report.kind in ("train", "ablate", "activations", "loop"):
-        fmt = "json"  # these have no row table; their CSVs are written by the run itself
+def render(report, fmt: str, width: int | None = None, **options) -> str:
+    """Text formats; "png" is bytes: renderers.plot.render_png. ``options`` go to the terminal
+    layout (compare: ``show_all``)."""
     if fmt == "html":
         from layerscope.renderers.html import render_html
 
         return render_html(report)
     if fmt == "png":
         raise ValueError("png is binary: use layerscope.renderers.plot.render_png")
-    if report.kind == "compare" and fmt in ("table", "csv"):
-        from layerscope.renderers import compare_out
+    if fmt == "csv":
+        from layerscope.renderers.csv_out import to_csv
 
-        return compare_out.to_csv(report) if fmt == "csv" else compare_out.to_text(report, width)
-    if fmt == "table" and report.kind == "activations":
-        from layerscope.renderers.activations_out import to_text as activations_text
-
-        return activations_text(report, width=width or 160)
+        text = to_csv(report)
+        if text is not None:
+            return text
+        fmt = "json"  # no row table; such a result's CSVs are written by the run itself
     if fmt == "json":
         from layerscope.renderers.json_out import to_json
 
         return to_json(report)
-    if fmt == "csv":
-        from layerscope.renderers.csv_out import to_csv
-
-        return to_csv(report)
     from layerscope.renderers.terminal import to_text
 
-    return to_text(report, width=width)
+    return to_text(report, width=width, **options)
 
 
 def write_atomic(path: str, data, *, fsync: bool = True) -> None:

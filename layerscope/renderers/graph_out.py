@@ -15,6 +15,7 @@ from typing import Any
 
 from layerscope.core.units import si
 from layerscope.errors import UserError
+from layerscope.views.graph import is_op, text_lines
 
 # Above this many nodes the pure-Python layout takes minutes: ask for --nodes or Graphviz.
 MAX_PYTHON_LAYOUT_NODES = 1500
@@ -27,7 +28,7 @@ def _short(text: str) -> str:
 
 
 def _label_lines(g, node) -> list[str]:
-    if node.kind != "op":
+    if not is_op(node):
         return [_short(node.name)] + ([node.shape] if node.shape else [])
     lines = [_short(node.name)]
     if node.type != node.name:
@@ -39,7 +40,7 @@ def _label_lines(g, node) -> list[str]:
 
 def _colour(g, node, top: float) -> str:
     """White (0) to red (the largest value); a square root keeps small values visible."""
-    if node.kind != "op":
+    if not is_op(node):
         return "#e8e8e8"
     share = math.sqrt(g.value(node) / top) if top > 0 else 0.0
     other = int(round(255 - 175 * share))
@@ -47,7 +48,7 @@ def _colour(g, node, top: float) -> str:
 
 
 def _top(g) -> float:
-    return max((g.value(n) for n in g.nodes if n.kind == "op"), default=0.0)
+    return max((g.value(n) for n in g.nodes if is_op(n)), default=0.0)
 
 
 def _dot_quote(text: str) -> str:
@@ -62,7 +63,7 @@ def to_dot(g) -> str:
     for n in g.nodes:
         label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"')
                            for line in _label_lines(g, n))
-        shape = ", shape=ellipse" if n.kind != "op" else ""
+        shape = "" if is_op(n) else ", shape=ellipse"
         lines.append(f'  {_dot_quote(n.id)} [label="{label}", fillcolor="{_colour(g, n, top)}"'
                      f'{shape}, tooltip={_dot_quote(_tooltip(g, n))}];')
     for e in g.edges:
@@ -162,7 +163,7 @@ def _svg_from_layout(g, lay: dict[str, Any]) -> str:
         fill = _colour(g, n, top)
         tip = html.escape(_tooltip(g, n))
         out.append(f'<g class="ls-node" data-id="{html.escape(n.id)}"><title>{tip}</title>')
-        if n.kind == "op":
+        if is_op(n):
             out.append(f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" '
                        f'height="{h:.1f}" rx="5" fill="{fill}" stroke="#444"/>')
         else:
@@ -218,7 +219,7 @@ ONNX file itself: <code>pip install netron &amp;&amp; netron FILE.onnx</code>.</
 
 
 def to_html(g) -> str:
-    ops = [n for n in g.nodes if n.kind == "op"]
+    ops = [n for n in g.nodes if is_op(n)]
     total = sum(g.value(n) for n in ops)
     summary = (f"{len(ops)} nodes, {len(g.edges)} edges ({g.frontend}); colour: {g.metric}, "
                f"total {si(total)}, white = 0, red = the largest node")
@@ -229,12 +230,7 @@ def to_html(g) -> str:
 
 def to_text(g) -> str:
     """A list of the nodes by metric, for the terminal (the picture needs -o FILE)."""
-    ops = sorted((n for n in g.nodes if n.kind == "op"), key=g.value, reverse=True)
-    lines = [f"{g.model}: {len(ops)} nodes, {len(g.edges)} edges; top by {g.metric}:"]
-    lines += [f"  {si(g.value(n)):>9}  {n.name} ({n.type})" for n in ops[:15]]
-    lines += [f"note: {n}" for n in g.notes]
-    lines.append("draw it with -o FILE.svg, FILE.html or FILE.dot")
-    return "\n".join(lines) + "\n"
+    return "\n".join(text_lines(g)) + "\n"
 
 
 RENDERERS = {".dot": to_dot, ".gv": to_dot, ".svg": to_svg, ".html": to_html, ".htm": to_html}

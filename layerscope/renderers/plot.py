@@ -1,18 +1,20 @@
-"""``--plot FILE.png``: the result's charts (the same as the HTML report's, renderers/charts.py)
+"""``--plot FILE.png``: the result's charts (the same as the HTML report's: its view's)
 in one matplotlib figure of exactly the requested size in pixels. Headless (Agg); matplotlib is
 imported only here."""
 from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import dataclass
+from typing import Callable
 
 from layerscope.core import values
 from layerscope.errors import UserError
-from layerscope.renderers.charts import Chart, charts
 from layerscope.renderers.html.svg import _names_its_category, category_labels, \
     with_thinning_note
 from layerscope.renderers.label_layout import place_labels
-from layerscope.renderers.tables import heading
+from layerscope.views import view_for
+from layerscope.views.sections import Chart
 
 DPI = 100
 DEFAULT_SIZE = (1200, 800)
@@ -53,7 +55,7 @@ def _category_ticks(ax, chart: Chart, ax_width_px: float) -> None:
 
 def _set_title(ax, chart: Chart, ax_width_px: float) -> None:
     note = with_thinning_note(chart, _band_pt(chart, ax_width_px), TICK_PTS) \
-        if chart.kind in ("bars", "stacked") else chart.note
+        if chart.categorical else chart.note
     ax.set_title(chart.title + (f"\n{note}" if note else ""), fontsize=8.5, wrap=True)
 
 
@@ -85,62 +87,102 @@ def _place_point_labels(fig, ax) -> None:
             line.set_in_layout(False)
 
 
+def _draw_bars(ax, chart: Chart) -> None:
+    hot_any = any(p.hot for s in chart.series for p in s.points)
+    for s in chart.series:
+        xs = [p.x for p in s.points]
+        ys = [p.y for p in s.points]
+        alphas = [1.0 if (p.hot or not hot_any) else 0.55 for p in s.points]
+        colors = [(*_rgb(s.color), a) for a in alphas]
+        edges = ["#222222" if p.hot else "none" for p in s.points]
+        ax.bar(xs, ys, width=0.8, color=colors, edgecolor=edges, linewidth=1.0, label=s.name)
+        for p in s.points:
+            if p.lo is not None and p.hi is not None and len(chart.categories) <= 200:
+                ax.plot([p.x, p.x], [p.lo, p.hi], color="#333333", linewidth=0.8)
+            if p.label and not _names_its_category(p, chart.categories):
+                ax.annotate(p.label, (p.x, p.hi if p.hi is not None else p.y),
+                            xytext=(2, 4), textcoords="offset points", rotation=30,
+                            fontsize=7, fontweight="bold")
+
+
+def _draw_stacked(ax, chart: Chart) -> None:
+    n = len(chart.categories)
+    base = [0.0] * n
+    for s in chart.series:
+        ys = [0.0] * n
+        for p in s.points:
+            ys[int(p.x)] = p.y
+        ax.bar(range(n), ys, bottom=base, width=0.7, color=s.color, label=s.name)
+        base = [b + y for b, y in zip(base, ys)]
+
+
+def _draw_guides(ax, chart: Chart) -> None:
+    for g in chart.guides:
+        ax.plot([p.x for p in g.points], [p.y for p in g.points], color=g.color,
+                linestyle="--", linewidth=1.2, label=g.name)
+
+
+def _point_labels(ax, s) -> None:
+    for p in s.points:
+        if p.label:  # placed clear of each other once the layout is known: _place
+            a = ax.annotate(p.label, (p.x, p.y), xytext=(5, 0),
+                            textcoords="offset points", fontsize=LABEL_PT,
+                            fontweight="bold", va="center", gid="ls-point-label")
+            a.set_in_layout(False)
+
+
+def _draw_lines(ax, chart: Chart) -> None:
+    _draw_guides(ax, chart)
+    for s in chart.series:
+        xs = [p.x for p in s.points]
+        ys = [p.y for p in s.points]
+        ax.plot(xs, ys, color=s.color, marker="o", markersize=4, linewidth=1.8,
+                linestyle="--" if s.dashed else "-", label=s.name)
+        for p in s.points:
+            if p.lo is not None and p.hi is not None:
+                ax.plot([p.x, p.x], [p.lo, p.hi], color=s.color, linewidth=1.2)
+        _point_labels(ax, s)
+
+
+def _draw_scatter(ax, chart: Chart) -> None:
+    _draw_guides(ax, chart)
+    for s in chart.series:
+        xs = [p.x for p in s.points]
+        ys = [p.y for p in s.points]
+        ax.scatter(xs, ys, s=[40 if p.hot else 16 for p in s.points], color=s.color,
+                   edgecolors=["#222222" if p.hot else "none" for p in s.points],
+                   label=s.name, zorder=3)
+        _point_labels(ax, s)
+
+
+@dataclass(frozen=True)
+class Drawer:
+    """How one kind of chart is drawn in matplotlib: its marks, whether its y axis starts at
+    zero when every value is positive (as in the HTML charts), and whether one series gets a
+    legend."""
+    marks: Callable
+    floor_at_zero: bool = False
+    always_legend: bool = False
+
+
+DRAWERS = {
+    "bars": Drawer(_draw_bars),
+    "stacked": Drawer(_draw_stacked, always_legend=True),
+    "lines": Drawer(_draw_lines, floor_at_zero=True),
+    "scatter": Drawer(_draw_scatter),
+}
+
+
 def _draw(ax, chart: Chart, ax_width_px: float = 500.0) -> None:
     from matplotlib.ticker import FuncFormatter
 
-    hot_any = any(p.hot for s in chart.series for p in s.points)
-    if chart.kind == "bars":
-        for s in chart.series:
-            xs = [p.x for p in s.points]
-            ys = [p.y for p in s.points]
-            alphas = [1.0 if (p.hot or not hot_any) else 0.55 for p in s.points]
-            colors = [(*_rgb(s.color), a) for a in alphas]
-            edges = ["#222222" if p.hot else "none" for p in s.points]
-            ax.bar(xs, ys, width=0.8, color=colors, edgecolor=edges, linewidth=1.0, label=s.name)
-            for p in s.points:
-                if p.lo is not None and p.hi is not None and len(chart.categories) <= 200:
-                    ax.plot([p.x, p.x], [p.lo, p.hi], color="#333333", linewidth=0.8)
-                if p.label and not _names_its_category(p, chart.categories):
-                    ax.annotate(p.label, (p.x, p.hi if p.hi is not None else p.y),
-                                xytext=(2, 4), textcoords="offset points", rotation=30,
-                                fontsize=7, fontweight="bold")
-    elif chart.kind == "stacked":
-        n = len(chart.categories)
-        base = [0.0] * n
-        for s in chart.series:
-            ys = [0.0] * n
-            for p in s.points:
-                ys[int(p.x)] = p.y
-            ax.bar(range(n), ys, bottom=base, width=0.7, color=s.color, label=s.name)
-            base = [b + y for b, y in zip(base, ys)]
-    else:
-        for g in chart.guides:
-            ax.plot([p.x for p in g.points], [p.y for p in g.points], color=g.color,
-                    linestyle="--", linewidth=1.2, label=g.name)
-        for s in chart.series:
-            xs = [p.x for p in s.points]
-            ys = [p.y for p in s.points]
-            if chart.kind == "lines":
-                ax.plot(xs, ys, color=s.color, marker="o", markersize=4, linewidth=1.8,
-                        linestyle="--" if s.dashed else "-", label=s.name)
-                for p in s.points:
-                    if p.lo is not None and p.hi is not None:
-                        ax.plot([p.x, p.x], [p.lo, p.hi], color=s.color, linewidth=1.2)
-            else:
-                ax.scatter(xs, ys, s=[40 if p.hot else 16 for p in s.points], color=s.color,
-                           edgecolors=["#222222" if p.hot else "none" for p in s.points],
-                           label=s.name, zorder=3)
-            for p in s.points:
-                if p.label:  # placed clear of each other once the layout is known: _place
-                    a = ax.annotate(p.label, (p.x, p.y), xytext=(5, 0),
-                                    textcoords="offset points", fontsize=LABEL_PT,
-                                    fontweight="bold", va="center", gid="ls-point-label")
-                    a.set_in_layout(False)
+    drawer = DRAWERS[chart.kind]
+    drawer.marks(ax, chart)
     if chart.log_x:
         ax.set_xscale("log")
     if chart.log_y:
         ax.set_yscale("log")
-    if chart.kind in ("bars", "stacked"):
+    if chart.categorical:
         n = len(chart.categories)
         ax.set_xlim(-0.6, max(n, 1) - 0.4)
         _category_ticks(ax, chart, ax_width_px)
@@ -150,7 +192,7 @@ def _draw(ax, chart: Chart, ax_width_px: float = 500.0) -> None:
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
     if not chart.log_y:
         ax.yaxis.set_major_formatter(FuncFormatter(_fmt))
-        if chart.kind == "lines" and all(p.y >= 0 for s in chart.series for p in s.points):
+        if drawer.floor_at_zero and all(p.y >= 0 for s in chart.series for p in s.points):
             ax.set_ylim(bottom=0)  # as in the HTML charts
     _set_title(ax, chart, ax_width_px)
     if any(p.label for s in chart.series for p in s.points) and not chart.log_y:
@@ -160,7 +202,7 @@ def _draw(ax, chart: Chart, ax_width_px: float = 500.0) -> None:
     ax.tick_params(labelsize=7)
     ax.grid(True, axis="y", color="#eaeef2")
     ax.set_axisbelow(True)
-    if len(chart.series) + len(chart.guides) > 1 or chart.guides or chart.kind == "stacked":
+    if len(chart.series) + len(chart.guides) > 1 or chart.guides or drawer.always_legend:
         # headroom above the highest mark, so the legend never hides one
         lo, hi = ax.get_ylim()
         ax.set_ylim(lo, hi * 10 if chart.log_y else hi + (hi - lo) * 0.25)
@@ -179,7 +221,8 @@ def figure(result, size: tuple[int, int] = DEFAULT_SIZE):
         from matplotlib.figure import Figure
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install matplotlib") from None
-    drawn = charts(result)
+    view = view_for(result)
+    drawn = view.charts(result)
     if not drawn:
         raise UserError(f"a {result.kind} result has no chart to plot")
     width, height = size
@@ -196,12 +239,12 @@ def figure(result, size: tuple[int, int] = DEFAULT_SIZE):
         _draw(ax, chart, width / cols * 0.85)  # a first guess of the axes' width
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.suptitle(heading(result)[0], fontsize=11, fontweight="bold")
+    fig.suptitle(view.heading(result)[0], fontsize=11, fontweight="bold")
     with warnings.catch_warnings():  # tiny sizes: constrained layout gives up, still the size
         warnings.simplefilter("ignore", UserWarning)
         fig.canvas.draw()  # lays the axes out: now their widths and transforms are final
         for ax, chart in zip(axes.flat, drawn):
-            if chart.kind in ("bars", "stacked"):
+            if chart.categorical:
                 _category_ticks(ax, chart, ax.bbox.width)
                 _set_title(ax, chart, ax.bbox.width)
         fig.canvas.draw()

@@ -13,10 +13,10 @@ import re
 from importlib import resources
 from typing import Any, Sequence
 
-from layerscope.renderers.charts import charts
 from layerscope.renderers.html.svg import svg_chart
-from layerscope.renderers.tables import (RowTable, environment_rows, facts, heading, tables,
-                                         warnings)
+from layerscope.renderers.tables import environment_rows
+from layerscope.views import view_for
+from layerscope.views.sections import RowTable
 
 
 def _asset(name: str) -> str:
@@ -83,20 +83,21 @@ def _slug(text: str) -> str:
 
 def section(result, index: int) -> str:
     sid = f"r{index}"
-    title, sub = heading(result)
+    view = view_for(result)
+    title, sub = view.heading(result)
     parts = [f'<section class="ls-result" id="{sid}" data-kind="{_e(result.kind)}">',
              f"<h2>{_e(title)}</h2>", f'<p class="ls-sub">{_e(sub)}</p>']
-    parts += [f'<p class="ls-warning" role="note">Warning: {_e(w)}</p>' for w in warnings(result)]
+    parts += [f'<p class="ls-warning" role="note">Warning: {_e(w)}</p>'
+              for w in view.warnings(result)]
     parts += ['<div class="ls-facts">',
-              kv_table("Environment", environment_rows(getattr(result, "environment", None))),
-              kv_table("Totals" if result.kind in ("analyze", "profile") else "Summary",
-                       facts(result)),
+              kv_table("Environment", environment_rows(view.environment(result))),
+              kv_table(view.facts_title, view.facts(result)),
               "</div>"]
-    drawn = charts(result)
+    drawn = view.charts(result)
     if drawn:
         parts.append('<div class="ls-charts">' + "".join(svg_chart(c) for c in drawn)
                      + "</div>")
-    for t in tables(result):
+    for t in view.tables(result):
         tid = f"{sid}-{t.id}"
         parts.append(f"<h3>{_e(t.title)}</h3>")
         parts.append(f'<div class="ls-table-tools"><input type="search" class="ls-filter" '
@@ -105,14 +106,17 @@ def section(result, index: int) -> str:
                      f'data-count="{tid}-count"><span class="ls-count" id="{tid}-count">'
                      f'{len(t.rows)} rows</span></div>')
         parts.append(f'<div class="ls-scroll">{row_table(t, tid)}</div>')
-    name = _slug(f"{getattr(result, 'model', None) or getattr(result, 'recipe', 'result')}"
-                 f"-{result.kind}") + ".json"
+    name = _slug(f"{view.name(result)}-{result.kind}") + ".json"
     parts.append(f'<script type="application/json" class="ls-json" id="{sid}-json" '
                  f'data-kind="{_e(result.kind)}">{embedded_json(result)}</script>')
     parts.append(f'<button type="button" class="ls-download" data-for="{sid}-json" '
                  f'data-name="{_e(name)}">Download JSON</button>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _title(result) -> str:
+    return view_for(result).heading(result)[0]
 
 
 def render_html(results, title: str | None = None) -> str:
@@ -122,11 +126,11 @@ def render_html(results, title: str | None = None) -> str:
     if not isinstance(results, (list, tuple)):
         results = [results]
     if title is None:
-        title = heading(results[0])[0] if len(results) == 1 else "layerscope report"
+        title = _title(results[0]) if len(results) == 1 else "layerscope report"
     nav = ""
     if len(results) > 1:
         nav = '<nav class="ls-nav">' + "".join(
-            f'<a href="#r{i}">{_e(heading(r)[0])}</a>' for i, r in enumerate(results)) + "</nav>"
+            f'<a href="#r{i}">{_e(_title(r))}</a>' for i, r in enumerate(results)) + "</nav>"
     values = {
         "title": _e(title), "version": _e(__version__), "count": str(len(results)),
         "nav": nav, "css": _asset("report.css"), "js": _asset("report.js"),

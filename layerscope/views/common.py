@@ -1,0 +1,129 @@
+"""Formatting and section pieces several views share: numbers as text, table cells, the noise
+line, layer bars coloured by type and phase stacks. Plain formatting only; no analysis."""
+from __future__ import annotations
+
+from layerscope.core.units import shape_str, si
+from layerscope.views.sections import PALETTE, PHASE_COLORS, Cell, Chart, Point, Series
+
+PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
+                "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
+
+
+# ---- small formatters -------------------------------------------------------------------
+def ms(seconds: float | None, digits: int = 3) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.{digits}f}"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}%}"
+
+
+def num(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def exact(n: int | None) -> str:
+    """'40.81M (40,813,184)'."""
+    if n is None:
+        return "-"
+    return f"{si(n)} ({n:,})" if abs(n) >= 1000 else f"{n:,}"
+
+
+def cell(value, text: str | None = None) -> Cell:
+    if text is None:
+        text = si(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else ("-" if value is None else str(value))
+    return Cell(text, value)
+
+
+def ms_cell(seconds: float | None) -> Cell:
+    return Cell(ms(seconds), None if seconds is None else seconds * 1e3)
+
+
+def median(xs):
+    if not xs:
+        return None
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def row_label(row) -> str:
+    return row.name + (" (own ops)" if row.self_only else "")
+
+
+# ---- noise ------------------------------------------------------------------------------
+def noise_summary(noise: dict) -> str:
+    """One line: the spread and the machine readings of a ``noise`` section."""
+    load = noise.get("loadavg")
+    cpus = noise.get("cpus_available")
+    affinity = "" if cpus is None or cpus == noise.get("cpu_count") else \
+        f" ({cpus} usable by this process)"
+    return (f"p90/p10 {num(noise.get('p90_over_p10'))}, CV {num(noise.get('cv'))}, "
+            f"mean/median {num(noise.get('mean_over_median'))} (n={noise.get('n')}); "
+            f"load average {'-' if not load else f'{load[0]:.2f}'} at start, "
+            f"{noise.get('threads')} threads, {noise.get('cpu_count')} CPUs{affinity}")
+
+
+def noise_lines(result) -> list[str]:
+    """The noise line and its warnings; nothing for a result saved without a noise section."""
+    noise = getattr(result, "noise", None)
+    if not noise:
+        return []
+    return [f"Noise: {noise_summary(noise)}"] + [f"Warning: {w}" for w in noise.get("warnings")
+                                                  or []]
+
+
+def noise_facts(result) -> list[tuple[str, str]]:
+    """The noise line of a timed result (none for one saved without a noise section); its
+    warnings are drawn by ``View.warnings`` above the figures."""
+    noise = getattr(result, "noise", None)
+    return [("Noise", noise_summary(noise))] if noise else []
+
+
+# ---- chart pieces -----------------------------------------------------------------------
+def by_type_colors(types) -> dict[str, str]:
+    colors: dict[str, str] = {}
+    for t in types:
+        if t not in colors:
+            colors[t] = PALETTE[len(colors) % len(PALETTE)] if len(colors) < len(PALETTE) \
+                else "#7f7f7f"
+    return colors
+
+
+def layer_tip(row, *lines: str) -> str:
+    head = f"{row.name}{' (own ops)' if row.self_only else ''} ({row.type})"
+    shapes = f"in {shape_str(row.input_shapes)} → out {shape_str(row.output_shapes)}"
+    return "\n".join([head, shapes, *[ln for ln in lines if ln]])
+
+
+def type_of(row) -> str:
+    return row.type + (" (own ops)" if row.self_only else "")
+
+
+def layer_bars(report, id: str, title: str, y_label: str, value, tip, hot=None,
+               whiskers=None) -> Chart:
+    types = [type_of(r) for r in report.layers]
+    colors = by_type_colors(types)
+    series = {t: Series(t, colors[t]) for t in colors}
+    for i, row in enumerate(report.layers):
+        lo, hi = whiskers(row) if whiskers else (None, None)
+        h = bool(hot and hot(row))
+        series[types[i]].points.append(Point(i, value(row), tip(row), lo, hi, h,
+                                             row.name if h else None))
+    return Chart(id, "bars", title, f"layers in execution order ({len(report.layers)})",
+                 y_label, list(series.values()), [r.name for r in report.layers])
+
+
+def phase_stack(id: str, title: str, categories: list[str], per_cat: list[dict[str, float]],
+                tips: list[str], x_label: str) -> Chart:
+    series = []
+    for p, label in PHASE_LABELS.items():
+        s = Series(label, PHASE_COLORS[p])
+        for i, d in enumerate(per_cat):
+            v = d.get(p, 0.0) or 0.0
+            total = sum(x or 0.0 for x in d.values())
+            s.points.append(Point(i, v, f"{categories[i]}: {label} {v:.2f} ms per step "
+                                        f"({pct(v / total if total else None)})\n{tips[i]}"))
+        series.append(s)
+    return Chart(id, "stacked", title, x_label, "ms per step", series, categories)

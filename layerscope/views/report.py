@@ -1,0 +1,515 @@
+"""analyze and profile (``Report``): the per-layer table with torchinfo's footer, latency per
+layer with its hot rows, key figures, MACs/parameter/latency bars and the roofline."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from layerscope.core.units import megabytes, shape_str, si
+from layerscope.views.common import (by_type_colors, cell, exact, layer_bars, layer_tip, ms,
+                                     ms_cell, noise_facts, noise_lines, num, pct, row_label,
+                                     type_of)
+from layerscope.views.highlight import describe, hot_predicate, rule_of
+from layerscope.views.sections import Cell, Chart, DataTable, Point, RowTable, Series, View
+
+
+# ---- heading and key figures ------------------------------------------------------------
+def _input_text(i: dict) -> str:
+    """'1x3x224x224 float32', 'mask=1x128 bool', 'int' (a forward argument that is no tensor)."""
+    name = f"{i['name']}=" if i.get("name") else ""
+    if "shape" not in i:
+        return name + str(i.get("type", "?"))
+    return name + f"{shape_str([i.get('shape')])} {i.get('dtype') or ''}".strip()
+
+
+def _heading(result, profiled: bool) -> tuple[str, str]:
+    s = result.settings
+    inputs = ", ".join(_input_text(i) for i in result.inputs)
+    parts = [f"input {inputs}" if inputs else None, f"frontend {result.frontend}",
+             f"mode {s.get('mode', 'inference')}",
+             f"depth {s['depth']}" if s.get("depth") is not None else "leaf layers"]
+    if profiled:
+        e = result.end_to_end or {}
+        parts += [f"device {s.get('device')}", f"batch {s.get('batch_size')}",
+                  f"{s.get('threads')} threads", f"n={e.get('n')} runs"]
+    title = f"{result.model} — {'per-layer latency' if profiled else 'static cost'}"
+    return title, " · ".join(p for p in parts if p)
+
+
+def analyze_heading(result) -> tuple[str, str]:
+    return _heading(result, False)
+
+
+def profile_heading(result) -> tuple[str, str]:
+    return _heading(result, True)
+
+
+def _cost_facts(r) -> list[tuple[str, str]]:
+    t = r.totals
+    out = [("Parameters", f"{exact(t.params)}; trainable {t.trainable_params:,}"),
+           ("Weight bytes", exact(t.weight_bytes)), ("Buffer bytes", exact(t.buffer_bytes)),
+           ("MACs", exact(t.macs)), ("FLOPs", exact(t.flops)),
+           ("Bytes read / written", f"{si(t.bytes_read)} / {si(t.bytes_written)}"),
+           ("Intensity", "-" if t.intensity is None else f"{t.intensity:.2f} FLOP/B"),
+           ("Activation bytes", exact(t.activation_bytes)),
+           ("Peak activation bytes", exact(t.peak_activation_bytes)),
+           ("Input / output bytes", f"{si(t.input_bytes)} / {si(t.output_bytes)}")]
+    if t.layer_output_bytes is not None:
+        out += [("Sum of layer outputs", exact(t.layer_output_bytes)),
+                ("Forward/backward pass (torchinfo)", exact(t.torchinfo_pass_bytes))]
+    if t.backward_macs is not None:
+        out += [("Backward MACs", exact(t.backward_macs)),
+                ("Backward FLOPs", exact(t.backward_flops)),
+                ("Gradient bytes", exact(t.gradient_bytes)),
+                ("Optimizer state bytes",
+                 f"{exact(t.optimizer_state_bytes)} ({r.settings.get('optimizer')})")]
+    cov = pct(r.op_coverage)
+    if r.uncounted_ops:
+        cov += "; uncounted: " + ", ".join(f"{u.op} x{u.calls}" for u in r.uncounted_ops)
+    out.append(("Op coverage", cov))
+    return out
+
+
+def analyze_facts(r) -> list[tuple[str, str]]:
+    return _cost_facts(r) + [("Note", n) for n in r.notes] + noise_facts(r)
+
+
+def profile_facts(r) -> list[tuple[str, str]]:
+    out = _cost_facts(r)
+    if r.end_to_end:
+        e = r.end_to_end
+        out += [("End-to-end median", f"{ms(e['median_s'])} ms (mean {ms(e.get('mean_s'))}, "
+                                      f"p10 {ms(e['p10_s'])}, p90 {ms(e['p90_s'])}, "
+                                      f"n={e['n']})"),
+                ("Throughput", f"{num(e.get('throughput_per_s'), '.1f')} samples/s"),
+                ("Overhead", "-" if r.overhead is None else
+                 f"{r.overhead:+.1%} ({definitions(r)[0]})"),
+                ("Coverage", f"{pct(r.coverage)} ({definitions(r)[1]})")]
+        if r.backward:
+            b = r.backward
+            out.append(("Backward", f"median {ms(b['end_to_end']['median_s'])} ms, overhead "
+                                    f"{pct(b.get('overhead'))}, attributed "
+                                    f"{pct(b.get('coverage'))}"))
+        if r.roofline:
+            c = r.roofline
+            out.append(("Roofline", f"peak {c['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth "
+                                    f"{c['bandwidth'] / 1e9:.1f} GB/s, ridge "
+                                    f"{c['ridge']:.1f} FLOP/B ({c.get('device')}, "
+                                    f"{c.get('dtype')})"))
+    return out + [("Note", n) for n in r.notes] + noise_facts(r)
+
+
+def definitions(report) -> tuple[str, str]:
+    """How ``overhead`` and ``coverage`` were computed. Reports saved before the noise section
+    (and the same-run rule, issue 10) used ratios of medians from different samples."""
+    if report.noise is None:
+        return "instrumented / bare median - 1", "sum of row medians / bare median"
+    return ("median of instrumented / bare over interleaved pairs, - 1",
+            "median over runs of the rows' sum / that run's wall time")
+
+
+# ---- row tables (HTML report, notebook) -----------------------------------------------
+def analyze_table(r) -> RowTable:
+    training = r.totals.backward_macs is not None
+    cols = [("Layer", False), ("Type", False), ("Calls", True), ("Input shape", False),
+            ("Output shape", False), ("Params", True), ("MACs", True), ("FLOPs", True),
+            ("Read B", True), ("Written B", True), ("Act. B", True), ("FLOP/B", True)]
+    if training:
+        cols += [("Bwd MACs", True), ("Bwd FLOPs", True)]
+    rows = []
+    for row in r.layers:
+        cells = [Cell(row_label(row), row.name), cell(row.type), cell(row.calls, str(row.calls)),
+                 cell(shape_str(row.input_shapes)), cell(shape_str(row.output_shapes)),
+                 cell(row.params), cell(row.macs), cell(row.flops), cell(row.bytes_read),
+                 cell(row.bytes_written), cell(row.activation_bytes),
+                 Cell("-" if row.intensity is None else f"{row.intensity:.1f}", row.intensity)]
+        if training:
+            cells += [cell(row.backward_macs), cell(row.backward_flops)]
+        rows.append(cells)
+    t = r.totals
+    foot = ["Total", "", "", "", "", si(t.params), si(t.macs), si(t.flops), si(t.bytes_read),
+            si(t.bytes_written), si(t.activation_bytes),
+            "-" if t.intensity is None else f"{t.intensity:.1f}"]
+    if training:
+        foot += [si(t.backward_macs), si(t.backward_flops)]
+    return RowTable("layers", "Per layer", cols, rows, foot)
+
+
+def profile_table(r) -> RowTable:
+    backward = r.backward is not None
+    cols = [("Layer", False), ("Type", False), ("Input shape", False), ("Output shape", False),
+            ("MACs", True), ("FLOPs", True), ("Median ms", True), ("Mean ms", True),
+            ("p10 ms", True), ("p90 ms", True), ("Share", True), ("Rank", True), ("GFLOP/s", True),
+            ("GB/s", True), ("FLOP/B", True), ("Bound", False), ("% roof", True)]
+    if backward:
+        cols.append(("Bwd ms", True))
+    rows, hot = [], []
+    is_hot_row = hot_predicate(rule_of(r))
+    for row in r.layers:
+        t = row.time or {}
+        a = row.achieved or {}
+        roof = row.roofline or {}
+        cells = [Cell(row_label(row), row.name), cell(row.type), cell(shape_str(row.input_shapes)),
+                 cell(shape_str(row.output_shapes)), cell(row.macs), cell(row.flops),
+                 ms_cell(t.get("median_s")), ms_cell(t.get("mean_s")), ms_cell(t.get("p10_s")),
+                 ms_cell(t.get("p90_s")),
+                 Cell(pct(row.share), row.share), Cell(str(row.rank or "-"), row.rank),
+                 Cell(num(a.get("gflops_per_s"), ".1f"), a.get("gflops_per_s")),
+                 Cell(num(a.get("gbytes_per_s"), ".1f"), a.get("gbytes_per_s")),
+                 Cell("-" if row.intensity is None else f"{row.intensity:.1f}", row.intensity),
+                 cell(roof.get("bound")),
+                 Cell(pct(roof.get("pct_of_roof"), 0), roof.get("pct_of_roof"))]
+        if backward:
+            cells.append(ms_cell((row.backward_time or {}).get("median_s")))
+        rows.append(cells)
+        hot.append(is_hot_row(row))
+    e = r.end_to_end or {}
+    foot = ["End-to-end (bare)", "", "", "", si(r.totals.macs), si(r.totals.flops),
+            ms(e.get("median_s")), ms(e.get("mean_s")), ms(e.get("p10_s")), ms(e.get("p90_s")),
+            pct(r.coverage) + " covered", "", "", "", "", "", ""]
+    if backward:
+        foot.append(ms(r.backward["end_to_end"]["median_s"]))
+    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))})", cols, rows,
+                    foot, hot)
+
+
+def type_table(r) -> RowTable:
+    cols = [("Type", False), ("Layers", True), ("Median ms", True), ("Mean ms", True),
+            ("Share", True), ("MACs", True)]
+    rows = [[cell(d["type"]), cell(d["layers"], str(d["layers"])),
+             ms_cell(d["time"]["median_s"]), ms_cell(d["time"].get("mean_s")),
+             Cell(pct(d["share"]), d["share"]), cell(d.get("macs"))] for d in r.by_type]
+    return RowTable("by-type", "Time by layer type (shares: sums of the rows' shares)", cols,
+                    rows)
+
+
+def analyze_tables(r) -> list[RowTable]:
+    return [analyze_table(r)]
+
+
+def profile_tables(r) -> list[RowTable]:
+    return [profile_table(r)] + ([type_table(r)] if r.by_type else [])
+
+
+# ---- charts -----------------------------------------------------------------------------
+def _cost_lines(row) -> str:
+    return (f"params {si(row.params)}, MACs {si(row.macs)}, FLOPs {si(row.flops)}, "
+            f"read {si(row.bytes_read)}B, written {si(row.bytes_written)}B")
+
+
+def analyze_charts(r) -> list[Chart]:
+    if not r.layers:
+        return []
+    return [
+        layer_bars(r, "macs", "MACs per layer", "MACs", lambda x: x.macs,
+                   lambda x: layer_tip(x, _cost_lines(x))),
+        layer_bars(r, "params", "Parameters per layer", "parameters", lambda x: x.params,
+                   lambda x: layer_tip(x, _cost_lines(x),
+                                       f"weight bytes {si(x.weight_bytes)}B")),
+    ]
+
+
+def profile_charts(r) -> list[Chart]:
+    if not r.layers:
+        return []
+
+    def tip(row):
+        t = row.time or {}
+        a = row.achieved or {}
+        roof = row.roofline or {}
+        return layer_tip(
+            row,
+            f"median {ms(t.get('median_s'))} ms, mean {ms(t.get('mean_s'))} ms (p10 "
+            f"{ms(t.get('p10_s'))}, p90 {ms(t.get('p90_s'))}), share {pct(row.share)}, "
+            f"rank {row.rank}",
+            f"MACs {si(row.macs)}, FLOPs {si(row.flops)}, "
+            f"{a.get('gflops_per_s', 0):.1f} GFLOP/s, {a.get('gbytes_per_s', 0):.1f} GB/s"
+            if a else f"MACs {si(row.macs)}, FLOPs {si(row.flops)}",
+            f"{roof['bound']}-bound, {pct(roof.get('pct_of_roof'), 0)} of roof"
+            if roof.get("bound") else "")
+
+    def median_ms(row):
+        return ((row.time or {}).get("median_s") or 0.0) * 1e3
+
+    def whiskers(row):
+        t = row.time or {}
+        if t.get("p10_s") is None:
+            return None, None
+        return t["p10_s"] * 1e3, t["p90_s"] * 1e3
+
+    rule = rule_of(r)
+    is_hot = hot_predicate(rule)
+    out = [layer_bars(r, "latency", "Latency per layer (median; whiskers p10-p90)",
+                      "ms", median_ms, tip, hot=is_hot, whiskers=whiskers)]
+    out[0].note = f"{describe(rule)} are outlined and named"
+    noise = r.noise or {}
+    if noise.get("warnings"):  # the PNG has no warning line of its own
+        out[0].note += (f"; noisy: p90/p10 {num(noise.get('p90_over_p10'))}, mean/median "
+                        f"{num(noise.get('mean_over_median'))}")
+    roof = _roofline(r, tip, is_hot)
+    if roof:
+        out.append(roof)
+    return out
+
+
+def _roofline(r, tip, is_hot) -> Chart | None:
+    c = r.roofline
+    if not c:
+        return None
+    types = [type_of(x) for x in r.layers]
+    colors = by_type_colors(types)
+    series = {t: Series(t, colors[t]) for t in colors}
+    skipped = 0
+    for row, t in zip(r.layers, types):
+        roof = row.roofline or {}
+        x, y = roof.get("intensity"), roof.get("achieved_flops")
+        if not x or not y or x <= 0 or y <= 0:
+            skipped += 1
+            continue
+        h = is_hot(row)
+        series[t].points.append(Point(x, y, tip(row), hot=h, label=row.name if h else None))
+    shown = [s for s in series.values() if s.points]
+    if not shown:
+        return None
+    xs = [p.x for s in shown for p in s.points]
+    peak, bw, ridge = c["peak_flops"], c["bandwidth"], c["ridge"]
+    x0, x1 = min(min(xs), ridge) / 2, max(max(xs), ridge) * 2
+    ceiling = Series(f"roof: {bw / 1e9:.1f} GB/s × intensity, peak {peak / 1e9:.1f} GFLOP/s",
+                     "#333333", [Point(x0, bw * x0), Point(ridge, peak), Point(x1, peak)],
+                     dashed=True)
+    note = f"ridge point {ridge:.1f} FLOP/B ({c.get('device')}, {c.get('dtype')}, " \
+           f"{c.get('threads')} threads)"
+    if skipped:
+        note += f"; {skipped} layer(s) without FLOPs or bytes not shown"
+    return Chart("roofline", "scatter", "Roofline: achieved FLOP/s vs arithmetic intensity",
+                 "arithmetic intensity (FLOP/byte)", "FLOP/s", shown, log_x=True, log_y=True,
+                 guides=[ceiling], note=note)
+
+
+# ---- CSV ---------------------------------------------------------------------------------
+COLUMNS = ["name", "type", "depth", "calls", "input_shapes", "output_shapes", "params",
+           "weight_bytes", "buffer_bytes", "macs", "flops", "bytes_read", "bytes_written",
+           "activation_bytes", "intensity", "self_only"]
+
+TRAINING_COLUMNS = ["backward_macs", "backward_flops", "backward_bytes_read",
+                    "backward_bytes_written"]
+
+PROFILE_COLUMNS = ["median_s", "p10_s", "p90_s", "mean_s", "n", "share", "rank", "gflops_per_s",
+                   "gbytes_per_s", "bound", "pct_of_roof", "backward_median_s"]
+
+def _profile_cells(row) -> dict:
+    t = row.time or {}
+    a = row.achieved or {}
+    r = row.roofline or {}
+    return {"median_s": t.get("median_s"), "p10_s": t.get("p10_s"), "p90_s": t.get("p90_s"),
+            "mean_s": t.get("mean_s"), "n": t.get("n"), "share": row.share, "rank": row.rank,
+            "gflops_per_s": a.get("gflops_per_s"), "gbytes_per_s": a.get("gbytes_per_s"),
+            "bound": r.get("bound"), "pct_of_roof": r.get("pct_of_roof"),
+            "backward_median_s": (row.backward_time or {}).get("median_s")}
+
+
+def _csv(report, profiled: bool) -> DataTable:
+    training = report.totals.backward_macs is not None
+    columns = COLUMNS + (TRAINING_COLUMNS if training else []) + (
+        PROFILE_COLUMNS if profiled else [])
+    rows = []
+    for row in report.layers:
+        d = row.to_dict()
+        d["input_shapes"] = shape_str(row.input_shapes)
+        d["output_shapes"] = shape_str(row.output_shapes)
+        d["intensity"] = "" if row.intensity is None else f"{row.intensity:.4g}"
+        if profiled:
+            d.update(_profile_cells(row))
+        rows.append([d[c] for c in columns])
+    return DataTable(columns, rows)
+
+
+def analyze_csv(report) -> DataTable:
+    return _csv(report, False)
+
+
+def profile_csv(report) -> DataTable:
+    return _csv(report, True)
+
+
+# ---- terminal ---------------------------------------------------------------------------
+def _layer_table(report) -> Table:
+    training = report.totals.backward_macs is not None
+    table = Table(title=f"{report.model} ({report.frontend}, "
+                        f"{report.settings.get('mode', 'inference')})",
+                  show_lines=False, header_style="bold", pad_edge=False)
+    for name, justify in [("Layer", "left"), ("Type", "left"), ("Input shape", "left"),
+                          ("Output shape", "left"),
+                          ("Params", "right"), ("MACs", "right"), ("FLOPs", "right"),
+                          ("Read B", "right"), ("Written B", "right"), ("Act. B", "right"),
+                          ("FLOP/B", "right")]:
+        table.add_column(name, justify=justify, no_wrap=True,
+                         min_width=24 if name == "Layer" else None)
+    if training:
+        table.add_column("Bwd FLOPs", justify="right", no_wrap=True)
+    for row in report.layers:
+        indent = "  " * max(row.depth - 1, 0)
+        label = Text(indent + row.name)
+        if row.self_only:
+            label.append(" (own ops)", style="dim")
+        cells = [label, row.type, shape_str(row.input_shapes), shape_str(row.output_shapes),
+                 si(row.params), si(row.macs),
+                 si(row.flops), si(row.bytes_read), si(row.bytes_written),
+                 si(row.activation_bytes),
+                 "-" if row.intensity is None else f"{row.intensity:.1f}"]
+        if training:
+            cells.append(si(row.backward_flops))
+        table.add_row(*cells)
+    t = report.totals
+    cells = [Text("Total", style="bold"), "", "", "", si(t.params), si(t.macs), si(t.flops),
+             si(t.bytes_read), si(t.bytes_written), si(t.activation_bytes),
+             "-" if t.intensity is None else f"{t.intensity:.1f}"]
+    if training:
+        cells.append(si(t.backward_flops))
+    table.add_section()
+    table.add_row(*cells)
+    return table
+
+
+def footer_lines(report) -> list[str]:
+    """torchinfo's summary, each size labelled with its definition. "Forward/backward pass size"
+    is torchinfo's own (2 x the first output of every call of a leaf layer with parameters), so
+    it matches what torchinfo prints; ours (2 x activation bytes: every tensor the forward
+    creates, plus its gradient) and the plain sum of layer outputs follow it."""
+    t = report.totals
+    ours = 2 * t.activation_bytes
+    pass_size = ours if t.torchinfo_pass_bytes is None else t.torchinfo_pass_bytes
+    lines = [
+        f"Total params: {t.params:,}",
+        f"Trainable params: {t.trainable_params:,}",
+        f"Non-trainable params: {t.params - t.trainable_params:,}",
+        f"Total mult-adds (M): {t.macs / 1e6:.2f}",
+        f"Input size (MB): {megabytes(t.input_bytes)}",
+    ]
+    if t.torchinfo_pass_bytes is not None:
+        lines.append(f"Forward/backward pass size (MB): {megabytes(t.torchinfo_pass_bytes)}"
+                     "   (torchinfo: 2 x output bytes of each call of a leaf layer with "
+                     "parameters)")
+    lines += [
+        f"Created tensors x 2 (MB): {megabytes(ours)}   (2 x activation bytes: every tensor "
+        "the forward creates, plus its gradient)",
+    ]
+    if t.layer_output_bytes is not None:
+        lines.append(f"Sum of layer outputs: {t.layer_output_bytes:,} B "
+                     f"({megabytes(t.layer_output_bytes)} MB)   (every call of every leaf layer, "
+                     "in-place outputs counted again)")
+    lines += [
+        f"Params size (MB): {megabytes(t.weight_bytes)}",
+        f"Estimated Total Size (MB): {megabytes(t.input_bytes + pass_size + t.weight_bytes)}"
+        "   (input + forward/backward pass + params)",
+        f"Peak activation memory (MB): {megabytes(t.peak_activation_bytes)}"
+        f"   Buffers (MB): {megabytes(t.buffer_bytes)}",
+    ]
+    if t.gradient_bytes is not None:
+        lines.append(f"Gradients (MB): {megabytes(t.gradient_bytes)}   Optimizer state (MB): "
+                     f"{megabytes(t.optimizer_state_bytes)} ({report.settings.get('optimizer')})"
+                     f"   Backward MACs (M): {t.backward_macs / 1e6:.2f}")
+    cov = f"Coverage: {report.op_coverage:.1%} of op calls costed"
+    if report.uncounted_ops:
+        cov += "; uncounted: " + ", ".join(f"{u.op} x{u.calls}" for u in report.uncounted_ops)
+    lines.append(cov)
+    lines += [f"Note: {n}" for n in report.notes]
+    return lines
+
+
+def render_analyze(report) -> Group:
+    return Group(_layer_table(report), Text("\n".join(footer_lines(report))))
+
+
+def _terminal_profile_table(report) -> Table:
+    backward = report.backward is not None
+    table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
+                        f"batch {report.settings.get('batch_size')}, "
+                        f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
+                  caption=f"red rows: {describe(rule_of(report))}", caption_justify="left",
+                  header_style="bold", pad_edge=False)
+    is_hot = hot_predicate(rule_of(report))
+    cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
+            ("Mean ms", "right"), ("p10-p90 ms", "right"), ("Share", "right"),
+            ("Rank", "right"), ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"),
+            ("% roof", "right")]
+    if backward:
+        cols.append(("Bwd ms", "right"))
+    for name, justify in cols:
+        table.add_column(name, justify=justify, no_wrap=True,
+                         min_width=24 if name == "Layer" else None)
+    for row in report.layers:
+        t = row.time or {}
+        hot = is_hot(row)
+        label = Text("  " * max(row.depth - 1, 0) + row.name)
+        if row.self_only:
+            label.append(" (own ops)", style="dim")
+        roof = row.roofline or {}
+        cells = [label, row.type, si(row.macs), ms(t.get("median_s")), ms(t.get("mean_s")),
+                 f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",
+                 "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
+                 "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
+                 "-" if not row.achieved else f"{row.achieved['gbytes_per_s']:.1f}",
+                 roof.get("bound", "-"),
+                 "-" if roof.get("pct_of_roof") is None else f"{roof['pct_of_roof']:.0%}"]
+        if backward:
+            cells.append(ms((row.backward_time or {}).get("median_s")))
+        table.add_row(*cells, style="bold red" if hot else None)
+    return table
+
+
+def _terminal_type_table(report) -> Table:
+    table = Table(title="Time by layer type (shares: sums of the rows' shares)",
+                  header_style="bold", pad_edge=False)
+    for name, justify in [("Type", "left"), ("Layers", "right"), ("Median ms", "right"),
+                          ("Mean ms", "right"), ("Share", "right"), ("MACs", "right")]:
+        table.add_column(name, justify=justify, no_wrap=True)
+    for d in report.by_type:
+        table.add_row(d["type"], str(d["layers"]), ms(d["time"]["median_s"]),
+                      ms(d["time"].get("mean_s")),
+                      "-" if d["share"] is None else f"{d['share']:.1%}", si(d["macs"]))
+    return table
+
+
+def profile_lines(report) -> list[str]:
+    e = report.end_to_end
+    overhead = "-" if report.overhead is None else f"{report.overhead:+.1%}"
+    how_overhead, how_coverage = definitions(report)
+    lines = [
+        f"End-to-end (bare, no instrumentation): median {ms(e['median_s'])} ms, "
+        f"mean {ms(e['mean_s'])}, p10 {ms(e['p10_s'])}, p90 {ms(e['p90_s'])}, "
+        f"std {ms(e['std_s'])} ms, n={e['n']}; throughput {e['throughput_per_s']:.1f} samples/s",
+        f"Overhead {overhead} ({how_overhead}); coverage {pct(report.coverage)} "
+        f"({how_coverage})",
+    ]
+    if report.noise:
+        lines += noise_lines(report)
+    elif e["median_s"] and e["iqr_s"] > 0.1 * e["median_s"]:
+        lines.append("Warning: IQR is above 10% of the median; the machine was noisy.")
+    if report.backward:
+        b = report.backward
+        lines.append(f"Backward: median {ms(b['end_to_end']['median_s'])} ms, overhead "
+                     f"{num(b.get('overhead'), '+.1%')}, attributed to modules "
+                     f"{pct(b.get('coverage'))}")
+    if report.roofline:
+        r = report.roofline
+        lines.append(f"Roofline ({r['device']}, {r['dtype']}, {r['threads']} threads): peak "
+                     f"{r['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {r['bandwidth'] / 1e9:.1f} "
+                     f"GB/s, ridge {r['ridge']:.1f} FLOP/B")
+    return lines
+
+
+def render_profile(report) -> Group:
+    parts = [_terminal_profile_table(report), Text("\n".join(profile_lines(report)))]
+    if report.by_type:
+        parts.insert(1, _terminal_type_table(report))
+    return Group(*parts)
+
+
+ANALYZE = View(heading=analyze_heading, terminal=render_analyze, facts=analyze_facts,
+               tables=analyze_tables, charts=analyze_charts, csv=analyze_csv,
+               facts_title="Totals")
+PROFILE = View(heading=profile_heading, terminal=render_profile, facts=profile_facts,
+               tables=profile_tables, charts=profile_charts, csv=profile_csv,
+               facts_title="Totals")

@@ -1,0 +1,123 @@
+"""The sections a result is drawn as, independent of the output: row tables whose cells carry a
+display text and a sort key, charts as plain data, the CSV's table of raw values, and ``View``,
+the record of one result kind's sections (views/__init__.py keeps one per kind).
+
+Renderers (terminal, CSV, JSON, HTML, PNG) take these and draw them; they never ask which kind
+of result they were given.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Tableau 10: readable on white, distinct in print
+PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+           "#ff9da7", "#9c755f", "#bab0ac"]
+PHASE_COLORS = {"data": "#4e79a7", "h2d": "#76b7b2", "forward": "#59a14f", "loss": "#edc948",
+                "backward": "#e15759", "optimizer": "#b07aa1", "other": "#bab0ac"}
+
+
+# ---- tables ------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    text: str
+    sort: Any = None  # number or string; None sorts last
+
+
+@dataclass
+class RowTable:
+    id: str
+    title: str
+    columns: list[tuple[str, bool]]  # (label, numeric)
+    rows: list[list[Cell]]
+    foot: list[str] = field(default_factory=list)  # a totals row, never sorted
+    hot: list[bool] = field(default_factory=list)  # per row: emphasise
+
+
+@dataclass
+class DataTable:
+    """Raw values under column names: what the CSV writes (None as an empty field)."""
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+# ---- charts ------------------------------------------------------------------------------
+@dataclass
+class Point:
+    x: float  # bars / stacked: the category index
+    y: float
+    tip: str = ""
+    lo: float | None = None  # whisker (e.g. p10)
+    hi: float | None = None  # (p90)
+    hot: bool = False
+    label: str | None = None  # written beside a hot mark
+
+
+@dataclass
+class Series:
+    name: str
+    color: str
+    points: list[Point] = field(default_factory=list)
+    dashed: bool = False
+
+
+CATEGORY_KINDS = ("bars", "stacked")  # charts whose x axis names categories by index
+
+
+@dataclass
+class Chart:
+    id: str
+    kind: str  # bars | stacked | lines | scatter: each renderer has one drawer per kind
+    title: str
+    x_label: str
+    y_label: str
+    series: list[Series]
+    categories: list[str] = field(default_factory=list)  # bars/stacked: x labels by index
+    log_x: bool = False
+    log_y: bool = False
+    x_ticks: list[float] | None = None  # lines: ticks at these x values
+    guides: list[Series] = field(default_factory=list)  # lines without markers (ceilings)
+    note: str | None = None  # under the title
+
+    @property
+    def categorical(self) -> bool:
+        """Whether the x axis names categories (bars) rather than numbers (lines, points)."""
+        return self.kind in CATEGORY_KINDS
+
+
+# ---- a result kind's view ----------------------------------------------------------------
+def _none(result) -> list:
+    return []
+
+
+def noise_warnings(result) -> list[str]:
+    """The warnings of a timed result's ``noise`` section (drawn above its key figures)."""
+    return list((getattr(result, "noise", None) or {}).get("warnings") or [])
+
+
+def result_name(result) -> str:
+    """What a saved copy of the result is named after (its model, else its recipe)."""
+    return f"{getattr(result, 'model', None) or getattr(result, 'recipe', 'result')}"
+
+
+@dataclass(frozen=True)
+class View:
+    """What one result kind shows. Every renderer draws these and nothing else.
+
+    heading   result -> (title, one-line description of the settings)
+    terminal  (result, **options) -> a rich renderable: the terminal layout
+    facts     result -> [(name, value)]: key figures, titled ``facts_title``
+    tables    result -> [RowTable] (HTML report, notebook)
+    charts    result -> [Chart] (HTML report's SVG, --plot's PNG)
+    csv       result -> DataTable, or None: the result has no row table (CSV falls back to JSON)
+    """
+    heading: Callable[[Any], tuple[str, str]]
+    terminal: Callable[..., Any]
+    facts: Callable[[Any], list[tuple[str, str]]] = _none
+    tables: Callable[[Any], list[RowTable]] = _none
+    charts: Callable[[Any], list[Chart]] = _none
+    csv: Callable[[Any], DataTable] | None = None
+    warnings: Callable[[Any], list[str]] = noise_warnings
+    facts_title: str = "Summary"
+    environment: Callable[[Any], dict | None] = lambda r: getattr(r, "environment", None)
+    name: Callable[[Any], str] = result_name

@@ -1,0 +1,334 @@
+"""train, ablate and loop (``TrainReport``, ``AblationReport``, ``LoopProfile``): time per
+phase (data, host-to-device, forward, loss, backward, optimizer), per epoch, per variant or per
+batch, and the training curves."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from layerscope.core.units import si
+from layerscope.views.common import (PHASE_LABELS, cell, median, ms, ms_cell, noise_facts,
+                                     noise_lines, num, pct, phase_stack)
+from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
+
+
+# ---- headings and key figures -----------------------------------------------------------
+def train_heading(result) -> tuple[str, str]:
+    b = result.breakdown
+    return (f"{result.recipe} — training",
+            f"{len(result.epochs)} epoch(s) · {b['steps']} measured steps · "
+            f"device {result.config.get('device')} · run directory {result.run_dir}")
+
+
+def ablate_heading(result) -> tuple[str, str]:
+    return (f"{result.recipe} — ablation",
+            f"device {result.device} · {result.steps} steps ({result.warmup_steps} warm-up "
+            f"excluded) · {result.repeats} repeat(s) · ms per step")
+
+
+def loop_heading(result) -> tuple[str, str]:
+    """The loop's own title has no generic heading yet: its kind names it."""
+    return f"{result.kind} result", ""
+
+
+def train_facts(result) -> list[tuple[str, str]]:
+    b = result.breakdown
+    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples)"),
+           ("Step time", f"{ms(b['wall_s'] / b['steps'] if b['steps'] else None, 2)} ms "
+                         f"(median {ms(median(result.step_seconds), 2)} ms)"),
+           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+           ("CPU utilisation", f"{num(result.cpu_utilisation)} cores"),
+           ("Peak RSS", f"{si(result.peak_rss_bytes)}B")]
+    if result.peak_cuda_bytes:
+        out.append(("Peak CUDA memory", f"{si(result.peak_cuda_bytes)}B"))
+    final = result.epochs[-1] if result.epochs else None
+    if final:
+        out.append(("Final train loss / acc",
+                    f"{final['train_loss']:.4f} / {final['train_top1']:.2%}"))
+        if "val_loss" in final:
+            out.append(("Final val loss / top-1 / top-5",
+                        f"{final['val_loss']:.4f} / {final['val_top1']:.2%} / "
+                        f"{final['val_top5']:.2%}"))
+    out += [("Note", n) for n in result.notes]
+    return out
+
+
+def ablate_facts(result) -> list[tuple[str, str]]:
+    ok = [v for v in result.variants if v.step]
+    out = [("Variants", f"{len(result.variants)} ({len(ok)} ran)"),
+           ("Steps", f"{result.steps} per run, first {result.warmup_steps} excluded"),
+           ("Repeats", str(result.repeats))]
+    best = max(ok, key=lambda v: v.speedup or 0, default=None)
+    if best and best.speedup:
+        out.append(("Fastest", f"{best.variant}: {best.step['median_s'] * 1e3:.2f} ms per "
+                               f"step, {best.speedup:.2f}x over baseline"))
+    return out + noise_facts(result)
+
+
+def loop_facts(result) -> list[tuple[str, str]]:
+    b = result.phases
+    return [("Data set", result.dataset),
+            ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
+                        "excluded)"),
+            ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+            ("Layer coverage", pct(result.coverage))]
+
+
+# ---- row tables -------------------------------------------------------------------------
+def _epochs_table(r) -> RowTable:
+    val = any("val_loss" in e for e in r.epochs)
+    cols = [("Epoch", True), ("Step", True), ("Train loss", True), ("Train acc", True)]
+    if val:
+        cols += [("Val loss", True), ("Val top-1", True), ("Val top-5", True)]
+    cols += [("LR", True), ("Seconds", True)]
+    rows = []
+    for e in r.epochs:
+        cells = [Cell(str(e["epoch"]), e["epoch"]), Cell(str(e["step"]), e["step"]),
+                 Cell(f"{e['train_loss']:.4f}", e["train_loss"]),
+                 Cell(pct(e["train_top1"], 2), e["train_top1"])]
+        if val:
+            cells += [Cell(num(e.get("val_loss"), ".4f"), e.get("val_loss")),
+                      Cell(pct(e.get("val_top1"), 2), e.get("val_top1")),
+                      Cell(pct(e.get("val_top5"), 2), e.get("val_top5"))]
+        cells += [Cell(f"{e['lr']:.3g}", e["lr"]),
+                  Cell(f"{e['epoch_seconds']:.1f}", e["epoch_seconds"])]
+        rows.append(cells)
+    return RowTable("epochs", "Per epoch", cols, rows)
+
+
+def phase_title(warmup_steps: int) -> str:
+    """Say warm-up steps were left out only when some were."""
+    if not warmup_steps:
+        return "Time per phase"
+    plural = "s" if warmup_steps != 1 else ""
+    return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
+
+
+def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
+    cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
+    wall = b["wall_s"] or 0.0
+    steps = b["steps"] or 1
+    rows = [[Cell(PHASE_LABELS.get(p, p), p), Cell(f"{s:.3f}", s),
+             Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
+             Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in b["seconds"].items()]
+    return RowTable("phases", phase_title(warmup_steps), cols, rows,
+                    ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
+                     f"{wall / steps * 1e3:.2f}"])
+
+
+def variant_label(v) -> str:
+    """An ablation variant's name, with what ``all`` stood for."""
+    return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
+
+
+def _loop_layers_table(r) -> RowTable:
+    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("p10 ms", True),
+            ("p90 ms", True), ("Share of forward", True)]
+    rows = [[cell(row.name), cell(row.type), ms_cell(row.time["median_s"]),
+             ms_cell(row.time["p10_s"]), ms_cell(row.time["p90_s"]),
+             Cell(pct(row.share), row.share)] for row in r.layers]
+    return RowTable("layers", "Forward time per layer, per batch", cols, rows)
+
+
+def _ablate_table(a) -> RowTable:
+    cols = [("Variant", False)] + [(p, True) for p in PHASE_LABELS.values()] + [
+        ("Total ms", True), ("Speed-up", True), ("Beyond noise", False), ("Status", False)]
+    rows = []
+    for v in a.variants:
+        if v.status != "ok" or not v.phases_ms:
+            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(PHASE_LABELS) + 3)
+                        + [Cell(v.reason or v.status, v.status)])
+            continue
+        noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
+        rows.append([cell(variant_label(v))]
+                    + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
+                       for p in PHASE_LABELS]
+                    + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),
+                       Cell("-" if not v.speedup else f"{v.speedup:.2f}x", v.speedup),
+                       Cell(noise), Cell("ok")])
+    return RowTable("variants", "Variants (ms per step; speed-up = baseline / variant)",
+                    cols, rows)
+
+
+def train_tables(r) -> list[RowTable]:
+    return [_epochs_table(r),
+            _phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+
+
+def ablate_tables(a) -> list[RowTable]:
+    return [_ablate_table(a)]
+
+
+def loop_tables(r) -> list[RowTable]:
+    return [_phase_table(r.phases), _loop_layers_table(r)]
+
+
+# ---- charts -----------------------------------------------------------------------------
+def train_charts(r) -> list[Chart]:
+    out = []
+    cats, per, tips = [], [], []
+    for i, b in enumerate(r.epoch_breakdown):
+        steps = b.get("steps") or 0
+        cats.append(f"epoch {r.epochs[i]['epoch'] if i < len(r.epochs) else i + 1}")
+        per.append({p: (s / steps * 1e3 if steps else 0.0) for p, s in b["seconds"].items()})
+        tips.append(f"{steps} measured steps, {ms(b['wall_s'] / steps if steps else None, 2)} "
+                    f"ms per step")
+    if cats:
+        out.append(phase_stack("train-phases", "Time per phase, per epoch", cats, per, tips,
+                                "epoch"))
+    epochs = [e["epoch"] for e in r.epochs]
+    if r.epochs:
+        loss = []
+        for key, label, color in (("train_loss", "train loss", PALETTE[0]),
+                                  ("val_loss", "validation loss", PALETTE[1])):
+            pts = [Point(e["epoch"], e[key], f"epoch {e['epoch']}: {label} {e[key]:.4f}")
+                   for e in r.epochs if e.get(key) is not None]
+            if pts:
+                loss.append(Series(label, color, pts))
+        acc = []
+        for key, label, color in (("train_top1", "train accuracy", PALETTE[0]),
+                                  ("val_top1", "validation top-1", PALETTE[1]),
+                                  ("val_top5", "validation top-5", PALETTE[4])):
+            pts = [Point(e["epoch"], e[key] * 100, f"epoch {e['epoch']}: {label} "
+                                                   f"{e[key]:.2%}")
+                   for e in r.epochs if e.get(key) is not None]
+            if pts:
+                acc.append(Series(label, color, pts))
+        out.append(Chart("loss", "lines", "Loss per epoch", "epoch", "loss", loss,
+                         x_ticks=epochs))
+        out.append(Chart("accuracy", "lines", "Accuracy per epoch", "epoch", "%", acc,
+                         x_ticks=epochs))
+    return out
+
+
+def loop_charts(r) -> list[Chart]:
+    b = r.phases
+    steps = b.get("steps") or 0
+    per = {p: (s / steps * 1e3 if steps else 0.0) for p, s in b["seconds"].items()}
+    tip = f"{steps} measured batches of {r.batch_size}"
+    return [phase_stack("loop-phases", "Time per phase, per batch", [r.dataset], [per], [tip],
+                         "data set")]
+
+
+def ablate_charts(a) -> list[Chart]:
+    ran = [v for v in a.variants if v.status == "ok" and v.phases_ms]
+    if not ran:
+        return []
+    tips = [f"{v.variant}: {v.step['median_s'] * 1e3:.2f} ms per step"
+            + (f", {v.speedup:.2f}x over baseline" if v.speedup else "")
+            + ("" if v.beyond_noise is None else
+               (", beyond noise" if v.beyond_noise else ", within noise")) for v in ran]
+    chart = phase_stack("ablate-phases", "Time per phase, per variant",
+                         [v.variant for v in ran], [v.phases_ms for v in ran], tips, "variant")
+    skipped = [f"{v.variant} ({v.reason or v.status})" for v in a.variants if v not in ran]
+    if skipped:
+        chart.note = "not run: " + ", ".join(skipped)
+    return [chart]
+
+
+# ---- terminal ---------------------------------------------------------------------------
+def epoch_line(row: dict) -> str:
+    parts = [f"epoch {row['epoch']:>3}", f"step {row['step']}",
+             f"train loss {row['train_loss']:.4f}", f"train acc {row['train_top1']:.2%}"]
+    if "val_loss" in row:
+        parts += [f"val loss {row['val_loss']:.4f}", f"val top-1 {row['val_top1']:.2%}",
+                  f"top-5 {row['val_top5']:.2%}"]
+    parts += [f"lr {row['lr']:.3g}", f"{row['epoch_seconds']:.1f}s"]
+    return " | ".join(parts)
+
+
+def breakdown_table(breakdown: dict, title: str) -> Table:
+    t = Table(title=title, header_style="bold", pad_edge=False)
+    for name, justify in [("Phase", "left"), ("Seconds", "right"), ("Share", "right"),
+                          ("ms / step", "right")]:
+        t.add_column(name, justify=justify)
+    wall = breakdown["wall_s"] or 0.0
+    steps = breakdown["steps"] or 1
+    for phase, seconds in breakdown["seconds"].items():
+        t.add_row(PHASE_LABELS.get(phase, phase), f"{seconds:.3f}",
+                  f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
+    t.add_section()
+    t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
+    return t
+
+
+def render_train(report) -> Group:
+    b = report.breakdown
+    lines = [
+        f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
+        f"throughput {b['throughput_per_s'] or 0:.1f} samples/s",
+        f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
+        f"{si(report.peak_rss_bytes)}B"
+        + (f"; peak CUDA {si(report.peak_cuda_bytes)}B" if report.peak_cuda_bytes else ""),
+        f"run directory: {report.run_dir}",
+    ]
+    if report.final:
+        lines.insert(0, "final: " + epoch_line(report.final))
+    lines += [f"note: {n}" for n in report.notes]
+    title = phase_title((report.config or {}).get("warmup_steps") or 0)
+    parts = [breakdown_table(b, title), Text("\n".join(lines))]
+    if report.ops:
+        from layerscope.core.optable import OpTable
+        from layerscope.views.ops import render_ops
+
+        parts += [Text(""), render_ops(OpTable.from_dict(report.ops))]
+    return Group(*parts)
+
+
+def render_ablation(report) -> Group:
+    t = Table(title=f"{report.recipe}: ablation on {report.device} ({report.steps} steps, "
+                    f"{report.warmup_steps} warm-up steps excluded, {report.repeats} repeat(s); "
+                    f"ms per step)", header_style="bold", pad_edge=False)
+    t.add_column("Variant", justify="left")
+    for p in PHASE_LABELS.values():
+        t.add_column(p, justify="right")
+    for name in ("Total", "Speed-up", "Beyond noise"):
+        t.add_column(name, justify="right" if name != "Beyond noise" else "left")
+    for v in report.variants:
+        label = variant_label(v)
+        if v.status != "ok":
+            t.add_row(label, *["-"] * len(PHASE_LABELS), "-", "-",
+                      Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
+            continue
+        phases = [f"{v.phases_ms[p]:.2f}" for p in PHASE_LABELS]
+        noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
+        t.add_row(label, *phases, f"{v.step['median_s'] * 1e3:.2f}",
+                  f"{v.speedup:.2f}x" if v.speedup else "-", noise)
+    lines = ["Speed-up: baseline step time / variant step time. Beyond noise: the variant's "
+             "range (over repeats; p10-p90 of steps with one repeat) does not overlap the "
+             "baseline's."] + noise_lines(report)
+    return Group(t, Text("\n".join(lines)))
+
+
+LOOP_TOP_LAYERS = 15
+
+def render_loop(result) -> Group:
+    """``profile --loop``: the phases of each batch, then the slowest layers."""
+    b = result.phases
+    title = (f"{result.model} on {result.dataset}: inference loop on {result.device} "
+             f"({result.batches} batches of {result.batch_size}, {result.warmup} warm-up "
+             f"batch{'es' if result.warmup != 1 else ''} excluded; ms per batch)")
+    t = Table(title=f"Slowest layers (forward ms per batch; top {LOOP_TOP_LAYERS})",
+              header_style="bold", pad_edge=False)
+    for name, justify in [("Layer", "left"), ("Type", "left"), ("Median", "right"),
+                          ("p10", "right"), ("p90", "right"), ("Share of forward", "right")]:
+        t.add_column(name, justify=justify)
+    for row in result.layers[:LOOP_TOP_LAYERS]:
+        s = row.time
+        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", f"{s['p10_s'] * 1e3:.3f}",
+                  f"{s['p90_s'] * 1e3:.3f}", "-" if row.share is None else f"{row.share:.1%}")
+    lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
+             f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
+             f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
+             "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
+             + " of the forward phase (the rest is the model's own code between layers)"]
+    return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
+
+
+TRAIN = View(heading=train_heading, terminal=render_train, facts=train_facts,
+             tables=train_tables, charts=train_charts)
+ABLATE = View(heading=ablate_heading, terminal=render_ablation, facts=ablate_facts,
+              tables=ablate_tables, charts=ablate_charts)
+LOOP = View(heading=loop_heading, terminal=render_loop, facts=loop_facts, tables=loop_tables,
+            charts=loop_charts)
