@@ -14,7 +14,41 @@ from collections import defaultdict
 from layerscope.analysis.capture.records import ModuleStats
 from layerscope.analysis.capture.script.hierarchy import Frame, is_forward
 from layerscope.analysis.capture.script.naming import ScopeNamer, joined
-from layerscope.analysis.capture.script.trace import Event, input_shapes
+from layerscope.analysis.capture.script.trace import Event, input_shapes, nest
+
+
+def resolve(events: list[Event], namer: ScopeNamer, stats: dict[str, ModuleStats],
+            outputs: dict[int, list], issued: int, warnings: list[str]) -> dict[int, str]:
+    """The module that ran each op (op index -> qualified name), from the trace's ``events``;
+    counts module calls and their shapes in ``stats`` on the way. ``issued`` ops were run;
+    what could not be attributed is explained in ``warnings``."""
+    nest(events)
+    markers = [e for e in events if e.op is not None]
+    calls = sorted((e for e in events if e.op is None), key=lambda e: (e.start, -e.end))
+    owners: dict[int, str] = {}
+    problems: dict[str, int] = defaultdict(int)
+    for m in markers:
+        name, _, problem = namer.name(m.frames)
+        owners[m.op] = name
+        if problem:
+            problems[problem] += 1
+    if issued and not markers:
+        warnings.append("TorchScript: the profiler recorded no module hierarchy, so ops could not "
+                        "be attributed to submodules; all costs are on the root row")
+        return owners
+    missing = issued - len(markers)
+    if missing > 0:
+        problems["op seen outside the profiler"] += missing
+    if problems:
+        worst = sorted(problems.items(), key=lambda x: -x[1])[:3]
+        shown = "; ".join(f"{p} ({n} ops)" for p, n in worst)
+        warnings.append("TorchScript: some ops could not be attributed to their innermost "
+                        f"submodule and were charged to an enclosing one: {shown}")
+    if any(c.depth > 0 for c in calls):
+        count_calls(namer, stats, outputs, calls)
+    else:
+        count_transitions(namer, stats, markers)
+    return owners
 
 
 def count_calls(namer: ScopeNamer, stats: dict[str, ModuleStats], outputs: dict[int, list],

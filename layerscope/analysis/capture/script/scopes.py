@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
 from typing import Any
 
 import torch
@@ -10,10 +9,10 @@ import torch.nn as nn
 
 from layerscope.analysis.capture.dispatch import CountingMode
 from layerscope.analysis.capture.records import ModuleStats
-from layerscope.analysis.capture.script.calls import count_calls, count_transitions
+from layerscope.analysis.capture.script.calls import resolve
 from layerscope.analysis.capture.script.naming import ScopeNamer
 from layerscope.analysis.capture.script.profiler import TraceRecorder, marker_context
-from layerscope.analysis.capture.script.trace import MARK, Event, nest
+from layerscope.analysis.capture.script.trace import MARK, Event
 from layerscope.analysis.capture.tensors import shapes
 from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
 
@@ -140,7 +139,8 @@ class ScriptModuleScopes:
         """Move per-op costs from ``buckets`` to the modules that ran them; fill calls/shapes."""
         try:
             if self._events is not None:
-                self._resolve(self._events)
+                self.owners = resolve(self._events, self.namer, self.stats, self.outputs,
+                                      self.issued, self.warnings)
         except Exception as exc:  # never fail the analysis over attribution
             self.owners = {}
             self.warnings.append("TorchScript: attributing ops to submodules failed "
@@ -158,31 +158,3 @@ class ScriptModuleScopes:
         root = self.stats.get("")
         if root is not None and root.calls == 0:
             root.calls = 1
-
-    def _resolve(self, events: list[Event]) -> None:
-        nest(events)
-        markers = [e for e in events if e.op is not None]
-        calls = sorted((e for e in events if e.op is None), key=lambda e: (e.start, -e.end))
-        problems: dict[str, int] = defaultdict(int)
-        for m in markers:
-            name, _, problem = self.namer.name(m.frames)
-            self.owners[m.op] = name
-            if problem:
-                problems[problem] += 1
-        if self.issued and not markers:
-            self.warnings.append("TorchScript: the profiler recorded no module hierarchy, so ops "
-                                 "could not be attributed to submodules; all costs are on the "
-                                 "root row")
-            return
-        missing = self.issued - len(markers)
-        if missing > 0:
-            problems["op seen outside the profiler"] += missing
-        if problems:
-            worst = sorted(problems.items(), key=lambda x: -x[1])[:3]
-            shown = "; ".join(f"{p} ({n} ops)" for p, n in worst)
-            self.warnings.append("TorchScript: some ops could not be attributed to their innermost "
-                                 f"submodule and were charged to an enclosing one: {shown}")
-        if any(c.depth > 0 for c in calls):
-            count_calls(self.namer, self.stats, self.outputs, calls)
-        else:
-            count_transitions(self.namer, self.stats, markers)
