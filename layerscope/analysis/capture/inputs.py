@@ -18,6 +18,7 @@ def map_inputs(obj, leaf):
 
 
 def input_tensors(args, kwargs) -> list[torch.Tensor]:
+    """The tensors among forward's (already mapped) arguments."""
     return [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
 
 

@@ -9,6 +9,7 @@ from layerscope.ops.registry import T
 
 
 def tensor_nbytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s elements (not of its storage: a view counts its own elements)."""
     return t.numel() * t.element_size()
 
 

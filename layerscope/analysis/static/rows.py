@@ -65,6 +65,8 @@ def layer_rows(cap: Capture, depth: int | None = None) -> list[LayerRow]:
 
 
 def totals(cap: Capture, model: nn.Module, optimizer: str = "adam") -> Totals:
+    """The report's totals: the columns summed over every module, trainable parameters (each
+    shared tensor once) and, in training, gradient and ``optimizer`` state bytes."""
     distinct = {id(p): p for p in model.parameters()}.values()
     trainable = [p for p in distinct if p.requires_grad]
     tot = Totals(trainable_params=sum(p.numel() for p in trainable),
@@ -94,6 +96,7 @@ def _layer_outputs(cap: Capture) -> tuple[int | None, int | None]:
 
 
 def uncounted(cap: Capture) -> tuple[list[UncountedOp], float]:
+    """Ops no handler counted, most frequent first, and the share of op calls that were counted."""
     ops = [UncountedOp(op, n) for op, n in cap.uncounted.most_common()]
     missing = sum(cap.uncounted.values())
     coverage = 1.0 if cap.op_calls == 0 else (cap.op_calls - missing) / cap.op_calls
