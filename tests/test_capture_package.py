@@ -31,7 +31,8 @@ def test_public_names_are_documented(module):
     assert module.__doc__
     objects = {n: getattr(module, n) for n in module.__all__}
     undocumented = [n for n, o in objects.items()
-                    if (inspect.isclass(o) or inspect.isfunction(o)) and not (o.__doc__ or "").strip()]
+                    if (inspect.isclass(o) or inspect.isfunction(o))
+                    and not (o.__doc__ or "").strip()]
     assert undocumented == []
 
 
