@@ -26,7 +26,7 @@ parameters, buffers and train/eval flags are as they were.
 from layerscope.analysis.capture.dispatch import CountingMode
 from layerscope.analysis.capture.engine import capture, parameters_only
 from layerscope.analysis.capture.fake import fake_like
-from layerscope.analysis.capture.inputs import input_tensors, map_inputs
+from layerscope.analysis.capture.inputs import InputSpec, input_tensors, map_inputs
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.real import (REAL_INPUT_LIMIT, REAL_WEIGHT_LIMIT,
                                               TooLargeForRealRun, capture_real)
@@ -35,7 +35,6 @@ from layerscope.analysis.capture.running import ModelRunError
 from layerscope.analysis.capture.slots import slots, swapped
 from layerscope.analysis.capture.tensors import shapes, tensor_nbytes
 from layerscope.analysis.capture.tracker import AUTOGRAD_TAG, ModuleTracker, tag_graph
-from layerscope.analysis.static_torch import InputSpec
 
 __all__ = [
     "AUTOGRAD_TAG", "Capture", "CountingMode", "InputSpec", "Liveness", "ModelRunError",

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.capture.dispatch import CountingMode
-from layerscope.analysis.capture.inputs import input_tensors, map_inputs, zeros_for
+from layerscope.analysis.capture.inputs import InputSpec, input_tensors, map_inputs, zeros_for
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.real import capture_real
 from layerscope.analysis.capture.records import Capture, module_table
@@ -16,7 +16,6 @@ from layerscope.analysis.capture.running import ModelRunError, model_error, run_
 from layerscope.analysis.capture.slots import swapped
 from layerscope.analysis.capture.tensors import model_device, tensor_nbytes
 from layerscope.analysis.capture.tracker import ModuleTracker
-from layerscope.analysis.static_torch import InputSpec
 
 
 def fake_like(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool,

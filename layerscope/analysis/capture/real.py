@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.capture.dispatch import CountingMode
-from layerscope.analysis.capture.inputs import (input_tensors, inputs_nbytes, map_inputs,
-                                                zeros_for)
+from layerscope.analysis.capture.inputs import (InputSpec, input_tensors, inputs_nbytes,
+                                                map_inputs, zeros_for)
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.records import Capture
 from layerscope.analysis.capture.running import model_error, run_model
@@ -18,7 +18,6 @@ from layerscope.analysis.capture.script.run import capture_script, script_copy
 from layerscope.analysis.capture.slots import slots, swapped
 from layerscope.analysis.capture.tensors import model_device, tensor_nbytes
 from layerscope.analysis.capture.tracker import ModuleTracker
-from layerscope.analysis.static_torch import InputSpec
 
 REAL_INPUT_LIMIT = 256 * 10**6
 REAL_WEIGHT_LIMIT = 4 * 10**9
