@@ -10,7 +10,7 @@ import torch.nn as nn
 import torchvision
 
 import layerscope
-from layerscope.analysis import static_torch as st
+from layerscope.analysis import capture, static
 
 COSTED = {"Conv1d", "Conv2d", "Linear"}
 
@@ -134,7 +134,7 @@ def test_custom_model_like_eager(custom, how, tmp_path):
 
 
 def test_script_capture_has_no_warnings_and_module_types(custom):
-    cap = st.capture(torch.jit.script(custom), [st.InputSpec(CUSTOM_SHAPE)], fake=False)
+    cap = capture.capture(torch.jit.script(custom), [capture.InputSpec(CUSTOM_SHAPE)], fake=False)
     assert cap.warnings == []
     assert cap.modules["inner.fc"].type == "Linear"
     assert cap.modules[""].calls == 1 and cap.modules[""].input_shapes == [list(CUSTOM_SHAPE)]
@@ -164,13 +164,13 @@ def test_training_backward_attributed(custom):
 def test_falls_back_to_root_when_profiler_busy(custom):
     """Another profiler running: no attribution, no crash, a warning, the same totals."""
     scripted = torch.jit.script(custom)
-    eager = st.capture(custom, [st.InputSpec(CUSTOM_SHAPE)])
+    eager = capture.capture(custom, [capture.InputSpec(CUSTOM_SHAPE)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
-            cap = st.capture(scripted, [st.InputSpec(CUSTOM_SHAPE)], fake=False)
+            cap = capture.capture(scripted, [capture.InputSpec(CUSTOM_SHAPE)], fake=False)
     assert cap.warnings and "root" in cap.warnings[0]
-    rows = {r.name: r for r in st.layer_rows(cap)}
+    rows = {r.name: r for r in static.layer_rows(cap)}
     total = sum(s.forward.macs for s in eager.modules.values())
     assert rows["(root)"].macs == total == sum(r.macs for r in rows.values())
     assert rows["fc"].macs == 0

@@ -178,13 +178,13 @@ def test_torchscript_file_analysed_without_a_copy_counts_the_same(tmp_path, monk
     torch.jit.save/load was most of the time: AlexNet 6.5 s -> 1.5 s); a module passed in is
     still copied. Both give the same rows and totals."""
     import layerscope
-    from layerscope.analysis import static_torch
+    from layerscope.analysis.capture import real
 
     path = tmp_path / "m.pt"
     torch.jit.save(torch.jit.script(zoo.MnistCNN()), str(path))
     copies = []
-    real_copy = static_torch._script_copy
-    monkeypatch.setattr(static_torch, "_script_copy", lambda m: copies.append(m) or real_copy(m))
+    real_copy = real.script_copy
+    monkeypatch.setattr(real, "script_copy", lambda m: copies.append(m) or real_copy(m))
     from_file = layerscope.analyze(str(path), inputs=(1, 1, 28, 28))
     assert copies == []
     from_module = layerscope.analyze(torch.jit.load(str(path)), inputs=(1, 1, 28, 28))

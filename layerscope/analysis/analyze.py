@@ -6,7 +6,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import static_torch as st
+from layerscope.analysis import capture
+from layerscope.analysis import static
+from layerscope.core import values
 from layerscope.core.report import Report
 from layerscope.environment import environment
 from layerscope.core import values
@@ -87,9 +89,9 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         raise UserError(f"unknown mode {mode!r}: use inference or training")
     if isinstance(model, str) and model.lower().endswith(".onnx"):
         return _analyze_onnx(model, inputs, batch_size, depth, dtype, mode)
-    if optimizer not in st.OPTIMIZER_STATE_FACTOR:
+    if optimizer not in static.OPTIMIZER_STATE_FACTOR:
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
-                        f"{', '.join(st.OPTIMIZER_STATE_FACTOR)}")
+                        f"{', '.join(static.OPTIMIZER_STATE_FACTOR)}")
     if depth is not None:
         depth = values.non_negative_int(depth, "--depth")
     if isinstance(dtype, str):
@@ -97,7 +99,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     loaded = load(model, inputs, batch_size, kwargs=kwargs)
     module, notes = unwrap(loaded.module, loaded.name)
     if not has_forward(module):
-        cap = st.parameters_only(module, training=(mode == "training"))
+        cap = capture.parameters_only(module, training=(mode == "training"))
         notes.append(f"{type(module).__name__} has no forward(): no forward ran; the report "
                      "lists parameters and buffers only (no MACs, FLOPs or activations)")
     else:
@@ -106,22 +108,22 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                                                    loaded.name)
             notes += lazy_notes
         try:
-            cap = st.capture(module, loaded.inputs, kwargs=loaded.kwargs,
-                             training=(mode == "training"), dtype=dtype,
-                             fake=loaded.frontend == "torch",
-                             owned=loaded.extras.get("owned", False))
-        except st.TooLargeForRealRun as exc:
+            cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
+                                  training=(mode == "training"), dtype=dtype,
+                                  fake=loaded.frontend == "torch",
+                                  owned=loaded.extras.get("owned", False))
+        except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
-        except st.ModelRunError as exc:
+        except capture.ModelRunError as exc:
             raise UserError(f"{loaded.name} rejected input "
                             f"{call_text(loaded.inputs, loaded.kwargs)}: {first_line(exc)}") from exc
-    ops, coverage = st.uncounted(cap)
+    ops, coverage = static.uncounted(cap)
     return Report(
         model=loaded.name,
         frontend=loaded.frontend,
         inputs=describe_all(loaded.inputs, loaded.kwargs),
-        totals=st.totals(cap, module, optimizer),
-        layers=st.layer_rows(cap, depth),
+        totals=static.totals(cap, module, optimizer),
+        layers=static.layer_rows(cap, depth),
         uncounted_ops=ops,
         op_coverage=coverage,
         settings={"mode": mode, "depth": depth,

@@ -50,7 +50,7 @@ def materialized_copy(module: nn.Module, args: list[Any], kwargs: dict[str, Any]
     only the module objects and the uninitialised tensors are new. For the run, the shared
     tensors are swapped out of the copy's slots for meta ones, and the uninitialised ones are
     re-created on meta so that they materialise there."""
-    from layerscope.analysis.static_torch import InputSpec, _map_inputs, _swapped
+    from layerscope.analysis.capture import InputSpec, map_inputs, swapped
 
     memo = {id(t): (type(t)(requires_grad=t.requires_grad, device="meta", dtype=t.dtype)
                     if isinstance(t, UninitializedTensorMixin) else t)
@@ -71,9 +71,9 @@ def materialized_copy(module: nn.Module, args: list[Any], kwargs: dict[str, Any]
         meta = torch.empty_like(t, device="meta")
         return nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
 
-    margs, mkwargs = _map_inputs((tuple(args), kwargs), on_meta)
+    margs, mkwargs = map_inputs((tuple(args), kwargs), on_meta)
     try:
-        with _swapped(work, meta_like), torch.no_grad():
+        with swapped(work, meta_like), torch.no_grad():
             work(*margs, **mkwargs)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

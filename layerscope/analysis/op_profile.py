@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.module_hooks import global_forward_hooks
+from layerscope.analysis.module_hooks import ForwardHookContext
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
 from layerscope.errors import UserError, first_line
@@ -26,14 +26,13 @@ RANGE_PREFIX = "module::"
 SORTS = ("self", "total")
 
 
-class _ModuleRanges:
+class _ModuleRanges(ForwardHookContext):
     """A profiler range named ``module::<qualified name> (<Type>)`` around each module's forward."""
 
     def __init__(self, model: nn.Module):
         self.names = {id(m): f"{RANGE_PREFIX}{name or '(root)'} ({type(m).__name__})"
                       for name, m in model.named_modules()}
         self.stack: list[Any] = []
-        self._hooks = None
 
     def _pre(self, module, args):
         name = self.names.get(id(module))
@@ -44,16 +43,9 @@ class _ModuleRanges:
         if id(module) in self.names and self.stack:
             torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
 
-    def __enter__(self):
-        self._hooks = global_forward_hooks(self._pre, self._post)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._hooks.__exit__(*exc)
+    def _on_exit(self) -> None:
         while self.stack:
             torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
-        return False
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.static_torch import _TAG, _ModuleTracker
+from layerscope.analysis.capture import AUTOGRAD_TAG, ModuleTracker
 
 Clock = Callable[[], float]
 
@@ -131,7 +131,7 @@ class BackwardTimer:
 
     def tagging(self):
         """A context in which every module's forward tags the autograd nodes it creates."""
-        return _ModuleTracker(self.model, None, tag_autograd=True)
+        return ModuleTracker(self.model, None, tag_autograd=True)
 
     # -- backward: time every node of the graph behind ``outputs``
     def instrument(self, outputs: list[torch.Tensor]) -> list:
@@ -146,7 +146,8 @@ class BackwardTimer:
             if node in seen:
                 continue
             seen.add(node)
-            handles.append(node.register_hook(self._node_hooks(node.metadata.get(_TAG, ""))))
+            name = node.metadata.get(AUTOGRAD_TAG, "")
+            handles.append(node.register_hook(self._node_hooks(name)))
             todo.extend(f for f, _ in node.next_functions if f is not None)
         return handles
 

@@ -89,7 +89,7 @@ class Totals:
     peak_activation_bytes: int = 0
     input_bytes: int = 0
     output_bytes: int = 0
-    # Figures users compute by hand or with torchinfo (static_torch._layer_outputs); None for
+    # Figures users compute by hand or with torchinfo (analysis.static.rows._layer_outputs); None for
     # ONNX graphs and TorchScript, where no per-layer outputs are seen.
     layer_output_bytes: int | None = None
     torchinfo_pass_bytes: int | None = None

@@ -1,0 +1,34 @@
+"""One run of the model under a tracker and the counting mode, and the error it raises when the
+model itself rejects its inputs."""
+from __future__ import annotations
+
+import torch
+from torch.utils import _pytree as pytree
+
+from layerscope.analysis.capture.tensors import tensor_nbytes
+from layerscope.errors import first_line
+
+
+class ModelRunError(Exception):
+    """The model itself rejected the inputs (wrong shape, wrong dtype, ...)."""
+
+
+def model_error(exc: Exception) -> ModelRunError:
+    """The model's own exception as a one-line ``ModelRunError``."""
+    return ModelRunError(first_line(exc, with_type=True))
+
+
+def run_model(model_call, tracker, mode, training: bool) -> int:
+    """Run forward (and, in training, backward from ones) under ``tracker`` and ``mode``;
+    returns the bytes of forward's output tensors."""
+    with tracker, mode, torch.set_grad_enabled(training):
+        out = model_call()
+        outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if training:
+            diff = [t for t in outs if t.requires_grad]
+            if diff:
+                mode.paused = True
+                grads = [torch.ones_like(t) for t in diff]
+                mode.paused = False
+                torch.autograd.backward(diff, grads)
+    return sum(map(tensor_nbytes, outs))
