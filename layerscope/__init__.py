@@ -1,7 +1,7 @@
 """layerscope: where a model's compute, memory and time go."""
 from layerscope.core.report import LayerRow, Report, Totals
+from layerscope.core.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
 
 

@@ -23,7 +23,7 @@ import layerscope
 from layerscope.analysis.compare import Comparison, compare, legacy_scope
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.results import load_result
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.schema import errors as schema_errors
 from tests.helpers import run_cli
 from tests.onnx_graphs import init, model, save, tensor

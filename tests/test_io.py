@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from layerscope.core import io as lio
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

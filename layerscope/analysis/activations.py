@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from layerscope.analysis.inputs import real_inputs
 from layerscope.core import values
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 
 @dataclass

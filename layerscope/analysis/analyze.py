@@ -8,8 +8,8 @@ import torch.nn as nn
 
 from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
-from layerscope.environment import environment
-from layerscope.errors import UserError, first_line
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError, first_line
 from layerscope.analysis.inputs import call_text, describe_all, split_inputs
 from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,
                                             needs_arguments, unwrap)

@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 METRICS = ("flops", "macs", "params", "weight_bytes", "bytes_read", "bytes_written",
            "activation_bytes", "intensity")

@@ -16,7 +16,7 @@ import torch
 
 from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 
 def check_dims(shape: Any, what: str) -> tuple[int, ...]:

@@ -34,7 +34,7 @@ from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 Progress = Callable[[int, int], None]

@@ -214,7 +214,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
 
     ``inputs``: 'NAME=1x3x224x224' strings (NAME= may be left out for the inputs in order);
     symbolic dimensions must all be bound. External data is never loaded."""
-    from layerscope.environment import environment
+    from layerscope.core.environment import environment
 
     g = load_onnx(path, inputs, batch_size)
     walk = walk_graph(g)

@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
-from layerscope.errors import first_line
+from layerscope.core.errors import first_line
 from layerscope.ops.aten import ATEN
 from layerscope.ops.registry import ALLOC, VIEW, T
 

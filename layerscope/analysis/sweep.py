@@ -26,8 +26,8 @@ from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
-from layerscope.environment import environment
-from layerscope.errors import UserError, first_line
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")

@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.analysis.analyze import analyze
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.renderers import pick_format
     from layerscope.renderers.onnx_views import FILTERED_VIEWS, select_rows
 

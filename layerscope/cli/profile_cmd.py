@@ -65,7 +65,7 @@ def run(args) -> int:
         from layerscope.analysis.ort_profile import profile_onnx
 
         if args.device != "cpu" or args.backward or args.depth is not None or args.dtype:
-            from layerscope.errors import UserError
+            from layerscope.core.errors import UserError
 
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
                             "--backward, --depth and --dtype do not apply")
@@ -86,7 +86,7 @@ def run(args) -> int:
 
 
 def _run_loop(args) -> int:
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.training.inference_loop import profile_loop
 
     if args.input or args.backward or args.depth is not None or args.dtype or args.min_time:

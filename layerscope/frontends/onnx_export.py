@@ -22,7 +22,7 @@ from typing import Any
 
 from layerscope.core import values
 from layerscope.core.io import check_output, resolve, temp_dir
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17

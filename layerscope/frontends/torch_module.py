@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.frontends import zoo
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")

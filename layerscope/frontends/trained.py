@@ -13,7 +13,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 
 @dataclass

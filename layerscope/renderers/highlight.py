@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 HOT_SHARE = 0.10  # default: rows at or above this share of the end-to-end median
 HOT_TOP = 3  # default: and the 3 slowest

@@ -7,7 +7,7 @@ import io
 import warnings
 
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.renderers.charts import Chart, charts
 from layerscope.renderers.html.svg import _names_its_category, category_labels, \
     with_thinning_note

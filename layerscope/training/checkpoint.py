@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 
 def rng_state() -> dict[str, Any]:

@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader
 from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
-from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.training.data import DATASETS, datasets
 from layerscope.training.phases import PhaseTimer, PhaseTotals
 

@@ -30,8 +30,8 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler
 from layerscope.core.document import ResultDocument
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.report import SCHEMA_VERSION
-from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.core import values
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import datasets

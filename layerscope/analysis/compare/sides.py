@@ -10,7 +10,7 @@ from typing import Any, Collection
 
 from layerscope.analysis.compare.result import ROOT, ROOT_LABEL, ROW_METRICS, category
 from layerscope.core.report import LayerRow, Report
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 
 # ------------------------------------------------------------------------------- loading
