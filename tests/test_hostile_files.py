@@ -365,7 +365,7 @@ def shared_mixed_flags_model():
 
 @pytest.mark.parametrize("via", ["api", "cli"])
 def test_export_restores_every_modules_training_flag(tmp_path, via):
-    from layerscope.frontends.onnx_export import export_onnx
+    from layerscope.analysis.onnx_export import export_onnx
 
     model = _mixed_flags_model()
     before = [m.training for m in model.modules()]

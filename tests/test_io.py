@@ -412,7 +412,7 @@ def test_sigterm_during_a_write_removes_temporaries(tmp_path, mode):
 
 
 def test_export_removes_its_temporary_folder_when_interrupted(tmp_path, monkeypatch):
-    from layerscope.frontends import onnx_export
+    from layerscope.analysis import onnx_export
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.inputs import real_inputs
+from layerscope.frontends.inputs import real_inputs
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 

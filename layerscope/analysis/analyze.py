@@ -10,10 +10,11 @@ from layerscope.analysis import static_torch as st
 from layerscope.core.report import Report
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
-from layerscope.analysis.inputs import call_text, describe_all, split_inputs
+from layerscope.frontends.inputs import call_text, describe_all, split_inputs
 from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,
                                             needs_arguments, unwrap)
-from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size, parse_dtype,
+from layerscope.frontends.inputs import parse_dtype
+from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size,
                                                resolve, with_batch_size)
 
 MODES = ("inference", "training")

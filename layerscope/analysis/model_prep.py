@@ -50,7 +50,8 @@ def materialized_copy(module: nn.Module, args: list[Any], kwargs: dict[str, Any]
     only the module objects and the uninitialised tensors are new. For the run, the shared
     tensors are swapped out of the copy's slots for meta ones, and the uninitialised ones are
     re-created on meta so that they materialise there."""
-    from layerscope.analysis.static_torch import InputSpec, _map_inputs, _swapped
+    from layerscope.analysis.static_torch import _map_inputs, _swapped
+    from layerscope.frontends.inputs import InputSpec
 
     memo = {id(t): (type(t)(requires_grad=t.requires_grad, device="meta", dtype=t.dtype)
                     if isinstance(t, UninitializedTensorMixin) else t)

@@ -33,6 +33,7 @@ from layerscope.analysis.module_hooks import global_forward_hooks
 from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.errors import first_line
+from layerscope.frontends.inputs import InputSpec
 from layerscope.ops.aten import ATEN
 from layerscope.ops.registry import ALLOC, VIEW, T
 
@@ -44,16 +45,6 @@ OPTIMIZER_STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 
 class ModelRunError(Exception):
     """The model itself rejected the inputs (wrong shape, wrong dtype, ...)."""
-
-
-@dataclass
-class InputSpec:
-    shape: tuple[int, ...]
-    dtype: torch.dtype = torch.float32
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
 
 
 @dataclass

@@ -141,9 +141,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
           warmup: int = 3, progress=None) -> SweepReport:
     """Measure every cell of the grid; failures are recorded in their cell."""
     from layerscope.analysis.analyze import load
-    from layerscope.analysis.inputs import real_inputs
+    from layerscope.frontends.inputs import real_inputs
     from layerscope.analysis.runtime import profile
-    from layerscope.frontends.torch_module import parse_dtype, with_batch_size
+    from layerscope.frontends.inputs import parse_dtype
+    from layerscope.frontends.torch_module import with_batch_size
 
     backends = _parse_list(backends, "backend", BACKENDS)
     devices = _parse_list(devices, "device", DEVICES)

@@ -15,16 +15,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 from layerscope.frontends import zoo
+from layerscope.frontends.inputs import InputSpec, split_inputs
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
-_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
-           "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-           "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
-           "uint8": torch.uint8, "bool": torch.bool}
 
 
 @dataclass
@@ -37,26 +33,6 @@ class LoadedModel:
     frontend: str  # "torch" or "torchscript"
     extras: dict[str, Any] = field(default_factory=dict)
     kwargs: dict[str, Any] = field(default_factory=dict)  # forward's keyword arguments
-
-
-def parse_dtype(text: str) -> torch.dtype:
-    try:
-        return _DTYPES[text.strip().lower()]
-    except KeyError:
-        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
-
-
-def parse_input(text: str) -> tuple[str | None, InputSpec]:
-    """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
-    name, eq, rest = str(text).partition("=")
-    if not eq:
-        name, rest = None, str(text)
-    elif not name.strip().isidentifier():
-        raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
-                        "attention_mask=1x128:int64")
-    dims, dtype_text = values.shape(rest, "--input")
-    spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
-    return (name.strip() if name else None), spec
 
 
 def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
@@ -85,8 +61,6 @@ def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[st
 
     ``args``: a tensor, a shape, a tuple of forward's arguments or one other value (an int is one
     argument); a dict is keyword arguments (as in ``model(**tokenizer(text))``)."""
-    from layerscope.analysis.inputs import split_inputs
-
     if not (isinstance(result, tuple) and result and isinstance(result[0], nn.Module)):
         if isinstance(result, nn.Module):
             return result, [], {}

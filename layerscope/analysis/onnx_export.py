@@ -44,7 +44,7 @@ class ExportResult:
 def _example_inputs(inputs: list[Any]) -> tuple:
     import torch
 
-    from layerscope.analysis.static_torch import InputSpec
+    from layerscope.frontends.inputs import InputSpec
 
     return tuple(torch.zeros(x.shape, dtype=x.dtype) if isinstance(x, InputSpec) else x
                  for x in inputs)
