@@ -44,9 +44,9 @@ class ActivationCapture:
         return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
 
     def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
+        from layerscope.core import display
 
-        return render_html_table(self)
+        return display.html(self)
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:

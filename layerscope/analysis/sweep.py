@@ -65,9 +65,9 @@ class SweepReport(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"cells": SweepCell}
 
     def __rich__(self):
-        from layerscope.renderers.terminal import render_sweep
+        from layerscope.core import display
 
-        return render_sweep(self)
+        return display.rich(self)
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,

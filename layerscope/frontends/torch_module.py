@@ -178,7 +178,7 @@ def _load_file(path: str) -> LoadedModel:
         raise UserError(f"{path} is a directory but not a training run folder (no model.pt or "
                         "checkpoints/): pass a run folder, a checkpoint or a TorchScript file")
     if os.path.isdir(path) or (_looks_like_zip(path) and not trained.is_torchscript_archive(path)):
-        run = trained.load_trained(path)
+        run = trained.load_run(path)
         name = os.path.basename(os.path.normpath(path))
         return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
                            {"source": "trained", "recipe": run.recipe.name,

@@ -68,9 +68,9 @@ class AblationReport(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"variants": VariantResult}
 
     def __rich__(self):
-        from layerscope.renderers.training import render_ablation
+        from layerscope.core import display
 
-        return render_ablation(self)
+        return display.rich(self)
 
 
 def usable_cores() -> int:

@@ -55,9 +55,9 @@ class LoopProfile(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"layers": LoopLayer}
 
     def __rich__(self):
-        from layerscope.renderers.training import render_loop
+        from layerscope.core import display
 
-        return render_loop(self)
+        return display.rich(self)
 
 
 def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
