@@ -22,7 +22,7 @@ COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cm
 
 
 def build_parser() -> Parser:
-    from layerscope import __version__
+    from layerscope.core.version import __version__
 
     parser = Parser(prog="layerscope",
                     description="Where a model's compute, memory and time go.")
