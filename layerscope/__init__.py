@@ -4,7 +4,7 @@ from layerscope.core.version import __version__
 from layerscope.frontends import trained as _trained
 from layerscope.renderers import display as _display
 
-__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "export_onnx", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -48,6 +48,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.graph import graph
 
         return graph
+    if name == "export_onnx":
+        from layerscope.analysis.onnx_export import export_onnx
+
+        return export_onnx
     raise AttributeError(f"module 'layerscope' has no attribute {name!r}")
 
 
