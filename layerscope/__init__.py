@@ -13,7 +13,7 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
 
         return analyze
     if name == "profile":
-        from layerscope.analysis.runtime import profile
+        from layerscope.analysis.profiling import profile
 
         return profile
     if name == "sweep":

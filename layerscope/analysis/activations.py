@@ -70,6 +70,9 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
 
     seed = values.seed(seed, "--seed")
     loaded = resolve(model, seed=seed)
+    if loaded.frontend == "torchscript":  # forward hooks are how layer outputs are kept
+        raise UserError(f"{loaded.name}: activations need forward hooks, which TorchScript "
+                        "modules do not support; pass the eager model (file.py:factory)")
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given

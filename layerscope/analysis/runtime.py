@@ -147,7 +147,6 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
     from layerscope.analysis.analyze import analyze
     from layerscope.frontends.inputs import parse_dtype
-
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
     warmup = values.non_negative_int(warmup, "--warmup")

@@ -17,10 +17,10 @@ import torch.nn as nn
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends import zoo
+from layerscope.frontends import trained, zoo
+from layerscope.frontends.detect import detect
 from layerscope.frontends.inputs import InputSpec, split_inputs
 
-TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
 
 
 @dataclass
@@ -143,48 +143,30 @@ def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAUL
     device: no weight memory, no init time (enough for static analysis, which never reads
     values).
     """
-    if isinstance(spec, nn.Module):
+    ref = detect(spec)
+    if ref.kind == "module":
         return LoadedModel(spec, [], type(spec).__name__, _frontend_of(spec))
-    if not isinstance(spec, str) or not spec.strip():
-        raise UserError("no model given: name a built-in model (e.g. resnet50), a file.py:factory, "
-                        "a package.module:factory, a TorchScript file or a training run folder")
-    entry = zoo.lookup(spec)
-    if entry is not None:
+    if ref.kind == "unknown":
+        raise UserError(ref.problem)
+    if ref.kind == "onnx":
+        raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
+                        "analysed with 'layerscope analyze MODEL.onnx'")
+    if ref.kind == "builtin":
+        entry = zoo.lookup(spec)
         return LoadedModel(zoo.build(entry, seed, meta), [InputSpec((1,) + entry.input_shape)],
                            spec, "torch", {"source": entry.source})
-    if os.path.exists(spec):
-        return _load_file(spec)
-    if ":" in spec:
+    if ref.kind == "factory":
         with zoo.seeded(seed):
             module, args, kwargs = _from_factory(_call_factory(spec), spec)
         return LoadedModel(module, args, spec, _frontend_of(module), kwargs=kwargs)
-    if spec.endswith(TORCHSCRIPT_SUFFIXES):
-        raise UserError(f"{spec}: no such file")
-    close = zoo.suggestions(spec)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in names, "
-                    "or pass file.py:factory, package.module:factory, a TorchScript file or a "
-                    "training run folder.")
-
-
-def _load_file(path: str) -> LoadedModel:
-    """A path: a training run folder or checkpoint (``torch.save`` bundle), or TorchScript."""
-    from layerscope.frontends import trained
-
-    if path.endswith(".onnx"):
-        raise UserError(f"{path}: this command needs a PyTorch model; ONNX models are "
-                        "analysed with 'layerscope analyze MODEL.onnx'")
-    if os.path.isdir(path) and not trained.is_run_folder(path):
-        raise UserError(f"{path} is a directory but not a training run folder (no model.pt or "
-                        "checkpoints/): pass a run folder, a checkpoint or a TorchScript file")
-    if os.path.isdir(path) or (_looks_like_zip(path) and not trained.is_torchscript_archive(path)):
-        run = trained.load_run(path)
-        name = os.path.basename(os.path.normpath(path))
+    if ref.kind == "trained":
+        run = trained.load_run(spec)
+        name = os.path.basename(os.path.normpath(spec))
         return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
                            {"source": "trained", "recipe": run.recipe.name,
                             "checkpoint": run.path})
     # "owned": loaded here and never run, so an analysis may use it without copying it first
-    return LoadedModel(load_torchscript(path), [], os.path.basename(path), "torchscript",
+    return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript",
                        {"owned": True})
 
 
