@@ -175,6 +175,30 @@ def test_public_aliases_are_not_imported_inside():
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.parametrize("table", ["RICH", "HTML"])
+def test_display_hooks_name_existing_renderers(table):
+    """Records draw through functions named by string (imported on first use): they exist."""
+    import importlib
+
+    from layerscope.renderers import display
+
+    for name, draw in getattr(display, table).items():
+        module, function = draw.target
+        assert callable(getattr(importlib.import_module(module), function, None)), (name, module)
+
+
+def test_records_draw_themselves():
+    from rich.console import Console
+
+    import layerscope
+
+    report = layerscope.analyze("mnist-cnn")
+    assert "conv1" in report._repr_html_()
+    console = Console(record=True, width=120)
+    console.print(report)
+    assert "conv1" in console.export_text()
+
+
 # ---------------------------------------------------------------- ONNX without torch
 # The ONNX path (analyze / profile / graph / rewrite of a .onnx file) must work where torch is
 # not installed: its modules import no torch at module level, and loading them, the package and

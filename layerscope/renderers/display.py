@@ -14,6 +14,7 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
     def draw(record: Any) -> Any:
         return getattr(importlib.import_module(f"layerscope.renderers.{module}"), function)(record)
 
+    draw.target = (f"layerscope.renderers.{module}", function)  # checked by the tests
     return draw
 
 
