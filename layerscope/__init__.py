@@ -1,8 +1,10 @@
 """layerscope: where a model's compute, memory and time go."""
 from layerscope.core.report import LayerRow, Report, Totals
+from layerscope.core.version import __version__
+from layerscope.frontends import trained as _trained
+from layerscope.renderers import display as _display
 
-__version__ = "0.1.0"
-__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "export_onnx", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -11,7 +13,7 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
 
         return analyze
     if name == "profile":
-        from layerscope.analysis.runtime import profile
+        from layerscope.analysis.profiling import profile
 
         return profile
     if name == "sweep":
@@ -46,4 +48,21 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.graph import graph
 
         return graph
+    if name == "export_onnx":
+        from layerscope.analysis.onnx_export import export_onnx
+
+        return export_onnx
     raise AttributeError(f"module 'layerscope' has no attribute {name!r}")
+
+
+# The API layer wires the layers below it together (docs/architecture.md): records draw themselves
+# through the renderers, and the model router rebuilds training runs through training's recipes,
+# without either lower layer importing the upper one.
+def _load_training_run(path: str):
+    from layerscope.training.trained import load_trained
+
+    return load_trained(path)
+
+
+_display.install()
+_trained.install_run_loader(_load_training_run)

@@ -1,28 +1,7 @@
-"""Errors that mean "the user's input was wrong": the CLI prints them as one line, exit code 2."""
-from __future__ import annotations
+"""Public name of layerscope's error types (``except layerscope.errors.UserError``).
 
+They live in ``layerscope.core.errors``; modules inside the package import them from there
+(tests/test_architecture.py checks that nothing inside imports this alias)."""
+from layerscope.core.errors import LayerscopeWarning, UserError, first_line
 
-class UserError(Exception):
-    """Bad input: the message names what was wrong and what to do."""
-
-
-_TORCH_TAIL = "(Could this error message be improved?"
-
-
-def first_line(exc: BaseException | str, *, with_type: bool = False) -> str:
-    """The first non-blank line of an exception's message (library errors such as torch.load's
-    weights_only refusal span many lines; a report line takes only the first), or the
-    exception's type name when the message is empty. ``with_type`` prefixes 'TypeName: '."""
-    text = exc if isinstance(exc, str) else str(exc)
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = line.split(_TORCH_TAIL)[0].strip()  # PyTorch's plea, not part of the message
-    if isinstance(exc, str):
-        return line
-    if not line:
-        return type(exc).__name__
-    return f"{type(exc).__name__}: {line}" if with_type else line
-
-
-class LayerscopeWarning(UserWarning):
-    """Something was wrong but the command carries on (a damaged cache is ignored): the CLI
-    prints it as one line, ``layerscope: warning: ...``."""
+__all__ = ["UserError", "LayerscopeWarning", "first_line"]

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import layerscope
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from tests.helpers import run_cli
 
 

@@ -23,7 +23,7 @@ import layerscope
 from layerscope.analysis.compare import Comparison, compare, legacy_scope
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.results import load_result
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.schema import errors as schema_errors
 from tests.helpers import run_cli
 from tests.onnx_graphs import init, model, save, tensor
@@ -56,7 +56,7 @@ def cmp_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def r50_dynamo(cmp_dir):
-    from layerscope.frontends.onnx_export import export_onnx
+    from layerscope.analysis.onnx_export import export_onnx
 
     path = str(cmp_dir / "resnet50_dynamo.onnx")
     export_onnx("resnet50", path)  # the default exporter: dynamo, BatchNorm kept
@@ -293,7 +293,7 @@ def test_folded_node_under_the_batchnorm_scope(tmp_path):
     # `layerscope export --fold-batchnorm` (onnxscript's optimizer) fuses conv + bn into one
     # Conv node that carries bn's scope and drops the all-zero folded bias: conv's numbers
     # (18 weights, 288 MACs = 32 outputs x 9) move to the bn row, whose own numbers are gone
-    from layerscope.frontends.onnx_export import export_onnx
+    from layerscope.analysis.onnx_export import export_onnx
 
     m = ConvBnReluPool()
     path = str(tmp_path / "fold.onnx")

@@ -6,7 +6,7 @@ import json
 import numpy
 import pytest
 
-from layerscope.environment import _cudnn_version, environment
+from layerscope.core.environment import _cudnn_version, environment
 from layerscope.renderers.tables import environment_rows
 from tests.helpers import run_cli
 from tests.sample_results import ENV

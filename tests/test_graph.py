@@ -153,7 +153,7 @@ def test_cli_errors_are_one_line(hand, tmp_path, monkeypatch, argv, message):
 def test_python_layout_refuses_huge_graphs(hand, monkeypatch):
     monkeypatch.setattr(graph_out, "MAX_PYTHON_LAYOUT_NODES", 3)
     monkeypatch.setattr(graph_out.shutil, "which", lambda _: None)
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
 
     with pytest.raises(UserError, match="--nodes"):
         graph_out.to_svg(graph(hand))

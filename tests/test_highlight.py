@@ -7,7 +7,7 @@ import json
 import pytest
 
 from layerscope.core.results import read_result
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.renderers import render
 from layerscope.renderers.charts import charts
 from layerscope.views.highlight import (apply_highlight, describe, hot_predicate,

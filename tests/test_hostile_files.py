@@ -171,7 +171,7 @@ def test_input_bytes_limit_raised_by_env(tmp_path, monkeypatch):
 def test_tile_linear_api_refuses_valueless_initializer(tmp_path):
     import onnx
 
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.rewrite import tile_linear
 
     m = onnx.load(_valueless(tmp_path, [128, 128]))
@@ -290,7 +290,7 @@ def test_damaged_roofline_cache_is_ignored_with_one_warning(tmp_path, monkeypatc
     import torch
 
     from layerscope.analysis import roofline
-    from layerscope.errors import LayerscopeWarning
+    from layerscope.core.errors import LayerscopeWarning
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # never the real ~/.cache
     calls = []
@@ -366,7 +366,7 @@ def shared_mixed_flags_model():
 
 @pytest.mark.parametrize("via", ["api", "cli"])
 def test_export_restores_every_modules_training_flag(tmp_path, via):
-    from layerscope.frontends.onnx_export import export_onnx
+    from layerscope.analysis.onnx_export import export_onnx
 
     model = _mixed_flags_model()
     before = [m.training for m in model.modules()]
@@ -487,7 +487,7 @@ def test_weights_that_are_not_a_state_dict(tmp_path, content):
     import torch
     from torch import nn
 
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.training.recipes import load_pretrained_resnet50
 
     obj = {"tensor": torch.ones(3), "list": [torch.ones(3)], "dict-of-strings": {"a": "b"}}

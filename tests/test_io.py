@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from layerscope.core import io as lio
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -412,7 +412,7 @@ def test_sigterm_during_a_write_removes_temporaries(tmp_path, mode):
 
 
 def test_export_removes_its_temporary_folder_when_interrupted(tmp_path, monkeypatch):
-    from layerscope.frontends import onnx_export
+    from layerscope.analysis import onnx_export
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -15,7 +15,7 @@ from onnx import helper
 from layerscope.analysis import memory
 from layerscope.analysis.static_onnx import analyze_onnx
 from layerscope.core.report import Report
-from layerscope.frontends.onnx_export import export_onnx, ort_max_ir_version
+from layerscope.analysis.onnx_export import export_onnx, ort_max_ir_version
 from tests.helpers import check_golden, run_cli
 from tests.onnx_graphs import external_tensor, memory_graph, model, save, single, tensor
 
@@ -321,7 +321,7 @@ def test_export_batch_size_and_module_left_as_it_was(tmp_path):
 
 
 def test_ir_version_is_capped_for_onnxruntime(tmp_path):
-    from layerscope.frontends.onnx_export import _cap_ir_version, verify_loads
+    from layerscope.analysis.onnx_export import _cap_ir_version, verify_loads
 
     m = single("Relu", [tensor("x", [2])], [2])
     m.ir_version = onnx.IR_VERSION  # what onnx.helper writes by default

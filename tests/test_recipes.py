@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.training import loop
 from layerscope.training.recipes import (RECIPES, Recipe, loss_function, make_optimizer,
                                          make_scheduler)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import layerscope
-from layerscope.frontends.onnx_export import export_onnx
+from layerscope.analysis.onnx_export import export_onnx
 
 
 class Interpolate(nn.Module):

@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from layerscope.errors import UserError  # noqa: E402
+from layerscope.core.errors import UserError  # noqa: E402
 from layerscope.rewrite.linear import linear_model  # noqa: E402
 from layerscope.rewrite.tile_linear import tile_linear, tile_sizes  # noqa: E402
 from layerscope.rewrite.verify import verify  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from layerscope.errors import UserError  # noqa: E402
+from layerscope.core.errors import UserError  # noqa: E402
 from layerscope.rewrite import PASSES, get_pass, register_pass  # noqa: E402
 from layerscope.rewrite.base import PassInfo, PassResult  # noqa: E402
 from layerscope.rewrite.linear import linear_model  # noqa: E402

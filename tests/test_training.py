@@ -205,7 +205,7 @@ def test_ablation_variants_combine_and_expand(name, device, cores, flags, parts)
     ("amp+turbo", "unknown variant 'turbo'"),
 ], ids=["exclusive", "all-plus", "empty", "two-workers", "repeated", "bad-workers", "unknown"])
 def test_ablation_bad_variants(name, message):
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.training.ablation import parse_variant
 
     with pytest.raises(UserError, match=message):

@@ -9,7 +9,7 @@ import pytest
 
 import layerscope
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 INT64_MAX = 2**63 - 1
 

@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from layerscope.errors import UserError  # noqa: E402
+from layerscope.core.errors import UserError  # noqa: E402
 from layerscope.rewrite.verify import verify  # noqa: E402
 from tests.helpers import run_cli  # noqa: E402
 

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.inputs import real_inputs
+from layerscope.frontends.inputs import real_inputs
 from layerscope.core import values
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 
 @dataclass
@@ -44,9 +44,9 @@ class ActivationCapture:
         return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
 
     def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
+        from layerscope.core import display
 
-        return render_html_table(self)
+        return display.html(self)
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
@@ -70,6 +70,9 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
 
     seed = values.seed(seed, "--seed")
     loaded = resolve(model, seed=seed)
+    if loaded.frontend == "torchscript":  # forward hooks are how layer outputs are kept
+        raise UserError(f"{loaded.name}: activations need forward hooks, which TorchScript "
+                        "modules do not support; pass the eager model (file.py:factory)")
     given = normalize_inputs(inputs)
     if given:
         loaded.inputs = given

@@ -10,13 +10,14 @@ from layerscope.analysis import capture
 from layerscope.analysis import static
 from layerscope.core import values
 from layerscope.core.report import Report
-from layerscope.environment import environment
-from layerscope.core import values
-from layerscope.errors import UserError, first_line
-from layerscope.analysis.inputs import call_text, describe_all, split_inputs
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError, first_line
+from layerscope.frontends.inputs import call_text, describe_all, split_inputs
 from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,
                                             needs_arguments, unwrap)
-from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size, parse_dtype,
+from layerscope.frontends.detect import detect
+from layerscope.frontends.inputs import parse_dtype
+from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size,
                                                resolve, with_batch_size)
 
 MODES = ("inference", "training")
@@ -52,27 +53,6 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     return loaded
 
 
-def _analyze_onnx(path: str, inputs: Any, batch_size: int | None, depth: int | None,
-                  dtype: Any, mode: str) -> Report:
-    """ONNX graphs: one row per node, inference only (README "ONNX")."""
-    from layerscope.analysis.static_onnx import analyze_onnx
-
-    if mode != "inference":
-        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no --mode training)")
-    if depth is not None:
-        raise UserError(f"{path}: --depth needs a module hierarchy; ONNX rows are nodes "
-                        "(each row's 'scope' names the module the exporter recorded)")
-    if dtype is not None:
-        raise UserError(f"{path}: --dtype does not apply to ONNX models; their types are fixed "
-                        "in the graph")
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):
-        inputs = ["x".join(map(str, inputs))]
-    return analyze_onnx(path, [i if isinstance(i, str) else "x".join(map(str, i))
-                               for i in inputs or []], batch_size=batch_size)
-
-
 def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
             batch_size: int | None = None, depth: int | None = None,
             dtype: str | torch.dtype | None = None, mode: str = "inference",
@@ -87,8 +67,10 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     """
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training")
-    if isinstance(model, str) and model.lower().endswith(".onnx"):
-        return _analyze_onnx(model, inputs, batch_size, depth, dtype, mode)
+    if detect(model).is_onnx:
+        from layerscope.analysis.static_onnx import analyze_onnx_spec
+
+        return analyze_onnx_spec(model, inputs, batch_size, depth, dtype, mode)
     if optimizer not in static.OPTIMIZER_STATE_FACTOR:
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
                         f"{', '.join(static.OPTIMIZER_STATE_FACTOR)}")

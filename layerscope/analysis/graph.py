@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from layerscope.core import tree
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
+from layerscope.frontends.detect import detect
 
 METRICS = ("flops", "macs", "params", "weight_bytes", "bytes_read", "bytes_written",
            "activation_bytes", "intensity")
@@ -218,7 +219,7 @@ def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
     ``metric`` (one of METRICS) on every node; ``nodes``: a regex on node names/types."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-    if isinstance(model, str) and model.lower().endswith(".onnx"):
+    if detect(model).is_onnx:
         g = _onnx_graph(model, inputs, batch_size, all_nodes)
     else:
         g = _torch_graph(model, inputs, batch_size)

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from torch.nn.parameter import UninitializedTensorMixin
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 # Wrappers whose ``.module`` is the model the user wrote (DataParallel's forward scatters over
 # GPUs and refuses CPU-only runs; DistributedDataParallel needs a process group).

@@ -18,8 +18,8 @@ import torch.nn as nn
 
 from layerscope.analysis.module_hooks import ForwardHookContext
 from layerscope.core.optable import OpRow, OpTable
-from layerscope.environment import environment
-from layerscope.errors import UserError, first_line
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 RANGE_PREFIX = "module::"

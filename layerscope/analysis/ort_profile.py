@@ -29,7 +29,7 @@ from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.limits import check_input_bytes
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")

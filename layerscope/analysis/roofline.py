@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from layerscope.core import values
-from layerscope.environment import environment
-from layerscope.errors import LayerscopeWarning, UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import LayerscopeWarning, UserError
 
 CACHE_VERSION = 1
 

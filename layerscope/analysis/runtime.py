@@ -29,13 +29,13 @@ import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from layerscope.analysis.inputs import real_inputs, real_kwargs
+from layerscope.frontends.inputs import real_inputs, real_kwargs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core import tree
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 Progress = Callable[[int, int], None]
@@ -130,8 +130,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             progress: Progress | None = None) -> Report:
     """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
     from layerscope.analysis.analyze import analyze
-    from layerscope.frontends.torch_module import parse_dtype
-
+    from layerscope.frontends.inputs import parse_dtype
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
     warmup = values.non_negative_int(warmup, "--warmup")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from layerscope.analysis import memory
+from layerscope.core.errors import UserError
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
 from layerscope.frontends.onnx_model import (BITS, DEFAULT_DOMAINS, NON_WEIGHT_TYPES, OnnxGraph,
                                              TensorInfo, dtype_name, load_onnx)
@@ -214,7 +215,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
 
     ``inputs``: 'NAME=1x3x224x224' strings (NAME= may be left out for the inputs in order);
     symbolic dimensions must all be bound. External data is never loaded."""
-    from layerscope.environment import environment
+    from layerscope.core.environment import environment
 
     g = load_onnx(path, inputs, batch_size)
     walk = walk_graph(g)
@@ -254,3 +255,23 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
         notes=_notes(g, walk),
         memory=mem,
     )
+
+
+def analyze_onnx_spec(path: str, inputs: Any, batch_size: int | None, depth: int | None,
+                      dtype: Any, mode: str) -> Report:
+    """``layerscope.analyze`` of an ONNX file, its arguments as the API and the CLI take them: one
+    row per node, inference only (README "ONNX"); the options that need PyTorch are refused."""
+    if mode != "inference":
+        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no --mode training)")
+    if depth is not None:
+        raise UserError(f"{path}: --depth needs a module hierarchy; ONNX rows are nodes "
+                        "(each row's 'scope' names the module the exporter recorded)")
+    if dtype is not None:
+        raise UserError(f"{path}: --dtype does not apply to ONNX models; their types are fixed "
+                        "in the graph")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):
+        inputs = ["x".join(map(str, inputs))]
+    return analyze_onnx(path, [i if isinstance(i, str) else "x".join(map(str, i))
+                               for i in inputs or []], batch_size=batch_size)

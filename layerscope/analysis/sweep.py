@@ -26,8 +26,8 @@ from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
-from layerscope.environment import environment
-from layerscope.errors import UserError, first_line
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
@@ -65,9 +65,9 @@ class SweepReport(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"cells": SweepCell}
 
     def __rich__(self):
-        from layerscope.renderers.terminal import render_sweep
+        from layerscope.core import display
 
-        return render_sweep(self)
+        return display.rich(self)
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
@@ -141,9 +141,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
           warmup: int = 3, progress=None) -> SweepReport:
     """Measure every cell of the grid; failures are recorded in their cell."""
     from layerscope.analysis.analyze import load
-    from layerscope.analysis.inputs import real_inputs
+    from layerscope.frontends.inputs import real_inputs
     from layerscope.analysis.runtime import profile
-    from layerscope.frontends.torch_module import parse_dtype, with_batch_size
+    from layerscope.frontends.inputs import parse_dtype
+    from layerscope.frontends.torch_module import with_batch_size
 
     backends = _parse_list(backends, "backend", BACKENDS)
     devices = _parse_list(devices, "device", DEVICES)

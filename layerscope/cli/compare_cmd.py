@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 from layerscope.core.values import arg, width
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 FORMATS = ("table", "json", "csv", "html")
 

@@ -14,7 +14,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from layerscope.environment import environment
+    from layerscope.core.environment import environment
     from layerscope.renderers.tables import environment_rows
 
     env = environment()

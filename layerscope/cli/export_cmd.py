@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from layerscope.frontends.onnx_export import export_onnx
+    from layerscope.analysis.onnx_export import export_onnx
 
     r = export_onnx(args.model, args.output, inputs=args.input, batch_size=args.batch_size,
                     opset=args.opset, exporter=args.exporter, fold_batchnorm=args.fold_batchnorm,

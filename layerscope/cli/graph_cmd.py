@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from layerscope.cli.common import add_model_inputs, output
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 LISTINGS = ("table", "json", "csv")  # through renderers.render, as every result
 

@@ -14,7 +14,7 @@ from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, p
                             compare_cmd, env_cmd, graph_cmd)
 from layerscope.cli.common import Parser
 from layerscope.core.io import Terminated, outputs
-from layerscope.errors import LayerscopeWarning, UserError, first_line
+from layerscope.core.errors import LayerscopeWarning, UserError, first_line
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
@@ -22,7 +22,7 @@ COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cm
 
 
 def build_parser() -> Parser:
-    from layerscope import __version__
+    from layerscope.core.version import __version__
 
     parser = Parser(prog="layerscope",
                     description="Where a model's compute, memory and time go.")

@@ -54,39 +54,25 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from layerscope.analysis.runtime import profile
+    from layerscope.analysis.profiling import profile
 
     if args.loop:
         return _run_loop(args)
     if args.warmup is None:
         args.warmup = WARMUP_DEFAULT
 
-    if args.model.lower().endswith(".onnx"):
-        from layerscope.analysis.ort_profile import profile_onnx
-
-        if args.device != "cpu" or args.backward or args.depth is not None or args.dtype:
-            from layerscope.errors import UserError
-
-            raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
-                            "--backward, --depth and --dtype do not apply")
-        with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
-            report = profile_onnx(args.model, args.input, batch_size=args.batch_size,
-                                  runs=args.runs, warmup=args.warmup, threads=args.threads,
-                                  optimization=args.optimization,
-                                  roofline=not args.no_roofline, progress=progress)
-        emit(report, args)
-        return 0
     with progress_bar(f"profiling {args.model}", quiet=args.quiet) as progress:
         report = profile(args.model, args.input, batch_size=args.batch_size, device=args.device,
                          threads=args.threads, runs=args.runs, min_time=args.min_time,
                          warmup=args.warmup, depth=args.depth, backward=args.backward,
-                         dtype=args.dtype, roofline=not args.no_roofline, progress=progress)
+                         dtype=args.dtype, roofline=not args.no_roofline, progress=progress,
+                         optimization=args.optimization)
     emit(report, args)
     return 0
 
 
 def _run_loop(args) -> int:
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
     from layerscope.training.inference_loop import profile_loop
 
     if args.input or args.backward or args.depth is not None or args.dtype or args.min_time:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from layerscope.core.values import arg, positive_int, seed
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 
 def register(sub) -> None:

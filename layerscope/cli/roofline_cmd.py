@@ -20,7 +20,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis import roofline
     from layerscope.analysis.runtime import check_device
-    from layerscope.frontends.torch_module import parse_dtype
+    from layerscope.frontends.inputs import parse_dtype
 
     check_device(args.device)
     c = roofline.ceilings(args.device, parse_dtype(args.dtype), args.threads, refresh=args.refresh)

@@ -27,6 +27,6 @@ class ResultDocument:
         return cls(**values)
 
     def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
+        from layerscope.core import display
 
-        return render_html_table(self)
+        return display.html(self)

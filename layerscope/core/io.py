@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Union
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 STDOUT = "-"
 TEMP_PREFIX = ".layerscope-"

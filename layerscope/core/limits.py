@@ -11,7 +11,7 @@ import math
 import os
 from typing import Iterable, Sequence
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 ENV_MAX_INPUT_BYTES = "LAYERSCOPE_MAX_INPUT_BYTES"
 DEFAULT_MAX_INPUT_BYTES = 4 * 2**30

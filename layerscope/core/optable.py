@@ -39,6 +39,6 @@ class OpTable(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"rows": OpRow}
 
     def __rich__(self):
-        from layerscope.renderers.terminal import render_ops
+        from layerscope.core import display
 
-        return render_ops(self)
+        return display.rich(self)

@@ -201,11 +201,11 @@ class Report:
 
     # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.
     def __rich__(self):
-        from layerscope.renderers.terminal import render_table
+        from layerscope.core import display
 
-        return render_table(self)
+        return display.rich(self)
 
     def _repr_html_(self) -> str:
-        from layerscope.renderers.html_table import render_html_table
+        from layerscope.core import display
 
-        return render_html_table(self)
+        return display.html(self)

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from layerscope.core.report import SCHEMA_VERSION
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 # kind -> (module, class); every class has from_dict() and a ``kind`` attribute
 _CLASSES = {

@@ -20,7 +20,7 @@ import re
 import warnings
 from typing import Any, Callable
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 INT64_MAX = 2**63 - 1
 SEED_MAX = 2**63 - 1

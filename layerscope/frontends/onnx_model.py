@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from layerscope.core import values
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
 BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,

@@ -15,16 +15,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
-from layerscope.errors import UserError, first_line
-from layerscope.frontends import zoo
+from layerscope.core.errors import UserError, first_line
+from layerscope.frontends import trained, zoo
+from layerscope.frontends.detect import detect
+from layerscope.frontends.inputs import InputSpec, split_inputs
 
-TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
-_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
-           "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-           "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
-           "uint8": torch.uint8, "bool": torch.bool}
 
 
 @dataclass
@@ -37,26 +33,6 @@ class LoadedModel:
     frontend: str  # "torch" or "torchscript"
     extras: dict[str, Any] = field(default_factory=dict)
     kwargs: dict[str, Any] = field(default_factory=dict)  # forward's keyword arguments
-
-
-def parse_dtype(text: str) -> torch.dtype:
-    try:
-        return _DTYPES[text.strip().lower()]
-    except KeyError:
-        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
-
-
-def parse_input(text: str) -> tuple[str | None, InputSpec]:
-    """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
-    name, eq, rest = str(text).partition("=")
-    if not eq:
-        name, rest = None, str(text)
-    elif not name.strip().isidentifier():
-        raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
-                        "attention_mask=1x128:int64")
-    dims, dtype_text = values.shape(rest, "--input")
-    spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
-    return (name.strip() if name else None), spec
 
 
 def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
@@ -85,8 +61,6 @@ def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[st
 
     ``args``: a tensor, a shape, a tuple of forward's arguments or one other value (an int is one
     argument); a dict is keyword arguments (as in ``model(**tokenizer(text))``)."""
-    from layerscope.analysis.inputs import split_inputs
-
     if not (isinstance(result, tuple) and result and isinstance(result[0], nn.Module)):
         if isinstance(result, nn.Module):
             return result, [], {}
@@ -169,48 +143,30 @@ def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAUL
     device: no weight memory, no init time (enough for static analysis, which never reads
     values).
     """
-    if isinstance(spec, nn.Module):
+    ref = detect(spec)
+    if ref.kind == "module":
         return LoadedModel(spec, [], type(spec).__name__, _frontend_of(spec))
-    if not isinstance(spec, str) or not spec.strip():
-        raise UserError("no model given: name a built-in model (e.g. resnet50), a file.py:factory, "
-                        "a package.module:factory, a TorchScript file or a training run folder")
-    entry = zoo.lookup(spec)
-    if entry is not None:
+    if ref.kind == "unknown":
+        raise UserError(ref.problem)
+    if ref.kind == "onnx":
+        raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
+                        "analysed with 'layerscope analyze MODEL.onnx'")
+    if ref.kind == "builtin":
+        entry = zoo.lookup(spec)
         return LoadedModel(zoo.build(entry, seed, meta), [InputSpec((1,) + entry.input_shape)],
                            spec, "torch", {"source": entry.source})
-    if os.path.exists(spec):
-        return _load_file(spec)
-    if ":" in spec:
+    if ref.kind == "factory":
         with zoo.seeded(seed):
             module, args, kwargs = _from_factory(_call_factory(spec), spec)
         return LoadedModel(module, args, spec, _frontend_of(module), kwargs=kwargs)
-    if spec.endswith(TORCHSCRIPT_SUFFIXES):
-        raise UserError(f"{spec}: no such file")
-    close = zoo.suggestions(spec)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in names, "
-                    "or pass file.py:factory, package.module:factory, a TorchScript file or a "
-                    "training run folder.")
-
-
-def _load_file(path: str) -> LoadedModel:
-    """A path: a training run folder or checkpoint (``torch.save`` bundle), or TorchScript."""
-    from layerscope.frontends import trained
-
-    if path.endswith(".onnx"):
-        raise UserError(f"{path}: this command needs a PyTorch model; ONNX models are "
-                        "analysed with 'layerscope analyze MODEL.onnx'")
-    if os.path.isdir(path) and not trained.is_run_folder(path):
-        raise UserError(f"{path} is a directory but not a training run folder (no model.pt or "
-                        "checkpoints/): pass a run folder, a checkpoint or a TorchScript file")
-    if os.path.isdir(path) or (_looks_like_zip(path) and not trained.is_torchscript_archive(path)):
-        run = trained.load_trained(path)
-        name = os.path.basename(os.path.normpath(path))
+    if ref.kind == "trained":
+        run = trained.load_run(spec)
+        name = os.path.basename(os.path.normpath(spec))
         return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
                            {"source": "trained", "recipe": run.recipe.name,
                             "checkpoint": run.path})
     # "owned": loaded here and never run, so an analysis may use it without copying it first
-    return LoadedModel(load_torchscript(path), [], os.path.basename(path), "torchscript",
+    return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript",
                        {"owned": True})
 
 

@@ -3,34 +3,18 @@
 ``train`` saves state-dict bundles (``torch.save`` of a dict with ``model`` and ``config``), not
 TorchScript, so a ``.pt`` file is sniffed before it is loaded: a TorchScript archive
 (``torch.jit.save``) is a zip holding ``constants.pkl`` and ``code/``; a ``torch.save`` bundle
-is a zip holding ``data.pkl`` only (or, in the legacy format, a bare pickle)."""
+is a zip holding ``data.pkl`` only (or, in the legacy format, a bare pickle).
+
+Rebuilding the model needs the training recipes, a layer above this one: ``training/trained.py``
+does it, and ``layerscope/__init__.py`` installs it here as the run loader (so this layer never
+imports training)."""
 from __future__ import annotations
 
 import os
 import zipfile
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-import torch.nn as nn
-
-from layerscope.errors import UserError
-
-
-@dataclass
-class TrainedModel:
-    module: nn.Module  # in eval mode, with the trained weights
-    recipe: Any  # training.recipes.Recipe
-    state: dict[str, Any]  # the bundle: model, config, classes, ...
-    path: str  # the file the weights came from
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        """One sample as the recipe trains on it (channels first, no batch dimension)."""
-        from layerscope.training.data import DATASETS
-
-        shape = DATASETS[self.recipe.data].shape
-        size = self.recipe.image_size
-        return (shape[0], size, size) if size else tuple(shape)
+from layerscope.core.errors import UserError
 
 
 def is_torchscript_archive(path: str) -> bool:
@@ -51,29 +35,17 @@ def is_run_folder(path: str) -> bool:
                                     or os.path.isdir(os.path.join(path, "checkpoints")))
 
 
-def weights_file(path: str) -> str:
-    """A run folder's final ``model.pt`` (its newest epoch checkpoint when there is none yet);
-    any other path is taken as a checkpoint file."""
-    from layerscope.training import checkpoint as ckpt
-
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.pt")):
-        return os.path.join(path, "model.pt")
-    return ckpt.resolve_checkpoint(path)
+_run_loader: Callable[[str], Any] | None = None
 
 
-def load_trained(path: str) -> TrainedModel:
-    """The recipe's model with the trained weights (loaded with ``weights_only=True``)."""
-    from layerscope.training import checkpoint as ckpt
-    from layerscope.training.recipes import lookup
+def install_run_loader(load: Callable[[str], Any]) -> None:
+    """``load(path)`` -> an object with ``module``, ``input_shape``, ``recipe.name`` and ``path``."""
+    global _run_loader
+    _run_loader = load
 
-    source = weights_file(path)
-    state = ckpt.load(source)
-    config = state["config"]
-    name = config.get("recipe") or state.get("recipe")
-    if not name:
-        raise UserError(f"{source}: the checkpoint names no recipe")
-    recipe = lookup(name)
-    module = recipe.build()
-    ckpt.load_weights(module, state, source)
-    module.eval()
-    return TrainedModel(module, recipe, state, source)
+
+def load_run(path: str) -> Any:
+    """The trained model of a run folder or checkpoint, through the installed loader."""
+    if _run_loader is None:
+        raise UserError(f"{path}: loading training runs needs the full package: import layerscope")
+    return _run_loader(path)

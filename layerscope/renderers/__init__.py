@@ -43,10 +43,3 @@ def render(report, fmt: str, width: int | None = None, **options) -> str:
     from layerscope.renderers.terminal import to_text
 
     return to_text(report, width=width, **options)
-
-
-def write_atomic(path: str, data, *, fsync: bool = True) -> None:
-    """Kept for callers of the old name: ``layerscope.core.io.write_file`` (same arguments)."""
-    from layerscope.core.io import write_file
-
-    write_file(path, data, fsync=fsync)

@@ -14,7 +14,7 @@ import subprocess
 from typing import Any
 
 from layerscope.core.units import si
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.views.graph import is_op, text_lines
 
 # Above this many nodes the pure-Python layout takes minutes: ask for --nodes or Graphviz.

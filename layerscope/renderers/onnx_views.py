@@ -46,7 +46,7 @@ def select_rows(report, op_type: str | None = None, skip_trivial: bool = False):
     import dataclasses
     import re
 
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
 
     if op_type is None and not skip_trivial:
         return report

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.renderers.html.svg import _names_its_category, category_labels, \
     with_thinning_note
 from layerscope.renderers.label_layout import place_labels

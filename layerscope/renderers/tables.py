@@ -29,7 +29,7 @@ def warnings(result) -> list[str]:
 def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The environment table (``layerscope env``, every report's header). Keys an older report
     did not record are left out; a package recorded as None is shown as not installed."""
-    from layerscope.environment import PACKAGES, gib
+    from layerscope.core.environment import PACKAGES, gib
 
     env = env or {}
     if not env:

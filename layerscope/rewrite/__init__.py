@@ -32,7 +32,7 @@ def register_pass(info: PassInfo) -> PassInfo:
 
 
 def get_pass(name: str) -> PassInfo:
-    from layerscope.errors import UserError
+    from layerscope.core.errors import UserError
 
     if name not in PASSES:
         raise UserError(f"unknown rewrite pass {name!r}: use one of {', '.join(PASSES)}")

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 
 @dataclass

@@ -5,7 +5,7 @@ import numpy as np
 
 from layerscope.core import values
 from layerscope.core.limits import check_input_bytes
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 from layerscope.rewrite.onnx_io import require_onnx
 
 OPSET = 17

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import write_file
 
 # onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layerscope.errors import UserError
-from layerscope._callable_module import make_callable
+from layerscope.core.callable_module import make_callable
+from layerscope.core.errors import UserError
 from layerscope.core import values
 from layerscope.rewrite.base import PassResult, copy_input, op_counts
 from layerscope.rewrite.onnx_io import check_initializer_values
@@ -278,4 +278,4 @@ def _emit_tiled(emit: _Emitter, p: _Plan, tile: int) -> None:
     emit.nodes[-1].output[0] = p.output
 
 
-make_callable(__name__, "layerscope.rewrite.tile_linear:tile_linear")  # see _callable_module
+make_callable(__name__, "layerscope.rewrite.tile_linear:tile_linear")  # see core/callable_module.py

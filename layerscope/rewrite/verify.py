@@ -27,17 +27,17 @@ elements, and ``ok`` when every output is.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from layerscope._callable_module import make_callable
+from layerscope.core.callable_module import make_callable
 from layerscope.core.limits import check_input_bytes
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
+from layerscope.frontends.detect import is_onnx_path
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
 
@@ -146,10 +146,6 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
         mse=sum(x.sq for x in acc) / total if total else 0.0,
         max_rel_error=max((o.max_rel_error for o in outputs), default=0.0),
         ok=all(o.ok for o in outputs), seconds=seconds)
-
-
-def is_onnx_path(spec: str) -> bool:
-    return isinstance(spec, (str, os.PathLike)) and str(spec).lower().endswith(".onnx")
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -334,4 +330,4 @@ def _flatten(out) -> list[np.ndarray]:
     return [np.asarray(out)]
 
 
-make_callable(__name__, "layerscope.rewrite.verify:verify")  # see _callable_module
+make_callable(__name__, "layerscope.rewrite.verify:verify")  # see core/callable_module.py

@@ -15,8 +15,8 @@ from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
-from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.core import values
 from layerscope.training.phases import PHASES
 
@@ -68,9 +68,9 @@ class AblationReport(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"variants": VariantResult}
 
     def __rich__(self):
-        from layerscope.renderers.training import render_ablation
+        from layerscope.core import display
 
-        return render_ablation(self)
+        return display.rich(self)
 
 
 def usable_cores() -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 
 def rng_state() -> dict[str, Any]:
@@ -106,7 +106,7 @@ def _config_problem(config: Any) -> str | None:
     (entries it does not know are ignored, as a resumed run ignores them)."""
     import typing
 
-    from layerscope.training.loop import TrainConfig
+    from layerscope.training.config import TrainConfig
 
     if not isinstance(config, dict):
         return f"a {type(config).__name__}, not a dict"

@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader
 from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
-from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.training.data import DATASETS, datasets
 from layerscope.training.phases import PhaseTimer, PhaseTotals
 
@@ -55,9 +55,9 @@ class LoopProfile(ResultDocument):
     _row_types: ClassVar[dict[str, type]] = {"layers": LoopLayer}
 
     def __rich__(self):
-        from layerscope.renderers.training import render_loop
+        from layerscope.core import display
 
-        return render_loop(self)
+        return display.rich(self)
 
 
 def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

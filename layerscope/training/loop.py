@@ -18,7 +18,7 @@ import random
 import resource
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -30,10 +30,11 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler
 from layerscope.core.document import ResultDocument
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.report import SCHEMA_VERSION
-from layerscope.environment import environment
-from layerscope.errors import UserError
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.core import values
 from layerscope.training import checkpoint as ckpt
+from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import loss_function, lookup, make_optimizer, make_scheduler
@@ -41,41 +42,6 @@ from layerscope.training.recipes import loss_function, lookup, make_optimizer, m
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
-
-
-@dataclass
-class TrainConfig:
-    recipe: str = "digits-cnn"
-    epochs: int | None = None
-    steps: int | None = None  # stop after this many optimizer steps in total
-    batch_size: int | None = None
-    lr: float | None = None
-    optimizer: str | None = None
-    data_dir: str | None = None
-    download: bool = False
-    synthetic: bool = False
-    synthetic_size: tuple[int, int] | None = None  # (train, val) samples; default: the real sizes
-    device: str = "cpu"
-    num_workers: int = 0
-    pin_memory: bool = False
-    compile: bool = False
-    torchscript: bool = False
-    cudnn_benchmark: bool = False
-    amp: bool = False
-    channels_last: bool = False
-    profile: str | None = None  # cprofile | torch | pyinstrument
-    dry_run: bool = False
-    resume: str | None = None
-    out: str | None = None
-    tensorboard: bool = False
-    seed: int = 0
-    weights: str | None = None
-    warmup_steps: int = 0  # excluded from the phase breakdown (ablation)
-    evaluate: bool = True
-    threads: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -101,9 +67,9 @@ class TrainReport(ResultDocument):
         return self.epochs[-1] if self.epochs else None
 
     def __rich__(self):
-        from layerscope.renderers.training import render_train
+        from layerscope.core import display
 
-        return render_train(self)
+        return display.rich(self)
 
 Callback = Callable[..., None]
 

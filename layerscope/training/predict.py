@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import DATASETS, datasets
 
@@ -46,7 +46,7 @@ def _image(path: str, data: str) -> torch.Tensor:
 
 def predict(source: str, *, index: int | None = None, image: str | None = None,
             data_dir: str | None = None, k: int = 5) -> Prediction:
-    from layerscope.frontends.trained import load_trained
+    from layerscope.training.trained import load_trained
 
     run = load_trained(source)
     state, recipe, model = run.state, run.recipe, run.module

@@ -14,7 +14,7 @@ import math
 import re
 
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
 
 HOT_SHARE = 0.10  # default: rows at or above this share of the end-to-end median
 HOT_TOP = 3  # default: and the 3 slowest

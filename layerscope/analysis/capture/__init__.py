@@ -17,7 +17,7 @@ TorchScript scope recovery (``capture.script``) are built on these public names:
 - ``capture_real`` / ``TooLargeForRealRun`` (``real``): the bounded real-tensor fallback for
   data-dependent shapes and TorchScript.
 - ``map_inputs`` (``inputs``): forward's arguments with every tensor and ``InputSpec`` mapped;
-  ``InputSpec`` itself is defined in ``analysis.static_torch`` and re-exported here.
+  ``InputSpec`` itself is defined in ``frontends.inputs`` and re-exported here.
 - ``ModelRunError`` (``running``): the model itself rejected its inputs.
 
 Capture changes nothing: no hooks, modes or swapped tensors are left behind, and the model's

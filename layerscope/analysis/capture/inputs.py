@@ -9,7 +9,7 @@ from torch.utils import _pytree as pytree
 
 from layerscope.analysis.capture.tensors import tensor_nbytes
 # The one import of InputSpec in the package (re-exported from here and from the package).
-from layerscope.analysis.static_torch import InputSpec
+from layerscope.frontends.inputs import InputSpec
 
 
 def map_inputs(obj, leaf):

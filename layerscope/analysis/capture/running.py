@@ -6,7 +6,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from layerscope.analysis.capture.tensors import tensor_nbytes
-from layerscope.errors import first_line
+from layerscope.core.errors import first_line
 
 
 class ModelRunError(Exception):

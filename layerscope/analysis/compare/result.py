@@ -108,6 +108,6 @@ class Comparison(ResultDocument):
         return [r for r in self.rows if r.diff]
 
     def __rich__(self):
-        from layerscope.renderers.compare_out import render_compare
+        from layerscope.core import display
 
-        return render_compare(self)
+        return display.rich(self)

@@ -2,7 +2,6 @@
 (module paths)."""
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,7 +10,8 @@ from typing import Any, Collection
 from layerscope.analysis.compare.result import ROOT, ROOT_LABEL, ROW_METRICS, category
 from layerscope.core import tree
 from layerscope.core.report import LayerRow, Report
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
+from layerscope.frontends.detect import detect
 
 
 # ------------------------------------------------------------------------------- loading
@@ -34,10 +34,8 @@ def _is_saved_report(spec: Any) -> bool:
 
 def _needs_inputs(spec: Any) -> bool:
     """A TorchScript file and an nn.Module have no default input; built-in models, factories,
-    ONNX files and saved reports carry theirs."""
-    if not isinstance(spec, str):
-        return not isinstance(spec, Report)
-    return os.path.isfile(spec) and not spec.lower().endswith((".onnx", ".json", ".py"))
+    ONNX files, training runs and saved reports carry theirs."""
+    return detect(spec).kind in ("torchscript", "module")
 
 
 def _read_report(path: str) -> Report:

@@ -121,7 +121,7 @@ def _title(result) -> str:
 
 def render_html(results, title: str | None = None) -> str:
     """One page for one result or several (``layerscope report``), one section each."""
-    from layerscope import __version__
+    from layerscope.core.version import __version__
 
     if not isinstance(results, (list, tuple)):
         results = [results]

@@ -9,14 +9,52 @@ What the user gives (API ``inputs=`` / ``kwargs=``, a factory's example inputs, 
 Errors describe inputs by shape and dtype only, never by value (a tensor can be huge)."""
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from layerscope.analysis.static_torch import InputSpec
 from layerscope.core import values
-from layerscope.errors import UserError
+from layerscope.core.errors import UserError
+
+_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
+           "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+           "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
+           "uint8": torch.uint8, "bool": torch.bool}
+
+
+@dataclass
+class InputSpec:
+    """An input given by shape and dtype only: analyses build fake (or zero) tensors from it."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return _DTYPES[text.strip().lower()]
+    except KeyError:
+        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
+
+
+def parse_input(text: str) -> tuple[str | None, InputSpec]:
+    """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
+    name, eq, rest = str(text).partition("=")
+    if not eq:
+        name, rest = None, str(text)
+    elif not name.strip().isidentifier():
+        raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
+                        "attention_mask=1x128:int64")
+    dims, dtype_text = values.shape(rest, "--input")
+    spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
+    return (name.strip() if name else None), spec
 
 
 def check_dims(shape: Any, what: str) -> tuple[int, ...]:
@@ -48,8 +86,6 @@ def _item(x: Any, what: str) -> Any:
 def split_inputs(inputs: Any = None, kwargs: dict[str, Any] | None = None,
                  ) -> tuple[list[Any], dict[str, Any]]:
     """(positional arguments, keyword arguments) with shapes turned into ``InputSpec``."""
-    from layerscope.frontends.torch_module import parse_input
-
     if kwargs is not None and not isinstance(kwargs, dict):
         raise UserError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
     if isinstance(inputs, dict):

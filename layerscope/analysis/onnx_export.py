@@ -22,7 +22,7 @@ from typing import Any
 
 from layerscope.core import values
 from layerscope.core.io import check_output, resolve, temp_dir
-from layerscope.errors import UserError, first_line
+from layerscope.core.errors import UserError, first_line
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17
@@ -44,7 +44,7 @@ class ExportResult:
 def _example_inputs(inputs: list[Any]) -> tuple:
     import torch
 
-    from layerscope.analysis.static_torch import InputSpec
+    from layerscope.frontends.inputs import InputSpec
 
     return tuple(torch.zeros(x.shape, dtype=x.dtype) if isinstance(x, InputSpec) else x
                  for x in inputs)

@@ -71,7 +71,10 @@ PACKAGES = ("torchvision", "numpy", "onnx", "onnxruntime", "onnxscript")
 
 @lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
-    import torch
+    try:
+        import torch
+    except ImportError:  # the ONNX path runs without PyTorch
+        return _without_torch()
 
     env: dict[str, Any] = {
         "cpu": _cpu_model(),
@@ -95,6 +98,17 @@ def environment() -> dict[str, Any]:
     if env["cuda_available"]:
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         env["gpu"] = env["gpus"][0]
+    env["executable"] = sys.executable
+    return env
+
+
+def _without_torch() -> dict[str, Any]:
+    env: dict[str, Any] = {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": None,
+                           "ram_bytes": _ram_bytes(), "os": platform.platform(),
+                           "os_name": _os_name(), "python": platform.python_version(),
+                           "torch": None, "cuda": None, "cudnn": None, "cuda_available": False,
+                           "gpu": None, "gpus": []}
+    env.update({package: _version(package) for package in PACKAGES})
     env["executable"] = sys.executable
     return env
 

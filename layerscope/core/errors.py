@@ -1,0 +1,28 @@
+"""Errors that mean "the user's input was wrong": the CLI prints them as one line, exit code 2."""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input: the message names what was wrong and what to do."""
+
+
+_TORCH_TAIL = "(Could this error message be improved?"
+
+
+def first_line(exc: BaseException | str, *, with_type: bool = False) -> str:
+    """The first non-blank line of an exception's message (library errors such as torch.load's
+    weights_only refusal span many lines; a report line takes only the first), or the
+    exception's type name when the message is empty. ``with_type`` prefixes 'TypeName: '."""
+    text = exc if isinstance(exc, str) else str(exc)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = line.split(_TORCH_TAIL)[0].strip()  # PyTorch's plea, not part of the message
+    if isinstance(exc, str):
+        return line
+    if not line:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {line}" if with_type else line
+
+
+class LayerscopeWarning(UserWarning):
+    """Something was wrong but the command carries on (a damaged cache is ignored): the CLI
+    prints it as one line, ``layerscope: warning: ...``."""

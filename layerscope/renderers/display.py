@@ -1,0 +1,36 @@
+"""The drawing functions behind every record's ``__rich__`` and ``_repr_html_`` (core/display.py).
+
+Installed by ``layerscope/__init__.py``; each renderer module is imported only when a record is
+first shown, so importing layerscope stays cheap."""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from layerscope.core import display
+
+
+def _later(module: str, function: str) -> Callable[[Any], Any]:
+    def draw(record: Any) -> Any:
+        return getattr(importlib.import_module(f"layerscope.renderers.{module}"), function)(record)
+
+    draw.target = (f"layerscope.renderers.{module}", function)  # checked by the tests
+    return draw
+
+
+RICH = {
+    "Report": _later("terminal", "render_table"),
+    "OpTable": _later("terminal", "render_ops"),
+    "SweepReport": _later("terminal", "render_sweep"),
+    "Comparison": _later("compare_out", "render_compare"),
+    "TrainReport": _later("training", "render_train"),
+    "AblationReport": _later("training", "render_ablation"),
+    "LoopProfile": _later("training", "render_loop"),
+}
+# every record's notebook view is the same HTML table renderer
+HTML = {name: _later("html_table", "render_html_table")
+        for name in ("Report", "ResultDocument", "ActivationCapture")}
+
+
+def install() -> None:
+    display.install(RICH, HTML)
