@@ -24,6 +24,7 @@ import torch.nn as nn
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Noise
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -58,7 +59,7 @@ class SweepReport(ResultDocument):
     cells: list[SweepCell]
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
-    noise: dict[str, Any] | None = None
+    noise: Noise | None = None
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 

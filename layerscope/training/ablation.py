@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Noise
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
@@ -61,7 +62,7 @@ class AblationReport(ResultDocument):
     variants: list[VariantResult]
     environment: dict[str, Any] = field(default_factory=dict)
     # core.noise section from the baseline's step times (every speed-up is relative to it)
-    noise: dict[str, Any] | None = None
+    noise: Noise | None = None
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
@@ -223,7 +224,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                           noise=_noise(step_samples.get("baseline"), machine, threads))
 
 
-def _noise(steps: list[float] | None, machine, threads: int | None) -> dict[str, Any] | None:
+def _noise(steps: list[float] | None, machine, threads: int | None) -> Noise | None:
     import torch
 
     if not steps:
