@@ -13,11 +13,12 @@ from layerscope.core.records import Achieved, BackwardTiming, Ceilings, EndToEnd
 from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"
+_SHAPES = {"schema": {"$ref": "#/$defs/shapes"}}
 
 
 @dataclass
 class LayerRow(Record):
-    """One module (or ONNX node). Costs are for the forward pass over all calls of the module.
+    """One module (or ONNX node); costs are for the forward pass over all calls of the module.
 
     ``self_only`` marks the row of a container's own ops (e.g. the residual add written in a
     ResNet block's forward), so that rows never double count their children.
@@ -27,8 +28,8 @@ class LayerRow(Record):
     type: str
     depth: int
     calls: int = 0
-    input_shapes: list = field(default_factory=list)
-    output_shapes: list = field(default_factory=list)
+    input_shapes: list = field(default_factory=list, metadata=_SHAPES)
+    output_shapes: list = field(default_factory=list, metadata=_SHAPES)
     params: int = 0
     weight_bytes: int = 0
     buffer_bytes: int = 0
@@ -60,6 +61,9 @@ class LayerRow(Record):
         description="ONNX nodes: the module path the exporter recorded"))
 
     _computed: ClassVar[tuple[str, ...]] = ("intensity",)
+    _schema_required: ClassVar[tuple[str, ...]] = (
+        "name", "type", "depth", "input_shapes", "output_shapes", "params", "macs", "flops",
+        "bytes_read", "bytes_written")
 
     @property
     def intensity(self) -> float | None:
@@ -69,6 +73,8 @@ class LayerRow(Record):
 
 @dataclass
 class Totals(Record):
+    """The whole model: the rows' sums, the peak live activations, inputs and outputs."""
+
     params: int = 0
     trainable_params: int = 0
     weight_bytes: int = 0
@@ -98,10 +104,14 @@ class Totals(Record):
         return self.flops / moved if moved else None
 
     _computed: ClassVar[tuple[str, ...]] = ("intensity",)
+    _schema_required: ClassVar[tuple[str, ...]] = (
+        "params", "macs", "flops", "bytes_read", "bytes_written")
 
 
 @dataclass
 class UncountedOp(Record):
+    """An op with no cost handler, and how often it ran."""
+
     op: str
     calls: int
 

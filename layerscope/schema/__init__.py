@@ -32,6 +32,8 @@ def errors(d: Any) -> list[str]:
         return []
     out = []
     for e in sorted(v.iter_errors(d), key=lambda e: list(map(str, e.absolute_path))):
+        if e.context:  # "X | None" fields are anyOf [record, null]: name the record's problem
+            e = max(e.context, key=lambda c: len(c.path))  # deepest; ties: first
         path = "/".join(str(p) for p in e.absolute_path) or "(top level)"
         msg = e.message if len(e.message) < 160 else e.message[:157] + "..."
         out.append(f"{path}: {msg}")
