@@ -192,7 +192,7 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
     for rank, i in enumerate(sorted(range(len(medians)), key=lambda i: -medians[i]), 1):
         report.layers[i].rank = rank
     batch = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
-    report.end_to_end = EndToEnd.of(e2e, batch, inst)
+    report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(prof_s, bare_s)
     report.overhead = None if ratio is None else ratio - 1
     report.coverage = _coverage(row_samples, walls) if n else None

@@ -248,7 +248,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     for rank, i in enumerate(order, 1):
         report.layers[i].rank = rank
     batch = _batch_of(xs, kw) or 1
-    report.end_to_end = EndToEnd.of(e2e, batch, inst)
+    report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(instrumented, bare)  # bare[i], instrumented[i]: one pair
     report.overhead = None if ratio is None else ratio - 1
     report.coverage = _coverage(samples, instrumented)

@@ -48,7 +48,7 @@ def to_json_value(value: Any) -> Any:
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
@@ -83,7 +83,7 @@ def build(cls: type[T], d: Mapping[str, Any]) -> T:
     """A dataclass from its JSON object. Unknown keys (written by a newer minor version) are
     ignored; a missing key takes the field's default, or None for a field marked ``optional``
     (results saved before the field was written)."""
-    hints = _hints(cls)
+    hints = _hints(cls)  # type: ignore[arg-type]  # classes are hashable
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
@@ -137,7 +137,7 @@ class DictRecord(Record, Mapping[str, Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):
-            return self.to_dict() == to_json_value(dict(other))
+            return bool(self.to_dict() == to_json_value(dict(other)))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

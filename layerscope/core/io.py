@@ -445,7 +445,7 @@ _guard_depth = 0
 _guard_previous: Any = None
 
 
-def _on_sigterm(signum, frame):
+def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated(128 + signum)
 
 

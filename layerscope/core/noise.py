@@ -44,6 +44,7 @@ def read_machine() -> MachineReading:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except (OSError, AttributeError):  # not on every platform
         load = None
+    available: int | None
     try:
         available = len(os.sched_getaffinity(0))
     except (OSError, AttributeError):
@@ -81,7 +82,8 @@ def noise_section(stats: TimingStats, machine: MachineReading, threads: int | No
         rows_mean_far_above_median=far_rows if rows else None, warnings=warnings)
 
 
-def _noise_line(spread, noisy, oversubscribed, threads, load1, cpus) -> str:
+def _noise_line(spread: float | None, noisy: bool, oversubscribed: bool | None,
+                threads: int | None, load1: float | None, cpus: int | None) -> str:
     why = []
     if noisy:
         why.append(f"p90/p10 = {spread:.2f}")
@@ -102,7 +104,7 @@ def _noise_line(spread, noisy, oversubscribed, threads, load1, cpus) -> str:
             f"{', '.join(remedy[:-1])} or {remedy[-1]}.")
 
 
-def warnings_of(result) -> list[str]:
+def warnings_of(result: object) -> list[str]:
     """The noise warning lines of any result (none for a result saved without a noise section)."""
     noise = getattr(result, "noise", None) or {}
     return list(noise.get("warnings") or [])

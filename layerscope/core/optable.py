@@ -38,7 +38,7 @@ class OpTable(ResultDocument):
 
     _row_types: ClassVar[dict[str, type]] = {"rows": OpRow}
 
-    def __rich__(self):
+    def __rich__(self) -> Any:
         from layerscope.renderers.terminal import render_ops
 
         return render_ops(self)

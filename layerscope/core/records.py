@@ -22,7 +22,7 @@ class EndToEnd(TimingStats):
         default=None, metadata=omit_none(description="the runs with per-layer timing on"))
 
     @classmethod
-    def of(cls, bare: TimingStats, batch: int, instrumented: TimingStats) -> EndToEnd:
+    def of_runs(cls, bare: TimingStats, batch: int, instrumented: TimingStats) -> EndToEnd:
         fields = {f.name: getattr(bare, f.name) for f in dataclasses.fields(TimingStats)}
         return cls(**fields, throughput_per_s=batch / bare.median_s if bare.median_s else None,
                    instrumented=instrumented)

@@ -5,6 +5,7 @@ Plain data only (see DESIGN.md section 1): renderers turn it into text, JSON, CS
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from layerscope.core.document import Record, build, omit_none
@@ -28,8 +29,8 @@ class LayerRow(Record):
     type: str
     depth: int
     calls: int = 0
-    input_shapes: list = field(default_factory=list, metadata=_SHAPES)
-    output_shapes: list = field(default_factory=list, metadata=_SHAPES)
+    input_shapes: list[Any] = field(default_factory=list, metadata=_SHAPES)
+    output_shapes: list[Any] = field(default_factory=list, metadata=_SHAPES)
     params: int = 0
     weight_bytes: int = 0
     buffer_bytes: int = 0
@@ -156,7 +157,7 @@ class Report(Record):
         "uncounted_ops", "op_coverage", "notes", "environment")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Report:
+    def from_dict(cls, d: Mapping[str, Any]) -> Report:
         major = str(d.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(
@@ -166,7 +167,7 @@ class Report(Record):
         return build(cls, d)
 
     # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.
-    def __rich__(self):
+    def __rich__(self) -> Any:
         from layerscope.renderers.terminal import render_table
 
         return render_table(self)

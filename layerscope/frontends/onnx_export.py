@@ -77,6 +77,7 @@ def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchno
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         program = torch.onnx.export(module, xs, dynamo=True, opset_version=opset,
                                     optimize=fold_batchnorm)
+    assert program is not None  # dynamo=True always returns the ONNXProgram
     if not fold_batchnorm:
         import onnxscript.optimizer as optimizer
 

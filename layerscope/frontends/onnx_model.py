@@ -386,7 +386,7 @@ def _tensor_infos(model) -> dict[str, TensorInfo]:
             continue
         dims = _dims(vi)
         known = dims is not None and all(isinstance(d, int) for d in dims)
-        infos[vi.name] = TensorInfo(tuple(dims) if known else None,
+        infos[vi.name] = TensorInfo(tuple(dims) if known and dims is not None else None,
                                     vi.type.tensor_type.elem_type)
     for t in graph.initializer:
         infos[t.name] = TensorInfo(tuple(t.dims), t.data_type)

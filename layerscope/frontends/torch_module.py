@@ -48,10 +48,11 @@ def parse_dtype(text: str) -> torch.dtype:
 
 def parse_input(text: str) -> tuple[str | None, InputSpec]:
     """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
-    name, eq, rest = str(text).partition("=")
+    key, eq, rest = str(text).partition("=")
+    name: str | None = key
     if not eq:
         name, rest = None, str(text)
-    elif not name.strip().isidentifier():
+    elif not key.strip().isidentifier():
         raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
                         "attention_mask=1x128:int64")
     dims, dtype_text = values.shape(rest, "--input")
@@ -116,6 +117,8 @@ def _load_python_attr(spec: str) -> Any:
             raise UserError(f"{spec}: no such file {target!r}")
         mod_name = f"_layerscope_user_{abs(hash(os.path.abspath(target)))}"
         loader_spec = importlib.util.spec_from_file_location(mod_name, target)
+        if loader_spec is None or loader_spec.loader is None:  # a .py path always has one
+            raise UserError(f"{spec}: {target} cannot be imported as a Python file")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
         try:

@@ -13,11 +13,12 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
     with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return json.load(f)
+        schema: dict[str, Any] = json.load(f)
+    return schema
 
 
 @lru_cache(maxsize=1)
-def _validator():
+def _validator() -> Any:
     try:
         import jsonschema
     except ImportError:  # validation is a check, not a requirement for rendering

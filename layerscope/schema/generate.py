@@ -109,7 +109,7 @@ def record_schema(cls: type[Record]) -> dict[str, Any]:
 
 def generated_schema(base: dict[str, Any] | None = None) -> dict[str, Any]:
     """``base`` (the shipped schema) with every generated definition rebuilt."""
-    schema = json.loads(json.dumps(base if base is not None else load_schema()))
+    schema: dict[str, Any] = json.loads(json.dumps(base if base is not None else load_schema()))
     defs = schema.setdefault("$defs", {})
     for name, cls in GENERATED.items():
         defs[name] = record_schema(cls)
