@@ -2,7 +2,8 @@
 from layerscope.core.report import LayerRow, Report, Totals
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
+           "compare", "graph", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed

@@ -10,8 +10,13 @@ from layerscope.core.results import read_result
 from layerscope.errors import UserError
 from layerscope.renderers import render
 from layerscope.renderers.charts import charts
-from layerscope.renderers.highlight import (apply_highlight, describe, hot_predicate,
-                                            parse_highlight, rule_of)
+from layerscope.renderers.highlight import (
+    apply_highlight,
+    describe,
+    hot_predicate,
+    parse_highlight,
+    rule_of,
+)
 from layerscope.renderers.tables import tables
 from layerscope.renderers.terminal import to_text
 from tests.helpers import run_cli

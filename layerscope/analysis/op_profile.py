@@ -17,10 +17,10 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.module_hooks import global_forward_hooks
+from layerscope.core import values
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.environment import environment
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
 
 RANGE_PREFIX = "module::"
 SORTS = ("self", "total")

@@ -20,18 +20,19 @@ import json
 import os
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from layerscope.core import values
 from layerscope.core.io import temp_dir
+from layerscope.core.limits import check_input_bytes
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.records import Achieved, EndToEnd
-from layerscope.core.limits import check_input_bytes
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")
 _NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,

@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -31,12 +32,12 @@ from torch.utils import _pytree as pytree
 
 from layerscope.analysis.inputs import real_inputs, real_kwargs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
-from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
+from layerscope.core import values
 from layerscope.core.noise import MachineReading, noise_section, read_machine
+from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
 
 Progress = Callable[[int, int], None]
 

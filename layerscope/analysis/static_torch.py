@@ -20,8 +20,9 @@ import contextlib
 import copy
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -497,7 +498,8 @@ def _capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Captu
         # The model needs real values (data-dependent shapes); run it for real.
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
             raise ModelRunError(f"{type(exc).__name__}: the model needs real values "
-                                "(data-dependent shapes) but its weights are on the meta device")
+                                "(data-dependent shapes) but its weights are on the meta device"
+                                ) from exc
         fresh, _ = _module_table(model)
         stats.clear()
         stats.update(fresh)

@@ -16,12 +16,14 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.records import Noise
@@ -29,7 +31,6 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")

@@ -151,12 +151,12 @@ class _Event:
     dims: list = field(default_factory=list)
     types: list = field(default_factory=list)
     # filled by _nest
-    parent: "_Event | None" = None
+    parent: _Event | None = None
     depth: int = 0
-    chain: list["_Event"] = field(default_factory=list)  # markers: enclosing calls, outermost first
-    markers: list["_Event"] = field(default_factory=list)  # calls: first and last marker inside
+    chain: list[_Event] = field(default_factory=list)  # markers: enclosing calls, outermost first
+    markers: list[_Event] = field(default_factory=list)  # calls: first and last marker inside
     # filled when calls are resolved
-    frame: "_Frame | None" = None  # the frame this call opened
+    frame: _Frame | None = None  # the frame this call opened
     scope: str | None = None  # module whose code runs in this frame
     method: str | None = None  # and the method of it
 

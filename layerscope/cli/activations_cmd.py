@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from layerscope.core.values import arg, seed
 from layerscope.cli.common import add_model_inputs
-
+from layerscope.core.values import arg, seed
 
 UNLIMITED_WIDTH = 10_000
 

@@ -1,7 +1,6 @@
 """layerscope compare A B: two reports joined layer by layer, every difference explained."""
 from __future__ import annotations
 
-
 from layerscope.core.values import arg, width
 from layerscope.errors import UserError
 

@@ -36,7 +36,7 @@ from layerscope.errors import UserError
 
 STDOUT = "-"
 TEMP_PREFIX = ".layerscope-"
-Data = Union[str, bytes, bytearray, Callable[[BinaryIO], Any]]
+Data = Union[str, bytes, bytearray, Callable[[BinaryIO], Any]]  # noqa: UP007 - a runtime alias
 
 
 class Terminated(SystemExit):

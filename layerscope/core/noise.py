@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from layerscope.core.records import Noise
 from layerscope.core.stats import TimingStats

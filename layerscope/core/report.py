@@ -4,13 +4,20 @@ Plain data only (see DESIGN.md section 1): renderers turn it into text, JSON, CS
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from layerscope.core.document import Record, build, omit_none
-from layerscope.core.records import Achieved, BackwardTiming, Ceilings, EndToEnd, Noise, \
-    RooflinePoint, TypeTiming
+from layerscope.core.records import (
+    Achieved,
+    BackwardTiming,
+    Ceilings,
+    EndToEnd,
+    Noise,
+    RooflinePoint,
+    TypeTiming,
+)
 from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"

@@ -18,7 +18,8 @@ import math
 import operator
 import re
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from layerscope.errors import UserError
 

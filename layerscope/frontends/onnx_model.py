@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from layerscope.core import values
 from layerscope.errors import UserError, first_line

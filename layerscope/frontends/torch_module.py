@@ -43,7 +43,8 @@ def parse_dtype(text: str) -> torch.dtype:
     try:
         return _DTYPES[text.strip().lower()]
     except KeyError:
-        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
+        raise UserError(f"unknown dtype {text!r}: use one of "
+                        f"{', '.join(sorted(_DTYPES))}") from None
 
 
 def parse_input(text: str) -> tuple[str | None, InputSpec]:
@@ -158,7 +159,8 @@ def load_torchscript(path: str) -> nn.Module:
             warnings.simplefilter("ignore", FutureWarning)
             return torch.jit.load(path, map_location="cpu")
     except Exception as exc:
-        first = first_line(exc).split("(Could this error message be improved?")[0].strip()  # PyTorch's
+        # drop PyTorch's "(Could this error message be improved? ...)" tail
+        first = first_line(exc).split("(Could this error message be improved?")[0].strip()
         raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
 
 
@@ -191,7 +193,8 @@ def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAUL
         raise UserError(f"{spec}: no such file")
     close = zoo.suggestions(spec)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in names, "
+    raise UserError(f"unknown model {spec!r}.{hint} Run 'layerscope models' for the built-in "
+                    "names, "
                     "or pass file.py:factory, package.module:factory, a TorchScript file or a "
                     "training run folder.")
 

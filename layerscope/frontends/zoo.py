@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -33,7 +33,8 @@ class BasicBlock(nn.Module):
 
 class ResNet20(nn.Module):
     """ResNet-20 for CIFAR-10 (He et al. 2016, section 4.2): 3x3 stem with 16 channels, three
-    stages of three basic blocks at 16/32/64 channels, strides 1/2/2, global average pool, linear."""
+    stages of three basic blocks at 16/32/64 channels, strides 1/2/2, global average pool,
+    linear."""
 
     def __init__(self, num_classes: int = 10, blocks: int = 3):
         super().__init__()

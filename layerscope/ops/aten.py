@@ -53,7 +53,8 @@ register(
         "aten.narrow", "aten.diagonal", "aten._reshape_alias", "aten.view_as", "aten.unfold",
         "aten.transpose_", "aten.t_", "aten.squeeze_", "aten.unsqueeze_", "aten.lift_fresh",
         "aten._nested_tensor_from_mask", "prim.device", "aten.sym_size", "aten.sym_stride",
-        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size", "aten._local_scalar_dense",
+        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size",
+        "aten._local_scalar_dense",
         "aten.set_", "aten.resize_", "aten._has_compatible_shallow_copy_type", "aten.is_nonzero",
         "aten.as_strided_",
     ],
@@ -453,7 +454,8 @@ def dot(args, kwargs, out) -> OpCost:
 
 def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
     # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
-    # MACs = N * Cout * prod(out) * Cin/g * prod(k); transposed: N * Cin * prod(in) * Cout/g * prod(k)
+    # MACs = N * Cout * prod(out) * Cin/g * prod(k);
+    # transposed: N * Cin * prod(in) * Cout/g * prod(k)
     macs = fc.conv_flop_count(list(x.shape), list(w.shape), list(y.shape), transposed) // 2
     return OpCost(macs=macs, flops=2 * macs + (y.numel if has_bias else 0))
 

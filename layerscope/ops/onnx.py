@@ -26,9 +26,18 @@ from __future__ import annotations
 
 import math
 
-from layerscope.ops.aten import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_NORMALISE,
-                                 NORM_STATS, SOFTMAX, TAPS_PER_AXIS, blend_flops,
-                                 resample_flops)
+from layerscope.ops.aten import (
+    ATTN_PER_SCORE,
+    GATE_FLOPS,
+    GATES,
+    NORM_APPLY,
+    NORM_NORMALISE,
+    NORM_STATS,
+    SOFTMAX,
+    TAPS_PER_AXIS,
+    blend_flops,
+    resample_flops,
+)
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
 
 ONNX = VersionedHandlerTable("onnx")

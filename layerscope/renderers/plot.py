@@ -9,8 +9,7 @@ import warnings
 from layerscope.core import values
 from layerscope.errors import UserError
 from layerscope.renderers.charts import Chart, charts
-from layerscope.renderers.html.svg import _names_its_category, category_labels, \
-    with_thinning_note
+from layerscope.renderers.html.svg import _names_its_category, category_labels, with_thinning_note
 from layerscope.renderers.label_layout import place_labels
 from layerscope.renderers.tables import heading
 

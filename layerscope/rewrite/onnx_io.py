@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from layerscope.errors import UserError, first_line
 from layerscope.core.io import write_file
+from layerscope.errors import UserError, first_line
 
 # onnxruntime 1.31 accepts models of IR version 13 at most (onnx 1.23 writes 14 by default).
 MAX_IR_VERSION = 13

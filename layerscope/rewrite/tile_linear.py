@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from layerscope._callable_module import make_callable
-from layerscope.errors import UserError
 from layerscope.core import values
+from layerscope.errors import UserError
 from layerscope.rewrite.onnx_io import MAX_IR_VERSION, check_initializer_values, require_onnx
 
 # A guard against tiles so small that the graph would not fit in memory or in protobuf.

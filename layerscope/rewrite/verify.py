@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from layerscope._callable_module import make_callable
+from layerscope.core import values
 from layerscope.core.limits import check_input_bytes
 from layerscope.errors import UserError, first_line
-from layerscope.core import values
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
 

@@ -25,8 +25,15 @@ import typing
 from typing import Any, Union
 
 from layerscope.core.document import Record
-from layerscope.core.records import (Achieved, BackwardTiming, Ceilings, EndToEnd, Noise,
-                                     RooflinePoint, TypeTiming)
+from layerscope.core.records import (
+    Achieved,
+    BackwardTiming,
+    Ceilings,
+    EndToEnd,
+    Noise,
+    RooflinePoint,
+    TypeTiming,
+)
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema

@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.records import Noise
@@ -18,7 +20,6 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.environment import environment
 from layerscope.errors import UserError
-from layerscope.core import values
 from layerscope.training.phases import PHASES
 
 # variant -> train flags; CUDA_ONLY ones do not apply on the CPU

@@ -9,8 +9,9 @@ times and the forward phase are measured together (their coverage is reported).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import DataLoader

@@ -7,12 +7,30 @@ from typing import Any
 
 from layerscope.analysis.compare.prepass import _batch_ratio, _find_folds
 from layerscope.analysis.compare.result import (
-    ROOT_LABEL, TOTAL_METRICS, UNEXPLAINED, Comparison, CompareRow, TotalRow)
+    ROOT_LABEL,
+    TOTAL_METRICS,
+    UNEXPLAINED,
+    CompareRow,
+    Comparison,
+    TotalRow,
+)
 from layerscope.analysis.compare.rules import (
-    Effect, _Ctx, _Row, _unexplained, explain_moves, explain_row)
+    Effect,
+    _Ctx,
+    _Row,
+    _unexplained,
+    explain_moves,
+    explain_row,
+)
 from layerscope.analysis.compare.sides import (
-    _fold_into_covering_rows, _group_side, _joined_order, _load_sides, _Side, _source,
-    _with_ancestors)
+    _fold_into_covering_rows,
+    _group_side,
+    _joined_order,
+    _load_sides,
+    _Side,
+    _source,
+    _with_ancestors,
+)
 from layerscope.analysis.compare.totals import _explain_peak, _explain_total
 
 

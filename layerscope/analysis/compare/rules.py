@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from layerscope.analysis.compare.result import (
-    COPY_TYPES, FRONTEND_NAMES, FUSED_TYPES, INDEX_BYTES, LABELS, ROOT_LABEL, ROW_METRICS,
-    SHAPE_TYPES, SMALL_INT_TYPES, UNEXPLAINED, VIEW_TYPES, category)
+    COPY_TYPES,
+    FRONTEND_NAMES,
+    FUSED_TYPES,
+    INDEX_BYTES,
+    LABELS,
+    ROOT_LABEL,
+    ROW_METRICS,
+    SHAPE_TYPES,
+    SMALL_INT_TYPES,
+    UNEXPLAINED,
+    VIEW_TYPES,
+    category,
+)
 from layerscope.analysis.compare.sides import _ancestors, _Group, _Side
 from layerscope.core.report import LayerRow
 

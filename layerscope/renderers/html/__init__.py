@@ -10,13 +10,13 @@ import html
 import json
 import math
 import re
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 from layerscope.renderers.charts import charts
 from layerscope.renderers.html.svg import svg_chart
-from layerscope.renderers.tables import (RowTable, environment_rows, facts, heading, tables,
-                                         warnings)
+from layerscope.renderers.tables import RowTable, environment_rows, facts, heading, tables, warnings
 
 
 def _asset(name: str) -> str:

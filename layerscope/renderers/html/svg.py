@@ -11,8 +11,7 @@ import math
 
 from layerscope.core.units import si
 from layerscope.renderers.charts import Chart, Point
-from layerscope.renderers.label_layout import AxisLabels, Box, axis_labels, place_labels, \
-    text_width
+from layerscope.renderers.label_layout import AxisLabels, Box, axis_labels, place_labels, text_width
 
 WIDTH = 960
 PLOT_HEIGHT = 260
