@@ -24,16 +24,8 @@ import types
 import typing
 from typing import Any, Union
 
+from layerscope.core import records as r
 from layerscope.core.document import Record
-from layerscope.core.records import (
-    Achieved,
-    BackwardTiming,
-    Ceilings,
-    EndToEnd,
-    Noise,
-    RooflinePoint,
-    TypeTiming,
-)
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema
@@ -41,13 +33,13 @@ from layerscope.schema import SCHEMA_PATH, load_schema
 # $defs name -> record class
 GENERATED: dict[str, type[Record]] = {
     "timing": TimingStats,
-    "end_to_end": EndToEnd,
-    "achieved": Achieved,
-    "roofline_point": RooflinePoint,
-    "ceilings": Ceilings,
-    "backward": BackwardTiming,
-    "type_timing": TypeTiming,
-    "noise": Noise,
+    "end_to_end": r.EndToEnd,
+    "achieved": r.Achieved,
+    "roofline_point": r.RooflinePoint,
+    "ceilings": r.Ceilings,
+    "backward": r.BackwardTiming,
+    "type_timing": r.TypeTiming,
+    "noise": r.Noise,
     "layer": LayerRow,
     "totals": Totals,
     "uncounted_op": UncountedOp,
