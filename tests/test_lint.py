@@ -1,5 +1,6 @@
 """The habits `make test` keeps: ruff (lint rules in pyproject.toml) and mypy (strict on
-layerscope/core and layerscope/schema, default checks on layerscope/frontends) pass."""
+layerscope/core, layerscope/schema and layerscope/frontends) pass; golden files are checked,
+never silently written."""
 from __future__ import annotations
 
 import os

@@ -41,7 +41,7 @@ class ExportResult:
     verified_with: str | None  # "onnxruntime X.Y.Z" when the file was loaded in a session
 
 
-def _example_inputs(inputs: list[Any]) -> tuple:
+def _example_inputs(inputs: list[Any]) -> tuple[Any, ...]:
     import torch
 
     from layerscope.analysis.static_torch import InputSpec
@@ -50,7 +50,7 @@ def _example_inputs(inputs: list[Any]) -> tuple:
                  for x in inputs)
 
 
-def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
+def _drop_exporter_zero_biases(model: Any, parameter_names: set[str]) -> int:
     """The dynamo exporter gives bias-free Conv/Gemm a zero bias built from Shape/Expand ops;
     constant folding turns it into an initializer. Drop those (never a module's own parameter,
     even when it is zero) so the graph has exactly the module's parameters."""
@@ -70,7 +70,8 @@ def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
     return dropped
 
 
-def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchnorm: bool) -> None:
+def _export_dynamo(module: Any, xs: tuple[Any, ...], path: str, opset: int | None,
+                   fold_batchnorm: bool) -> None:
     import torch
 
     quiet = io.StringIO()
@@ -88,7 +89,7 @@ def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchno
     program.save(path)  # weights go to external data when the model is over 2 GB
 
 
-def _export_legacy(module, xs: tuple, path: str, opset: int | None) -> None:
+def _export_legacy(module: Any, xs: tuple[Any, ...], path: str, opset: int | None) -> None:
     import torch
 
     quiet = io.StringIO()

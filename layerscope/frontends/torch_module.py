@@ -157,7 +157,9 @@ def load_torchscript(path: str) -> nn.Module:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            return torch.jit.load(path, map_location="cpu")
+            loaded: nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
+                path, map_location="cpu")
+            return loaded
     except Exception as exc:
         # drop PyTorch's "(Could this error message be improved? ...)" tail
         first = first_line(exc).split("(Could this error message be improved?")[0].strip()
