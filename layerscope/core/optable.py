@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
@@ -35,8 +35,6 @@ class OpTable(ResultDocument):
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
-
-    _row_types: ClassVar[dict[str, type]] = {"rows": OpRow}
 
     def __rich__(self) -> Any:
         from layerscope.renderers.terminal import render_ops
