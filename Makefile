@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-slow venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
+
+# The tests marked slow (sweeps over every torchvision classifier; minutes).
+test-slow: $(STAMP)
+	$(PY) -m pytest -n 2 -m slow tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -4,7 +4,8 @@ from layerscope.core.version import __version__
 from layerscope.frontends import trained as _trained
 from layerscope.renderers import display as _display
 
-__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations", "compare", "graph", "export_onnx", "Report", "LayerRow", "Totals", "__version__"]
+__all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
+           "compare", "graph", "export_onnx", "Report", "LayerRow", "Totals", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed

@@ -17,8 +17,11 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def check_golden(name: str, text: str, update: bool) -> None:
-    path = GOLDEN / name
-    if update or not path.exists():
+def check_golden(name: str, text: str, update: bool, golden: Path = GOLDEN) -> None:
+    """``text`` equals the golden file ``name``; ``update`` (pytest --update-golden) writes it.
+    A missing golden file fails: a test that writes its own expectation checks nothing."""
+    path = golden / name
+    if update:
         path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden file {path}; create it with --update-golden"
     assert text == path.read_text(encoding="utf-8"), f"{name} differs; rerun with --update-golden"

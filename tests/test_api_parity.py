@@ -13,18 +13,17 @@ import subprocess
 import sys
 import warnings
 
+import models
 import onnx
+import onnx_graphs as g
 import pytest
 import torch
+from helpers import run_cli
 
 import layerscope
-from helpers import run_cli
 from layerscope.core.errors import UserError
 from layerscope.renderers import graph_out
 from layerscope.rewrite.verify import verify as verify_api
-
-import models
-import onnx_graphs as g
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

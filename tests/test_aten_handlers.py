@@ -294,7 +294,7 @@ def test_native_multi_head_attention(args, macs, flops):
 def test_transformer_encoder_layer_fwd():
     # _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_w, qkv_b, proj_w, proj_b,
     #   use_gelu, norm_first, eps, ln1_w, ln1_b, ln2_w, ln2_b, ffn1_w, ffn1_b, ffn2_w, ffn2_b)
-    b, l, e, f = 2, 3, 8, 16
+    b, l, e, f = 2, 3, 8, 16  # noqa: E741 - the einsum letters
     args = (T((b, l, e)), e, 2, T((3 * e, e)), T((3 * e,)), T((e, e)), T((e,)), False, False,
             1e-5, T((e,)), T((e,)), T((e,)), T((e,)), T((f, e)), T((f,)), T((e, f)), T((e,)),
             None, None)

@@ -8,10 +8,15 @@ import re
 import pytest
 
 from layerscope.renderers.charts import charts
-from layerscope.renderers.html.svg import HOT_FONT, LEFT, RIGHT, WIDTH, category_labels, \
-    svg_chart
-from layerscope.renderers.label_layout import Box, any_overlap, axis_labels, place_labels, \
-    shorten_middle, text_width
+from layerscope.renderers.html.svg import HOT_FONT, LEFT, RIGHT, WIDTH, category_labels, svg_chart
+from layerscope.renderers.label_layout import (
+    Box,
+    any_overlap,
+    axis_labels,
+    place_labels,
+    shorten_middle,
+    text_width,
+)
 from tests.sample_results import many_layer_profile, resnet20_names
 
 TOP12 = {"rule": "top", "value": 12}  # the 12 slowest: all convolutions, clustered on the roof

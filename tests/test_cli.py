@@ -82,7 +82,8 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("argv,expected", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
+@pytest.mark.parametrize("argv,expected", [b[1:] for b in BAD_INPUTS],
+                         ids=[b[0] for b in BAD_INPUTS])
 def test_bad_input_is_one_line(argv, expected):
     code, out, err = run_cli(*argv)
     assert code == 2

@@ -21,9 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import layerscope
 from layerscope.analysis.compare import Comparison, compare, legacy_scope
+from layerscope.core.errors import UserError
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.results import load_result
-from layerscope.core.errors import UserError
 from layerscope.schema import errors as schema_errors
 from tests.helpers import run_cli
 from tests.onnx_graphs import init, model, save, tensor

@@ -6,14 +6,19 @@ import json
 
 import pytest
 
-from layerscope.core.results import read_result
 from layerscope.core.errors import UserError
+from layerscope.core.results import read_result
 from layerscope.renderers import render
 from layerscope.renderers.charts import charts
-from layerscope.views.highlight import (apply_highlight, describe, hot_predicate,
-                                            parse_highlight, rule_of)
 from layerscope.renderers.tables import tables
 from layerscope.renderers.terminal import to_text
+from layerscope.views.highlight import (
+    apply_highlight,
+    describe,
+    hot_predicate,
+    parse_highlight,
+    rule_of,
+)
 from tests.helpers import run_cli
 from tests.sample_results import analyze_report, profile_report
 
@@ -44,7 +49,8 @@ def test_parse_highlight(text, expected):
     ("top--3", "write seconds"), ("0", "more than 0 seconds"), ("0s", "more than 0 seconds"),
     ("-1", "write seconds"), ("0%", "more than 0%"), ("150%", "at most 100%"),
     ("1e999", "more than 0 seconds"), ("5 us", "write seconds"), ("nan", "write seconds"),
-], ids=["empty", "word", "top-0", "huge-seconds", "top-negative", "zero", "zero-s", "negative", "share-0",
+], ids=["empty", "word", "top-0", "huge-seconds", "top-negative", "zero", "zero-s", "negative",
+        "share-0",
         "share-over", "infinite", "unit-us", "nan"])
 def test_parse_highlight_rejects(text, words):
     with pytest.raises(UserError, match=words):

@@ -1,5 +1,6 @@
 """Hostile files and API misuse: one line on stderr (exit code 2), never a traceback, a huge
 allocation or wrong numbers."""
+import json
 import os
 
 import pytest
@@ -264,8 +265,9 @@ CACHE_CASES = [  # (id, file content (text, or a callable of the key), why it is
     ("not-utf8", b"\xff\xfe\x00garbage", "it is not valid JSON"),
     ("json-list", "[1, 2]", "it holds a JSON list, not an object"),
     ("directory", None, "it is a directory"),
-    ("entry-not-object", lambda key: '{"%s": "fast"}' % key, "this machine's entry is malformed"),
-    ("entry-missing-key", lambda key: '{"%s": {"device": "cpu"}}' % key,
+    ("entry-not-object", lambda key: json.dumps({key: "fast"}),
+     "this machine's entry is malformed"),
+    ("entry-missing-key", lambda key: json.dumps({key: {"device": "cpu"}}),
      "this machine's entry is malformed"),
     ("negative-bandwidth", _with_entry(bandwidth=-1.0), "non-positive ceilings"),
     ("nan-peak", _with_entry(peak_flops=float("nan")), "malformed"),

@@ -13,9 +13,9 @@ import torch.nn as nn
 from onnx import helper
 
 from layerscope.analysis import memory
+from layerscope.analysis.onnx_export import export_onnx, ort_max_ir_version
 from layerscope.analysis.static_onnx import analyze_onnx
 from layerscope.core.report import Report
-from layerscope.analysis.onnx_export import export_onnx, ort_max_ir_version
 from tests.helpers import check_golden, run_cli
 from tests.onnx_graphs import external_tensor, memory_graph, model, save, single, tensor
 

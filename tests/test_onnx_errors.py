@@ -6,8 +6,7 @@ import pytest
 from onnx import helper
 
 from tests.helpers import run_cli
-from tests.onnx_graphs import (external_tensor, init, memory_graph, model, save, single,
-                               tensor)
+from tests.onnx_graphs import external_tensor, init, memory_graph, model, save, single, tensor
 
 
 def _memory_model(tmp_path) -> str:

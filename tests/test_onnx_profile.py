@@ -22,10 +22,14 @@ def test_node_events_split_into_runs_and_warmup_dropped():
     # three model_run windows (us): [0,100], [200,300], [400,500]; warm-up = 1 run
     events = [{"cat": "Session", "name": "model_run", "ts": t, "dur": 100} for t in (0, 200, 400)]
     events += [
-        {"cat": "Node", "name": "conv_kernel_time", "ts": 10, "dur": 50, "args": {"op_name": "Conv"}},
-        {"cat": "Node", "name": "conv_kernel_time", "ts": 210, "dur": 40, "args": {"op_name": "Conv"}},
-        {"cat": "Node", "name": "relu_kernel_time", "ts": 260, "dur": 5, "args": {"op_name": "Relu"}},
-        {"cat": "Node", "name": "conv_kernel_time", "ts": 410, "dur": 30, "args": {"op_name": "Conv"}},
+        {"cat": "Node", "name": "conv_kernel_time", "ts": 10, "dur": 50,
+         "args": {"op_name": "Conv"}},
+        {"cat": "Node", "name": "conv_kernel_time", "ts": 210, "dur": 40,
+         "args": {"op_name": "Conv"}},
+        {"cat": "Node", "name": "relu_kernel_time", "ts": 260, "dur": 5,
+         "args": {"op_name": "Relu"}},
+        {"cat": "Node", "name": "conv_kernel_time", "ts": 410, "dur": 30,
+         "args": {"op_name": "Conv"}},
         {"cat": "Node", "name": "conv_fence_before", "ts": 420, "dur": 1},  # not a kernel event
     ]
     runs = _node_times(events, warmup=1)

@@ -13,8 +13,13 @@ import torch.nn.functional as F
 
 from layerscope.core.errors import UserError
 from layerscope.training import loop
-from layerscope.training.recipes import (RECIPES, Recipe, loss_function, make_optimizer,
-                                         make_scheduler)
+from layerscope.training.recipes import (
+    RECIPES,
+    Recipe,
+    loss_function,
+    make_optimizer,
+    make_scheduler,
+)
 
 # (recipe, optimizer class, scheduler class or None, loss, starts from pretrained weights)
 CASES = [

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from layerscope.core.results import KINDS, load_result, read_result
 from layerscope.core.errors import UserError
+from layerscope.core.results import KINDS, load_result, read_result
 from layerscope.renderers.terminal import to_text
 from tests.helpers import check_golden, run_cli
 from tests.sample_results import ALL

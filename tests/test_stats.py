@@ -12,7 +12,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("xs,median,p10,p90,mean", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("xs,median,p10,p90,mean", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
 def test_timing_stats(xs, median, p10, p90, mean):
     s = TimingStats.of(xs)
     assert (s.median_s, s.n) == (pytest.approx(median), len(xs))

@@ -183,7 +183,8 @@ def test_ablate_marks_cuda_only_variants_na_on_cpu():
     # all on 2 cores: workers=min(4, 2); the CUDA-only switches left out; compile, not torchscript
     ("all", "cpu", 2, ["--num-workers", "2", "--compile", "--amp", "--channels-last"],
      ["workers=2", "compile", "amp", "channels-last"]),
-    ("all", "cpu", 1, ["--compile", "--amp", "--channels-last"], ["compile", "amp", "channels-last"]),
+    ("all", "cpu", 1, ["--compile", "--amp", "--channels-last"],
+     ["compile", "amp", "channels-last"]),
     ("all", "cuda", 16, ["--num-workers", "4", "--pin-memory", "--compile", "--cudnn-benchmark",
                          "--amp", "--channels-last"],
      ["workers=4", "pin-memory", "compile", "cudnn-benchmark", "amp", "channels-last"]),

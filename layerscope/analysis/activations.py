@@ -8,9 +8,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.frontends.inputs import real_inputs
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
+from layerscope.frontends.inputs import real_inputs
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ActivationCapture:
                 "pattern": self.pattern, "layers": [s.__dict__ for s in self.stats]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ActivationCapture":
+    def from_dict(cls, d: dict[str, Any]) -> ActivationCapture:
         """The statistics only; the arrays live in the .npz file."""
         return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
 
@@ -91,7 +91,8 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
         def hook(mod, args, output):
             out = output[0] if isinstance(output, (tuple, list)) else output
             if isinstance(out, torch.Tensor):
-                key = name if name not in captured else f"{name}#{sum(k.startswith(name + '#') for k in captured) + 2}"
+                seen = sum(k.startswith(name + "#") for k in captured)
+                key = name if name not in captured else f"{name}#{seen + 2}"
                 captured[key] = out.detach().to("cpu", copy=True)
                 types[key] = type(mod).__name__
         return hook

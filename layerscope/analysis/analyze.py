@@ -6,25 +6,33 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import capture
-from layerscope.analysis import static
+from layerscope.analysis import capture, static
+from layerscope.analysis.model_prep import (
+    has_forward,
+    is_lazy,
+    materialized_copy,
+    needs_arguments,
+    unwrap,
+)
 from layerscope.core import values
-from layerscope.core.report import Report
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends.inputs import call_text, describe_all, split_inputs
-from layerscope.analysis.model_prep import (has_forward, is_lazy, materialized_copy,
-                                            needs_arguments, unwrap)
+from layerscope.core.report import Report
 from layerscope.frontends.detect import detect
-from layerscope.frontends.inputs import parse_dtype
-from layerscope.frontends.torch_module import (LoadedModel, kwargs_with_batch_size,
-                                               resolve, with_batch_size)
+from layerscope.frontends.inputs import call_text, describe_all, parse_dtype, split_inputs
+from layerscope.frontends.torch_module import (
+    LoadedModel,
+    kwargs_with_batch_size,
+    resolve,
+    with_batch_size,
+)
 
 MODES = ("inference", "training")
 
 
 def normalize_inputs(inputs: Any) -> list[Any]:
-    """Positional inputs only (commands that run ``module(*inputs)``); see ``inputs.split_inputs``."""
+    """Positional inputs only (commands that run ``module(*inputs)``); see
+    ``inputs.split_inputs``."""
     args, kwargs = split_inputs(inputs)
     if kwargs:
         raise UserError(f"keyword inputs ({', '.join(kwargs)}=...) are not supported by this "
@@ -63,7 +71,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     ``model.pt``, ``model.onnx``). ``inputs``: forward's positional arguments — a tensor, a shape,
     or a tuple of tensors, shapes and other values (for ONNX: ``'NAME=1x3x224x224'`` strings);
     ``kwargs``: forward's keyword arguments. ``mode="training"`` adds
-    the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam, adamw).
+    the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam,
+    adamw).
     """
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training")
@@ -98,7 +107,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:
             raise UserError(f"{loaded.name} rejected input "
-                            f"{call_text(loaded.inputs, loaded.kwargs)}: {first_line(exc)}") from exc
+                            f"{call_text(loaded.inputs, loaded.kwargs)}: "
+                            f"{first_line(exc)}") from exc
     ops, coverage = static.uncounted(cap)
     return Report(
         model=loaded.name,

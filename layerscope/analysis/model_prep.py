@@ -26,11 +26,13 @@ def unwrap(module: nn.Module, name: str) -> tuple[nn.Module, list[str]]:
     notes = []
     while type(module).__name__ in _WRAPPERS and isinstance(getattr(module, "module", None),
                                                             nn.Module):
-        notes.append(f"the model is wrapped in {type(module).__name__}: analysed the wrapped module "
+        notes.append(f"the model is wrapped in {type(module).__name__}: "
+                     "analysed the wrapped module "
                      "(.module); row names are relative to it, without the 'module.' prefix of "
                      "the wrapper's state_dict")
         module = module.module
-    if "FullyShardedDataParallel" in type(module).__name__ or hasattr(module, "_fsdp_wrapped_module"):
+    if ("FullyShardedDataParallel" in type(module).__name__
+            or hasattr(module, "_fsdp_wrapped_module")):
         raise UserError(f"{name} is wrapped in FullyShardedDataParallel, whose parameters are "
                         "sharded and flattened: analyse the model before wrapping it")
     return module, notes

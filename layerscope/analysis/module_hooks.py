@@ -4,8 +4,8 @@ Global hooks see every module call without touching any module (nothing to clean
 model), and ``always_call`` keeps pre/post calls paired when a forward raises."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 
 @contextmanager

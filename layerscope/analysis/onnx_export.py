@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerscope.core import values
-from layerscope.core.io import check_output, resolve, temp_dir
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.io import check_output, resolve, temp_dir
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17
@@ -41,7 +41,7 @@ class ExportResult:
     verified_with: str | None  # "onnxruntime X.Y.Z" when the file was loaded in a session
 
 
-def _example_inputs(inputs: list[Any]) -> tuple:
+def _example_inputs(inputs: list[Any]) -> tuple[Any, ...]:
     import torch
 
     from layerscope.frontends.inputs import InputSpec
@@ -50,7 +50,7 @@ def _example_inputs(inputs: list[Any]) -> tuple:
                  for x in inputs)
 
 
-def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
+def _drop_exporter_zero_biases(model: Any, parameter_names: set[str]) -> int:
     """The dynamo exporter gives bias-free Conv/Gemm a zero bias built from Shape/Expand ops;
     constant folding turns it into an initializer. Drop those (never a module's own parameter,
     even when it is zero) so the graph has exactly the module's parameters."""
@@ -70,13 +70,15 @@ def _drop_exporter_zero_biases(model, parameter_names: set[str]) -> int:
     return dropped
 
 
-def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchnorm: bool) -> None:
+def _export_dynamo(module: Any, xs: tuple[Any, ...], path: str, opset: int | None,
+                   fold_batchnorm: bool) -> None:
     import torch
 
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         program = torch.onnx.export(module, xs, dynamo=True, opset_version=opset,
                                     optimize=fold_batchnorm)
+    assert program is not None  # dynamo=True always returns the ONNXProgram
     if not fold_batchnorm:
         import onnxscript.optimizer as optimizer
 
@@ -87,7 +89,7 @@ def _export_dynamo(module, xs: tuple, path: str, opset: int | None, fold_batchno
     program.save(path)  # weights go to external data when the model is over 2 GB
 
 
-def _export_legacy(module, xs: tuple, path: str, opset: int | None) -> None:
+def _export_legacy(module: Any, xs: tuple[Any, ...], path: str, opset: int | None) -> None:
     import torch
 
     quiet = io.StringIO()

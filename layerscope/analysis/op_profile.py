@@ -17,10 +17,10 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.module_hooks import ForwardHookContext
-from layerscope.core.optable import OpRow, OpTable
+from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
-from layerscope.core import values
+from layerscope.core.optable import OpRow, OpTable
 
 RANGE_PREFIX = "module::"
 SORTS = ("self", "total")

@@ -20,17 +20,19 @@ import json
 import os
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from layerscope.core import values
+from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import temp_dir
-from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.limits import check_input_bytes
+from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Achieved, EndToEnd
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.core.errors import UserError, first_line
-from layerscope.core import values
 
 LEVELS = ("disabled", "basic", "extended", "all")
 _NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
@@ -183,19 +185,15 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
         xs = xs + [0.0] * (n - len(xs))  # a node that did not run (folded away) took no time
         row_samples.append(xs or [0.0])
         stats = TimingStats.of(row_samples[-1])
-        row.time = stats.to_dict()
+        row.time = stats
         row.share = _share(row_samples[-1], walls, keep) if n else None
         medians.append(stats.median_s)
-        sec = stats.median_s
-        row.achieved = None if sec <= 0 else {
-            "gmacs_per_s": row.macs / sec / 1e9, "gflops_per_s": row.flops / sec / 1e9,
-            "gbytes_per_s": (row.bytes_read + row.bytes_written) / sec / 1e9}
+        row.achieved = Achieved.at(row.macs, row.flops, row.bytes_read + row.bytes_written,
+                                   stats.median_s)
     for rank, i in enumerate(sorted(range(len(medians)), key=lambda i: -medians[i]), 1):
         report.layers[i].rank = rank
     batch = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
-    report.end_to_end = e2e.to_dict() | {"throughput_per_s": batch / e2e.median_s
-                                         if e2e.median_s else None,
-                                         "instrumented": inst.to_dict()}
+    report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(prof_s, bare_s)
     report.overhead = None if ratio is None else ratio - 1
     report.coverage = _coverage(row_samples, walls) if n else None

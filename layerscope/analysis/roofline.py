@@ -9,7 +9,6 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -17,43 +16,26 @@ import torch
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import LayerscopeWarning, UserError
+from layerscope.core.records import Ceilings, RooflinePoint
 
 CACHE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Ceilings:
-    device: str
-    dtype: str
-    threads: int
-    peak_flops: float  # FLOP/s
-    bandwidth: float  # bytes/s
-    matmul_size: int
-    copy_bytes: int
-
-    @property
-    def ridge(self) -> float:
-        """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
-        return self.peak_flops / self.bandwidth
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"ridge": self.ridge}
-
-
-def place(flops: int, bytes_moved: int, seconds: float, ceilings: Ceilings) -> dict[str, Any] | None:
+def place(flops: int, bytes_moved: int, seconds: float,
+          ceilings: Ceilings) -> RooflinePoint | None:
     """Intensity, the bound, the attainable FLOP/s and the achieved share of it."""
     if not bytes_moved or not seconds or seconds <= 0:
         return None
     intensity = flops / bytes_moved
     attainable = min(ceilings.peak_flops, ceilings.bandwidth * intensity)
     achieved = flops / seconds
-    return {
-        "intensity": intensity,
-        "bound": "memory" if intensity < ceilings.ridge else "compute",
-        "attainable_flops": attainable,
-        "achieved_flops": achieved,
-        "pct_of_roof": achieved / attainable if attainable else None,
-    }
+    return RooflinePoint(
+        intensity=intensity,
+        bound="memory" if intensity < ceilings.ridge else "compute",
+        attainable_flops=attainable,
+        achieved_flops=achieved,
+        pct_of_roof=achieved / attainable if attainable else None,
+    )
 
 
 def _sync(device: str) -> None:

@@ -23,20 +23,21 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from layerscope.frontends.inputs import real_inputs, real_kwargs
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
-from layerscope.core import tree
+from layerscope.core import tree, values
+from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import MachineReading, noise_section, read_machine
+from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
 from layerscope.core.report import Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
-from layerscope.core.errors import UserError, first_line
-from layerscope.core import values
+from layerscope.frontends.inputs import real_inputs, real_kwargs
 
 Progress = Callable[[int, int], None]
 
@@ -222,23 +223,15 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     for row, xs_row in zip(report.layers, samples):
         stats = TimingStats.of(xs_row)
         row_stats.append(stats)
-        row.time = stats.to_dict()
+        row.time = stats
         row.share = _share(xs_row, instrumented, keep)
-        sec = stats.median_s
-        moved = row.bytes_read + row.bytes_written
-        row.achieved = None if sec <= 0 else {
-            "gmacs_per_s": row.macs / sec / 1e9,
-            "gflops_per_s": row.flops / sec / 1e9,
-            "gbytes_per_s": moved / sec / 1e9,
-        }
+        row.achieved = Achieved.at(row.macs, row.flops, row.bytes_read + row.bytes_written,
+                                   stats.median_s)
     order = sorted(range(len(row_stats)), key=lambda i: -row_stats[i].median_s)
     for rank, i in enumerate(order, 1):
         report.layers[i].rank = rank
     batch = _batch_of(xs, kw) or 1
-    report.end_to_end = e2e.to_dict() | {
-        "throughput_per_s": batch / e2e.median_s if e2e.median_s else None,
-        "instrumented": inst.to_dict(),
-    }
+    report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(instrumented, bare)  # bare[i], instrumented[i]: one pair
     report.overhead = None if ratio is None else ratio - 1
     report.coverage = _coverage(samples, instrumented)
@@ -258,7 +251,7 @@ def _coverage(samples: list[list[float]], walls: list[float]) -> float | None:
     return median_of_ratios(attributed, walls)
 
 
-def _by_type(report, samples, walls, keep) -> list[dict[str, Any]]:
+def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
     """Per type over the rows (never overlapping): a container type appears as its own-ops rows
     ("BasicBlock (own ops)") or as depth-cut subtrees, never on top of its leaves. Built from the
     same per-run times as the rows, so a type's share is the sum of its rows' shares."""
@@ -268,11 +261,10 @@ def _by_type(report, samples, walls, keep) -> list[dict[str, Any]]:
     out = []
     for type_name, idx in groups.items():
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
-        out.append({"type": type_name, "layers": len(idx),
-                    "macs": sum(report.layers[i].macs for i in idx),
-                    "time": TimingStats.of(per_run).to_dict(),
-                    "share": _share(per_run, walls, keep)})
-    out.sort(key=lambda d: -d["time"]["median_s"])
+        out.append(TypeTiming(type=type_name, layers=len(idx),
+                              macs=sum(report.layers[i].macs for i in idx),
+                              time=TimingStats.of(per_run), share=_share(per_run, walls, keep)))
+    out.sort(key=lambda d: -d.time.median_s)
     return out
 
 
@@ -324,21 +316,18 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
     kids = tree.children_map([n for n, _ in module.named_modules()])
     samples = _row_samples(report, per_run, kids, subtree=False)
     for row, xs_row in zip(report.layers, samples):
-        row.backward_time = TimingStats.of(xs_row).to_dict()
+        row.backward_time = TimingStats.of(xs_row)
     ratio = median_of_ratios(instrumented, bare)
-    report.backward = {
-        "end_to_end": e2e.to_dict(),
-        "instrumented": inst.to_dict(),
-        "overhead": None if ratio is None else ratio - 1,
-        "coverage": _coverage(samples, instrumented),
-    }
+    report.backward = BackwardTiming(end_to_end=e2e, instrumented=inst,
+                                     overhead=None if ratio is None else ratio - 1,
+                                     coverage=_coverage(samples, instrumented))
 
 
 def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) -> None:
     from layerscope.analysis import roofline as rl
 
     ceil = rl.ceilings(device, dtype, threads)
-    report.roofline = ceil.to_dict()
+    report.roofline = ceil
     for row in report.layers:
         if row.time:
             row.roofline = rl.place(row.flops, row.bytes_read + row.bytes_written,

@@ -21,14 +21,22 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from layerscope.analysis import memory
 from layerscope.core.errors import UserError
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
-from layerscope.frontends.onnx_model import (BITS, DEFAULT_DOMAINS, NON_WEIGHT_TYPES, OnnxGraph,
-                                             TensorInfo, dtype_name, load_onnx)
+from layerscope.frontends.onnx_model import (
+    BITS,
+    DEFAULT_DOMAINS,
+    NON_WEIGHT_TYPES,
+    OnnxGraph,
+    TensorInfo,
+    dtype_name,
+    load_onnx,
+)
 from layerscope.ops.onnx import CONSTANT, ONNX
 from layerscope.ops.registry import VIEW, OpCost, T
 

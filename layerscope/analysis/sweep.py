@@ -16,19 +16,21 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
-from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.report import SCHEMA_VERSION
-from layerscope.core.stats import TimingStats
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
-from layerscope.core import values
+from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Noise
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.stats import TimingStats
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")
@@ -58,7 +60,7 @@ class SweepReport(ResultDocument):
     cells: list[SweepCell]
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
-    noise: dict[str, Any] | None = None
+    noise: Noise | None = None
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 
@@ -141,9 +143,8 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
           warmup: int = 3, progress=None) -> SweepReport:
     """Measure every cell of the grid; failures are recorded in their cell."""
     from layerscope.analysis.analyze import load
-    from layerscope.frontends.inputs import real_inputs
     from layerscope.analysis.runtime import profile
-    from layerscope.frontends.inputs import parse_dtype
+    from layerscope.frontends.inputs import parse_dtype, real_inputs
     from layerscope.frontends.torch_module import with_batch_size
 
     backends = _parse_list(backends, "backend", BACKENDS)

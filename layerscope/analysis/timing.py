@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn

@@ -1,9 +1,9 @@
 """layerscope ablate RECIPE: optimisation variants, each in a fresh process."""
 from __future__ import annotations
 
-from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count, width
 from layerscope.cli.common import add_report_files, emit
 from layerscope.cli.progress import add_quiet, progress_bar
+from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count, width
 
 
 def register(sub) -> None:

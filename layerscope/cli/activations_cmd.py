@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.core.values import arg, seed, width
 from layerscope.cli.common import add_model_inputs
-
+from layerscope.core.values import arg, seed, width
 
 UNLIMITED_WIDTH = 10_000
 

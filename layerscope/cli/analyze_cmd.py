@@ -1,10 +1,8 @@
 """layerscope analyze MODEL: static cost per layer (PyTorch modules) or per node (ONNX)."""
 from __future__ import annotations
 
-
+from layerscope.cli.common import add_model_inputs, add_output, emit, output, write_report_files
 from layerscope.core.values import arg, non_negative_int
-from layerscope.cli.common import (add_model_inputs, add_output, emit, output,
-                                    write_report_files)
 
 VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
 

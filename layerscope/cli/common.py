@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
+from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.renderers import FORMATS, pick_format, render
 
 

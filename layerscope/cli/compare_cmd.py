@@ -1,9 +1,8 @@
 """layerscope compare A B: two reports joined layer by layer, every difference explained."""
 from __future__ import annotations
 
-
-from layerscope.core.values import arg, width
 from layerscope.core.errors import UserError
+from layerscope.core.values import arg, width
 
 FORMATS = ("table", "json", "csv", "html")
 

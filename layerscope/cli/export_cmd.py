@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.core.values import arg, positive_int, seed
 from layerscope.cli.common import add_model_inputs
+from layerscope.core.values import arg, positive_int, seed
 
 
 def register(sub) -> None:

@@ -8,13 +8,29 @@ import sys
 import traceback
 import warnings
 
-from layerscope.cli import (activations_cmd, analyze_cmd, models_cmd, ops_cmd, profile_cmd,
-                            predict_cmd, roofline_cmd, sweep_cmd, train_cmd, ablate_cmd,
-                            rewrite_cmd, verify_cmd, render_cmd, report_cmd, export_cmd,
-                            compare_cmd, env_cmd, graph_cmd)
+from layerscope.cli import (
+    ablate_cmd,
+    activations_cmd,
+    analyze_cmd,
+    compare_cmd,
+    env_cmd,
+    export_cmd,
+    graph_cmd,
+    models_cmd,
+    ops_cmd,
+    predict_cmd,
+    profile_cmd,
+    render_cmd,
+    report_cmd,
+    rewrite_cmd,
+    roofline_cmd,
+    sweep_cmd,
+    train_cmd,
+    verify_cmd,
+)
 from layerscope.cli.common import Parser
+from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import Terminated, outputs
-from layerscope.core.errors import LayerscopeWarning, UserError, first_line
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,

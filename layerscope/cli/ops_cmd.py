@@ -1,8 +1,8 @@
 """layerscope ops MODEL: torch.profiler's operator table and a trace with module ranges."""
 from __future__ import annotations
 
-from layerscope.core.values import arg, non_negative_int, positive_int
 from layerscope.cli.common import add_model_inputs, add_output, emit
+from layerscope.core.values import arg, non_negative_int, positive_int
 
 
 def register(sub) -> None:

@@ -1,11 +1,17 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
-from layerscope.core.values import (MIN_TIME_MAX, WORKERS_MAX, arg, finite_positive_float, non_negative_int,
-                                    positive_int, thread_count)
 from layerscope.cli.common import add_highlight, add_model_inputs, add_output, emit
 from layerscope.cli.progress import add_quiet, progress_bar
-
+from layerscope.core.values import (
+    MIN_TIME_MAX,
+    WORKERS_MAX,
+    arg,
+    finite_positive_float,
+    non_negative_int,
+    positive_int,
+    thread_count,
+)
 
 WARMUP_DEFAULT = 5  # runs
 LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable, TextIO
+from typing import TextIO
 
 LINE_INTERVAL_S = 5.0  # seconds between two plain progress lines
 
@@ -35,7 +36,8 @@ class LineProgress:
     """A ``(done, total)`` callback writing one line at most every ``interval`` seconds.
 
     The first line comes after ``interval`` seconds (short runs print nothing); the ETA is the
-    mean time per unit since the first report times the units left. ``label`` names the current stage (the
+    mean time per unit since the first report times the units left. ``label`` names the current
+    stage (the
     epoch of a training run); a new label restarts the rate's measurement from that report."""
 
     def __init__(self, description: str, unit: str = "runs", stream: TextIO | None = None,
@@ -78,8 +80,14 @@ def progress_bar(description: str, *, quiet: bool = False, unit: str = "runs",
         yield LineProgress(description, unit, stream, clock=clock)
         return
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

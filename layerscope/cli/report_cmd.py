@@ -1,7 +1,6 @@
 """layerscope report RESULT.json... -o report.html: one HTML page, a section per result."""
 from __future__ import annotations
 
-
 from layerscope.cli.common import output
 
 

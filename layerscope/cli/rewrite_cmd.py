@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from layerscope.core.values import arg, positive_int, seed
 from layerscope.core.errors import UserError
+from layerscope.core.values import arg, positive_int, seed
 
 
 def register(sub) -> None:
@@ -85,9 +85,9 @@ def run_pass(args) -> int:
 
 def run_linear_subgraph(args) -> int:
     from layerscope.core.io import make_dir
-    from layerscope.rewrite.linear import linear_model
     from layerscope.rewrite import get_pass
     from layerscope.rewrite.base import summary
+    from layerscope.rewrite.linear import linear_model
     from layerscope.rewrite.onnx_io import save_onnx
 
     tile_pass = get_pass("tile-linear")

@@ -1,10 +1,10 @@
 """layerscope roofline: measure (or show the cached) peak FLOP/s and memory bandwidth."""
 from __future__ import annotations
 
-from layerscope.core.values import arg, thread_count
-
 import json
 import sys
+
+from layerscope.core.values import arg, thread_count
 
 
 def register(sub) -> None:

@@ -4,9 +4,17 @@ from __future__ import annotations
 import sys
 
 from layerscope.cli.common import add_report_files, write_output, write_report_files
-from layerscope.core.values import (LR_MAX, WORKERS_MAX, arg, finite_positive_float,
-                                    non_negative_int, positive_int, seed, thread_count)
 from layerscope.cli.progress import add_quiet, progress_bar
+from layerscope.core.values import (
+    LR_MAX,
+    WORKERS_MAX,
+    arg,
+    finite_positive_float,
+    non_negative_int,
+    positive_int,
+    seed,
+    thread_count,
+)
 
 
 def register(sub) -> None:

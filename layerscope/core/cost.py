@@ -13,7 +13,7 @@ class Cost:
     bytes_read: int = 0
     bytes_written: int = 0
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return Cost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     @property

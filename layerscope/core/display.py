@@ -8,7 +8,8 @@ record can exist. A record's hooks look the drawing function up by class, the mo
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _RICH: dict[str, Callable[[Any], Any]] = {}
 _HTML: dict[str, Callable[[Any], str]] = {}

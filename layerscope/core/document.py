@@ -1,30 +1,155 @@
-"""What every saved result shares: JSON with ``schema_version`` and ``kind`` first, reading it
-back (nested row lists rebuilt, unknown newer fields ignored) and a notebook view."""
+"""Typed records and their one JSON path.
+
+``Record`` is the mixin for every dataclass layerscope writes as JSON: ``to_dict`` walks the
+fields (nested records, lists, dicts) and ``from_dict`` rebuilds them from the type hints, so a
+record's JSON shape is its field list (the JSON schema is generated from the same fields, see
+layerscope/schema/generate.py). Field metadata that shapes the JSON:
+
+- ``omit_none``: the key is left out when the value is None (fields added after 1.0, measured
+  sections of an analyze report);
+- ``description``, ``minimum``, ``optional`` (not in the schema's ``required`` list although
+  the dataclass needs it), ``schema`` (a hand-written schema for an open value): for the schema.
+
+Records also read like the dicts they replaced (``row.time["median_s"]``, ``.get``, ``in``,
+``dict(record)``), so code written against the dicts keeps working.
+
+``ResultDocument`` adds what every saved result shares: ``schema_version`` and ``kind`` first,
+and a notebook view.
+"""
 from __future__ import annotations
 
-from dataclasses import asdict, fields
-from typing import Any, ClassVar
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from functools import cache
+from typing import Any, ClassVar, TypeVar, Union
+
+T = TypeVar("T")
+R = TypeVar("R", bound="Record")
 
 
-class ResultDocument:
-    """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields."""
+def omit_none(**metadata: Any) -> dict[str, Any]:
+    """Metadata for a field whose key is absent from the JSON while it is None."""
+    return {"omit_none": True, **metadata}
 
-    # field name -> dataclass of its list items, rebuilt by from_dict
-    _row_types: ClassVar[dict[str, type]] = {}
+
+def to_json_value(value: Any) -> Any:
+    """``value`` with every record (and plain dataclass) turned into dicts, containers copied."""
+    if isinstance(value, Record):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    return value
+
+
+@cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_type(hint: Any) -> type | None:
+    """The dataclass a hint names, directly or as ``X | None``."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        found = [_dataclass_type(a) for a in typing.get_args(hint) if a is not type(None)]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def from_json_value(hint: Any, value: Any) -> Any:
+    """``value`` read back as ``hint`` says: dataclasses (also inside lists and dict values)
+    rebuilt, anything else as it came."""
+    cls = _dataclass_type(hint)
+    if cls is not None:
+        return build(cls, value) if isinstance(value, Mapping) else value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return from_json_value(inner[0], value) if len(inner) == 1 else value
+    if origin is list and args and isinstance(value, list):
+        return [from_json_value(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {k: from_json_value(args[1], v) for k, v in value.items()}
+    return value
+
+
+def build(cls: type[T], d: Mapping[str, Any]) -> T:
+    """A dataclass from its JSON object. Unknown keys (written by a newer minor version) are
+    ignored; a missing key takes the field's default, or None for a field marked ``optional``
+    (results saved before the field was written)."""
+    hints = _hints(cls)  # type: ignore[arg-type]  # classes are hashable
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        if f.name in d:
+            values[f.name] = from_json_value(hints[f.name], d[f.name])
+        elif f.metadata.get("optional") and f.default is dataclasses.MISSING \
+                and f.default_factory is dataclasses.MISSING:
+            values[f.name] = None
+    return cls(**values)
+
+
+class Record:
+    """Mixin for dataclasses written as JSON."""
+
+    # properties written after the fields (e.g. ``intensity``)
+    _computed: ClassVar[tuple[str, ...]] = ()
+    # keys written first, in this order (the rest follow in field order)
+    _json_first: ClassVar[tuple[str, ...]] = ()
+
+    def _keys(self) -> list[str]:
+        names = [f.name for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                 if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)]
+        first = [k for k in self._json_first if k in names]
+        return first + [k for k in names if k not in first] + list(self._computed)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"schema_version": d.pop("schema_version"), "kind": d.pop("kind")} | d
+        return {k: to_json_value(getattr(self, k)) for k in self._keys()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        names = {f.name for f in fields(cls)}
-        values = {k: v for k, v in d.items() if k in names}
-        for name, row_type in cls._row_types.items():
-            row_names = {f.name for f in fields(row_type)}
-            values[name] = [row_type(**{k: v for k, v in r.items() if k in row_names})
-                            for r in values.get(name, [])]
-        return cls(**values)
+    def from_dict(cls: type[R], d: Mapping[str, Any]) -> R:
+        return build(cls, d)
+
+
+class DictRecord(Record, Mapping[str, Any]):
+    """A record that also reads like the dict it replaced: ``r["median_s"]``, ``r.get(...)``,
+    ``"time" in r``, ``dict(r)``; equal to a dict with the same JSON. Declare subclasses
+    ``@dataclass(eq=False)`` so that this equality is kept."""
+
+    # Mapping: read like the dict this record replaced
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return bool(self.to_dict() == to_json_value(dict(other)))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ResultDocument(Record):
+    """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields."""
+
+    _json_first: ClassVar[tuple[str, ...]] = ("schema_version", "kind")
+    # field name -> dataclass of its list items; read from the type hints now, kept so that
+    # subclasses declaring it keep working
+    _row_types: ClassVar[dict[str, type]] = {}
 
     def _repr_html_(self) -> str:
         from layerscope.core import display

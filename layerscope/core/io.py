@@ -36,7 +36,7 @@ from layerscope.core.errors import UserError
 
 STDOUT = "-"
 TEMP_PREFIX = ".layerscope-"
-Data = Union[str, bytes, bytearray, Callable[[BinaryIO], Any]]
+Data = Union[str, bytes, bytearray, Callable[[BinaryIO], Any]]  # noqa: UP007 - a runtime alias
 
 
 class Terminated(SystemExit):
@@ -445,7 +445,7 @@ _guard_depth = 0
 _guard_previous: Any = None
 
 
-def _on_sigterm(signum, frame):
+def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated(128 + signum)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from layerscope.core.errors import UserError
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
 
+from layerscope.core.records import Noise
 from layerscope.core.stats import TimingStats
 
 SPREAD_LIMIT = 1.5
@@ -43,6 +44,7 @@ def read_machine() -> MachineReading:
         load = tuple(round(x, 2) for x in os.getloadavg())
     except (OSError, AttributeError):  # not on every platform
         load = None
+    available: int | None
     try:
         available = len(os.sched_getaffinity(0))
     except (OSError, AttributeError):
@@ -51,7 +53,7 @@ def read_machine() -> MachineReading:
 
 
 def noise_section(stats: TimingStats, machine: MachineReading, threads: int | None,
-                  rows: Sequence[TimingStats] = ()) -> dict[str, Any]:
+                  rows: Sequence[TimingStats] = ()) -> Noise:
     """The ``noise`` JSON section: spread of ``stats`` (end-to-end samples), the machine readings,
     the threads used, and one warning line per problem found (empty when none)."""
     spread = stats.p90_s / stats.p10_s if stats.p10_s > 0 else None
@@ -62,33 +64,26 @@ def noise_section(stats: TimingStats, machine: MachineReading, threads: int | No
     oversubscribed = (None if busy is None or not cpus or not threads
                       else threads + busy > cpus)
     far_rows = sum(1 for r in rows if r.median_s > 0 and r.mean_s > MEAN_LIMIT * r.median_s)
-    out: dict[str, Any] = {
-        "n": stats.n,
-        "p90_over_p10": spread,
-        "cv": stats.cv,
-        "mean_over_median": mean_ratio,
-        "loadavg": list(machine.loadavg) if machine.loadavg else None,
-        "cpu_count": machine.cpu_count,
-        "cpus_available": machine.cpus_available,
-        "threads": threads,
-        "busy_cpus": busy,
-        "oversubscribed": oversubscribed,
-        "rows_mean_far_above_median": far_rows if rows else None,
-        "warnings": [],
-    }
+    warnings: list[str] = []
     noisy = spread is not None and spread > SPREAD_LIMIT
     if noisy or oversubscribed:
-        out["warnings"].append(_noise_line(spread, noisy, oversubscribed, threads, load1, cpus))
+        warnings.append(_noise_line(spread, noisy, oversubscribed, threads, load1, cpus))
     if mean_ratio is not None and mean_ratio > MEAN_LIMIT:
         rows_text = f"; {far_rows} of {len(rows)} layers likewise" if rows and far_rows else ""
-        out["warnings"].append(
+        warnings.append(
             f"Mean {mean_ratio:.1f}x the median{rows_text}: a few runs were much slower than the "
             f"typical one (outliers, usually other work on the machine). The median is the "
             f"typical run; the mean is what a long series of runs averages.")
-    return out
+    return Noise(
+        n=stats.n, p90_over_p10=spread, cv=stats.cv, mean_over_median=mean_ratio,
+        loadavg=list(machine.loadavg) if machine.loadavg else None,
+        cpu_count=machine.cpu_count, cpus_available=machine.cpus_available, threads=threads,
+        busy_cpus=busy, oversubscribed=oversubscribed,
+        rows_mean_far_above_median=far_rows if rows else None, warnings=warnings)
 
 
-def _noise_line(spread, noisy, oversubscribed, threads, load1, cpus) -> str:
+def _noise_line(spread: float | None, noisy: bool, oversubscribed: bool | None,
+                threads: int | None, load1: float | None, cpus: int | None) -> str:
     why = []
     if noisy:
         why.append(f"p90/p10 = {spread:.2f}")
@@ -109,7 +104,7 @@ def _noise_line(spread, noisy, oversubscribed, threads, load1, cpus) -> str:
             f"{', '.join(remedy[:-1])} or {remedy[-1]}.")
 
 
-def warnings_of(result) -> list[str]:
+def warnings_of(result: object) -> list[str]:
     """The noise warning lines of any result (none for a result saved without a noise section)."""
     noise = getattr(result, "noise", None) or {}
     return list(noise.get("warnings") or [])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
@@ -36,9 +36,7 @@ class OpTable(ResultDocument):
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
 
-    _row_types: ClassVar[dict[str, type]] = {"rows": OpRow}
-
-    def __rich__(self):
+    def __rich__(self) -> Any:
         from layerscope.core import display
 
         return display.rich(self)

@@ -4,15 +4,29 @@ Plain data only (see DESIGN.md section 1): renderers turn it into text, JSON, CS
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from layerscope.core.document import Record, build, omit_none
+from layerscope.core.records import (
+    Achieved,
+    BackwardTiming,
+    Ceilings,
+    EndToEnd,
+    Noise,
+    RooflinePoint,
+    TypeTiming,
+)
+from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"
+_SHAPES = {"schema": {"$ref": "#/$defs/shapes"}}
 
 
 @dataclass
-class LayerRow:
-    """One module (or ONNX node). Costs are for the forward pass over all calls of the module.
+class LayerRow(Record):
+    """One module (or ONNX node); costs are for the forward pass over all calls of the module.
 
     ``self_only`` marks the row of a container's own ops (e.g. the residual add written in a
     ResNet block's forward), so that rows never double count their children.
@@ -22,8 +36,8 @@ class LayerRow:
     type: str
     depth: int
     calls: int = 0
-    input_shapes: list = field(default_factory=list)
-    output_shapes: list = field(default_factory=list)
+    input_shapes: list[Any] = field(default_factory=list, metadata=_SHAPES)
+    output_shapes: list[Any] = field(default_factory=list, metadata=_SHAPES)
     params: int = 0
     weight_bytes: int = 0
     buffer_bytes: int = 0
@@ -38,45 +52,37 @@ class LayerRow:
     backward_flops: int | None = None
     backward_bytes_read: int | None = None
     backward_bytes_written: int | None = None
-    # Filled by `profile` only: timing statistics (core.stats.TimingStats.to_dict), the share of
+    # Filled by `profile` only (left out of the JSON when None): timing statistics, the share of
     # each instrumented run's wall time (trimmed mean over runs, see analysis.runtime), the rank
     # by median time, achieved rates and roofline placement.
-    time: dict[str, Any] | None = None
-    share: float | None = None
-    rank: int | None = None
-    backward_time: dict[str, Any] | None = None
-    achieved: dict[str, Any] | None = None
-    roofline: dict[str, Any] | None = None
+    time: TimingStats | None = field(default=None, metadata=omit_none())
+    share: float | None = field(default=None, metadata=omit_none())
+    rank: int | None = field(default=None, metadata=omit_none(minimum=0))
+    backward_time: TimingStats | None = field(default=None, metadata=omit_none())
+    achieved: Achieved | None = field(default=None, metadata=omit_none())
+    roofline: RooflinePoint | None = field(default=None, metadata=omit_none())
     # Filled for ONNX nodes only: the node's attributes, and the module path the exporter
     # recorded (metadata pkg.torch.onnx.name_scopes), the key for joining to PyTorch rows.
-    attributes: dict[str, Any] | None = None
-    scope: str | None = None
+    attributes: dict[str, Any] | None = field(
+        default=None, metadata=omit_none(description="ONNX nodes: the node's attributes"))
+    scope: str | None = field(default=None, metadata=omit_none(
+        description="ONNX nodes: the module path the exporter recorded"))
 
-    # optional fields: left out of to_dict when None
-    _MEASURED = ("time", "share", "rank", "backward_time", "achieved", "roofline", "attributes",
-                 "scope")
+    _computed: ClassVar[tuple[str, ...]] = ("intensity",)
+    _schema_required: ClassVar[tuple[str, ...]] = (
+        "name", "type", "depth", "input_shapes", "output_shapes", "params", "macs", "flops",
+        "bytes_read", "bytes_written")
 
     @property
     def intensity(self) -> float | None:
         moved = self.bytes_read + self.bytes_written
         return self.flops / moved if moved else None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in self._MEASURED:
-            if d[k] is None:
-                del d[k]
-        d["intensity"] = self.intensity
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LayerRow":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
 
 @dataclass
-class Totals:
+class Totals(Record):
+    """The whole model: the rows' sums, the peak live activations, inputs and outputs."""
+
     params: int = 0
     trainable_params: int = 0
     weight_bytes: int = 0
@@ -89,7 +95,7 @@ class Totals:
     peak_activation_bytes: int = 0
     input_bytes: int = 0
     output_bytes: int = 0
-    # Figures users compute by hand or with torchinfo (analysis.static.rows._layer_outputs); None for
+    # Figures users compute by hand or with torchinfo (static.rows._layer_outputs); None for
     # ONNX graphs and TorchScript, where no per-layer outputs are seen.
     layer_output_bytes: int | None = None
     torchinfo_pass_bytes: int | None = None
@@ -105,25 +111,21 @@ class Totals:
         moved = self.bytes_read + self.bytes_written
         return self.flops / moved if moved else None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["intensity"] = self.intensity
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Totals":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    _computed: ClassVar[tuple[str, ...]] = ("intensity",)
+    _schema_required: ClassVar[tuple[str, ...]] = (
+        "params", "macs", "flops", "bytes_read", "bytes_written")
 
 
 @dataclass
-class UncountedOp:
+class UncountedOp(Record):
+    """An op with no cost handler, and how often it ran."""
+
     op: str
     calls: int
 
 
 @dataclass
-class Report:
+class Report(Record):
     """Header + rows + totals.
 
     ``op_coverage`` is the share of op calls that had a cost handler. Measured reports
@@ -145,62 +147,34 @@ class Report:
     kind: str = "analyze"
     schema_version: str = SCHEMA_VERSION
     notes: list[str] = field(default_factory=list)  # caveats for the reader (e.g. attribution)
-    end_to_end: dict[str, Any] | None = None
-    overhead: float | None = None
-    coverage: float | None = None
-    by_type: list[dict[str, Any]] | None = None
-    backward: dict[str, Any] | None = None
-    roofline: dict[str, Any] | None = None
+    # Measured sections (left out of the JSON when None)
+    end_to_end: EndToEnd | None = field(default=None, metadata=omit_none())
+    overhead: float | None = field(default=None, metadata=omit_none())
+    coverage: float | None = field(default=None, metadata=omit_none())
+    by_type: list[TypeTiming] | None = field(default=None, metadata=omit_none())
+    backward: BackwardTiming | None = field(default=None, metadata=omit_none())
+    roofline: Ceilings | None = field(default=None, metadata=omit_none())
     # Static memory plan (ONNX): live-set peak step and tensors, packed arena, fragmentation.
-    memory: dict[str, Any] | None = None
-    noise: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = field(default=None, metadata=omit_none(
+        description="static memory plan (ONNX)"))
+    noise: Noise | None = field(default=None, metadata=omit_none())
 
-    # optional fields: left out of to_dict when None
-    _MEASURED = ("end_to_end", "overhead", "coverage", "by_type", "backward", "roofline",
-                 "memory", "noise")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "kind": self.kind,
-            "model": self.model,
-            "frontend": self.frontend,
-            "inputs": self.inputs,
-            "settings": self.settings,
-            "totals": self.totals.to_dict(),
-            "layers": [row.to_dict() for row in self.layers],
-            "uncounted_ops": [asdict(u) for u in self.uncounted_ops],
-            "op_coverage": self.op_coverage,
-            "notes": self.notes,
-            "environment": self.environment,
-        } | {k: getattr(self, k) for k in self._MEASURED if getattr(self, k) is not None}
+    _json_first: ClassVar[tuple[str, ...]] = (
+        "schema_version", "kind", "model", "frontend", "inputs", "settings", "totals", "layers",
+        "uncounted_ops", "op_coverage", "notes", "environment")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Report":
+    def from_dict(cls, d: Mapping[str, Any]) -> Report:
         major = str(d.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(
                 f"report schema_version {d.get('schema_version')!r} is not readable by this "
                 f"layerscope (reads {SCHEMA_VERSION})"
             )
-        return cls(
-            model=d["model"],
-            frontend=d["frontend"],
-            inputs=d["inputs"],
-            totals=Totals.from_dict(d["totals"]),
-            layers=[LayerRow.from_dict(r) for r in d["layers"]],
-            uncounted_ops=[UncountedOp(**u) for u in d.get("uncounted_ops", [])],
-            op_coverage=d.get("op_coverage", 1.0),
-            settings=d.get("settings", {}),
-            environment=d.get("environment", {}),
-            kind=d.get("kind", "analyze"),
-            schema_version=d["schema_version"],
-            notes=d.get("notes", []),
-            **{k: d.get(k) for k in cls._MEASURED},
-        )
+        return build(cls, d)
 
     # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.
-    def __rich__(self):
+    def __rich__(self) -> Any:
         from layerscope.core import display
 
         return display.rich(self)

@@ -9,8 +9,8 @@ import importlib
 import json
 from typing import Any
 
-from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.report import SCHEMA_VERSION
 
 # kind -> (module, class); every class has from_dict() and a ``kind`` attribute
 _CLASSES = {
@@ -35,7 +35,7 @@ def _major(version: Any) -> int | None:
 
 
 def check_version(d: dict[str, Any], source: str) -> None:
-    ours = _major(SCHEMA_VERSION)
+    ours = int(SCHEMA_VERSION.split(".")[0])
     version = d.get("schema_version")
     major = _major(version) if version is not None else None
     if major is None:
@@ -49,7 +49,7 @@ def check_version(d: dict[str, Any], source: str) -> None:
                         f"reads ({ours}.x)")
 
 
-def load_result(d: Any, source: str = "result", validate: bool = True):
+def load_result(d: Any, source: str = "result", validate: bool = True) -> Any:
     """The result object for a dict from ``to_dict()`` (dispatch on ``kind``).
 
     Raises UserError (one line) for anything that is not a readable layerscope result.
@@ -79,7 +79,7 @@ def load_result(d: Any, source: str = "result", validate: bool = True):
                         f"({first_line(exc, with_type=True)})") from exc
 
 
-def read_result(path: str, validate: bool = True):
+def read_result(path: str, validate: bool = True) -> Any:
     """Read a saved result file; every failure is one UserError line naming the file."""
     try:
         with open(path, encoding="utf-8") as f:

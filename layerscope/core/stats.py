@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from layerscope.core.document import DictRecord
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -16,18 +18,24 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-@dataclass(frozen=True)
-class TimingStats:
+def _optional(description: str) -> dict[str, str | bool]:
+    return {"optional": True, "description": description}
+
+
+@dataclass(frozen=True, eq=False)
+class TimingStats(DictRecord):
+    """Seconds over n samples (the ``timing`` JSON object)."""
+
     median_s: float
     p10_s: float
     p90_s: float
-    mean_s: float
-    std_s: float
-    iqr_s: float
-    n: int
+    mean_s: float = field(metadata=_optional("mean; absent in the oldest results"))
+    std_s: float = field(metadata=_optional("sample standard deviation (0 for one sample)"))
+    iqr_s: float = field(metadata=_optional("p75 - p25"))
+    n: int = field(metadata={"minimum": 0})
 
     @classmethod
-    def of(cls, samples: Sequence[float]) -> "TimingStats":
+    def of(cls, samples: Sequence[float]) -> TimingStats:
         xs = sorted(samples)
         if not xs:
             raise ValueError("no timing samples")
@@ -50,12 +58,9 @@ class TimingStats:
         """torch.utils.benchmark's warning threshold: IQR above 10% of the median."""
         return self.median_s > 0 and self.iqr_s > 0.1 * self.median_s
 
-    def overlaps(self, other: "TimingStats") -> bool:
+    def overlaps(self, other: TimingStats) -> bool:
         """Whether the p10-p90 ranges overlap: a difference within the noise."""
         return self.p10_s <= other.p90_s and other.p10_s <= self.p90_s
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def median_of_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> float | None:

@@ -6,7 +6,7 @@ Pure functions of strings, no torch: the one place that knows how a path names i
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 ROOT = ""
 SEP = "."

@@ -1,6 +1,8 @@
 """Human-readable numbers; only renderers call these."""
 from __future__ import annotations
 
+from typing import Any
+
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
 
 
@@ -19,7 +21,7 @@ def megabytes(nbytes: int | float) -> str:
     return f"{nbytes / 1e6:.2f}"
 
 
-def shape_str(shapes: list | None) -> str:
+def shape_str(shapes: list[Any] | None) -> str:
     """[[1, 3, 224, 224]] -> '1x3x224x224'; several tensors are joined with ', '."""
     if not shapes:
         return "-"

@@ -18,7 +18,8 @@ import math
 import operator
 import re
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from layerscope.core.errors import UserError
 
@@ -201,7 +202,7 @@ def named_shape(text: str, name: str | None = "--input"
     """ONNX inputs: 'x=1x3x224x224[:dtype]' or an unnamed '1x3x224x224' -> (name, dims, dtype)."""
     text = str(text)
     input_name, eq, rest = text.rpartition("=") if "=" in text else (None, "", text)
-    if eq and not input_name.strip():
+    if eq and not (input_name or "").strip():
         raise _malformed(name, text, "the name before '=' is empty")
     shape_text, _, dtype = rest.partition(":")
     try:
@@ -227,7 +228,7 @@ def size_pair(text: str, name: str | None = None, *, low: int = 1,
 
 
 # ---------------------------------------------------------------- lists
-def comma_list(text: str, name: str | None = None, *, item: Callable[..., Any]) -> list:
+def comma_list(text: str, name: str | None = None, *, item: Callable[..., Any]) -> list[Any]:
     """'1,16,64' -> [item('1'), ...]; empty items are refused, each item says which it was."""
     items = [t.strip() for t in str(text).split(",")]
     if not any(items) or not all(items):
@@ -256,6 +257,6 @@ def arg(parser: Callable[..., Any], **kwargs: Any) -> Callable[[str], Any]:
     return parse
 
 
-def list_arg(item: Callable[..., Any]) -> Callable[[str], list]:
+def list_arg(item: Callable[..., Any]) -> Callable[[str], list[Any]]:
     """``type=`` for a comma-separated option (--batch-sizes 1,16,64)."""
     return arg(comma_list, item=item)

@@ -77,6 +77,7 @@ def _file(path: str) -> ModelRef:
         return ModelRef("unknown", path, f"{path} is a directory but not a training run folder "
                         "(no model.pt or checkpoints/): pass a run folder, a checkpoint or a "
                         "TorchScript file")
-    if os.path.isdir(path) or (zipfile.is_zipfile(path) and not trained.is_torchscript_archive(path)):
+    if os.path.isdir(path) or (zipfile.is_zipfile(path)
+                               and not trained.is_torchscript_archive(path)):
         return ModelRef("trained", path)
     return ModelRef("torchscript", path)  # loading checks that it is one

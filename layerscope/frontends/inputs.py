@@ -41,7 +41,8 @@ def parse_dtype(text: str) -> torch.dtype:
     try:
         return _DTYPES[text.strip().lower()]
     except KeyError:
-        raise UserError(f"unknown dtype {text!r}: use one of {', '.join(sorted(_DTYPES))}") from None
+        raise UserError(f"unknown dtype {text!r}: use one of "
+                        f"{', '.join(sorted(_DTYPES))}") from None
 
 
 def parse_input(text: str) -> tuple[str | None, InputSpec]:

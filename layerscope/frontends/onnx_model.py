@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
@@ -37,7 +38,7 @@ def dtype_name(elem_type: int) -> str:
     if elem_type in _RENAMED:
         return _RENAMED[elem_type]
     try:
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+        return str(onnx.TensorProto.DataType.Name(elem_type)).lower()
     except ValueError:
         return f"type{elem_type}"
 
@@ -79,7 +80,7 @@ def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | Non
 
 
 # ---------------------------------------------------------------- loading and checks
-def _read_model(path: str):
+def _read_model(path: str) -> Any:
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -109,7 +110,7 @@ def unreadable_hint(path: str) -> str:
     return "is the file complete?"
 
 
-def _opsets(model, path: str) -> dict[str, int]:
+def _opsets(model: Any, path: str) -> dict[str, int]:
     opsets = {}
     for imp in model.opset_import:
         opsets["" if imp.domain in DEFAULT_DOMAINS else imp.domain] = imp.version
@@ -119,7 +120,7 @@ def _opsets(model, path: str) -> dict[str, int]:
     return opsets
 
 
-def _check_domains(model, opsets: dict[str, int], path: str) -> None:
+def _check_domains(model: Any, opsets: dict[str, int], path: str) -> None:
     """A node in a domain the model does not import is invalid (no runtime would load it):
     refuse it by name rather than guess its semantics."""
     for i, node in enumerate(model.graph.node):
@@ -143,7 +144,7 @@ def _check_data_location(location: str, resolved: str, base: str, what: str,
                         "model's folder; external data files must be inside it")
 
 
-def _stored_tensors(graph):
+def _stored_tensors(graph: Any) -> Any:
     """(what, tensor) for every TensorProto that can keep its data in a file: initializers and
     tensor attributes (Constant values), in subgraphs too."""
     import onnx
@@ -162,7 +163,7 @@ def _stored_tensors(graph):
                 yield from _stored_tensors(g)
 
 
-def _check_external_data(model, path: str) -> None:
+def _check_external_data(model: Any, path: str) -> None:
     """Every external data file must exist and be long enough; its bytes are never read."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
@@ -190,7 +191,7 @@ _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_da
                 "uint64_data", "string_data")
 
 
-def drop_weight_values(model) -> list[str]:
+def drop_weight_values(model: Any) -> list[str]:
     """Free the values of embedded weights (dims and type stay): nothing here reads them, and
     shape inference would otherwise serialise and copy every weight byte. Returns the names of
     the initializers that now hold no values (these and the external ones)."""
@@ -207,7 +208,7 @@ def drop_weight_values(model) -> list[str]:
     return valueless
 
 
-def _check(model, valueless: Sequence[str], path: str) -> None:
+def _check(model: Any, valueless: Sequence[str], path: str) -> None:
     """onnx's checker on a skeleton of the model: initializers without values (dropped or
     external) become graph inputs of the same type and shape, so the checker neither rejects the
     missing bytes nor looks for external files (from a ModelProto it would look in the working
@@ -233,7 +234,7 @@ def _check(model, valueless: Sequence[str], path: str) -> None:
 
 
 # ---------------------------------------------------------------- binding input shapes
-def _dims(value_info) -> list[Any] | None:
+def _dims(value_info: Any) -> list[Any] | None:
     tt = value_info.type.tensor_type
     if not tt.HasField("shape"):
         return None
@@ -241,7 +242,7 @@ def _dims(value_info) -> list[Any] | None:
             for d in tt.shape.dim]
 
 
-def _set_dims(value_info, shape: Sequence[int]) -> None:
+def _set_dims(value_info: Any, shape: Sequence[int]) -> None:
     dims = value_info.type.tensor_type.shape.dim
     del dims[:]
     for d in shape:
@@ -252,7 +253,7 @@ def _shape_text(dims: Sequence[Any]) -> str:
     return "x".join(str(d) for d in dims) if dims else "scalar"
 
 
-def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) -> None:
+def bind_inputs(model: Any, specs: Sequence[str], batch_size: int | None, path: str) -> None:
     """Give every graph input a concrete shape: NAME=SHAPE binds by name, an unnamed spec binds
     the next input not bound yet, in graph order (an input bound twice is refused);
     ``batch_size`` replaces dimension 0 of every input."""
@@ -316,13 +317,13 @@ def bind_inputs(model, specs: Sequence[str], batch_size: int | None, path: str) 
 
 
 # ---------------------------------------------------------------- graph walk preparation
-def _subgraph_captures(node) -> list[str]:
+def _subgraph_captures(node: Any) -> list[str]:
     """Outer-scope names a node's subgraphs (If/Loop/Scan bodies) read: implicit inputs."""
     import onnx
 
     captured: list[str] = []
 
-    def visit(graph, outer_defined: set[str]) -> None:
+    def visit(graph: Any, outer_defined: set[str]) -> None:
         defined = set(outer_defined) | {i.name for i in graph.input} | {
             t.name for t in graph.initializer}
         for n in graph.node:
@@ -378,7 +379,7 @@ def topological_order(nodes: Sequence[Any], available: set[str],
     return order
 
 
-def _tensor_infos(model) -> dict[str, TensorInfo]:
+def _tensor_infos(model: Any) -> dict[str, TensorInfo]:
     infos: dict[str, TensorInfo] = {}
     graph = model.graph
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -386,7 +387,7 @@ def _tensor_infos(model) -> dict[str, TensorInfo]:
             continue
         dims = _dims(vi)
         known = dims is not None and all(isinstance(d, int) for d in dims)
-        infos[vi.name] = TensorInfo(tuple(dims) if known else None,
+        infos[vi.name] = TensorInfo(tuple(dims) if known and dims is not None else None,
                                     vi.type.tensor_type.elem_type)
     for t in graph.initializer:
         infos[t.name] = TensorInfo(tuple(t.dims), t.data_type)
@@ -402,7 +403,7 @@ def _check_no_negative_dims(tensors: dict[str, TensorInfo], path: str) -> None:
                             f"{_shape_text(info.shape)}); the model is malformed")
 
 
-def _constant_info(node) -> TensorInfo | None:
+def _constant_info(node: Any) -> TensorInfo | None:
     """Shape and type of a Constant node's value, from its attribute."""
     for attr in node.attribute:
         if attr.name == "value":

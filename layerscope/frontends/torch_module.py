@@ -22,7 +22,6 @@ from layerscope.frontends.detect import detect
 from layerscope.frontends.inputs import InputSpec, split_inputs
 
 
-
 @dataclass
 class LoadedModel:
     """A runnable PyTorch model plus the inputs it is analysed with by default."""
@@ -90,6 +89,8 @@ def _load_python_attr(spec: str) -> Any:
             raise UserError(f"{spec}: no such file {target!r}")
         mod_name = f"_layerscope_user_{abs(hash(os.path.abspath(target)))}"
         loader_spec = importlib.util.spec_from_file_location(mod_name, target)
+        if loader_spec is None or loader_spec.loader is None:  # a .py path always has one
+            raise UserError(f"{spec}: {target} cannot be imported as a Python file")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[mod_name] = module
         try:
@@ -127,9 +128,12 @@ def load_torchscript(path: str) -> nn.Module:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            return torch.jit.load(path, map_location="cpu")
+            loaded: nn.Module = torch.jit.load(  # type: ignore[no-untyped-call]
+                path, map_location="cpu")
+            return loaded
     except Exception as exc:
-        first = first_line(exc).split("(Could this error message be improved?")[0].strip()  # PyTorch's
+        # drop PyTorch's "(Could this error message be improved? ...)" tail
+        first = first_line(exc).split("(Could this error message be improved?")[0].strip()
         raise UserError(f"{path} could not be loaded as TorchScript: {first}") from exc
 
 

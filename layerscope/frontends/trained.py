@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import zipfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from layerscope.core.errors import UserError
 
@@ -39,7 +40,7 @@ _run_loader: Callable[[str], Any] | None = None
 
 
 def install_run_loader(load: Callable[[str], Any]) -> None:
-    """``load(path)`` -> an object with ``module``, ``input_shape``, ``recipe.name`` and ``path``."""
+    """``load(path)`` -> an object with ``module``, ``input_shape``, ``recipe.name``, ``path``."""
     global _run_loader
     _run_loader = load
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -25,7 +25,7 @@ class BasicBlock(nn.Module):
             self.shortcut = nn.Sequential(
                 nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         return F.relu(out + self.shortcut(x))
@@ -33,7 +33,8 @@ class BasicBlock(nn.Module):
 
 class ResNet20(nn.Module):
     """ResNet-20 for CIFAR-10 (He et al. 2016, section 4.2): 3x3 stem with 16 channels, three
-    stages of three basic blocks at 16/32/64 channels, strides 1/2/2, global average pool, linear."""
+    stages of three basic blocks at 16/32/64 channels, strides 1/2/2, global average pool,
+    linear."""
 
     def __init__(self, num_classes: int = 10, blocks: int = 3):
         super().__init__()
@@ -50,16 +51,17 @@ class ResNet20(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(64, num_classes)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
-        return self.fc(torch.flatten(self.pool(x), 1))
+        out: torch.Tensor = self.fc(torch.flatten(self.pool(x), 1))
+        return out
 
 
 class MnistCNN(nn.Module):
     """The network of PyTorch's examples/mnist/main.py."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 32, 3, 1)
         self.conv2 = nn.Conv2d(32, 64, 3, 1)
@@ -68,7 +70,7 @@ class MnistCNN(nn.Module):
         self.fc1 = nn.Linear(9216, 128)
         self.fc2 = nn.Linear(128, 10)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
         x = F.max_pool2d(x, 2)
@@ -105,7 +107,9 @@ def _torchvision_entry(name: str) -> ZooEntry:
     import torchvision
 
     def build() -> nn.Module:
-        return torchvision.models.get_model(name, weights=None, **_TV_KWARGS.get(name, {}))
+        model: nn.Module = torchvision.models.get_model(name, weights=None,
+                                                        **_TV_KWARGS.get(name, {}))
+        return model
 
     return ZooEntry(name, build, _TV_INPUT.get(name, (3, 224, 224)), "torchvision")
 
@@ -120,7 +124,7 @@ DEFAULT_SEED = 0  # every command builds models under this seed unless told othe
 
 
 @contextlib.contextmanager
-def seeded(seed: int = DEFAULT_SEED):
+def seeded(seed: int = DEFAULT_SEED) -> Iterator[None]:
     """Random weights drawn from ``seed``, so that ``export`` then ``verify`` (or two runs of one
     command) see the same model; the caller's global RNG state is restored afterwards.
 

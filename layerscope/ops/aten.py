@@ -17,9 +17,19 @@ import math
 from torch.utils import flop_counter as fc
 
 from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, T
-from layerscope.ops.rules import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY,
-                                  NORM_NORMALISE, NORM_STATS, SOFTMAX, TAPS_PER_AXIS,
-                                  blend_flops, resample_flops, resample_taps)
+from layerscope.ops.rules import (
+    ATTN_PER_SCORE,
+    GATE_FLOPS,
+    GATES,
+    NORM_APPLY,
+    NORM_NORMALISE,
+    NORM_STATS,
+    SOFTMAX,
+    TAPS_PER_AXIS,
+    blend_flops,
+    resample_flops,
+    resample_taps,
+)
 
 ATEN = HandlerTable("aten")
 register = ATEN.register
@@ -56,7 +66,8 @@ register(
         "aten.narrow", "aten.diagonal", "aten._reshape_alias", "aten.view_as", "aten.unfold",
         "aten.transpose_", "aten.t_", "aten.squeeze_", "aten.unsqueeze_", "aten.lift_fresh",
         "aten._nested_tensor_from_mask", "prim.device", "aten.sym_size", "aten.sym_stride",
-        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size", "aten._local_scalar_dense",
+        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size",
+        "aten._local_scalar_dense",
         "aten.set_", "aten.resize_", "aten._has_compatible_shallow_copy_type", "aten.is_nonzero",
         "aten.as_strided_",
     ],
@@ -414,7 +425,8 @@ def dot(args, kwargs, out) -> OpCost:
 
 def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
     # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
-    # MACs = N * Cout * prod(out) * Cin/g * prod(k); transposed: N * Cin * prod(in) * Cout/g * prod(k)
+    # MACs = N * Cout * prod(out) * Cin/g * prod(k);
+    # transposed: N * Cin * prod(in) * Cout/g * prod(k)
     macs = fc.conv_flop_count(list(x.shape), list(w.shape), list(y.shape), transposed) // 2
     return OpCost(macs=macs, flops=2 * macs + (y.numel if has_bias else 0))
 

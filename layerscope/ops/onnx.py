@@ -26,10 +26,19 @@ from __future__ import annotations
 
 import math
 
-from layerscope.ops.rules import (ATTN_PER_SCORE, GATE_FLOPS, GATES, NORM_APPLY, NORM_NORMALISE,
-                                  NORM_STATS, SOFTMAX, TAPS_PER_AXIS, blend_flops,
-                                  resample_flops)
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
+from layerscope.ops.rules import (
+    ATTN_PER_SCORE,
+    GATE_FLOPS,
+    GATES,
+    NORM_APPLY,
+    NORM_NORMALISE,
+    NORM_STATS,
+    SOFTMAX,
+    TAPS_PER_AXIS,
+    blend_flops,
+    resample_flops,
+)
 
 ONNX = VersionedHandlerTable("onnx")
 CONSTANT = "constant"  # a Constant node: its output is resident data, like an initializer

@@ -8,8 +8,9 @@ tensors an op reads and writes (see README "Definitions").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ first shown, so importing layerscope stays cheap."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from layerscope.core import display
 

@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from typing import Any
 
-from layerscope.core.units import si
 from layerscope.core.errors import UserError
+from layerscope.core.units import si
 from layerscope.views.graph import is_op, text_lines
 
 # Above this many nodes the pure-Python layout takes minutes: ask for --nodes or Graphviz.
@@ -201,7 +201,9 @@ ONNX file itself: <code>pip install netron &amp;&amp; netron FILE.onnx</code>.</
 (function () {{
   var view = document.getElementById('ls-view'), svg = view.querySelector('svg');
   var s = 1, x = 0, y = 0, drag = null;
-  function apply() {{ svg.style.transform = 'translate(' + x + 'px,' + y + 'px) scale(' + s + ')'; }}
+  function apply() {{
+    svg.style.transform = 'translate(' + x + 'px,' + y + 'px) scale(' + s + ')';
+  }}
   view.addEventListener('wheel', function (e) {{
     e.preventDefault();
     var k = e.deltaY < 0 ? 1.15 : 1 / 1.15, r = view.getBoundingClientRect();

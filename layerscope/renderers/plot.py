@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from layerscope.core import values
 from layerscope.core.errors import UserError
-from layerscope.renderers.html.svg import _names_its_category, category_labels, \
-    with_thinning_note
+from layerscope.renderers.html.svg import _names_its_category, category_labels, with_thinning_note
 from layerscope.renderers.label_layout import place_labels
 from layerscope.views import view_for
 from layerscope.views.sections import Chart

@@ -42,7 +42,8 @@ def get_pass(name: str) -> PassInfo:
 # --- the passes, one line each ------------------------------------------------------------
 register_pass(PassInfo("tile-linear", "layerscope.rewrite.tile_linear:tile_linear",
                        "split every Gemm and constant-weight MatMul into tile x tile MatMuls",
-                       (Option("--tile", arg(positive_int), 64, "tile size along K and N (default 64)", 1),)))
+                       (Option("--tile", arg(positive_int), 64,
+                               "tile size along K and N (default 64)", 1),)))
 register_pass(PassInfo("fold-identity", "layerscope.rewrite.fold_identity:fold_identity",
                        "remove Identity nodes, rewiring their readers and graph outputs"))
 

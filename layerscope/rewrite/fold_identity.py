@@ -14,8 +14,14 @@ were already defined earlier.
 from __future__ import annotations
 
 from layerscope.rewrite.base import PassResult, copy_input, op_counts
-from layerscope.rewrite.graph_utils import (cap_ir_version, is_default_domain, node_label,
-                                            replace_nodes, subgraphs, used_names)
+from layerscope.rewrite.graph_utils import (
+    cap_ir_version,
+    is_default_domain,
+    node_label,
+    replace_nodes,
+    subgraphs,
+    used_names,
+)
 
 
 def fold_identity(model) -> PassResult:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from layerscope.core import values
-from layerscope.core.limits import check_input_bytes
 from layerscope.core.errors import UserError
+from layerscope.core.limits import check_input_bytes
 from layerscope.rewrite.onnx_io import require_onnx
 
 OPSET = 17

@@ -29,15 +29,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from layerscope.core import values
 from layerscope.core.callable_module import make_callable
 from layerscope.core.errors import UserError
-from layerscope.core import values
 from layerscope.rewrite.base import PassResult, copy_input, op_counts
+from layerscope.rewrite.graph_utils import (
+    LazyShapes,
+    UniqueNames,
+    add_initializers,
+    all_names,
+    cap_ir_version,
+    default_opset,
+    drop_unused_initializers,
+    is_default_domain,
+    is_float,
+    node_label,
+    np_dtype,
+    replace_nodes,
+)
 from layerscope.rewrite.onnx_io import check_initializer_values
-from layerscope.rewrite.graph_utils import (LazyShapes, UniqueNames, add_initializers, all_names,
-                                            cap_ir_version, default_opset,
-                                            drop_unused_initializers, is_default_domain,
-                                            is_float, node_label, np_dtype, replace_nodes)
 
 __all__ = ["tile_linear", "tile_sizes", "PassResult"]
 

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from layerscope.core.callable_module import make_callable
-from layerscope.core.limits import check_input_bytes
-from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
+from layerscope.core.callable_module import make_callable
+from layerscope.core.errors import UserError, first_line
+from layerscope.core.limits import check_input_bytes
 from layerscope.frontends.detect import is_onnx_path
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime

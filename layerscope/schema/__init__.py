@@ -13,11 +13,12 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
     with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return json.load(f)
+        schema: dict[str, Any] = json.load(f)
+    return schema
 
 
 @lru_cache(maxsize=1)
-def _validator():
+def _validator() -> Any:
     try:
         import jsonschema
     except ImportError:  # validation is a check, not a requirement for rendering
@@ -32,6 +33,8 @@ def errors(d: Any) -> list[str]:
         return []
     out = []
     for e in sorted(v.iter_errors(d), key=lambda e: list(map(str, e.absolute_path))):
+        if e.context:  # "X | None" fields are anyOf [record, null]: name the record's problem
+            e = max(e.context, key=lambda c: len(c.path))  # deepest; ties: first
         path = "/".join(str(p) for p in e.absolute_path) or "(top level)"
         msg = e.message if len(e.message) < 160 else e.message[:157] + "..."
         out.append(f"{path}: {msg}")

@@ -8,16 +8,18 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
-from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.report import SCHEMA_VERSION
-from layerscope.core.stats import TimingStats
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
-from layerscope.core import values
+from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Noise
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.stats import TimingStats
 from layerscope.training.phases import PHASES
 
 # variant -> train flags; CUDA_ONLY ones do not apply on the CPU
@@ -61,7 +63,7 @@ class AblationReport(ResultDocument):
     variants: list[VariantResult]
     environment: dict[str, Any] = field(default_factory=dict)
     # core.noise section from the baseline's step times (every speed-up is relative to it)
-    noise: dict[str, Any] | None = None
+    noise: Noise | None = None
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
@@ -222,7 +224,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                           noise=_noise(step_samples.get("baseline"), machine, threads))
 
 
-def _noise(steps: list[float] | None, machine, threads: int | None) -> dict[str, Any] | None:
+def _noise(steps: list[float] | None, machine, threads: int | None) -> Noise | None:
     import torch
 
     if not steps:

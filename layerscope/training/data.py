@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from layerscope.core.errors import UserError, first_line
 from layerscope.core import values
+from layerscope.core.errors import UserError, first_line
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                    "ship", "truck"]

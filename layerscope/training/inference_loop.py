@@ -9,17 +9,18 @@ times and the forward phase are measured together (their coverage is reported).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import DataLoader
 
 from layerscope.core.document import ResultDocument
-from layerscope.core.report import SCHEMA_VERSION
-from layerscope.core.stats import TimingStats
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.stats import TimingStats
 from layerscope.training.data import DATASETS, datasets
 from layerscope.training.phases import PhaseTimer, PhaseTotals
 

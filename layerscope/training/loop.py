@@ -17,28 +17,27 @@ import os
 import random
 import resource
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
-from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
-from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
-from layerscope.core import values
+from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
+from layerscope.core.report import SCHEMA_VERSION
 from layerscope.training import checkpoint as ckpt
 from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
-from layerscope.training.recipes import loss_function, lookup, make_optimizer, make_scheduler
-
+from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
@@ -176,7 +175,8 @@ class _Run:
 
     def _restore(self, state: dict[str, Any]) -> None:
         if state["config"].get("recipe") != self.recipe.name:
-            raise UserError(f"--resume: the checkpoint is of recipe {state['config'].get('recipe')!r}, "
+            raise UserError("--resume: the checkpoint is of recipe "
+                            f"{state['config'].get('recipe')!r}, "
                             f"not {self.recipe.name!r}")
         ckpt.load_weights(self.model, state, self.config.resume)
         try:
@@ -331,7 +331,8 @@ def _profiler(kind: str | None, run_dir: str):
     try:
         from pyinstrument import Profiler
     except ImportError:
-        raise UserError("--profile pyinstrument needs pyinstrument: pip install pyinstrument") from None
+        raise UserError("--profile pyinstrument needs pyinstrument: "
+                        "pip install pyinstrument") from None
 
     class _Pyinstrument:
         def __enter__(self):

@@ -8,8 +8,8 @@ phases, so the phases always sum to the measured step time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

@@ -7,7 +7,6 @@ from typing import Any
 import torch
 
 from layerscope.core.errors import UserError, first_line
-from layerscope.training import checkpoint as ckpt
 from layerscope.training.data import DATASETS, datasets
 
 

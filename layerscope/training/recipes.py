@@ -8,8 +8,9 @@ from __future__ import annotations
 import glob
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -17,7 +18,6 @@ import torch.nn.functional as F
 
 from layerscope.core.errors import UserError, first_line
 from layerscope.training.checkpoint import is_state_dict
-
 
 # optimizer name -> (parameters, lr) -> optimizer; the CLI's --optimizer choices
 _OPTIMIZERS: dict[str, Callable[[Any, float], torch.optim.Optimizer]] = {

@@ -11,8 +11,7 @@ from rich.text import Text
 
 from layerscope.analysis.compare.result import LABELS, ROW_METRICS
 from layerscope.core.units import shape_str, si
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, \
-    View
+from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
 
 
 def _num(row_side: dict | None, metric: str) -> str:

@@ -9,8 +9,7 @@ from rich.text import Text
 
 from layerscope.core.units import si
 from layerscope.views.common import cell, ms, ms_cell, pct
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, \
-    View
+from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
 
 
 def heading(result) -> tuple[str, str]:

@@ -7,9 +7,21 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import megabytes, shape_str, si
-from layerscope.views.common import (by_type_colors, cell, exact, layer_bars, layer_tip, ms,
-                                     ms_cell, noise_facts, noise_lines, num, pct, row_label,
-                                     type_of)
+from layerscope.views.common import (
+    by_type_colors,
+    cell,
+    exact,
+    layer_bars,
+    layer_tip,
+    ms,
+    ms_cell,
+    noise_facts,
+    noise_lines,
+    num,
+    pct,
+    row_label,
+    type_of,
+)
 from layerscope.views.highlight import describe, hot_predicate, rule_of
 from layerscope.views.sections import Cell, Chart, DataTable, Point, RowTable, Series, View
 

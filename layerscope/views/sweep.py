@@ -8,8 +8,7 @@ from rich.text import Text
 
 from layerscope.core.units import shape_str
 from layerscope.views.common import cell, ms, ms_cell, noise_facts, noise_lines, num
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, \
-    View
+from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
 
 
 def heading(result) -> tuple[str, str]:

@@ -8,8 +8,18 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import si
-from layerscope.views.common import (PHASE_LABELS, cell, median, ms, ms_cell, noise_facts,
-                                     noise_lines, num, pct, phase_stack)
+from layerscope.views.common import (
+    PHASE_LABELS,
+    cell,
+    median,
+    ms,
+    ms_cell,
+    noise_facts,
+    noise_lines,
+    num,
+    pct,
+    phase_stack,
+)
 from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
 
 

@@ -28,8 +28,12 @@ from layerscope.analysis.capture.engine import capture, parameters_only
 from layerscope.analysis.capture.fake import fake_like
 from layerscope.analysis.capture.inputs import InputSpec, input_tensors, map_inputs
 from layerscope.analysis.capture.liveness import Liveness
-from layerscope.analysis.capture.real import (REAL_INPUT_LIMIT, REAL_WEIGHT_LIMIT,
-                                              TooLargeForRealRun, capture_real)
+from layerscope.analysis.capture.real import (
+                                              REAL_INPUT_LIMIT,
+                                              REAL_WEIGHT_LIMIT,
+                                              TooLargeForRealRun,
+                                              capture_real,
+)
 from layerscope.analysis.capture.records import Capture, ModuleStats, module_table
 from layerscope.analysis.capture.running import ModelRunError
 from layerscope.analysis.capture.slots import slots, swapped

@@ -10,8 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.records import ModuleStats
-from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
 from layerscope.analysis.capture.tensors import described, tensor_nbytes, tensors
+from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
 from layerscope.core.cost import Cost
 from layerscope.ops.aten import ATEN
 from layerscope.ops.registry import ALLOC, VIEW

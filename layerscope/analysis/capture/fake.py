@@ -82,7 +82,8 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Captur
         # The model needs real values (data-dependent shapes); run it for real.
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
             raise ModelRunError(f"{type(exc).__name__}: the model needs real values "
-                                "(data-dependent shapes) but its weights are on the meta device")
+                                "(data-dependent shapes) but its weights are on the meta device"
+                                ) from exc
         fresh, _ = module_table(model)
         stats.clear()
         stats.update(fresh)

@@ -8,6 +8,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from layerscope.analysis.capture.tensors import tensor_nbytes
+
 # The one import of InputSpec in the package (re-exported from here and from the package).
 from layerscope.frontends.inputs import InputSpec
 

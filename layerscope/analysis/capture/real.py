@@ -9,8 +9,13 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.capture.dispatch import CountingMode
-from layerscope.analysis.capture.inputs import (InputSpec, input_tensors, inputs_nbytes,
-                                                map_inputs, zeros_for)
+from layerscope.analysis.capture.inputs import (
+    InputSpec,
+    input_tensors,
+    inputs_nbytes,
+    map_inputs,
+    zeros_for,
+)
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.records import Capture
 from layerscope.analysis.capture.running import model_error, run_model

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from layerscope.analysis.capture.tensors import tensor_nbytes
-from layerscope.core.cost import ZERO, Cost
 from layerscope.core import tree
+from layerscope.core.cost import ZERO, Cost
 
 
 @dataclass

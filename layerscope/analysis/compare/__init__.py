@@ -26,14 +26,36 @@ ratio found before the rules run), :mod:`.totals` (explaining the totals), :mod:
 """
 from __future__ import annotations
 
-from layerscope.analysis.compare.result import (
-    CATEGORIES, COPY_TYPES, FRONTEND_NAMES, FUSED_TYPES, INDEX_BYTES, LABELS, ROOT, ROOT_LABEL,
-    ROW_METRICS, SHAPE_TYPES, SMALL_INT_TYPES, TOTAL_METRICS, UNEXPLAINED, VIEW_TYPES,
-    Comparison, CompareRow, TotalRow, category)
-from layerscope.analysis.compare.sides import legacy_scope
-from layerscope.analysis.compare.rules import (
-    RULE_LABELS, RULES, Effect, Rule, explain_moves, explain_row)
 from layerscope.analysis.compare.join import compare
+from layerscope.analysis.compare.result import (
+    CATEGORIES,
+    COPY_TYPES,
+    FRONTEND_NAMES,
+    FUSED_TYPES,
+    INDEX_BYTES,
+    LABELS,
+    ROOT,
+    ROOT_LABEL,
+    ROW_METRICS,
+    SHAPE_TYPES,
+    SMALL_INT_TYPES,
+    TOTAL_METRICS,
+    UNEXPLAINED,
+    VIEW_TYPES,
+    CompareRow,
+    Comparison,
+    TotalRow,
+    category,
+)
+from layerscope.analysis.compare.rules import (
+    RULE_LABELS,
+    RULES,
+    Effect,
+    Rule,
+    explain_moves,
+    explain_row,
+)
+from layerscope.analysis.compare.sides import legacy_scope
 
 __all__ = [
     "CATEGORIES", "COPY_TYPES", "FRONTEND_NAMES", "FUSED_TYPES", "INDEX_BYTES", "LABELS", "ROOT",

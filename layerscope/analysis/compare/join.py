@@ -5,14 +5,25 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from layerscope.analysis.compare.context import Context, Row
 from layerscope.analysis.compare.prepass import batch_ratio, find_folds
 from layerscope.analysis.compare.result import (
-    ROOT_LABEL, TOTAL_METRICS, UNEXPLAINED, Comparison, CompareRow, TotalRow)
-from layerscope.analysis.compare.context import Context, Row
-from layerscope.analysis.compare.rules import (
-    Effect, explain_moves, explain_row, unexplained_effect)
+    ROOT_LABEL,
+    TOTAL_METRICS,
+    UNEXPLAINED,
+    CompareRow,
+    Comparison,
+    TotalRow,
+)
+from layerscope.analysis.compare.rules import Effect, explain_moves, explain_row, unexplained_effect
 from layerscope.analysis.compare.sides import (
-    Side, fold_into_covering_rows, group_side, joined_order, load_sides, source_of)
+    Side,
+    fold_into_covering_rows,
+    group_side,
+    joined_order,
+    load_sides,
+    source_of,
+)
 from layerscope.analysis.compare.totals import explain_peak, explain_total
 from layerscope.core.tree import with_ancestors
 

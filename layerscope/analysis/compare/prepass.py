@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from layerscope.analysis.compare.result import CATEGORIES, FUSED_TYPES
 from layerscope.analysis.compare.context import Context, Row, present_only
+from layerscope.analysis.compare.result import CATEGORIES, FUSED_TYPES
 from layerscope.analysis.compare.sides import Side
 from layerscope.core.report import Report
 

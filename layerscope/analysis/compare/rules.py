@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from layerscope.analysis.compare.context import Context, Row, fmt, present_only, signed
 from layerscope.analysis.compare.result import (
-    COPY_TYPES, FUSED_TYPES, INDEX_BYTES, LABELS, ROOT_LABEL, ROW_METRICS, SHAPE_TYPES,
-    SMALL_INT_TYPES, UNEXPLAINED, VIEW_TYPES, category)
+    COPY_TYPES,
+    FUSED_TYPES,
+    INDEX_BYTES,
+    LABELS,
+    ROOT_LABEL,
+    ROW_METRICS,
+    SHAPE_TYPES,
+    SMALL_INT_TYPES,
+    UNEXPLAINED,
+    VIEW_TYPES,
+    category,
+)
 from layerscope.analysis.compare.sides import Group, Side
 from layerscope.core import tree
 from layerscope.core.report import LayerRow

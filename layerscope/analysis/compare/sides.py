@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Collection
+from typing import Any
 
 from layerscope.analysis.compare.result import ROOT, ROOT_LABEL, ROW_METRICS, category
 from layerscope.core import tree
-from layerscope.core.report import LayerRow, Report
 from layerscope.core.errors import UserError
+from layerscope.core.report import LayerRow, Report
 from layerscope.frontends.detect import detect
 
 

@@ -2,8 +2,8 @@
 by how each side measures it."""
 from __future__ import annotations
 
-from layerscope.analysis.compare.result import LABELS, UNEXPLAINED
 from layerscope.analysis.compare.context import Context, fmt, signed
+from layerscope.analysis.compare.result import LABELS, UNEXPLAINED
 from layerscope.analysis.compare.rules import BATCH, RULE_LABELS
 
 

@@ -10,8 +10,9 @@ import html
 import json
 import math
 import re
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 from layerscope.renderers.html.svg import svg_chart
 from layerscope.renderers.tables import environment_rows

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from layerscope.core.units import si
+from layerscope.renderers.label_layout import AxisLabels, Box, axis_labels, place_labels, text_width
 from layerscope.views.sections import Chart, Point
-from layerscope.renderers.label_layout import AxisLabels, Box, axis_labels, place_labels, \
-    text_width
 
 WIDTH = 960
 PLOT_HEIGHT = 260

@@ -57,8 +57,12 @@ their nesting), ``profiler`` (the profiler run), ``graph`` (call sites in the sc
 tracker) and ``run`` (the capture run of a TorchScript model).
 """
 from layerscope.analysis.capture.script.run import capture_script, script_copy
-from layerscope.analysis.capture.script.scopes import (KEY, OpBuckets, ScriptCountingMode,
-                                                       ScriptModuleScopes)
+from layerscope.analysis.capture.script.scopes import (
+                                                       KEY,
+                                                       OpBuckets,
+                                                       ScriptCountingMode,
+                                                       ScriptModuleScopes,
+)
 from layerscope.analysis.capture.script.trace import MARK
 
 __all__ = ["KEY", "MARK", "OpBuckets", "ScriptCountingMode", "ScriptModuleScopes",

@@ -9,8 +9,11 @@ import torch
 from layerscope.analysis.capture.inputs import input_tensors
 from layerscope.analysis.capture.records import Capture
 from layerscope.analysis.capture.running import model_error, run_model
-from layerscope.analysis.capture.script.scopes import (OpBuckets, ScriptCountingMode,
-                                                       ScriptModuleScopes)
+from layerscope.analysis.capture.script.scopes import (
+    OpBuckets,
+    ScriptCountingMode,
+    ScriptModuleScopes,
+)
 from layerscope.analysis.capture.tensors import tensor_nbytes
 
 

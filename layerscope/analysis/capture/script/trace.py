@@ -27,12 +27,12 @@ class Event:
     dims: list = field(default_factory=list)
     types: list = field(default_factory=list)
     # filled by nest
-    parent: "Event | None" = None
+    parent: Event | None = None
     depth: int = 0
-    chain: list["Event"] = field(default_factory=list)  # markers: enclosing calls, outermost first
-    markers: list["Event"] = field(default_factory=list)  # calls: first and last marker inside
+    chain: list[Event] = field(default_factory=list)  # markers: enclosing calls, outermost first
+    markers: list[Event] = field(default_factory=list)  # calls: first and last marker inside
     # filled when calls are resolved
-    frame: "Frame | None" = None  # the frame this call opened
+    frame: Frame | None = None  # the frame this call opened
     scope: str | None = None  # module whose code runs in this frame
     method: str | None = None  # and the method of it
 
