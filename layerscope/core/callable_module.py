@@ -11,10 +11,13 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from typing import Any
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
+    __call_target__: str  # 'package.module:function', set by make_callable
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module, _, name = self.__call_target__.partition(":")
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
@@ -22,5 +25,5 @@ class _CallableModule(types.ModuleType):
 def make_callable(module_name: str, target: str) -> None:
     """Calling module ``module_name`` calls ``target`` ('package.module:function')."""
     module = sys.modules[module_name]
-    module.__call_target__ = target
+    setattr(module, "__call_target__", target)  # noqa: B010 (a plain module has no such attribute)
     module.__class__ = _CallableModule

@@ -9,7 +9,9 @@ record can exist. A record's hooks look the drawing function up by class, the mo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 _RICH: dict[str, Callable[[Any], Any]] = {}
 _HTML: dict[str, Callable[[Any], str]] = {}
@@ -21,7 +23,7 @@ def install(rich: dict[str, Callable[[Any], Any]], html: dict[str, Callable[[Any
     _HTML.update(html)
 
 
-def _drawer(table: dict[str, Callable], record: Any, hook: str) -> Callable:
+def _drawer(table: dict[str, Callable[[Any], _T]], record: Any, hook: str) -> Callable[[Any], _T]:
     for cls in type(record).__mro__:
         if cls.__name__ in table:
             return table[cls.__name__]

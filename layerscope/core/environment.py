@@ -93,8 +93,10 @@ def environment() -> dict[str, Any]:
     }
     for package in PACKAGES:
         env[package] = _version(package)
-    if torch.backends.cudnn.is_available():
-        env["cudnn"] = _cudnn_version(torch.backends.cudnn.version())
+    # torch.backends.cudnn's functions carry no annotations (third-party, untyped)
+    if torch.backends.cudnn.is_available():  # type: ignore[no-untyped-call]
+        env["cudnn"] = _cudnn_version(
+            torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
     if env["cuda_available"]:
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         env["gpu"] = env["gpus"][0]

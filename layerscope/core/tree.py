@@ -59,15 +59,17 @@ def children_map(paths: Iterable[str]) -> dict[str, list[str]]:
     child). A defaultdict: a path without children maps to []."""
     kids: dict[str, list[str]] = defaultdict(list)
     for p in paths:
-        if p != ROOT:
-            kids[parent(p)].append(p)
+        up = parent(p)
+        if up is not None:  # only the root has no parent
+            kids[up].append(p)
     return kids
 
 
 def subtree(path: str, kids: dict[str, list[str]]) -> list[str]:
     """``path`` and all its descendants in ``kids`` (from ``children_map``), depth first, the
     last child first."""
-    out, todo = [], [path]
+    out: list[str] = []
+    todo = [path]
     while todo:
         p = todo.pop()
         out.append(p)

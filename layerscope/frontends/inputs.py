@@ -47,15 +47,16 @@ def parse_dtype(text: str) -> torch.dtype:
 
 def parse_input(text: str) -> tuple[str | None, InputSpec]:
     """'1x3x224x224', '1x3x224x224:float16' or 'mask=1x128:bool' -> (keyword name or None, spec)."""
-    name, eq, rest = str(text).partition("=")
+    head, eq, rest = str(text).partition("=")
+    name: str | None = head.strip() if eq else None
     if not eq:
-        name, rest = None, str(text)
-    elif not name.strip().isidentifier():
+        rest = str(text)
+    elif not head.strip().isidentifier():
         raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
                         "attention_mask=1x128:int64")
     dims, dtype_text = values.shape(rest, "--input")
     spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
-    return (name.strip() if name else None), spec
+    return name, spec
 
 
 def check_dims(shape: Any, what: str) -> tuple[int, ...]:
@@ -135,12 +136,12 @@ def describe_all(args: list[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]
 
 def call_text(args: list[Any], kwargs: dict[str, Any]) -> str:
     """'1x10 float32, mask=1x10 bool, int' — for error messages (never values)."""
-    def one(d):
+    def one(d: dict[str, Any]) -> str:
         head = f"{d['name']}=" if "name" in d else ""
         if "shape" in d:
             return head + "x".join(map(str, d["shape"])) + (
                 "" if d["dtype"] == "float32" else f" {d['dtype']}")
-        return head + d["type"]
+        return f"{head}{d['type']}"
     return ", ".join(one(d) for d in describe_all(args, kwargs)) or "no inputs"
 
 
@@ -158,7 +159,8 @@ def real_kwargs(kwargs: dict[str, Any], device: str | torch.device = "cpu",
     return {k: _real(x, device, dtype, gen) for k, x in kwargs.items()}
 
 
-def _real(x: Any, device, dtype, gen) -> Any:
+def _real(x: Any, device: str | torch.device, dtype: torch.dtype | None,
+          gen: torch.Generator) -> Any:
     if isinstance(x, InputSpec):
         if x.dtype.is_floating_point:
             t = torch.randn(x.shape, generator=gen).to(dtype or x.dtype)

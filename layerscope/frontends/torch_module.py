@@ -147,16 +147,22 @@ def resolve(spec: str | nn.Module, *, meta: bool = False, seed: int = zoo.DEFAUL
     device: no weight memory, no init time (enough for static analysis, which never reads
     values).
     """
-    ref = detect(spec)
-    if ref.kind == "module":
+    if isinstance(spec, nn.Module):
         return LoadedModel(spec, [], type(spec).__name__, _frontend_of(spec))
+    return _resolve_named(spec, meta=meta, seed=seed)
+
+
+def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
+    """``resolve`` for a reference given by name or path (not a module object)."""
+    ref = detect(spec)
     if ref.kind == "unknown":
-        raise UserError(ref.problem)
+        raise UserError(ref.problem or f"unknown model {spec!r}")
     if ref.kind == "onnx":
         raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
                         "analysed with 'layerscope analyze MODEL.onnx'")
     if ref.kind == "builtin":
         entry = zoo.lookup(spec)
+        assert entry is not None  # detect says "builtin" only when lookup finds it
         return LoadedModel(zoo.build(entry, seed, meta), [InputSpec((1,) + entry.input_shape)],
                            spec, "torch", {"source": entry.source})
     if ref.kind == "factory":
