@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -63,8 +63,6 @@ class SweepReport(ResultDocument):
     noise: Noise | None = None
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
-
-    _row_types: ClassVar[dict[str, type]] = {"cells": SweepCell}
 
     def __rich__(self):
         from layerscope.core import display

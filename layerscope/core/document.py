@@ -147,9 +147,6 @@ class ResultDocument(Record):
     """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields."""
 
     _json_first: ClassVar[tuple[str, ...]] = ("schema_version", "kind")
-    # field name -> dataclass of its list items; read from the type hints now, kept so that
-    # subclasses declaring it keep working
-    _row_types: ClassVar[dict[str, type]] = {}
 
     def _repr_html_(self) -> str:
         from layerscope.core import display

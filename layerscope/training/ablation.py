@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from layerscope.core import values
 from layerscope.core.document import ResultDocument
@@ -66,8 +66,6 @@ class AblationReport(ResultDocument):
     noise: Noise | None = None
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
-
-    _row_types: ClassVar[dict[str, type]] = {"variants": VariantResult}
 
     def __rich__(self):
         from layerscope.core import display

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -52,8 +52,6 @@ class LoopProfile(ResultDocument):
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "loop"
     schema_version: str = SCHEMA_VERSION
-
-    _row_types: ClassVar[dict[str, type]] = {"layers": LoopLayer}
 
     def __rich__(self):
         from layerscope.core import display

@@ -3,7 +3,7 @@ categories the rest of the package and the renderers share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from layerscope.core.document import ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
@@ -97,8 +97,6 @@ class Comparison(ResultDocument):
     environment: dict[str, Any] = field(default_factory=dict)  # A's (else B's) analysis machine
     kind: str = "compare"
     schema_version: str = SCHEMA_VERSION
-
-    _row_types: ClassVar[dict[str, type]] = {"totals": TotalRow, "rows": CompareRow}
 
     @property
     def model(self) -> str:
