@@ -115,3 +115,19 @@ def test_fake_analysis_falls_back_to_real_for_data_dependent_models():
     report = layerscope.analyze(model, inputs=(3, 4))
     assert report.totals.macs == 3 * 4 * 2  # zeros input: every row kept
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_model_that_computes_in_its_constructor_is_built_without_weights():
+    """torchvision's RegNet derives its widths with .tolist(), which the meta device cannot
+    answer: the build falls back to parameters sent to meta one at a time (zoo.build)."""
+    import torch.nn as nn
+    import torchvision
+
+    import layerscope
+
+    register = (nn.Module.register_parameter, nn.Module.register_buffer)
+    report = layerscope.analyze("regnet_y_400mf")
+    real = torchvision.models.regnet_y_400mf()
+    assert report.totals.params == sum(p.numel() for p in real.parameters()) == 4_344_144
+    assert report.op_coverage == 1.0
+    assert (nn.Module.register_parameter, nn.Module.register_buffer) == register  # restored

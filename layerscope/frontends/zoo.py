@@ -139,10 +139,43 @@ def build(entry: ZooEntry, seed: int = DEFAULT_SEED, meta: bool = False) -> nn.M
     """The one place built-in models are instantiated. ``meta``: on the meta device (no weight
     memory, no init time; static analysis never reads values)."""
     if meta:
-        with torch.device("meta"):
-            return entry.build()
+        try:
+            with torch.device("meta"):
+                return entry.build()
+        except (NotImplementedError, RuntimeError):
+            # The constructor computes with tensors (torchvision's RegNet derives its widths
+            # with .tolist()), which the meta device cannot give values for: build on the CPU
+            # with only parameters and buffers sent to meta as they are registered.
+            with _parameters_on_meta():
+                return entry.build()
     with seeded(seed):
         return entry.build()
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Every parameter and buffer a module registers goes to the meta device at once, so
+    building a large model costs one layer's tensor at a time (the approach of accelerate's
+    ``init_empty_weights``); the two methods are restored on exit."""
+    register_parameter, register_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+
+    def parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register_parameter(module, name, param)
+        if param is not None:
+            moved = param.to("meta")
+            module._parameters[name] = type(param)(moved, requires_grad=param.requires_grad)
+
+    def buffer(module: nn.Module, name: str, tensor: torch.Tensor | None,
+               persistent: bool = True) -> None:
+        register_buffer(module, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    nn.Module.register_parameter = parameter  # type: ignore[method-assign,assignment]
+    nn.Module.register_buffer = buffer  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
 
 
 def names() -> list[str]:
