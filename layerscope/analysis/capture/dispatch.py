@@ -57,8 +57,10 @@ class CountingMode(TorchDispatchMode):
         owner = node.metadata.get(AUTOGRAD_TAG, "") if backward else self.tracker.current()
         stats = self.stats[owner]
         stats.ops += 1
-        bucket = None if backward or self.functions is None else \
-            self.functions.bucket(owner, stats)
+        bucket = None
+        if self.functions is not None:
+            bucket = self.functions.backward_bucket(node, stats) if backward else \
+                self.functions.bucket(owner, stats)
         if bucket is not None:
             bucket.ops += 1
 
@@ -80,6 +82,8 @@ class CountingMode(TorchDispatchMode):
                     sum(map(tensor_nbytes, out_tensors)))
         if backward:
             stats.backward = stats.backward + cost
+            if bucket is not None:
+                bucket.backward = bucket.backward + cost
         else:
             stats.forward = stats.forward + cost
             if bucket is not None:

@@ -7,17 +7,39 @@ from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
 from layerscope.analysis.capture.records import ModuleStats
 from layerscope.analysis.capture.tensors import shapes
+from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
+
+# Key in ``node.metadata`` under which, in training, an autograd node made by a module's own
+# code holds the function that made it, so its backward ops are split like the forward ones.
+FUNCTION_TAG = "layerscope.function"
+
+
+def tag_function(out, fn: str) -> None:
+    """Tag the autograd nodes a function call just made (reachable from ``out``, tagged neither
+    with a module, which a child module or the caller's arguments would be, nor with an earlier
+    function) with ``fn``."""
+    todo = [t.grad_fn for t in pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        meta = node.metadata
+        if AUTOGRAD_TAG in meta or FUNCTION_TAG in meta:
+            continue
+        meta[FUNCTION_TAG] = fn
+        todo.extend(f for f, _ in node.next_functions if f is not None)
 
 
 def function_name(func) -> str:
     """A short name for a torch function: ``Tensor.__add__`` -> ``add``, ``F.relu`` -> ``relu``,
     ``Tensor.__matmul__`` -> ``matmul``; in-place and reflected dunders keep their letter
-    (``iadd``, ``radd``) so that they stay distinct from the plain call."""
+    (``iadd``, ``radd``) and in-place methods their underscore (``add_``), so that they stay
+    distinct from the plain call."""
     name = getattr(func, "__name__", None) or type(func).__name__
-    return name.strip("_") or name
+    return name[2:-2] if len(name) > 4 and name[:2] == name[-2:] == "__" else name
 
 
 class FunctionTracker(TorchFunctionMode):
@@ -47,8 +69,11 @@ class FunctionTracker(TorchFunctionMode):
         finally:
             bucket, self._bucket = self._bucket, None
             self.running = None
-        if bucket is not None and bucket.calls == 1 and not bucket.output_shapes:
-            bucket.output_shapes = shapes(out)
+        if bucket is not None:
+            if bucket.calls == 1 and not bucket.output_shapes:
+                bucket.output_shapes = shapes(out)
+            if self.tracker.tag_autograd:
+                tag_function(out, bucket.type)
         return out
 
     def bucket(self, owner: str, stats: ModuleStats) -> ModuleStats | None:
@@ -68,3 +93,9 @@ class FunctionTracker(TorchFunctionMode):
             if b.calls == 1:
                 b.input_shapes = shapes(self._first)
         return b
+
+    @staticmethod
+    def backward_bucket(node, stats: ModuleStats) -> ModuleStats | None:
+        """The bucket a backward op of autograd ``node`` (charged to ``stats``) goes to."""
+        fn = node.metadata.get(FUNCTION_TAG)
+        return None if fn is None else stats.functions.get(fn)

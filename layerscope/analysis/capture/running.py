@@ -29,8 +29,9 @@ def run_model(model_call, tracker, mode, training: bool, functions: bool = False
         from layerscope.analysis.capture.functions import FunctionTracker
 
         named = mode.functions = FunctionTracker(tracker)
-    with tracker, mode, named, torch.set_grad_enabled(training):
-        out = model_call()
+    with tracker, mode, torch.set_grad_enabled(training):
+        with named:  # forward only: torch.autograd.backward is no function of a module
+            out = model_call()
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         if training:
             diff = [t for t in outs if t.requires_grad]

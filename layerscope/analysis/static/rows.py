@@ -56,8 +56,7 @@ def _minus(a: Cost, b: Cost) -> Cost:
 def _function_rows(s: ModuleStats, training: bool) -> list[LayerRow]:
     """A container's own ops split by function (``--functions``): one ``self_only`` row per
     function, named "MODULE (FUNCTION)" and typed FUNCTION, and one "(own ops)" row for what is
-    left (own parameters and buffers, ops run outside any torch function, and in training the
-    backward ops, which stay charged to the module)."""
+    left (own parameters and buffers, and ops run outside any torch function)."""
     rows = []
     rest = ModuleStats(s.name, s.type, s.depth, calls=s.calls, input_shapes=s.input_shapes,
                        output_shapes=s.output_shapes, params=s.params,
@@ -69,9 +68,12 @@ def _function_rows(s: ModuleStats, training: bool) -> list[LayerRow]:
         row.name = f"{s.name or '(root)'} ({fn})"
         rows.append(row)
         rest.forward = _minus(rest.forward, b.forward)
+        rest.backward = _minus(rest.backward, b.backward)
         rest.activation_bytes -= b.activation_bytes
         rest.ops -= b.ops
-    if _has_own(rest) or rest.backward != ZERO:
+    # ops left that cost nothing (prim.device queries around the backward call) make no row
+    if (rest.params or rest.buffer_bytes or rest.activation_bytes or rest.forward != ZERO
+            or rest.backward != ZERO):
         rows.append(_row([rest], rest, True, training))
     return rows
 
