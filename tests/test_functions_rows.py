@@ -106,6 +106,13 @@ def test_function_rows_are_hand_derived(build, shape, expected):
     assert report.settings["functions"] is True
 
 
+def test_only_the_remainder_is_labelled_own_ops():
+    from layerscope.views.common import row_label
+
+    report = layerscope.analyze(OwnWeight(), inputs=(2, 4), functions=True)
+    assert [row_label(r) for r in report.layers] == ["(root) (matmul)", "(root) (own ops)", "lin"]
+
+
 def test_function_rows_keep_shapes_and_params():
     report = layerscope.analyze(Residual(), inputs=X, functions=True)
     add = report.layers[1]
@@ -170,4 +177,5 @@ def test_cli_analyze_functions():
     d = json.loads(out)
     assert len(d["layers"]) == 71 and d["settings"]["functions"] is True
     code, out, _ = run_cli("analyze", "resnet20", "--functions")
-    assert code == 0 and "layer1.0 (add)" in out
+    # the row's name says what it is: no "(own ops)" after it (the OwnWeight remainder keeps it)
+    assert code == 0 and "layer1.0 (add) " in out and "(add) (own ops)" not in out
