@@ -123,6 +123,29 @@ def test_function_rows_keep_shapes_and_params():
     assert (own.params, own.weight_bytes) == (12, 48)
 
 
+class Masked(nn.Module):
+    """Boolean indexing: a data-dependent shape, so the capture falls back to a real run."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[y > 0].sum() + x.abs().sum()
+
+
+def test_real_run_fallback_splits_too():
+    report = layerscope.analyze(Masked(), inputs=torch.ones(2, 4), functions=True)
+    assert [(r.name, r.calls) for r in report.layers] == [
+        ("(root) (gt)", 1), ("(root) (getitem)", 1), ("(root) (sum)", 2), ("(root) (abs)", 1),
+        ("(root) (add)", 1), ("lin", 1)]
+    # gt and abs: 1 FLOP per element of the 2x4 tensors; the scalar add: 1
+    r = {row.name: row for row in report.layers}
+    assert (r["(root) (gt)"].flops, r["(root) (abs)"].flops, r["(root) (add)"].flops) == (8, 8, 1)
+    assert sum(row.flops for row in report.layers) == report.totals.flops
+
+
 def test_training_splits_the_backward_ops_too():
     report = layerscope.analyze(Residual(), inputs=X, functions=True, mode="training")
     r = {row.name: row for row in report.layers}
