@@ -64,7 +64,7 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
 def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
             batch_size: int | None = None, depth: int | None = None,
             dtype: str | torch.dtype | None = None, mode: str = "inference",
-            optimizer: str = "adam") -> Report:
+            optimizer: str = "adam", functions: bool = False) -> Report:
     """Parameters, memory, MACs/FLOPs and bytes per layer, without running real arithmetic.
 
     ``model``: an ``nn.Module`` or a spec (``resnet50``, ``file.py:factory``, ``pkg.mod:factory``,
@@ -72,7 +72,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     or a tuple of tensors, shapes and other values (for ONNX: ``'NAME=1x3x224x224'`` strings);
     ``kwargs``: forward's keyword arguments. ``mode="training"`` adds
     the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam,
-    adamw).
+    adamw). ``functions``: split each container's "(own ops)" row into one row per torch
+    function its forward calls ("layer1.0 (add)", "layer1.0 (relu)"; not for ONNX/TorchScript).
     """
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training")
@@ -102,7 +103,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
                                   training=(mode == "training"), dtype=dtype,
                                   fake=loaded.frontend == "torch",
-                                  owned=loaded.extras.get("owned", False))
+                                  owned=loaded.extras.get("owned", False),
+                                  functions=functions)
         except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:
@@ -115,12 +117,13 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         frontend=loaded.frontend,
         inputs=describe_all(loaded.inputs, loaded.kwargs),
         totals=static.totals(cap, module, optimizer),
-        layers=static.layer_rows(cap, depth),
+        layers=static.layer_rows(cap, depth, functions),
         uncounted_ops=ops,
         op_coverage=coverage,
         settings={"mode": mode, "depth": depth,
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
-                  "optimizer": optimizer if mode == "training" else None},
+                  "optimizer": optimizer if mode == "training" else None,
+                  **({"functions": True} if functions else {})},
         environment=environment(),
         notes=notes + list(cap.warnings) + _frozen_note(loaded),
     )

@@ -19,6 +19,9 @@ def register(sub) -> None:
                                               ", a TorchScript file or an ONNX file (.onnx)")
     p.add_argument("--depth", type=arg(non_negative_int), default=None,
                    help="module depth to show (0 = whole model); default: leaf layers")
+    p.add_argument("--functions", action="store_true",
+                   help="split each container's '(own ops)' row into one row per torch function "
+                        "its forward calls (residual add, F.relu, flatten): 'layer1.0 (add)'")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                    help="analyse with parameters and inputs in this dtype")
     p.add_argument("--mode", choices=["inference", "training"], default="inference")
@@ -57,7 +60,8 @@ def run(args) -> int:
         from layerscope.analysis.analyze import analyze
 
         report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
-                         dtype=args.dtype, mode=args.mode, optimizer=args.optimizer)
+                         dtype=args.dtype, mode=args.mode, optimizer=args.optimizer,
+                         functions=args.functions)
     if args.view == "layers" or pick_format(args.format, args.output) != "table":
         if selecting:
             raise UserError("--op-type and --skip-trivial select table rows; JSON, CSV, HTML "

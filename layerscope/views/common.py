@@ -48,8 +48,16 @@ def median(xs):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+def own_ops_suffix(row) -> str:
+    """" (own ops)" for a container's own-ops row; nothing for other rows, nor for an
+    ``analyze --functions`` row, whose name "MODULE (FUNCTION)" already says it."""
+    if not row.self_only or row.name.endswith(f" ({row.type})"):
+        return ""
+    return " (own ops)"
+
+
 def row_label(row) -> str:
-    return row.name + (" (own ops)" if row.self_only else "")
+    return row.name + own_ops_suffix(row)
 
 
 # ---- noise ------------------------------------------------------------------------------
@@ -92,7 +100,7 @@ def by_type_colors(types) -> dict[str, str]:
 
 
 def layer_tip(row, *lines: str) -> str:
-    head = f"{row.name}{' (own ops)' if row.self_only else ''} ({row.type})"
+    head = f"{row_label(row)} ({row.type})"
     shapes = f"in {shape_str(row.input_shapes)} → out {shape_str(row.output_shapes)}"
     return "\n".join([head, shapes, *[ln for ln in lines if ln]])
 

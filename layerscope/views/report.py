@@ -18,6 +18,7 @@ from layerscope.views.common import (
     noise_facts,
     noise_lines,
     num,
+    own_ops_suffix,
     pct,
     row_label,
     type_of,
@@ -363,8 +364,8 @@ def _layer_table(report) -> Table:
     for row in report.layers:
         indent = "  " * max(row.depth - 1, 0)
         label = Text(indent + row.name)
-        if row.self_only:
-            label.append(" (own ops)", style="dim")
+        if own_ops_suffix(row):
+            label.append(own_ops_suffix(row), style="dim")
         cells = [label, row.type, shape_str(row.input_shapes), shape_str(row.output_shapes),
                  si(row.params), si(row.macs),
                  si(row.flops), si(row.bytes_read), si(row.bytes_written),
@@ -455,8 +456,8 @@ def _terminal_profile_table(report) -> Table:
         t = row.time or {}
         hot = is_hot(row)
         label = Text("  " * max(row.depth - 1, 0) + row.name)
-        if row.self_only:
-            label.append(" (own ops)", style="dim")
+        if own_ops_suffix(row):
+            label.append(own_ops_suffix(row), style="dim")
         roof = row.roofline or {}
         cells = [label, row.type, si(row.macs), ms(t.get("median_s")), ms(t.get("mean_s")),
                  f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",

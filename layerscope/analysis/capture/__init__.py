@@ -10,6 +10,9 @@ TorchScript scope recovery (``capture.script``) are built on these public names:
   exit; in training it tags autograd nodes with the module's name under ``AUTOGRAD_TAG``.
 - ``CountingMode`` (``dispatch``): the TorchDispatchMode that costs every op with the handlers of
   ``layerscope.ops.aten`` and charges it to the running module or autograd node's module.
+- ``FunctionTracker`` (``functions``): with ``capture(..., functions=True)``, the
+  TorchFunctionMode that names the outermost torch function (``add``, ``relu``) each module's own
+  forward ops run in; ``ModuleStats.functions`` holds them split per function.
 - ``Liveness`` (``liveness``): storage lifetimes from weak references; the peak activation bytes.
 - ``slots`` / ``swapped`` (``slots``): parameters and buffers swapped by unique (module,
   attribute) slot for a run, the very same objects put back afterwards.
@@ -26,6 +29,7 @@ parameters, buffers and train/eval flags are as they were.
 from layerscope.analysis.capture.dispatch import CountingMode
 from layerscope.analysis.capture.engine import capture, parameters_only
 from layerscope.analysis.capture.fake import fake_like
+from layerscope.analysis.capture.functions import FunctionTracker
 from layerscope.analysis.capture.inputs import InputSpec, input_tensors, map_inputs
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.real import (
@@ -41,7 +45,8 @@ from layerscope.analysis.capture.tensors import shapes, tensor_nbytes
 from layerscope.analysis.capture.tracker import AUTOGRAD_TAG, ModuleTracker, tag_graph
 
 __all__ = [
-    "AUTOGRAD_TAG", "Capture", "CountingMode", "InputSpec", "Liveness", "ModelRunError",
+    "AUTOGRAD_TAG", "Capture", "CountingMode", "FunctionTracker", "InputSpec", "Liveness",
+    "ModelRunError",
     "ModuleStats", "ModuleTracker", "REAL_INPUT_LIMIT", "REAL_WEIGHT_LIMIT", "TooLargeForRealRun",
     "capture", "capture_real", "fake_like", "input_tensors", "map_inputs", "module_table",
     "parameters_only", "shapes", "slots", "swapped", "tag_graph", "tensor_nbytes",

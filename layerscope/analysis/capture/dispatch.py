@@ -33,6 +33,7 @@ class CountingMode(TorchDispatchMode):
         self.uncounted: Counter = Counter()
         self.op_calls = 0
         self.paused = False
+        self.functions = None  # a FunctionTracker (--functions): own ops charged per function too
         self._entries: dict = {}
 
     def _entry(self, func):
@@ -56,6 +57,12 @@ class CountingMode(TorchDispatchMode):
         owner = node.metadata.get(AUTOGRAD_TAG, "") if backward else self.tracker.current()
         stats = self.stats[owner]
         stats.ops += 1
+        bucket = None
+        if self.functions is not None:
+            bucket = self.functions.backward_bucket(node, stats) if backward else \
+                self.functions.bucket(owner, stats)
+        if bucket is not None:
+            bucket.ops += 1
 
         entry, kind, packet = self._entry(func)
         self.liveness.purge()
@@ -63,6 +70,8 @@ class CountingMode(TorchDispatchMode):
         created = sum(self.liveness.add(t) for t in out_tensors)
         if not backward:
             stats.activation_bytes += created
+            if bucket is not None:
+                bucket.activation_bytes += created
         if kind is None:
             self.uncounted[packet] += 1
             return out
@@ -73,6 +82,10 @@ class CountingMode(TorchDispatchMode):
                     sum(map(tensor_nbytes, out_tensors)))
         if backward:
             stats.backward = stats.backward + cost
+            if bucket is not None:
+                bucket.backward = bucket.backward + cost
         else:
             stats.forward = stats.forward + cost
+            if bucket is not None:
+                bucket.forward = bucket.forward + cost
         return out

@@ -20,7 +20,7 @@ def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
 
 def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] | None = None,
             training: bool = False, dtype: torch.dtype | None = None,
-            fake: bool = True, owned: bool = False) -> Capture:
+            fake: bool = True, owned: bool = False, functions: bool = False) -> Capture:
     """Run ``model`` once (fake by default) and record what every module costs.
 
     ``inputs`` are forward's positional arguments and ``kwargs`` its keyword arguments: tensors,
@@ -30,15 +30,18 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
     ``torch.jit.save``/``load`` is most of the time a TorchScript analysis takes: AlexNet ~4 s of
     ~6.5 s). Raises ``ModelRunError`` when the model rejects the inputs and
     ``TooLargeForRealRun`` when a needed real run would be too large; train/eval flags are put
-    back whatever happens."""
+    back whatever happens. ``functions``: also split each module's own forward ops by the torch
+    function that ran them (``ModuleStats.functions``; not for TorchScript)."""
     kwargs = dict(kwargs or {})
     stats, order = module_table(model)
     flags = _flags(model)
     try:
         model.train(training)
         if fake:
-            return capture_fake(model, list(inputs), kwargs, stats, order, training, dtype)
-        return capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned)
+            return capture_fake(model, list(inputs), kwargs, stats, order, training, dtype,
+                                functions=functions)
+        return capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned,
+                            functions=functions)
     finally:
         for m, flag in flags:
             m.training = flag

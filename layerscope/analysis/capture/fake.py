@@ -47,7 +47,8 @@ def _needs_real_values():
             ft.DataDependentOutputException)
 
 
-def capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Capture:
+def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
+                 functions: bool = False) -> Capture:
     """Run ``model`` once on fake tensors, charging ops to ``stats`` (from ``module_table``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -77,7 +78,7 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Captur
                 liveness.add(x)
             with fake_mode:
                 output_bytes = run_model(lambda: model(*fake_args, **fake_kwargs), tracker, mode,
-                                         training)
+                                         training, functions)
     except _needs_real_values() as exc:
         # The model needs real values (data-dependent shapes); run it for real.
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
@@ -87,7 +88,8 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype) -> Captur
         fresh, _ = module_table(model)
         stats.clear()
         stats.update(fresh)
-        return capture_real(model, inputs, kwargs, stats, order, training, dtype)
+        return capture_real(model, inputs, kwargs, stats, order, training, dtype,
+                            functions=functions)
     except Exception as exc:  # the model's own error: shape mismatch and the like
         raise model_error(exc) from exc
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,

@@ -57,7 +57,7 @@ def _private_copy(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def capture_real(model, inputs, kwargs, stats, order, training, dtype,
-                 owned: bool = False) -> Capture:
+                 owned: bool = False, functions: bool = False) -> Capture:
     """Run ``model`` once with real tensors (an ``owned`` TorchScript model, never run, is used as
     it is; any other TorchScript model through a fresh copy, see ``script``)."""
     check_real_size(model, inputs, kwargs, dtype)
@@ -85,7 +85,7 @@ def capture_real(model, inputs, kwargs, stats, order, training, dtype,
             for t in memo.values():
                 liveness.add_resident(t)
             output_bytes = run_model(lambda: model(*real_args, **real_kwargs), tracker, mode,
-                                     training)
+                                     training, functions)
     except Exception as exc:
         raise model_error(exc) from exc
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,

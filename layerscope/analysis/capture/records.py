@@ -35,6 +35,9 @@ class ModuleStats:
     output_bytes: int | None = 0
     first_output_bytes: int | None = 0
     has_params: bool = False  # owns a parameter (torchinfo counts such leaf layers' outputs)
+    # --functions only: the module's own forward ops again, split by the outermost torch
+    # function that ran them ("add", "relu", ...); each a ModuleStats of its own (type = function).
+    functions: dict[str, ModuleStats] = field(default_factory=dict)
 
 
 @dataclass

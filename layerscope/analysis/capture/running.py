@@ -2,6 +2,8 @@
 model itself rejects its inputs."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -18,11 +20,18 @@ def model_error(exc: Exception) -> ModelRunError:
     return ModelRunError(first_line(exc, with_type=True))
 
 
-def run_model(model_call, tracker, mode, training: bool) -> int:
+def run_model(model_call, tracker, mode, training: bool, functions: bool = False) -> int:
     """Run forward (and, in training, backward from ones) under ``tracker`` and ``mode``;
-    returns the bytes of forward's output tensors."""
+    returns the bytes of forward's output tensors. ``functions``: also charge each module's own
+    forward ops to the torch function that ran them (``ModuleStats.functions``)."""
+    named = contextlib.nullcontext()
+    if functions:
+        from layerscope.analysis.capture.functions import FunctionTracker
+
+        named = mode.functions = FunctionTracker(tracker)
     with tracker, mode, torch.set_grad_enabled(training):
-        out = model_call()
+        with named:  # forward only: torch.autograd.backward is no function of a module
+            out = model_call()
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         if training:
             diff = [t for t in outs if t.requires_grad]

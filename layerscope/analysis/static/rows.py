@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from layerscope.analysis.capture import Capture, ModuleStats, tensor_nbytes
-from layerscope.core.cost import ZERO
+from layerscope.core.cost import ZERO, Cost
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 
 # Bytes of optimizer state per trainable parameter byte (exp_avg + exp_avg_sq for Adam).
@@ -48,9 +48,42 @@ def _has_own(s: ModuleStats) -> bool:
     return s.ops > 0 or s.params > 0 or s.buffer_bytes > 0
 
 
-def layer_rows(cap: Capture, depth: int | None = None) -> list[LayerRow]:
+def _minus(a: Cost, b: Cost) -> Cost:
+    return Cost(a.macs - b.macs, a.flops - b.flops, a.bytes_read - b.bytes_read,
+                a.bytes_written - b.bytes_written)
+
+
+def _function_rows(s: ModuleStats, training: bool) -> list[LayerRow]:
+    """A container's own ops split by function (``--functions``): one ``self_only`` row per
+    function, named "MODULE (FUNCTION)" and typed FUNCTION, and one "(own ops)" row for what is
+    left (own parameters and buffers, and ops run outside any torch function)."""
+    rows = []
+    rest = ModuleStats(s.name, s.type, s.depth, calls=s.calls, input_shapes=s.input_shapes,
+                       output_shapes=s.output_shapes, params=s.params,
+                       weight_bytes=s.weight_bytes, buffer_bytes=s.buffer_bytes,
+                       forward=s.forward, backward=s.backward,
+                       activation_bytes=s.activation_bytes, ops=s.ops)
+    for fn, b in s.functions.items():
+        row = _row([b], b, True, training)
+        row.name = f"{s.name or '(root)'} ({fn})"
+        rows.append(row)
+        rest.forward = _minus(rest.forward, b.forward)
+        rest.backward = _minus(rest.backward, b.backward)
+        rest.activation_bytes -= b.activation_bytes
+        rest.ops -= b.ops
+    # ops left that cost nothing (prim.device queries around the backward call) make no row
+    if (rest.params or rest.buffer_bytes or rest.activation_bytes or rest.forward != ZERO
+            or rest.backward != ZERO):
+        rows.append(_row([rest], rest, True, training))
+    return rows
+
+
+def layer_rows(cap: Capture, depth: int | None = None,
+               functions: bool = False) -> list[LayerRow]:
     """Rows at ``depth`` (None: leaf modules). A container above the cut-off gets a
-    ``self_only`` row for its own ops and parameters, so rows always sum to the totals."""
+    ``self_only`` row for its own ops and parameters, so rows always sum to the totals;
+    ``functions`` splits that row by the torch function that ran the ops (when the capture
+    recorded them: ``capture(..., functions=True)``)."""
     rows = []
     for name in cap.order:
         s = cap.modules[name]
@@ -59,6 +92,8 @@ def layer_rows(cap: Capture, depth: int | None = None) -> list[LayerRow]:
         leaf = not s.children
         if leaf or (depth is not None and s.depth == depth):
             rows.append(_row(_subtree(cap, name), s, False, cap.training))
+        elif functions and s.functions:
+            rows.extend(_function_rows(s, cap.training))
         elif _has_own(s):
             rows.append(_row([s], s, True, cap.training))
     return rows
