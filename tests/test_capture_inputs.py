@@ -389,7 +389,7 @@ def test_cli_inputs(tmp_path, factory, extra, code, expected):
 
 
 def test_heading_names_keyword_inputs_and_value_types():
-    from layerscope.renderers.tables import heading
+    from layerscope.views import view_for
 
     report = layerscope.analyze(Keywords(), ((3, 4), 2), kwargs={"mask": (3, 4)})
-    assert "input 3x4 float32, int, mask=3x4 float32 ·" in heading(report)[1]
+    assert "input 3x4 float32, int, mask=3x4 float32 ·" in view_for(report).heading(report)[1]

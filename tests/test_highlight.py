@@ -10,8 +10,8 @@ from layerscope.core.errors import UserError
 from layerscope.core.results import read_result
 from layerscope.renderers import render
 from layerscope.renderers.charts import charts
-from layerscope.renderers.tables import tables
 from layerscope.renderers.terminal import to_text
+from layerscope.views import view_for
 from layerscope.views.highlight import (
     apply_highlight,
     describe,
@@ -74,7 +74,7 @@ def test_one_rule_everywhere(text, hot):
     is_hot = hot_predicate(rule_of(r))
     assert [row.name for row in r.layers if is_hot(row)] == hot
     # HTML table rows, and the bars and roofline points of the charts: the same layers
-    table = next(t for t in tables(r) if t.id == "layers")
+    table = next(t for t in view_for(r).tables(r) if t.id == "layers")
     assert [row[0].sort for row, h in zip(table.rows, table.hot) if h] == hot
     bars, roof = charts(r)
     assert sorted(r.layers[int(p.x)].name for s in bars.series for p in s.points if p.hot) \

@@ -231,7 +231,7 @@ def test_ablate_combined_variant_runs_from_the_cli(tmp_path):
     (3, "Time per phase (3 warm-up steps excluded)"),
 ], ids=["none", "one", "three"])
 def test_phase_title_says_warmup_only_when_excluded(warmup, title):
-    from layerscope.renderers.tables import phase_title
+    from layerscope.views.training import phase_title
 
     assert phase_title(warmup) == title
 

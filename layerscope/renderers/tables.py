@@ -1,29 +1,8 @@
-"""The environment table every report shows (``layerscope env``, each HTML section's header),
-and, for callers of the old names, a result's heading, key figures and row tables (its view's:
-layerscope/views)."""
+"""The environment table every report shows (``layerscope env``, each HTML section's header).
+A result's heading, key figures and row tables are its view's (``layerscope.views``)."""
 from __future__ import annotations
 
 from typing import Any
-
-from layerscope.views import view_for
-from layerscope.views.sections import Cell, RowTable  # noqa: F401
-from layerscope.views.training import phase_title  # noqa: F401
-
-
-def heading(result) -> tuple[str, str]:
-    return view_for(result).heading(result)
-
-
-def facts(result) -> list[tuple[str, str]]:
-    return view_for(result).facts(result)
-
-
-def tables(result) -> list[RowTable]:
-    return view_for(result).tables(result)
-
-
-def warnings(result) -> list[str]:
-    return view_for(result).warnings(result)
 
 
 def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
