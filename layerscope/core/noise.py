@@ -102,9 +102,3 @@ def _noise_line(spread: float | None, noisy: bool, oversubscribed: bool | None,
     remedy += ["a quiet machine", "more --runs"]
     return (f"Noisy measurement ({'; '.join(why)}): likely {cause}. Remedy: "
             f"{', '.join(remedy[:-1])} or {remedy[-1]}.")
-
-
-def warnings_of(result: object) -> list[str]:
-    """The noise warning lines of any result (none for a result saved without a noise section)."""
-    noise = getattr(result, "noise", None) or {}
-    return list(noise.get("warnings") or [])

@@ -134,11 +134,6 @@ def parse_variant(name: str, device: str, cores: int | None = None
     return flags, parts
 
 
-def variant_flags(name: str, device: str) -> list[str] | None:
-    """Train flags of a variant; None when it does not apply on ``device``."""
-    return parse_variant(name, device)[0]
-
-
 def _run_variant(recipe: str, flags: list[str], common: list[str], seed: int,
                  workdir: str, tag: str) -> dict[str, Any]:
     out = os.path.join(workdir, f"{tag}.json")
