@@ -662,7 +662,7 @@ def test_api_raises_user_error(tmp_path):
 
 
 def test_terminal_table_golden(update_golden):
-    from layerscope.renderers.compare_out import to_text
+    from layerscope.renderers.terminal import to_text
     from tests.helpers import check_golden
     from tests.sample_results import compare_result
 

@@ -79,8 +79,8 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from layerscope.renderers.training import epoch_line
     from layerscope.training.loop import train
+    from layerscope.views.training import epoch_line
 
     err = Console(stderr=True, highlight=False)
     table = args.format == "table" and not args.output

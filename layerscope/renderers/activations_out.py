@@ -1,8 +1,6 @@
 """Captured activations as an .npz file (their table: layerscope/views/activations.py)."""
 from __future__ import annotations
 
-from layerscope.views.activations import activation_table  # noqa: F401  (old name)
-
 
 def write_npz(capture, path: str) -> None:
     """Through core.io: atomic for files, written through for devices and FIFOs, ``-`` is

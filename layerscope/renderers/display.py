@@ -19,15 +19,10 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
     return draw
 
 
-RICH = {
-    "Report": _later("terminal", "render_table"),
-    "OpTable": _later("terminal", "render_ops"),
-    "SweepReport": _later("terminal", "render_sweep"),
-    "Comparison": _later("compare_out", "render_compare"),
-    "TrainReport": _later("training", "render_train"),
-    "AblationReport": _later("training", "render_ablation"),
-    "LoopProfile": _later("training", "render_loop"),
-}
+# every record's terminal view is its view's layout (View.terminal), drawn by one renderer
+RICH = {name: _later("terminal", "render_table")
+        for name in ("Report", "OpTable", "SweepReport", "Comparison", "TrainReport",
+                     "AblationReport", "LoopProfile")}
 # every record's notebook view is the same HTML table renderer
 HTML = {name: _later("html_table", "render_html_table")
         for name in ("Report", "ResultDocument", "ActivationCapture")}

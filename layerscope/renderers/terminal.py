@@ -7,10 +7,6 @@ from rich.console import Console
 
 from layerscope.views import view_for
 
-# names results' __rich__ import from here (the layouts themselves live in layerscope/views)
-from layerscope.views.ops import render_ops  # noqa: F401
-from layerscope.views.sweep import render_sweep  # noqa: F401
-
 
 def render_table(result, **options):
     """The rich renderable of ``result`` (what ``print`` in a rich console shows)."""
