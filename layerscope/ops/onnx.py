@@ -26,19 +26,8 @@ from __future__ import annotations
 
 import math
 
+from layerscope.ops import rules
 from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
-from layerscope.ops.rules import (
-    ATTN_PER_SCORE,
-    GATE_FLOPS,
-    GATES,
-    NORM_APPLY,
-    NORM_NORMALISE,
-    NORM_STATS,
-    SOFTMAX,
-    TAPS_PER_AXIS,
-    blend_flops,
-    resample_flops,
-)
 
 ONNX = VersionedHandlerTable("onnx")
 CONSTANT = "constant"  # a Constant node: its output is resident data, like an initializer
@@ -167,7 +156,7 @@ register("GlobalMaxPool", 1, reduce_sum)
 
 # ---------------------------------------------------------------- resampling
 # Resize / Upsample(mode: nearest | linear | cubic; bilinear in Upsample-1): aten's rule
-# (resample_flops): numel(out) * (2*taps - 1), taps = product over resized axes of 1 / 2 / 4,
+# (rules.resample_flops): numel(out) * (2*taps - 1), taps = product over resized axes of 1 / 2 / 4,
 # antialiased downsampling widening each axis to ceil(taps * in/out); nearest is a copy (0).
 INTERPOLATION = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
                  "cubic": "cubic", "bicubic": "cubic"}
@@ -176,7 +165,7 @@ INTERPOLATION = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
 def resize(ins, outs, attrs) -> OpCost:
     # x: (N, C, *in), roi?, scales?, sizes? -> (N, C, *out)
     interp = INTERPOLATION.get(attrs.get("mode", "nearest"), "nearest")
-    return OpCost(flops=resample_flops(ins[0].shape, _out(outs).shape, interp,
+    return OpCost(flops=rules.resample_flops(ins[0].shape, _out(outs).shape, interp,
                                        bool(attrs.get("antialias", 0))))
 
 
@@ -185,8 +174,8 @@ def grid_sample(ins, outs, attrs) -> OpCost:
     # bicubic (opset 16), linear | nearest | cubic (20): every spatial axis interpolated, as
     # aten's grid_sampler
     interp = INTERPOLATION.get(attrs.get("mode", "linear"), "linear")
-    taps = TAPS_PER_AXIS[interp] ** (len(ins[0].shape) - 2)
-    return OpCost(flops=blend_flops(_out(outs).numel, taps))
+    taps = rules.TAPS_PER_AXIS[interp] ** (len(ins[0].shape) - 2)
+    return OpCost(flops=rules.blend_flops(_out(outs).numel, taps))
 
 
 def affine_grid(ins, outs, attrs) -> OpCost:
@@ -207,25 +196,25 @@ register("Resize", 11, resize, constants=(1, 2, 3))  # roi, scales, sizes
 def batch_norm(ins, outs, attrs) -> OpCost:
     # x: (N, C, *), scale, B, mean, var: (C,); inference normalise + affine = 4/elem,
     # training_mode=1 also computes the statistics (+4/elem)
-    per = NORM_APPLY + (NORM_STATS if attrs.get("training_mode", 0) else 0)
+    per = rules.NORM_APPLY + (rules.NORM_STATS if attrs.get("training_mode", 0) else 0)
     return OpCost(flops=per * ins[0].numel)
 
 
 def norm_with_stats(ins, outs, attrs) -> OpCost:
     # Group/Instance/RMS normalisation(x: any, scale, bias): statistics + apply = 8/elem
-    return OpCost(flops=(NORM_APPLY + NORM_STATS) * ins[0].numel)
+    return OpCost(flops=(rules.NORM_APPLY + rules.NORM_STATS) * ins[0].numel)
 
 
 def layer_norm(ins, outs, attrs) -> OpCost:
     # LayerNormalization(x: any, scale, B?): statistics 4 + normalise 2 + scale 1 + bias 1 if
     # present per element (aten's native_layer_norm rule)
     has_bias = len(ins) > 2 and ins[2] is not None
-    return OpCost(flops=(NORM_STATS + NORM_NORMALISE + 1 + has_bias) * ins[0].numel)
+    return OpCost(flops=(rules.NORM_STATS + rules.NORM_NORMALISE + 1 + has_bias) * ins[0].numel)
 
 
 def softmax(ins, outs, attrs) -> OpCost:
     # x: any -> x-shaped; max, subtract, exp, sum, divide = 5/elem
-    return OpCost(flops=SOFTMAX * ins[0].numel)
+    return OpCost(flops=rules.SOFTMAX * ins[0].numel)
 
 
 register("BatchNormalization", 1, batch_norm, buffers=(3, 4))  # running mean, var: buffers
@@ -364,7 +353,7 @@ def attention(ins, outs, attrs) -> OpCost:
     # Attention(Q, K, V, mask?, past_key?, past_value?): 4-D Q: (B, Hq, Lq, E), K: (B, Hkv, Lk, E),
     # V: (B, Hkv, Lk, Ev); 3-D Q: (B, Lq, Hq*E), K: (B, Lk, Hkv*E), V: (B, Lk, Hkv*Ev) with
     # q_num_heads / kv_num_heads. MACs = B*Hq*Lq*Lk*(E + Ev) (scores and values, as aten's SDPA);
-    # FLOPs add the scale and the softmax per score (aten's ATTN_PER_SCORE).
+    # FLOPs add the scale and the softmax per score (aten's rules.ATTN_PER_SCORE).
     q, k, v = ins[0], ins[1], ins[2]
     if len(q.shape) == 4:
         b, hq, lq, e = q.shape
@@ -378,7 +367,7 @@ def attention(ins, outs, attrs) -> OpCost:
         lk += past.shape[2]
     scores = b * hq * lq * lk
     macs = scores * (e + ev)
-    return OpCost(macs=macs, flops=2 * macs + ATTN_PER_SCORE * scores)
+    return OpCost(macs=macs, flops=2 * macs + rules.ATTN_PER_SCORE * scores)
 
 
 register("Attention", 23, attention)
@@ -389,14 +378,14 @@ def recurrent(kind: str):
     def handler(ins, outs, attrs) -> OpCost:
         # X: (T, B, I) [layout 1: (B, T, I)], W: (D, G*H, I), R: (D, G*H, H), B?: (D, 2*G*H).
         # As aten's RNN rule: MACs = T*B*(numel(W) + numel(R)); gate arithmetic
-        # GATE_FLOPS[kind] per hidden unit and step; biases 2*G*H per direction and step.
+        # rules.GATE_FLOPS[kind] per hidden unit and step; biases 2*G*H per direction and step.
         x, w, r = ins[0], ins[1], ins[2]
         steps = x.shape[0] * x.shape[1]
         macs = steps * (w.numel + r.numel)
         hidden_rows = w.shape[0] * w.shape[1]
-        units = hidden_rows // GATES[kind]
+        units = hidden_rows // rules.GATES[kind]
         bias = steps * 2 * hidden_rows if len(ins) > 3 and ins[3] is not None else 0
-        return OpCost(macs=macs, flops=2 * macs + steps * units * GATE_FLOPS[kind] + bias)
+        return OpCost(macs=macs, flops=2 * macs + steps * units * rules.GATE_FLOPS[kind] + bias)
 
     handler.__name__ = f"onnx_{kind}"
     return handler
