@@ -6,6 +6,7 @@ import os
 import pytest
 from onnx import TensorProto
 
+from layerscope.core.errors import UserError
 from tests.helpers import run_cli
 from tests.onnx_graphs import FLOAT, external_tensor, model, save, single, tensor
 
@@ -596,3 +597,37 @@ def test_bad_model_message_says_what_to_do(tmp_path, argv, expected):
     code, out, err = run_cli(*argv)
     assert code == 2 and err.count("\n") == 1 and expected in err, err
     assert "Could this error message be improved" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["profile", "mnist-cnn", "--input", "1x1x100000x100000", "--runs", "1"],
+    ["activations", "mnist-cnn", "--input", "1x1x100000x100000"],
+], ids=["profile", "activations"])
+def test_pytorch_commands_refuse_a_huge_declared_input_before_allocating(tmp_path, monkeypatch,
+                                                                       argv):
+    # 1 x 1 x 100000 x 100000 float32 = 4e10 B = 37.3 GiB, over the default 4 GiB bound
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "would need 37.3 GiB, over the 4.0 GiB limit" in err
+
+
+def test_sweep_cell_says_why_a_huge_input_was_not_run(tmp_path, monkeypatch):
+    # a sweep reports a cell that cannot run and goes on (README "sweep"); nothing is allocated
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("sweep", "mnist-cnn", "--input", "1x1x100000x100000", "--runs", "1",
+                             "--format", "json")
+    assert code == 0, err
+    cell = json.loads(out)["cells"][0]
+    assert cell["status"] != "ok" and "would need 37.3 GiB" in json.dumps(cell)
+
+
+def test_pytorch_input_bound_follows_the_environment(monkeypatch):
+    from layerscope.frontends.inputs import InputSpec, real_inputs
+
+    # 1x8 float32 = 32 B: over a 31-byte bound, within a 32-byte one
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", "31")
+    with pytest.raises(UserError, match="would need 32 bytes, over the 31 bytes limit"):
+        real_inputs([InputSpec((1, 8))])
+    monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", "32")
+    assert real_inputs([InputSpec((1, 8))])[0].shape == (1, 8)

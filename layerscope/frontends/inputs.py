@@ -18,6 +18,7 @@ import torch
 
 from layerscope.core import values
 from layerscope.core.errors import UserError
+from layerscope.core.limits import check_input_bytes
 
 _DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
            "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
@@ -149,14 +150,29 @@ def real_inputs(inputs: list[Any], device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None, seed: int = 0) -> list[Any]:
     """Seeded standard-normal tensors for float specs, zeros for integer ones (valid indices);
     values that are not tensors pass through."""
+    _check_size(inputs, dtype)
     gen = torch.Generator().manual_seed(seed)
     return [_real(x, device, dtype, gen) for x in inputs]
 
 
 def real_kwargs(kwargs: dict[str, Any], device: str | torch.device = "cpu",
                 dtype: torch.dtype | None = None, seed: int = 0) -> dict[str, Any]:
+    _check_size(list(kwargs.values()), dtype)
     gen = torch.Generator().manual_seed(seed + 1)
     return {k: _real(x, device, dtype, gen) for k, x in kwargs.items()}
+
+
+def _check_size(values: list[Any], dtype: torch.dtype | None) -> None:
+    """The bound ONNX inputs have (``core.limits``), before a declared shape is allocated: an
+    --input of 1x3x100000x100000 would need 120 GB."""
+    specs = [x for x in values if isinstance(x, InputSpec)]
+    check_input_bytes("--input", [(x.shape, _element_size(x, dtype)) for x in specs],
+                      "--input, --batch-size")
+
+
+def _element_size(x: InputSpec, dtype: torch.dtype | None) -> int:
+    real = dtype if (dtype is not None and x.dtype.is_floating_point) else x.dtype
+    return torch.empty((), dtype=real).element_size()
 
 
 def _real(x: Any, device: str | torch.device, dtype: torch.dtype | None,
