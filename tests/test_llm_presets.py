@@ -215,6 +215,18 @@ def test_hf_config_equals_the_preset_built_from_the_same_config(arch, tmp_path, 
         == {k: v for k, v in cfg.to_dict().items() if k not in ("rope_theta", "norm_eps")}
 
 
+def test_hf_with_an_attention_mask_counts_the_whole_matrix_and_says_so(tmp_path):
+    # transformers builds a boolean mask when given attention_mask (its values are unknown in the
+    # trace): the kernel computes every score and masks it, so the whole matrix is counted
+    config, _ = _hf_configs()["llama"]
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+    r = analyze(f"hf:{tmp_path}", ("1x128:int64", "attention_mask=1x128:int64"))
+    cfg = LLMConfig("tiny", **(TINY | {"num_kv_heads": 2}))
+    assert r.totals.macs == _forward_macs(cfg, 128, causal=False)
+    assert r.op_coverage == 1.0
+    assert any(n.startswith("2 attention kernel call(s) with a mask tensor") for n in r.notes)
+
+
 def test_hf_folder_and_llm_config_without_building(tmp_path):
     config, _ = _hf_configs()["llama"]
     (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
