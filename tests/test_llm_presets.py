@@ -34,9 +34,10 @@ def test_every_preset_has_the_published_parameter_count_on_meta(name):
     assert all(p.device.type == "meta" for p in params)
 
 
-def test_presets_are_built_on_meta_even_when_real_weights_are_asked_for():
-    model = zoo.build(zoo.lookup("llama-3.1-405b"), meta=False)  # 1.6 TB in float32
-    assert next(model.parameters()).device.type == "meta"
+def test_commands_that_run_a_large_preset_refuse_before_allocating_it():
+    # 8,030,261,248 x 4 bytes = 29.9 GiB, over the 4 GiB default limit
+    code, _, err = run_cli("profile", "llama-3-8b")
+    assert code == 2 and "llama-3-8b: its float32 weights" in err and "29.9 GiB" in err, err
 
 
 def _forward_macs(cfg: LLMConfig, s: int, causal: bool = True) -> int:
