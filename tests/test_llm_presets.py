@@ -246,6 +246,14 @@ def test_published_hf_configs_map_to_the_presets(name):
         {k: v for k, v in preset.items() if k != "default_seq_len"}
 
 
+def test_a_config_whose_head_dim_llmconfig_cannot_describe_is_refused():
+    config = HUB_CONFIGS["llama-3-8b"] | {"head_dim": 64}
+    with pytest.raises(UserError, match="head_dim 64 x 32 heads is not hidden_size 4096"):
+        llm_models.llm_config_from_hf(config, "x")
+    assert llm_models.llm_config_from_hf(HUB_CONFIGS["llama-3-8b"] | {"head_dim": 128,
+                                                                      "attention_bias": None})
+
+
 def test_hf_with_an_attention_mask_counts_the_whole_matrix_and_says_so(tmp_path):
     # transformers builds a boolean mask when given attention_mask (its values are unknown in the
     # trace): the kernel computes every score and masks it, so the whole matrix is counted
