@@ -87,18 +87,21 @@ def _rank(rank: int, step: float, **phases: float) -> dict:
 
 
 @pytest.mark.parametrize("entries,expected", [
-    # median of 10, 10, 13 ms = 10; rank 2 is 3 ms (30%) slower, 2.5 ms of it in its data phase
+    # own work (step - wait - exposed): 7, 7, 13 ms; median 7; rank 2 is 6 ms (85.7%) over it,
+    # 2.5 ms of it in its data phase
     ([_rank(0, 0.010, data=0.001, forward=0.004, wait=0.003),
       _rank(1, 0.010, data=0.001, forward=0.004, wait=0.003),
       _rank(2, 0.013, data=0.0035, forward=0.0045, wait=0.0)],
-     {"rank": 2, "excess_s": 0.003, "excess_pct": 30.0, "phase": "data",
+     {"rank": 2, "busy_s": 0.013, "excess_s": 0.006, "excess_pct": 600 / 7, "phase": "data",
       "phase_excess_s": 0.0025}),
-    # two ranks: the median is their mean, 11 ms; the slow one's wait never counts as the cause
-    ([_rank(0, 0.010, forward=0.004, wait=0.004), _rank(1, 0.012, forward=0.008, wait=0.0)],
-     {"rank": 1, "excess_s": 0.001, "excess_pct": 100 / 11, "phase": "forward",
+    # equal step times (they meet in the all-reduce): rank 0 waits 4 ms in exposed
+    # communication for rank 1's slower forward; own work 6 and 10 ms, median 8
+    ([_rank(0, 0.010, forward=0.004, exposed_communication=0.004),
+      _rank(1, 0.010, forward=0.008, exposed_communication=0.0)],
+     {"rank": 1, "busy_s": 0.010, "excess_s": 0.002, "excess_pct": 25.0, "phase": "forward",
       "phase_excess_s": 0.002}),
-], ids=["slow-data", "two-ranks"])
-def test_straggler_is_the_slowest_rank_and_its_phase(entries, expected):
+], ids=["slow-data", "waited-for"])
+def test_straggler_is_the_rank_with_the_most_own_work(entries, expected):
     s = ranks.straggler(entries)
     for key, value in expected.items():
         assert s[key] == pytest.approx(value), key

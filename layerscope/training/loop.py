@@ -36,12 +36,15 @@ from layerscope.core.report import SCHEMA_VERSION
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
 from layerscope.training import ranks as rank_table
+from layerscope.training.comm import gradient_bytes
 from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
+TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
+RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
@@ -168,8 +171,8 @@ class _Run:
             self._check_recipe(saved)
             ckpt.load_weights(self.model, saved, c.resume)
         # the bytes DDP all-reduces per step: every trainable parameter's gradient
-        self.gradient_bytes = sum(p.numel() * p.element_size()
-                                  for p in self.model.parameters() if p.requires_grad)
+        self.gradient_bytes = gradient_bytes(self.model)
+        self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.fsdp = env is not None and c.strategy == "fsdp"
         if self.fsdp:
             from torch.distributed.fsdp import fully_shard
@@ -548,6 +551,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
     comm = run.comm
+    trace_steps: list[dict[str, Any]] = []  # this rank's steps for the merged trace
     stop = False
     rows = list(run.history)
     for epoch in range(run.start_epoch, run.epochs):
@@ -604,6 +608,9 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                 step = comm.step_end()
                 phases, wall = rank_table.split_step(phases, wait, step["communication_s"],
                                                      step["exposed_s"])
+                if measured >= c.warmup_steps and len(trace_steps) < TRACE_STEPS:
+                    trace_steps.append({"t0": step["t0"], "buckets": step["buckets"], "phases": {
+                        p: phases[p] for p in rank_table.ADDITIVE}})
             # after the step's one synchronisation, reading values costs nothing more
             step_loss = float(loss.detach())
             loss_sum += step_loss * len(y)
@@ -678,11 +685,21 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
     wall = time.perf_counter() - wall0
     extra: dict[str, Any] = {}
     if run.env is not None:
-        entries = dist_run.gather(rank_table.rank_entry(run.rank, totals.to_dict()),
-                                  run.rank, run.world) or []
+        gathered = dist_run.gather((rank_table.rank_entry(run.rank, totals.to_dict()),
+                                    {"rank": run.rank, "steps": trace_steps}),
+                                   run.rank, run.world) or []
+        entries = [g[0] for g in gathered]
         extra = {"world_size": run.world, "ranks": entries,
-                 "communication": comm.summary(run.gradient_bytes),
+                 "communication": comm.summary(run.gradient_bytes,
+                                               param_bytes=run.param_bytes),
                  "straggler": rank_table.straggler(entries)}
+        if run.rank == 0:
+            from layerscope.training.dist_trace import write_trace
+
+            write_trace(os.path.join(run.run_dir, RANKS_TRACE), [g[1] for g in gathered])
+            run.notes.append(f"every rank's phases and collectives, one process per rank: "
+                             f"{os.path.join(run.run_dir, RANKS_TRACE)} (Perfetto, "
+                             "chrome://tracing)")
         run.notes.append(f"{run.world} processes ({c.strategy}); --batch-size "
                          f"{run.batch_size} is per process: {run.batch_size * run.world} "
                          "samples per step in all")

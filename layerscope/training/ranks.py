@@ -48,18 +48,31 @@ def rank_entry(rank: int, breakdown: dict[str, Any]) -> dict[str, Any]:
             "phases": {p: per_step.get(p, 0.0) for p in ADDITIVE + OVERLAPPING}}
 
 
+def busy_seconds(entry: dict[str, Any]) -> float:
+    """A rank's own work per step: its step without the time it waited for the others."""
+    return entry["step_s"] - sum(entry["phases"].get(p, 0.0) for p in NOT_A_CAUSE
+                                 if p in ADDITIVE)
+
+
 def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The slowest rank, its excess over the median step time, and the phase it comes from (the
-    phase where it exceeds the median of that phase the most, among the rank's own work)."""
+    """The slowest rank, its excess over the median, and the phase it comes from.
+
+    Data-parallel ranks meet in every step's all-reduce and barrier, so their step times come
+    out nearly equal: the fast ranks spend the difference waiting (``wait``, exposed
+    communication). The slowest rank is therefore the one with the most *own work* per step
+    (``busy_seconds``); its excess is over the median of that, and its phase is the one where
+    it exceeds the median of that phase the most."""
     if len(ranks) < 2:
         return None
-    median = statistics.median(r["step_s"] for r in ranks)
-    slow = max(ranks, key=lambda r: (r["step_s"], -r["rank"]))
+    busy = {r["rank"]: busy_seconds(r) for r in ranks}
+    median = statistics.median(busy.values())
+    slow = max(ranks, key=lambda r: (busy[r["rank"]], -r["rank"]))
     excess = {p: slow["phases"].get(p, 0.0)
               - statistics.median(r["phases"].get(p, 0.0) for r in ranks)
               for p in ADDITIVE if p not in NOT_A_CAUSE}
     phase = max(excess, key=lambda p: excess[p])
-    return {"rank": slow["rank"], "step_s": slow["step_s"], "median_step_s": median,
-            "excess_s": slow["step_s"] - median,
-            "excess_pct": 100.0 * (slow["step_s"] - median) / median if median else 0.0,
+    mine = busy[slow["rank"]]
+    return {"rank": slow["rank"], "step_s": slow["step_s"], "busy_s": mine,
+            "median_busy_s": median, "excess_s": mine - median,
+            "excess_pct": 100.0 * (mine - median) / median if median else 0.0,
             "phase": phase, "phase_excess_s": excess[phase]}

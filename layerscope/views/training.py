@@ -22,7 +22,6 @@ from layerscope.views.common import (
 )
 from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
 
-
 # the phases of a distributed step (training.ranks.ADDITIVE, then the overlapping one)
 RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
                      "loss": "Loss", "backward": "Backward (compute)",
@@ -100,9 +99,9 @@ def _distributed_facts(result) -> list[tuple[str, str]]:
 
 
 def straggler_line(s: dict) -> str:
-    return (f"rank {s['rank']}: {s['step_s'] * 1e3:.2f} ms per step, "
-            f"{s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
-            f"{s['median_step_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
+    return (f"rank {s['rank']}: {s['busy_s'] * 1e3:.2f} ms of its own work per step (not "
+            f"waiting), {s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
+            f"{s['median_busy_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
             f"({s['phase_excess_s'] * 1e3:+.2f} ms)")
 
 
