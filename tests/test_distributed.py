@@ -242,3 +242,22 @@ def test_under_an_existing_torchrun_and_resumed_by_one_process(tmp_path):
     assert one.returncode == 0, one.stderr
     report = json.loads(one.stdout)
     assert [e["epoch"] for e in report["epochs"]] == [1, 2] and report["world_size"] == 1
+
+
+@pytest.mark.slow
+def test_fsdp_matches_ddp_and_its_checkpoint_resumes_anywhere(tmp_path):
+    fsdp = _train2(tmp_path, "fsdp", "--epochs", "1", "--strategy", "fsdp")
+    assert fsdp.returncode == 0, fsdp.stderr
+    report = json.loads(fsdp.stdout)
+    assert report["communication"]["strategy"] == "fsdp"
+    assert {b["op"] for b in report["communication"]["buckets"]} == {"all_gather",
+                                                                     "reduce_scatter"}
+    ddp = _train2(tmp_path, "ddp", "--epochs", "1")
+    assert json.loads(ddp.stdout)["epochs"] == [
+        {**e, "epoch_seconds": json.loads(ddp.stdout)["epochs"][0]["epoch_seconds"]}
+        for e in report["epochs"]]
+    # consolidated checkpoint, optimizer state by parameter index: one process goes on
+    one = _cli("train", "--resume", str(tmp_path / "fsdp"), "--epochs", "2", "--format", "json",
+               "-q", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert [e["epoch"] for e in json.loads(one.stdout)["epochs"]] == [1, 2]

@@ -235,7 +235,9 @@ class _Run:
                     set_optimizer_state_dict,
                 )
 
-                set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"],
+                names = [n for n, _ in self.model.named_parameters()]
+                set_optimizer_state_dict(self.model, self.optimizer,
+                                         _optimizer_keys(state["optimizer"], names),
                                          options=StateDictOptions(full_state_dict=True))
             else:
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -279,7 +281,9 @@ class _Run:
 
             full = StateDictOptions(full_state_dict=True, cpu_offload=True)
             model = get_model_state_dict(self.model, options=full)
-            optimizer = get_optimizer_state_dict(self.model, self.optimizer, options=full)
+            names = {n: i for i, (n, _) in enumerate(self.model.named_parameters())}
+            optimizer = _optimizer_keys(
+                get_optimizer_state_dict(self.model, self.optimizer, options=full), names)
         return {"model": model, "optimizer": optimizer, "world_size": self.world,
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                 "scaler": self.scaler.state_dict() if self.scaler else None,
@@ -312,6 +316,18 @@ class _Run:
         # (1000 images of 224x224 through ResNet-50) took minutes and 13 GB
         size = self.batch_size if self.config.dry_run else self.recipe.eval_batch_size
         return DataLoader(self.val_set, batch_size=size, num_workers=self.config.num_workers)
+
+
+def _optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """An optimizer state dict with its parameters renamed: ``keys`` maps the current keys
+    (parameter names, as FSDP's full state dict has them, or the indices a plain optimizer's
+    has) to the others. Checkpoints keep the indices, so one process resumes FSDP's as well."""
+    def key(k):
+        return keys[k] if isinstance(keys, dict) else (keys[k] if isinstance(k, int) else k)
+
+    return {"state": {key(k): v for k, v in state.get("state", {}).items()},
+            "param_groups": [{**g, "params": [key(k) for k in g["params"]]}
+                             for g in state.get("param_groups", [])]}
 
 
 class _Skip(Sampler):
