@@ -145,6 +145,7 @@ def _run(argv: list[str], debug: bool) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's own exit: --help or --version printed, code 0
         return exc.code if isinstance(exc.code, int) else 0
+    args.argv = list(argv)  # a command that relaunches itself (train --nproc-per-node) reuses it
     if not getattr(args, "run", None):
         raise UserError(f"give a command: {', '.join(_command_names(parser))} "
                         "(see layerscope --help)")
