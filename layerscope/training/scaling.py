@@ -1,18 +1,19 @@
 """``layerscope scaling RECIPE --nproc 1,2,4``: data-parallel throughput per world size.
 
-For each world size N the recipe trains for ``steps`` measured steps (after ``warmup``) under
-DDP, launched by ``torch.distributed.run`` (``--standalone``: a rendezvous on a free local port),
-each rank with the recipe's batch, so a step trains N x batch samples (weak scaling, DDP's
-convention). Per world size:
+For each world size N, ``layerscope train RECIPE --nproc-per-node N`` (distributed train: DDP,
+ranks launched by ``torch.distributed.run``) runs ``steps`` measured steps after ``warmup``, each
+rank with the recipe's batch, so a step trains N x batch samples (weak scaling, DDP's
+convention). N = 1 is the same program with one rank. Per world size:
 
-- ``step_s``: median over steps of the slowest rank's step time (a DDP step ends together on every
-  rank: the gradients are all-reduced before the optimizer runs);
-- ``throughput_per_s`` = N x batch / ``step_s``;
+- ``step_s``: median over steps of rank 0's step time (a step of distributed train ends on every
+  rank together: the gradients are all-reduced and the step ends at a barrier);
+- ``throughput_per_s`` = N x rank 0's samples / rank 0's time over the measured steps (every
+  sample counted: an epoch's last batch may be short);
 - ``speedup`` = throughput / throughput of the first (smallest) world size; ``efficiency`` =
   ``speedup`` x N0 / N: 1.0 is linear scaling (with N0 = 1, throughput_N / (N x throughput_1));
 - ``communication_share``: the time inside the gradient all-reduces (``CommRecorder``: DDP's
-  communication hook) over the step time, median over steps, mean over ranks; ``exposed_share``
-  the part of it backward did not hide.
+  communication hook) per step over the step time, mean over ranks; ``exposed_share`` the part of
+  it backward did not hide.
 
 Threads: each rank runs ``threads`` intra-op threads (default 1, what torchrun gives each of
 several processes), at every world size, so what changes between world sizes is only the number
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from layerscope.core.noise import read_machine
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.training.ablation import usable_cores
+from layerscope.training.recipes import lookup
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 3
@@ -93,71 +93,52 @@ class ScalingReport(ResultDocument):
         return display.rich(self)
 
 
-def _launch(recipe: str, nproc: int, flags: list[str], workdir: str) -> list[dict[str, Any]]:
-    """Run one world size through torch.distributed.run; the ranks' measurements."""
-    out = os.path.join(workdir, f"n{nproc}")
-    os.makedirs(out)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "layerscope.training.scaling_worker", recipe,
-           *flags, "--out", out]
-    env = dict(os.environ, LOGLEVEL="ERROR")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    ranks = []
-    for r in range(nproc):
-        path = os.path.join(out, f"rank{r}.json")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                ranks.append(json.load(f))
-    if proc.returncode != 0 or len(ranks) != nproc:
-        raise UserError(f"scaling {recipe} at {nproc} processes: {_failure(proc, out)}")
-    return ranks
+def _train_at(recipe: str, nproc: int, flags: list[str], workdir: str) -> dict[str, Any]:
+    """``layerscope train RECIPE --nproc-per-node N`` (which launches its ranks through
+    torch.distributed.run) in a fresh process; its JSON report."""
+    out = os.path.join(workdir, f"n{nproc}.json")
+    cmd = [sys.executable, "-m", "layerscope", "train", recipe, "--nproc-per-node", str(nproc),
+           *flags, "--out", os.path.join(workdir, f"run{nproc}"), "--no-eval", "--quiet",
+           "--format", "json", "-o", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not os.path.exists(out):
+        raise UserError(f"scaling {recipe} at {nproc} processes: {_failure(proc)}")
+    with open(out, encoding="utf-8") as f:
+        report: dict[str, Any] = json.load(f)
+    return report
 
 
-def _failure(proc: subprocess.CompletedProcess, out: str | None = None) -> str:
-    """One line saying which rank failed and why: the rank's own error (each rank writes
-    ``rank<R>.error`` when it raises), else torchrun's "Root Cause" block (a rank killed by a
-    signal writes nothing), else the last line of its output."""
-    if out is not None:
-        errors = sorted((int(name[4:-6]), name) for name in os.listdir(out)
-                        if name.startswith("rank") and name.endswith(".error"))
-        if errors:
-            rank, name = errors[0]
-            with open(os.path.join(out, name), encoding="utf-8") as f:
-                return f"rank {rank}: {f.read().strip()}"
-    text = proc.stderr or ""
-    cause = text.split("Root Cause", 1)[-1] if "Root Cause" in text else ""
-    rank = re.search(r"^\s*rank\s*:\s*(\d+)", cause, re.M)
-    code = re.search(r"^\s*exitcode\s*:\s*(-?\d+)", cause, re.M)
-    if rank and code:
-        n = int(code.group(1))
-        how = (f"killed by {signal.Signals(-n).name}" if n < 0 and -n in signal.valid_signals()
-               else f"exit code {n}")
-        return f"rank {rank.group(1)} ended ({how})"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit code {proc.returncode}"
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    """The one line the failed run ended with (distributed train names the failed rank)."""
+    lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+    if not lines:
+        return f"exit code {proc.returncode}"
+    return lines[-1].removeprefix("layerscope: ").removeprefix("error: ")
 
 
-def point(ranks: list[dict[str, Any]], threads: int, cores: int, device: str) -> ScalingPoint:
-    """A world size's figures from its ranks' measurements (the first world size's speed-up
-    and efficiency are filled in by ``scaling``)."""
-    n = len(ranks)
-    per_step = [max(r["step_s"][i] for r in ranks) for i in range(min(len(r["step_s"])
-                                                                        for r in ranks))]
-    stats = TimingStats.of(per_step)
-    batch = ranks[0]["batch_size"]
-    comm_s = statistics.fmean(r["communication"]["communication_s"] for r in ranks)
-    exposed_s = statistics.fmean(r["communication"]["exposed_s"] for r in ranks)
-    c = ranks[0]["communication"]
-    phases = {p: statistics.fmean(r["phases"].get(p, 0.0) for r in ranks)
-              for p in ranks[0]["phases"]}
+def point(report: dict[str, Any], threads: int, cores: int, device: str) -> ScalingPoint:
+    """A world size's figures from its distributed train report (speed-up and efficiency are
+    filled in by ``relative_to_first``)."""
+    n = int(report.get("world_size") or 1)
+    ranks = report.get("ranks") or []
+    b = report["breakdown"]
+    batch = (report.get("config") or {}).get("batch_size") or lookup(report["recipe"]).batch_size
+    stats = TimingStats.of(report["step_seconds"])
+
+    def mean_phase(name: str) -> float:
+        return statistics.fmean(r["phases"].get(name, 0.0) for r in ranks) if ranks else 0.0
+
+    comm_s, exposed_s = mean_phase("communication"), mean_phase("exposed_communication")
+    c = report.get("communication") or {}
+    phases = {p: mean_phase(p) for p in (ranks[0]["phases"] if ranks else {})}
     return ScalingPoint(
-        world_size=n, threads_per_rank=threads, batch_per_rank=batch, steps=len(per_step),
+        world_size=n, threads_per_rank=threads, batch_per_rank=batch, steps=stats.n,
         step_s=stats.median_s, step_p10_s=stats.p10_s, step_p90_s=stats.p90_s,
-        throughput_per_s=n * batch / stats.median_s, speedup=1.0, efficiency=1.0,
+        throughput_per_s=n * b["samples"] / b["wall_s"], speedup=1.0, efficiency=1.0,
         communication_s=comm_s, communication_share=comm_s / stats.median_s,
         exposed_s=exposed_s, exposed_share=exposed_s / stats.median_s,
-        buckets=len(c["buckets"]), bytes_per_step=c["bytes_per_step"],
-        theory_bytes_per_step=c["theory_bytes_per_step"],
+        buckets=len(c.get("buckets", [])), bytes_per_step=int(c.get("bytes_per_step", 0)),
+        theory_bytes_per_step=float(c.get("theory_bytes_per_step", 0.0)),
         oversubscribed=device == "cpu" and n * threads > cores, phases=phases)
 
 
@@ -178,8 +159,6 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
     """Train ``recipe`` at each world size in ``nproc``; returns the ScalingReport."""
     import torch
 
-    from layerscope.training.recipes import lookup
-
     lookup(recipe)
     machine = read_machine()  # before our own processes add to the load average
     steps = values.positive_int(steps, "--steps")
@@ -197,8 +176,9 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
         raise UserError(f"--nproc {sizes[-1]}: {torch.cuda.device_count()} CUDA GPUs here; one "
                         f"process per GPU")
     cores = usable_cores()
-    flags = ["--steps", str(steps), "--warmup", str(warmup), "--device", device,
-             "--seed", str(seed)]
+    # train counts warm-up steps in --steps and leaves them out of its step times
+    flags = ["--steps", str(steps + warmup), "--warmup-steps", str(warmup), "--device", device,
+             "--seed", str(seed), "--threads", str(threads)]
     if batch_size:
         flags += ["--batch-size", str(batch_size)]
     if synthetic:
@@ -208,8 +188,7 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
     points = []
     with temp_dir() as workdir:
         for i, n in enumerate(sizes):
-            ranks = _launch(recipe, n, [*flags, "--threads", str(threads)], workdir)
-            points.append(point(ranks, threads, cores, device))
+            points.append(point(_train_at(recipe, n, flags, workdir), threads, cores, device))
             if progress:
                 progress(i + 1, len(sizes))
     relative_to_first(points)
@@ -231,6 +210,7 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
                          settings={"nproc": sizes, "steps": steps, "warmup": warmup,
                                    "batch_size": batch_size, "synthetic": synthetic,
                                    "seed": seed, "cores": cores, "threads_per_rank": threads,
-                                   "launcher": "torch.distributed.run --standalone",
+                                   "launcher": "layerscope train --nproc-per-node "
+                                               "(torch.distributed.run)",
                                    "backend": "nccl" if device == "cuda" else "gloo"},
                          notes=notes, environment=environment())
