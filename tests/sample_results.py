@@ -242,8 +242,7 @@ def scaling_report():
                                    "cores": 2, "threads_per_rank": 1, "backend": "gloo",
                                    "launcher": "torch.distributed.run --standalone"},
                          notes=["4 processes exceed the 2 CPU cores here: those figures measure "
-                                "oversubscription (ranks sharing cores), not scaling (1 thread "
-                                "per rank)"],
+                                "oversubscription (ranks sharing cores), not scaling"],
                          environment=dict(ENV))
 
 

@@ -196,8 +196,9 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
     notes = []
     over = [p.world_size for p in points if p.oversubscribed]
     if over:
-        notes.append(f"{', '.join(map(str, over))} processes exceed the {cores} CPU cores here: "
-                     f"those figures measure oversubscription (ranks sharing cores), not "
+        per = "" if threads == 1 else f" x {threads} threads"
+        notes.append(f"{', '.join(map(str, over))} processes{per} exceed the {cores} CPU cores "
+                     f"here: those figures measure oversubscription (ranks sharing cores), not "
                      f"scaling")
     load = machine.loadavg[0] if machine.loadavg else None
     if device == "cpu" and load is not None and load >= cores:

@@ -81,13 +81,16 @@ def charts(result) -> list[Chart]:
         Point(p.world_size, p.speedup,
               f"{p.world_size} processes: {p.speedup:.2f}x ({p.efficiency:.0%} of linear), "
               f"{p.throughput_per_s:.1f} samples/s, communication {pct(p.communication_share)}"
-              + (" (oversubscribed)" if p.oversubscribed else ""), hot=p.oversubscribed,
-              label="oversubscribed" if p.oversubscribed else None) for p in pts])
+              + (" (oversubscribed)" if p.oversubscribed else ""), hot=p.oversubscribed)
+        for p in pts])
     linear = Series("linear", PALETTE[2], [Point(p.world_size, p.world_size / n0) for p in pts],
                     dashed=True)
+    over = [str(p.world_size) for p in pts if p.oversubscribed]
+    note = "dashed: linear scaling" + (
+        f"; oversubscribed (ranks share CPU cores): {', '.join(over)} processes" if over else "")
     return [Chart("scaling-speedup", "lines", "Speed-up against the number of processes",
                   "processes", "speed-up (x)", [measured], x_ticks=[p.world_size for p in pts],
-                  guides=[linear], note="dashed: linear scaling")]
+                  guides=[linear], note=note)]
 
 
 CSV_COLUMNS = ["world_size", "threads_per_rank", "batch_per_rank", "steps", "step_s",
