@@ -234,6 +234,7 @@ HOSTILE_VALUES = ["-5", "0", "nan", "inf", BIG, "abc"]
 # (option, value) pairs a command legitimately accepts: zero where zero means something
 ACCEPTED = {("--seed", "0"), ("--weight-seed", "0"), ("--depth", "0"), ("--warmup", "0"),
             ("--warmup-steps", "0"), ("--index", "0"), ("--num-workers", "0"),
+            ("--node-rank", "0"),
             ("--rtol", "0"), ("--atol", "0"),
             ("--rtol", BIG), ("--atol", BIG)}  # a huge tolerance accepts any difference
 # the smallest valid command line of each (sub)command, so the option under test is the
@@ -246,6 +247,7 @@ BASE = {
     "compare": ["a", "b"], "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
     "rewrite linear-subgraph": ["--m", "1", "--k", "1", "--n", "1", "-o", "d"],
     "env": [], "graph": ["mnist-cnn"], "rewrite fold-identity": ["a.onnx", "-o", "b.onnx"],
+    "scaling": ["digits-cnn"],
 }
 
 

@@ -24,6 +24,7 @@ from layerscope.cli import (
     report_cmd,
     rewrite_cmd,
     roofline_cmd,
+    scaling_cmd,
     sweep_cmd,
     train_cmd,
     verify_cmd,
@@ -34,7 +35,7 @@ from layerscope.core.io import Terminated, outputs
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
-            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd]
+            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, scaling_cmd]
 
 
 def build_parser() -> Parser:
@@ -144,6 +145,7 @@ def _run(argv: list[str], debug: bool) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's own exit: --help or --version printed, code 0
         return exc.code if isinstance(exc.code, int) else 0
+    args.argv = list(argv)  # a command that relaunches itself (train --nproc-per-node) reuses it
     if not getattr(args, "run", None):
         raise UserError(f"give a command: {', '.join(_command_names(parser))} "
                         "(see layerscope --help)")

@@ -6,7 +6,11 @@ import sys
 from layerscope.cli.common import add_report_files, write_output, write_report_files
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import (
+    COMM_TIMEOUT_MAX,
+    COMM_TIMEOUT_S,
     LR_MAX,
+    NODES_MAX,
+    NPROC_MAX,
     WORKERS_MAX,
     arg,
     finite_positive_float,
@@ -52,6 +56,23 @@ def register(sub) -> None:
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--no-eval", action="store_true", help="skip validation")
+    p.add_argument("--checkpoint-every", type=arg(positive_int), metavar="K",
+                   help="also checkpoint every K optimizer steps (besides every epoch)")
+    g = p.add_argument_group("several processes and machines (torch.distributed)")
+    g.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
+                   help="launch N processes on this machine through torchrun (data parallel; "
+                        "--batch-size is per process)")
+    g.add_argument("--nnodes", type=arg(positive_int, maximum=NODES_MAX), default=1,
+                   help="machines taking part (run the same command on each)")
+    g.add_argument("--node-rank", type=arg(non_negative_int, maximum=NODES_MAX - 1), default=0,
+                   help="this machine's rank, 0 .. --nnodes - 1")
+    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="the machine of node rank 0 and a free port on it")
+    g.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp",
+                   help="DistributedDataParallel (default) or FSDP2 fully_shard")
+    g.add_argument("--comm-timeout", type=arg(finite_positive_float, maximum=COMM_TIMEOUT_MAX),
+                   default=COMM_TIMEOUT_S, metavar="SECONDS",
+                   help="a collective waiting longer ends the run (a hung or dead rank)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
     add_report_files(p)
@@ -70,7 +91,29 @@ def config_from(args):
         cudnn_benchmark=args.cudnn_benchmark, amp=args.amp, channels_last=args.channels_last,
         profile=args.profile, dry_run=args.dry_run, resume=args.resume, out=args.out,
         tensorboard=args.tensorboard, seed=args.seed, weights=args.weights,
-        threads=args.threads, warmup_steps=args.warmup_steps, evaluate=not args.no_eval)
+        threads=args.threads, warmup_steps=args.warmup_steps, evaluate=not args.no_eval,
+        checkpoint_every=args.checkpoint_every, strategy=args.strategy,
+        comm_timeout=args.comm_timeout)
+
+
+def _launch(args) -> int:
+    """The parent of a --nproc-per-node run: check what can be checked once, then torchrun
+    starts the ranks, each running this same command line."""
+    from layerscope.core.io import check_dir
+    from layerscope.training import checkpoint, distributed
+    from layerscope.training.recipes import lookup
+
+    lookup(args.recipe)
+    if args.resume:
+        checkpoint.resolve_checkpoint(args.resume)
+    if args.out:
+        check_dir(args.out, "--out")
+    try:
+        return distributed.launch(args.argv, args.nproc_per_node or 1, args.nnodes,
+                                  args.node_rank, args.rdzv_endpoint)
+    except distributed.RankFailed as exc:
+        print(f"layerscope: error: {exc}", file=sys.stderr)
+        return exc.code
 
 
 def run(args) -> int:
@@ -79,18 +122,31 @@ def run(args) -> int:
 
     from rich.console import Console
 
+    from layerscope.training import distributed
     from layerscope.training.loop import train
     from layerscope.views.training import epoch_line
 
+    env = distributed.detect()
+    if env is None and (args.nproc_per_node or args.nnodes > 1):
+        return _launch(args)
     err = Console(stderr=True, highlight=False)
     table = args.format == "table" and not args.output
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        with progress_bar(f"training {args.recipe}", quiet=args.quiet, unit="steps") as bar:
+        quiet = args.quiet or (env is not None and env.rank != 0)
+        with progress_bar(f"training {args.recipe}", quiet=quiet, unit="steps") as bar:
             progress = None if bar is None else (
                 lambda epoch, done, total: bar(done, total, f"epoch {epoch + 1}"))
-            report = train(config_from(args), progress=progress,
-                           on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+            try:
+                report = train(config_from(args), progress=progress,
+                               on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+            except Exception as exc:
+                if env is None:
+                    raise
+                # one line for the launcher to show (torchrun's error file), not a traceback
+                return distributed.record_failure(env, exc, args.comm_timeout)
+    if env is not None and env.rank != 0:
+        return 0  # rank 0 reports for every rank
     for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)

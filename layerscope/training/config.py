@@ -36,6 +36,11 @@ class TrainConfig:
     warmup_steps: int = 0  # excluded from the phase breakdown (ablation)
     evaluate: bool = True
     threads: int | None = None
+    checkpoint_every: int | None = None  # also a mid-epoch checkpoint every K optimizer steps
+    # several processes (torchrun/srun, or train --nproc-per-node): how the model is replicated
+    # and how long a collective may wait before the run ends (seconds)
+    strategy: str = "ddp"
+    comm_timeout: float = 600.0  # core.values.COMM_TIMEOUT_S
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

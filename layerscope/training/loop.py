@@ -34,12 +34,17 @@ from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.training import checkpoint as ckpt
+from layerscope.training import distributed as dist_run
+from layerscope.training import ranks as rank_table
+from layerscope.training.comm import gradient_bytes
 from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
+TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
+RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
@@ -58,6 +63,12 @@ class TrainReport(ResultDocument):
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, Any] | None = None  # --profile torch: OpTable.to_dict(), per step
+    # several processes (torchrun/srun): one entry per rank (ranks.rank_entry), the gradient
+    # communication (CommRecorder.summary) and the slowest rank (ranks.straggler)
+    world_size: int = 1
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    communication: dict[str, Any] | None = None
+    straggler: dict[str, Any] | None = None
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
@@ -107,11 +118,15 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str, loss_fn,
 class _Run:
     """Everything one training run holds; built from a config (and a checkpoint to resume)."""
 
-    def __init__(self, config: TrainConfig, notes: list[str]):
+    def __init__(self, config: TrainConfig, notes: list[str],
+                 env: dist_run.DistEnv | None = None, device: str | None = None):
         self.config = config
         self.recipe = lookup(config.recipe)
         self.notes = notes
         c, r = config, self.recipe
+        self.env = env
+        self.rank, self.world = (env.rank, env.world_size) if env else (0, 1)
+        self.device = device or c.device
         if c.device not in ("cpu", "cuda"):
             raise UserError(f"unknown --device {c.device!r}: use cpu or cuda")
         if c.device == "cuda" and not torch.cuda.is_available():
@@ -129,6 +144,13 @@ class _Run:
             values.thread_count(c.threads, "--threads")
         if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
             raise UserError(f"unknown --profile {c.profile!r}: use cprofile, torch or pyinstrument")
+        if c.strategy not in ("ddp", "fsdp"):
+            raise UserError(f"unknown --strategy {c.strategy!r}: use ddp or fsdp")
+        if c.checkpoint_every is not None:
+            values.positive_int(c.checkpoint_every, "--checkpoint-every")
+        if env and c.torchscript:
+            raise UserError("--torchscript cannot be trained by several processes (DDP and FSDP "
+                            "wrap the module); leave it out")
         self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)
         # a dry run checks that everything runs, not how fast: one small batch, unless asked
         self.batch_size = c.batch_size or (min(r.batch_size, DRY_RUN_BATCH) if c.dry_run
@@ -141,9 +163,21 @@ class _Run:
         self.model = r.build()
         if r.init_weights is not None:  # transfer learning
             self.notes.append(r.init_weights(self.model, c.weights))
-        self.model.to(c.device)
+        self.model.to(self.device)
         if c.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        saved = ckpt.load(c.resume, resume=True) if c.resume else None
+        if saved is not None:  # weights first: FSDP shards what the model holds
+            self._check_recipe(saved)
+            ckpt.load_weights(self.model, saved, c.resume)
+        # the bytes DDP all-reduces per step: every trainable parameter's gradient
+        self.gradient_bytes = gradient_bytes(self.model)
+        self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self.fsdp = env is not None and c.strategy == "fsdp"
+        if self.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            fully_shard(self.model)
         self.optimizer = make_optimizer(c.optimizer or r.optimizer, self.model.parameters(),
                                         c.lr or r.lr)
         self.scheduler = make_scheduler(r, self.optimizer)
@@ -156,8 +190,13 @@ class _Run:
         # and the RNG state when it stopped (the epoch's own seeding must not replace it)
         self.skip_batches, self.partial, self.resume_rng = 0, None, None
         self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if c.resume:
-            self._restore(ckpt.load(c.resume, resume=True))
+        if saved is not None:
+            self._restore(saved)
+        self.comm = None
+        if env is not None:
+            from layerscope.training.comm import CommRecorder
+
+            self.comm = CommRecorder(self.world)
         self.forward_model = self._wrap(self.model)
 
     def _wrap(self, model: nn.Module):
@@ -169,18 +208,39 @@ class _Run:
                 example = example.contiguous(memory_format=torch.channels_last)
             model.train()
             return torch.jit.trace(model, example, check_trace=False)
+        if self.comm is not None and self.fsdp:
+            self.comm.attach_fsdp(model)
+        elif self.comm is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            local = [torch.device(self.device).index] if self.device.startswith("cuda") else None
+            model = DistributedDataParallel(model, device_ids=local)
+            self.comm.attach(model)
         if c.compile:
             return torch.compile(model)
         return model
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _check_recipe(self, state: dict[str, Any]) -> None:
         if state["config"].get("recipe") != self.recipe.name:
             raise UserError("--resume: the checkpoint is of recipe "
                             f"{state['config'].get('recipe')!r}, "
                             f"not {self.recipe.name!r}")
-        ckpt.load_weights(self.model, state, self.config.resume)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """The training state beside the weights (loaded before the model was wrapped)."""
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
+            if self.fsdp:
+                from torch.distributed.checkpoint.state_dict import (
+                    StateDictOptions,
+                    set_optimizer_state_dict,
+                )
+
+                names = [n for n, _ in self.model.named_parameters()]
+                set_optimizer_state_dict(self.model, self.optimizer,
+                                         _optimizer_keys(state["optimizer"], names),
+                                         options=StateDictOptions(full_state_dict=True))
+            else:
+                self.optimizer.load_state_dict(state["optimizer"])
             if self.scheduler is not None and state.get("scheduler"):
                 self.scheduler.load_state_dict(state["scheduler"])
             if self.scaler is not None and state.get("scaler"):
@@ -188,8 +248,16 @@ class _Run:
             self.start_epoch, self.global_step = int(state["epoch"]), int(state["step"])
             self.history = list(state.get("history", []))
             ckpt.set_rng_state(state["rng"])
-            if state.get("batch"):
-                self.skip_batches, self.partial = state["batch"], dict(state["partial"])
+            if state.get("batch") and int(state.get("world_size", 1)) != self.world:
+                # another world size splits the epoch differently: its batches cannot be skipped
+                self.notes.append(f"resumed mid-epoch with {self.world} processes instead of "
+                                  f"{state.get('world_size', 1)}: epoch "
+                                  f"{self.start_epoch + 1} starts again from its first batch")
+            elif state.get("batch"):
+                # the epoch's running sums (over all ranks) continue on rank 0 alone
+                self.skip_batches = state["batch"]
+                self.partial = (dict(state["partial"]) if self.rank == 0 else
+                                {"loss_sum": 0.0, "correct": 0, "seen": 0})
                 self.resume_rng = state["rng"]
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise UserError(f"--resume {self.config.resume}: the checkpoint's training state "
@@ -203,7 +271,20 @@ class _Run:
               partial: dict[str, Any] | None = None) -> dict[str, Any]:
         """What ``--resume`` needs. ``epoch``: epochs finished; ``batch``: batches of the next
         epoch already done (a run stopped by --steps), with that epoch's running sums."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
+        if self.fsdp:  # consolidated: the full tensors (a collective: every rank calls it)
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+                get_optimizer_state_dict,
+            )
+
+            full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            model = get_model_state_dict(self.model, options=full)
+            names = {n: i for i, (n, _) in enumerate(self.model.named_parameters())}
+            optimizer = _optimizer_keys(
+                get_optimizer_state_dict(self.model, self.optimizer, options=full), names)
+        return {"model": model, "optimizer": optimizer, "world_size": self.world,
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                 "scaler": self.scaler.state_dict() if self.scaler else None,
                 "epoch": epoch, "step": self.global_step, "rng": ckpt.rng_state(),
@@ -215,6 +296,14 @@ class _Run:
         gen = _seed_epoch(self.config.seed, epoch)
         c = self.config
         sampler: Sampler = RandomSampler(self.train_set, generator=gen)
+        if self.env is not None:
+            # each rank its share of one seeded permutation: the same order for the same seed
+            # and world size; the batch size is per rank
+            from torch.utils.data.distributed import DistributedSampler
+
+            sampler = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank,
+                                         shuffle=True, seed=c.seed)
+            sampler.set_epoch(epoch)
         if skip_batches:
             sampler = _Skip(sampler, skip_batches * self.batch_size)
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler,
@@ -227,6 +316,18 @@ class _Run:
         # (1000 images of 224x224 through ResNet-50) took minutes and 13 GB
         size = self.batch_size if self.config.dry_run else self.recipe.eval_batch_size
         return DataLoader(self.val_set, batch_size=size, num_workers=self.config.num_workers)
+
+
+def _optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """An optimizer state dict with its parameters renamed: ``keys`` maps the current keys
+    (parameter names, as FSDP's full state dict has them, or the indices a plain optimizer's
+    has) to the others. Checkpoints keep the indices, so one process resumes FSDP's as well."""
+    def key(k):
+        return keys[k] if isinstance(keys, dict) else (keys[k] if isinstance(k, int) else k)
+
+    return {"state": {key(k): v for k, v in state.get("state", {}).items()},
+            "param_groups": [{**g, "params": [key(k) for k in g["params"]]}
+                             for g in state.get("param_groups", [])]}
 
 
 class _Skip(Sampler):
@@ -388,23 +489,38 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     if config.threads:
         torch.set_num_threads(config.threads)
     old_benchmark = torch.backends.cudnn.benchmark
+    env = dist_run.detect()
+    joined = False
     try:
         torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         notes: list[str] = []
-        run = _Run(config, notes)
-        make_dir(run.run_dir, "--out")
-        make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
-        _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
+        device = config.device
+        if env is not None:
+            if config.device == "cuda" and not torch.cuda.is_available():
+                raise UserError("--device cuda: no CUDA GPU is available here; use --device cpu")
+            values.finite_positive_float(config.comm_timeout, "--comm-timeout",
+                                         maximum=values.COMM_TIMEOUT_MAX)
+            joined = not torch.distributed.is_initialized()
+            device = dist_run.init(env, config.device, config.comm_timeout)
+        run = _Run(config, notes, env, device)
+        writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
+        if writes:
+            make_dir(run.run_dir, "--out")
+            make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
+            _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
-        with _profiler(config.profile, run.run_dir) as profiler:
-            report = _train(run, on_epoch, progress)
-        if config.profile == "torch":
+        with _profiler(config.profile if writes else None, run.run_dir) as profiler:
+            report = _train(run, on_epoch if writes else None, progress if writes else None)
+        if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
-        _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
+        if writes:
+            _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         return report
     finally:
         torch.backends.cudnn.benchmark = old_benchmark
         torch.set_num_threads(old_threads)
+        if joined:
+            dist_run.shutdown()
 
 
 def _tensorboard_writer(run: _Run):
@@ -424,9 +540,22 @@ def _tensorboard_writer(run: _Run):
     return writer
 
 
+def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
+    """A checkpoint to go on from exactly here: ``batch`` batches of epoch ``epoch`` done, with
+    the epoch's running sums (over all ranks); every rank takes part, rank 0 writes."""
+    if run.env is not None:
+        sums = dist_run.sum_across(sums, run.device)
+    state = run.state(epoch, batch, {"loss_sum": sums[0], "correct": int(sums[1]),
+                                     "seen": int(sums[2])})
+    if run.rank == 0:
+        for name in (f"step-{run.global_step:06d}.pt", "last.pt"):
+            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
+
+
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
     c, r = run.config, run.recipe
-    writer = _tensorboard_writer(run) if c.tensorboard else None
+    device = run.device
+    writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []
@@ -437,6 +566,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         torch.cuda.reset_peak_memory_stats()
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
+    comm = run.comm
+    trace_steps: list[dict[str, Any]] = []  # this rank's steps for the merged trace
     stop = False
     rows = list(run.history)
     for epoch in range(run.start_epoch, run.epochs):
@@ -455,11 +586,14 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         t_epoch = time.perf_counter()
         it = iter(loader)
         for i in range(n_batches):
+            if run.env is not None:
+                dist_run.maybe_fault(run.rank, run.global_step + 1)
+                comm.step_begin()
             timer.start()
             x, y = next(it)
             timer.mark("data")
-            x = x.to(c.device, non_blocking=c.pin_memory)
-            y = y.to(c.device, non_blocking=c.pin_memory)
+            x = x.to(device, non_blocking=c.pin_memory)
+            y = y.to(device, non_blocking=c.pin_memory)
             if c.channels_last and x.dim() == 4:
                 x = x.contiguous(memory_format=torch.channels_last)
             timer.mark("h2d")
@@ -471,15 +605,28 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             run.optimizer.zero_grad(set_to_none=True)
             if run.scaler is not None:
                 run.scaler.scale(loss).backward()
+                if comm is not None:
+                    comm.backward_end()
                 timer.mark("backward")
                 run.scaler.step(run.optimizer)
                 run.scaler.update()
             else:
                 loss.backward()
+                if comm is not None:
+                    comm.backward_end()
                 timer.mark("backward")
                 run.optimizer.step()
             timer.mark("optimizer")
             phases, wall = timer.stop()
+            if comm is not None:
+                # the end-of-step barrier: how long this rank waits for the slowest one
+                wait = dist_run.barrier_seconds()
+                step = comm.step_end()
+                phases, wall = rank_table.split_step(phases, wait, step["communication_s"],
+                                                     step["exposed_s"])
+                if measured >= c.warmup_steps and len(trace_steps) < TRACE_STEPS:
+                    trace_steps.append({"t0": step["t0"], "buckets": step["buckets"], "phases": {
+                        p: phases[p] for p in rank_table.ADDITIVE}})
             # after the step's one synchronisation, reading values costs nothing more
             step_loss = float(loss.detach())
             loss_sum += step_loss * len(y)
@@ -495,6 +642,9 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                 _step_scalars(writer, run, step_loss, phases, wall, len(y))
             if progress:
                 progress(epoch, skip + i + 1, skip + n_batches)
+            if (c.checkpoint_every and run.global_step % c.checkpoint_every == 0
+                    and skip + i + 1 < epoch_batches):
+                _save_step(run, epoch, skip + i + 1, [loss_sum, correct, seen])
         del it
         if c.steps is not None and run.global_step >= c.steps:
             stop = True
@@ -502,12 +652,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         if not complete:
             # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
             # taken before validation draws from the random streams
-            state = run.state(epoch, skip + n_batches,
-                              {"loss_sum": loss_sum, "correct": correct, "seen": seen})
-            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints",
-                                                 f"step-{run.global_step:06d}.pt"))
-            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", "last.pt"))
+            _save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
             stop = True
+        if run.env is not None:  # the epoch's metrics over every rank's samples
+            loss_sum, correct_f, seen_f = dist_run.sum_across([loss_sum, correct, seen], device)
+            correct, seen = int(correct_f), int(seen_f)
         if run.scheduler is not None:
             lr = run.scheduler.get_last_lr()[0]
             if complete:
@@ -521,7 +670,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
             val = run.val_loader()
             if c.dry_run:
                 val = [next(iter(val))]
-            row.update(evaluate(run.model, val, c.device, run.loss_fn, c.channels_last))
+            row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         epoch_breakdown.append(epoch_totals.to_dict())
         if writer is not None:
@@ -532,28 +681,51 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         rows = run.history + [row]  # a partial epoch's row is reported, never checkpointed
         if complete:
             run.history.append(row)
-            ckpt.save_atomic(run.state(epoch + 1),
-                             os.path.join(run.run_dir, "checkpoints", f"epoch-{epoch + 1:03d}.pt"))
-            ckpt.save_atomic(run.state(epoch + 1),
-                             os.path.join(run.run_dir, "checkpoints", "last.pt"))
-        _write_metrics(run.run_dir, rows)
+            state = run.state(epoch + 1)
+            if run.rank == 0:
+                for name in (f"epoch-{epoch + 1:03d}.pt", "last.pt"):
+                    ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
+        if run.rank == 0:
+            _write_metrics(run.run_dir, rows)
         if on_epoch:
             on_epoch(row)
         if stop:
             break
     if writer is not None:
         writer.close()
-    ckpt.save_atomic({"model": run.model.state_dict(), "config": _plain(c.to_dict()),
-                      "classes": list(run.classes), "recipe": r.name},
-                     os.path.join(run.run_dir, "model.pt"))
+    final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
+    if run.rank == 0:
+        ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),
+                          "classes": list(run.classes), "recipe": r.name},
+                         os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
+    extra: dict[str, Any] = {}
+    if run.env is not None:
+        gathered = dist_run.gather((rank_table.rank_entry(run.rank, totals.to_dict()),
+                                    {"rank": run.rank, "steps": trace_steps}),
+                                   run.rank, run.world) or []
+        entries = [g[0] for g in gathered]
+        extra = {"world_size": run.world, "ranks": entries,
+                 "communication": comm.summary(run.gradient_bytes,
+                                               param_bytes=run.param_bytes),
+                 "straggler": rank_table.straggler(entries)}
+        if run.rank == 0:
+            from layerscope.training.dist_trace import write_trace
+
+            write_trace(os.path.join(run.run_dir, RANKS_TRACE), [g[1] for g in gathered])
+            run.notes.append(f"every rank's phases and collectives, one process per rank: "
+                             f"{os.path.join(run.run_dir, RANKS_TRACE)} (Perfetto, "
+                             "chrome://tracing)")
+        run.notes.append(f"{run.world} processes ({c.strategy}); --batch-size "
+                         f"{run.batch_size} is per process: {run.batch_size * run.world} "
+                         "samples per step in all")
     return TrainReport(
         recipe=r.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=totals.to_dict(), epoch_breakdown=epoch_breakdown, step_seconds=step_seconds,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
-        notes=run.notes, environment=environment())
+        notes=run.notes, environment=environment(), **extra)
 
 
 __all__ = ["TrainConfig", "TrainReport", "train", "PHASES"]

@@ -28,7 +28,7 @@ class PhaseTotals:
 
     def add(self, phases: dict[str, float], wall: float, samples: int) -> None:
         for k, v in phases.items():
-            self.seconds[k] += v
+            self.seconds[k] = self.seconds.get(k, 0.0) + v
         self.steps += 1
         self.samples += samples
         self.wall += wall

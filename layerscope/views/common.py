@@ -124,9 +124,10 @@ def layer_bars(report, id: str, title: str, y_label: str, value, tip, hot=None,
 
 
 def phase_stack(id: str, title: str, categories: list[str], per_cat: list[dict[str, float]],
-                tips: list[str], x_label: str) -> Chart:
+                tips: list[str], x_label: str,
+                labels: dict[str, str] | None = None) -> Chart:
     series = []
-    for p, label in PHASE_LABELS.items():
+    for p, label in (labels or PHASE_LABELS).items():
         s = Series(label, PHASE_COLORS[p])
         for i, d in enumerate(per_cat):
             v = d.get(p, 0.0) or 0.0

@@ -22,6 +22,26 @@ from layerscope.views.common import (
 )
 from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
 
+# the phases of a distributed step (training.ranks.ADDITIVE, then the overlapping one)
+RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
+                     "loss": "Loss", "backward": "Backward (compute)",
+                     "exposed_communication": "Exposed communication",
+                     "optimizer": "Optimizer", "wait": "Wait (barrier)", "other": "Other"}
+COMMUNICATION_LABEL = "Communication (overlaps backward; not in the total)"
+
+
+def _label(phase: str) -> str:
+    if phase == "communication":
+        return COMMUNICATION_LABEL
+    return PHASE_LABELS.get(phase) or RANK_PHASE_LABELS.get(phase, phase)
+
+
+def _ordered(seconds: dict[str, float]) -> list[tuple[str, float]]:
+    """A breakdown's phases in step order (a distributed run appends its own phases)."""
+    order = list(RANK_PHASE_LABELS) + ["communication"]
+    return sorted(seconds.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order
+                  else len(order))
+
 
 # ---- headings and key figures -----------------------------------------------------------
 def train_heading(result) -> tuple[str, str]:
@@ -60,8 +80,36 @@ def train_facts(result) -> list[tuple[str, str]]:
             out.append(("Final val loss / top-1 / top-5",
                         f"{final['val_loss']:.4f} / {final['val_top1']:.2%} / "
                         f"{final['val_top5']:.2%}"))
+    out += _distributed_facts(result)
     out += [("Note", n) for n in result.notes]
     return out
+
+
+def _distributed_facts(result) -> list[tuple[str, str]]:
+    if not result.ranks:
+        return []
+    out = [("Processes", f"{result.world_size} ({(result.config or {}).get('strategy', 'ddp')})")]
+    if result.straggler:
+        out.append(("Straggler", straggler_line(result.straggler)))
+    c = result.communication
+    if c:
+        out.append(("Gradient communication", communication_line(c)))
+        out += [("Communication hint", h) for h in c.get("hints") or []]
+    return out
+
+
+def straggler_line(s: dict) -> str:
+    return (f"rank {s['rank']}: {s['busy_s'] * 1e3:.2f} ms of its own work per step (not "
+            f"waiting), {s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
+            f"{s['median_busy_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
+            f"({s['phase_excess_s'] * 1e3:+.2f} ms)")
+
+
+def communication_line(c: dict) -> str:
+    buckets = c.get("buckets") or []
+    return (f"{si(c['bytes_per_step'])}B per step in {len(buckets)} bucket(s) "
+            f"(gradients {si(c['gradient_bytes'])}B; ring all-reduce moves "
+            f"{si(c['theory_bytes_per_step'])}B per rank)")
 
 
 def ablate_facts(result) -> list[tuple[str, str]]:
@@ -119,9 +167,9 @@ def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
-    rows = [[Cell(PHASE_LABELS.get(p, p), p), Cell(f"{s:.3f}", s),
+    rows = [[Cell(_label(p), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
-             Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in b["seconds"].items()]
+             Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in _ordered(b["seconds"])]
     return RowTable("phases", phase_title(warmup_steps), cols, rows,
                     ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
                      f"{wall / steps * 1e3:.2f}"])
@@ -161,9 +209,39 @@ def _ablate_table(a) -> RowTable:
                     cols, rows)
 
 
+def _ranks_table(r) -> RowTable:
+    """One row per rank: ms per step of each phase; the additive ones sum to the step."""
+    phases = list(RANK_PHASE_LABELS) + ["communication"]
+    cols = [("Rank", True), ("Step ms", True)] + [
+        (RANK_PHASE_LABELS.get(p, "Communication (overlaps)"), True) for p in phases]
+    slow = (r.straggler or {}).get("rank")
+    rows, hot = [], []
+    for e in r.ranks:
+        cells = [Cell(str(e["rank"]), e["rank"]), Cell(ms(e["step_s"], 2), e["step_s"])]
+        cells += [Cell(ms(e["phases"].get(p), 2), e["phases"].get(p)) for p in phases]
+        rows.append(cells)
+        hot.append(e["rank"] == slow)
+    return RowTable("ranks", "Per rank (ms per step; communication overlaps backward and is not "
+                    "part of the step)", cols, rows, hot=hot)
+
+
+def _buckets_table(c: dict) -> RowTable:
+    rows = [[Cell(str(i), i), Cell(f"{si(b['bytes'])}B", b["bytes"]),
+             Cell(ms(b.get("median_s"), 3), b.get("median_s"))]
+            for i, b in enumerate(c.get("buckets") or [])]
+    return RowTable("buckets", "Gradient buckets (all-reduce per step)",
+                    [("Bucket", True), ("Bytes", True), ("Median ms", True)], rows,
+                    ["Total", f"{si(c['bytes_per_step'])}B", ""])
+
+
 def train_tables(r) -> list[RowTable]:
-    return [_epochs_table(r),
-            _phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+    out = [_epochs_table(r),
+           _phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+    if r.ranks:
+        out.append(_ranks_table(r))
+    if r.communication:
+        out.append(_buckets_table(r.communication))
+    return out
 
 
 def ablate_tables(a) -> list[RowTable]:
@@ -186,7 +264,14 @@ def train_charts(r) -> list[Chart]:
                     f"ms per step")
     if cats:
         out.append(phase_stack("train-phases", "Time per phase, per epoch", cats, per, tips,
-                                "epoch"))
+                                "epoch", RANK_PHASE_LABELS if r.ranks else None))
+    if r.ranks:
+        out.append(phase_stack(
+            "rank-phases", "Time per phase, per rank", [f"rank {e['rank']}" for e in r.ranks],
+            [{p: e["phases"].get(p, 0.0) * 1e3 for p in RANK_PHASE_LABELS} for e in r.ranks],
+            [f"{e['step_s'] * 1e3:.2f} ms per step; communication "
+             f"{e['phases'].get('communication', 0.0) * 1e3:.2f} ms (overlaps backward)"
+             for e in r.ranks], "rank", RANK_PHASE_LABELS))
     epochs = [e["epoch"] for e in r.epochs]
     if r.epochs:
         loss = []
@@ -255,8 +340,8 @@ def breakdown_table(breakdown: dict, title: str) -> Table:
         t.add_column(name, justify=justify)
     wall = breakdown["wall_s"] or 0.0
     steps = breakdown["steps"] or 1
-    for phase, seconds in breakdown["seconds"].items():
-        t.add_row(PHASE_LABELS.get(phase, phase), f"{seconds:.3f}",
+    for phase, seconds in _ordered(breakdown["seconds"]):
+        t.add_row(_label(phase), f"{seconds:.3f}",
                   f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
     t.add_section()
     t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
@@ -278,12 +363,37 @@ def render_train(report) -> Group:
     lines += [f"note: {n}" for n in report.notes]
     title = phase_title((report.config or {}).get("warmup_steps") or 0)
     parts = [breakdown_table(b, title), Text("\n".join(lines))]
+    if report.ranks:
+        parts += [Text(""), ranks_table(report)]
     if report.ops:
         from layerscope.core.optable import OpTable
         from layerscope.views.ops import render_ops
 
         parts += [Text(""), render_ops(OpTable.from_dict(report.ops))]
     return Group(*parts)
+
+
+def ranks_table(report) -> Table:
+    """The per-rank table and the straggler line, for the terminal."""
+    lines = [f"{report.world_size} processes; "
+             + (f"straggler {straggler_line(report.straggler)}" if report.straggler else
+                "no straggler (one process)")]
+    if report.communication:
+        lines.append("gradient communication: " + communication_line(report.communication))
+    t = Table(title=f"Per rank, ms per step ({report.world_size} processes)",
+              caption="\n".join(lines), caption_justify="left", header_style="bold",
+              pad_edge=False)
+    phases = list(RANK_PHASE_LABELS) + ["communication"]
+    t.add_column("Rank", justify="right")
+    t.add_column("Step", justify="right")
+    for p in phases:
+        t.add_column(RANK_PHASE_LABELS.get(p, "Comm. (overlaps)"), justify="right")
+    slow = (report.straggler or {}).get("rank")
+    for e in report.ranks:
+        t.add_row(str(e["rank"]), ms(e["step_s"], 2),
+                  *[ms(e["phases"].get(p), 2) for p in phases],
+                  style="bold" if e["rank"] == slow else None)
+    return t
 
 
 def render_ablation(report) -> Group:

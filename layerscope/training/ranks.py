@@ -1,0 +1,78 @@
+"""Per-rank phase tables of a data-parallel run and the straggler among the ranks.
+
+The additive phases of a distributed step are the single-process ones with backward split in
+two, plus the wait at the end-of-step barrier:
+
+    data + h2d + forward + loss + backward + exposed_communication + optimizer + wait + other
+    = the step's wall time
+
+``backward`` is backward's compute; ``exposed_communication`` is the part of the gradient
+all-reduce that backward could not hide (the time from backward's last gradient to the last
+bucket's completion, measured by the communication recorder). ``communication`` is the whole time
+inside collectives; most of it overlaps backward, so it is shown beside the phases, never added.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+ADDITIVE = ("data", "h2d", "forward", "loss", "backward", "exposed_communication", "optimizer",
+            "wait", "other")
+OVERLAPPING = ("communication",)
+# a rank is slow because of its own work; waiting for the others and the communication it shares
+# with them are where the fast ranks pay for the slow one
+NOT_A_CAUSE = ("wait", "exposed_communication", "communication")
+
+
+def split_step(phases: dict[str, float], wait_s: float, communication_s: float,
+               exposed_s: float) -> tuple[dict[str, float], float]:
+    """One step's phases (from PhaseTimer) with backward's exposed communication split out and
+    the barrier wait and total communication added; returns (phases, the step's wall time)."""
+    out = dict(phases)
+    backward = out.get("backward", 0.0)
+    exposed = min(max(exposed_s, 0.0), backward)
+    out["backward"] = backward - exposed
+    out["exposed_communication"] = exposed
+    out["wait"] = wait_s
+    out["communication"] = communication_s
+    wall = sum(out.get(p, 0.0) for p in ADDITIVE)
+    return {p: out.get(p, 0.0) for p in ADDITIVE + OVERLAPPING}, wall
+
+
+def rank_entry(rank: int, breakdown: dict[str, Any]) -> dict[str, Any]:
+    """One rank's JSON entry from its PhaseTotals.to_dict(): seconds per step."""
+    steps = breakdown["steps"] or 0
+    per_step = {p: (s / steps if steps else 0.0) for p, s in breakdown["seconds"].items()}
+    return {"rank": rank, "steps": steps,
+            "step_s": breakdown["wall_s"] / steps if steps else 0.0,
+            "phases": {p: per_step.get(p, 0.0) for p in ADDITIVE + OVERLAPPING}}
+
+
+def busy_seconds(entry: dict[str, Any]) -> float:
+    """A rank's own work per step: its step without the time it waited for the others."""
+    return entry["step_s"] - sum(entry["phases"].get(p, 0.0) for p in NOT_A_CAUSE
+                                 if p in ADDITIVE)
+
+
+def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The slowest rank, its excess over the median, and the phase it comes from.
+
+    Data-parallel ranks meet in every step's all-reduce and barrier, so their step times come
+    out nearly equal: the fast ranks spend the difference waiting (``wait``, exposed
+    communication). The slowest rank is therefore the one with the most *own work* per step
+    (``busy_seconds``); its excess is over the median of that, and its phase is the one where
+    it exceeds the median of that phase the most."""
+    if len(ranks) < 2:
+        return None
+    busy = {r["rank"]: busy_seconds(r) for r in ranks}
+    median = statistics.median(busy.values())
+    slow = max(ranks, key=lambda r: (busy[r["rank"]], -r["rank"]))
+    excess = {p: slow["phases"].get(p, 0.0)
+              - statistics.median(r["phases"].get(p, 0.0) for r in ranks)
+              for p in ADDITIVE if p not in NOT_A_CAUSE}
+    phase = max(excess, key=lambda p: excess[p])
+    mine = busy[slow["rank"]]
+    return {"rank": slow["rank"], "step_s": slow["step_s"], "busy_s": mine,
+            "median_busy_s": median, "excess_s": mine - median,
+            "excess_pct": 100.0 * (mine - median) / median if median else 0.0,
+            "phase": phase, "phase_excess_s": excess[phase]}

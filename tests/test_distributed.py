@@ -1,0 +1,263 @@
+"""Data-parallel training (train --nproc-per-node): 2-process gloo on the CPU.
+
+The end-to-end tests start real processes through torchrun; the one that is not marked slow
+(one epoch of digits-cnn on 2 processes, ~25 s on 2 cores) keeps the path covered in CI.
+Fault injection: LAYERSCOPE_FAULT=RANK:STEP:KIND (training.distributed.FAULT_ENV).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from layerscope.core.errors import UserError
+from layerscope.training import distributed, ranks
+from layerscope.training.recipes import DigitsCNN
+
+ROOT = Path(__file__).resolve().parent.parent
+# DigitsCNN's trainable parameters, float32: conv1 16*1*3*3+16 = 160, conv2 32*16*3*3+32 = 4,640,
+# fc1 512*64+64 = 32,832, fc2 64*10+10 = 650; 38,282 parameters * 4 bytes
+DIGITS_GRADIENT_BYTES = 153_128
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None, cwd: Path,
+         module: tuple[str, ...] = ("-m", "layerscope")) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS", "SLURM_PROCID")}
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    return subprocess.run([sys.executable, *module, *argv], cwd=cwd, env=e, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _train2(tmp_path: Path, out: str, *extra: str, env: dict[str, str] | None = None):
+    return _cli("train", "digits-cnn", "--nproc-per-node", "2", "--format", "json", "-q",
+                "--out", str(tmp_path / out), *extra, env=env, cwd=tmp_path)
+
+
+# ---------------------------------------------------------------- the environment
+
+
+@pytest.mark.parametrize("environ,expected", [
+    ({}, None),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+     distributed.DistEnv(1, 2, 1, "torchrun")),
+    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1"},
+     distributed.DistEnv(3, 4, 1, "slurm")),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task job step: one process
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "SLURM_PROCID": "5",
+      "SLURM_NTASKS": "8"}, distributed.DistEnv(0, 2, 0, "torchrun")),  # srun torchrun ...
+], ids=["single", "torchrun", "srun", "srun-one-task", "torchrun-under-srun"])
+def test_detect_reads_the_launchers_environment(environ, expected):
+    assert distributed.detect(environ) == expected
+
+
+def test_detect_refuses_a_malformed_environment():
+    with pytest.raises(UserError, match="RANK, WORLD_SIZE"):
+        distributed.detect({"RANK": "x", "WORLD_SIZE": "2"})
+
+
+# ---------------------------------------------------------------- phases and straggler
+
+
+def test_split_step_moves_exposed_communication_out_of_backward():
+    phases = {"data": 1.0, "h2d": 0.0, "forward": 2.0, "loss": 0.5, "backward": 4.0,
+              "optimizer": 1.0, "other": 0.5}
+    out, wall = ranks.split_step(phases, wait_s=0.25, communication_s=3.0, exposed_s=1.5)
+    # backward 4.0 = 2.5 compute + 1.5 exposed; the step: 9.0 measured + 0.25 barrier wait
+    assert out["backward"] == 2.5 and out["exposed_communication"] == 1.5
+    assert out["wait"] == 0.25 and out["communication"] == 3.0
+    assert wall == pytest.approx(9.25)
+    assert sum(out[p] for p in ranks.ADDITIVE) == pytest.approx(wall)
+
+
+def test_split_step_never_exposes_more_than_backward():
+    out, _ = ranks.split_step({"backward": 1.0}, 0.0, 5.0, exposed_s=2.0)
+    assert out["backward"] == 0.0 and out["exposed_communication"] == 1.0
+
+
+def _rank(rank: int, step: float, **phases: float) -> dict:
+    return {"rank": rank, "step_s": step, "phases": phases}
+
+
+@pytest.mark.parametrize("entries,expected", [
+    # own work (step - wait - exposed): 7, 7, 13 ms; median 7; rank 2 is 6 ms (85.7%) over it,
+    # 2.5 ms of it in its data phase
+    ([_rank(0, 0.010, data=0.001, forward=0.004, wait=0.003),
+      _rank(1, 0.010, data=0.001, forward=0.004, wait=0.003),
+      _rank(2, 0.013, data=0.0035, forward=0.0045, wait=0.0)],
+     {"rank": 2, "busy_s": 0.013, "excess_s": 0.006, "excess_pct": 600 / 7, "phase": "data",
+      "phase_excess_s": 0.0025}),
+    # equal step times (they meet in the all-reduce): rank 0 waits 4 ms in exposed
+    # communication for rank 1's slower forward; own work 6 and 10 ms, median 8
+    ([_rank(0, 0.010, forward=0.004, exposed_communication=0.004),
+      _rank(1, 0.010, forward=0.008, exposed_communication=0.0)],
+     {"rank": 1, "busy_s": 0.010, "excess_s": 0.002, "excess_pct": 25.0, "phase": "forward",
+      "phase_excess_s": 0.002}),
+], ids=["slow-data", "waited-for"])
+def test_straggler_is_the_rank_with_the_most_own_work(entries, expected):
+    s = ranks.straggler(entries)
+    for key, value in expected.items():
+        assert s[key] == pytest.approx(value), key
+
+
+def test_one_rank_has_no_straggler():
+    assert ranks.straggler([_rank(0, 0.01)]) is None
+
+
+# ---------------------------------------------------------------- failure lines
+
+
+@pytest.mark.parametrize("exitcode,message,expected", [
+    (-9, "", "killed by SIGKILL"),
+    (-15, "", "terminated by SIGTERM"),
+    (1, {"message": "RuntimeError: boom\n  File ...", "extraInfo": {"timestamp": "0"}},
+     "RuntimeError: boom"),
+    (1, "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+     "exited with status 1"),
+], ids=["sigkill", "sigterm", "exception", "no-error-file"])
+def test_a_failed_rank_is_described_in_one_line(exitcode, message, expected):
+    import signal
+
+    failure = SimpleNamespace(exitcode=exitcode, message=message,
+                              signal_name=lambda: signal.Signals(-exitcode).name)
+    line = distributed.describe_failure(failure)
+    assert expected in line and "\n" not in line
+
+
+def test_a_collective_timeout_is_named_with_the_chosen_timeout():
+    exc = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms "
+                       "for recv operation to complete")
+    line = distributed.failure_message(exc, 5.0)
+    assert line.startswith("a collective timed out after 5 s (--comm-timeout)")
+    assert "Timed out waiting 5000ms" in line
+
+
+def test_fault_switch_raises_only_on_its_rank_and_step(monkeypatch):
+    monkeypatch.setenv(distributed.FAULT_ENV, "1:3:raise")
+    distributed.maybe_fault(0, 3)
+    distributed.maybe_fault(1, 2)
+    with pytest.raises(RuntimeError, match="fault injected"):
+        distributed.maybe_fault(1, 3)
+
+
+def test_multi_node_needs_an_endpoint():
+    with pytest.raises(UserError, match="--rdzv-endpoint"):
+        distributed.launch(["train"], 2, nnodes=2)
+
+
+# ---------------------------------------------------------------- end to end (2 processes)
+
+
+def _check_ranks(report: dict) -> None:
+    assert report["world_size"] == 2
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    for r in report["ranks"]:
+        additive = sum(r["phases"][p] for p in ranks.ADDITIVE)
+        assert additive == pytest.approx(r["step_s"], rel=0.03), r
+        assert r["phases"]["communication"] > 0, r
+    comm = report["communication"]
+    assert sum(b["bytes"] for b in comm["buckets"]) == DIGITS_GRADIENT_BYTES
+    assert comm["bytes_per_step"] == comm["gradient_bytes"] == DIGITS_GRADIENT_BYTES
+    # ring all-reduce: 2 (N - 1) / N x the gradient bytes; N = 2 gives the gradient bytes
+    assert comm["theory_bytes_per_step"] == pytest.approx(DIGITS_GRADIENT_BYTES)
+    assert report["straggler"]["rank"] in (0, 1)
+
+
+def test_two_processes_one_epoch(tmp_path):
+    p = _train2(tmp_path, "run", "--epochs", "1")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)  # one report: rank 0's, for every rank
+    _check_ranks(report)
+    assert report["breakdown"]["samples"] == 719  # ceil(1437 / 2) training images on rank 0
+    assert "per process" in " ".join(report["notes"])
+    run = tmp_path / "run"
+    assert sorted(os.listdir(run / "checkpoints")) == ["epoch-001.pt", "last.pt"]
+    assert {"config.json", "report.json", "model.pt", "metrics.csv"} <= set(os.listdir(run))
+    # consolidated: the plain model's state dict, loadable by a single process
+    state = torch.load(run / "model.pt", weights_only=True)
+    DigitsCNN().load_state_dict(state["model"])
+    # the saved report re-renders, per-rank table and straggler included
+    from layerscope.cli.main import main
+
+    assert main(["render", str(run / "report.json")]) == 0
+
+
+@pytest.mark.slow
+def test_killed_rank_is_named_and_resume_matches_an_uninterrupted_run(tmp_path):
+    args = ("--epochs", "2", "--checkpoint-every", "3")
+    whole = _train2(tmp_path, "whole", *args)
+    assert whole.returncode == 0, whole.stderr
+    killed = _train2(tmp_path, "killed", *args, env={distributed.FAULT_ENV: "1:5:kill"})
+    assert killed.returncode != 0
+    lines = killed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 1" in lines[0] and "SIGKILL" in lines[0], killed.stderr
+    # the last checkpoint is intact: step 3's, before the kill at step 5
+    assert sorted(os.listdir(tmp_path / "killed" / "checkpoints")) == ["last.pt",
+                                                                        "step-000003.pt"]
+    resumed = _cli("train", "--nproc-per-node", "2", "--resume", str(tmp_path / "killed"),
+                   "--format", "json", "-q", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = json.loads(whole.stdout)["epochs"], json.loads(resumed.stdout)["epochs"]
+    assert [e["val_top1"] for e in b] == [e["val_top1"] for e in a]
+    assert [e["train_loss"] for e in b] == [e["train_loss"] for e in a]
+
+
+@pytest.mark.slow
+def test_a_rank_raising_is_one_line(tmp_path):
+    p = _train2(tmp_path, "run", "--epochs", "1", env={distributed.FAULT_ENV: "0:2:raise"})
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [
+        "layerscope: error: rank 0 failed: RuntimeError: fault injected by "
+        "LAYERSCOPE_FAULT=0:2:raise"]
+
+
+@pytest.mark.slow
+def test_a_hung_rank_ends_after_the_comm_timeout(tmp_path):
+    p = _train2(tmp_path, "run", "--epochs", "1", "--comm-timeout", "5",
+                env={distributed.FAULT_ENV: "1:3:hang"})
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 0" in lines[0], p.stderr
+    assert "timed out after 5 s (--comm-timeout)" in lines[0]
+
+
+@pytest.mark.slow
+def test_under_an_existing_torchrun_and_resumed_by_one_process(tmp_path):
+    p = _cli("--standalone", "--nproc-per-node", "2", "-m", "layerscope", "train",
+             "digits-cnn", "--epochs", "1", "--format", "json", "-q", "--out",
+             str(tmp_path / "run"), cwd=tmp_path, module=("-m", "torch.distributed.run"),
+             env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr
+    _check_ranks(json.loads(p.stdout))  # only rank 0 wrote to standard output
+    # another world size: one process goes on from the 2-process epoch checkpoint
+    one = _cli("train", "--resume", str(tmp_path / "run"), "--epochs", "2", "--format", "json",
+               "-q", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    report = json.loads(one.stdout)
+    assert [e["epoch"] for e in report["epochs"]] == [1, 2] and report["world_size"] == 1
+
+
+@pytest.mark.slow
+def test_fsdp_matches_ddp_and_its_checkpoint_resumes_anywhere(tmp_path):
+    fsdp = _train2(tmp_path, "fsdp", "--epochs", "1", "--strategy", "fsdp")
+    assert fsdp.returncode == 0, fsdp.stderr
+    report = json.loads(fsdp.stdout)
+    assert report["communication"]["strategy"] == "fsdp"
+    assert {b["op"] for b in report["communication"]["buckets"]} == {"all_gather",
+                                                                     "reduce_scatter"}
+    ddp = _train2(tmp_path, "ddp", "--epochs", "1")
+    assert json.loads(ddp.stdout)["epochs"] == [
+        {**e, "epoch_seconds": json.loads(ddp.stdout)["epochs"][0]["epoch_seconds"]}
+        for e in report["epochs"]]
+    # consolidated checkpoint, optimizer state by parameter index: one process goes on
+    one = _cli("train", "--resume", str(tmp_path / "fsdp"), "--epochs", "2", "--format", "json",
+               "-q", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert [e["epoch"] for e in json.loads(one.stdout)["epochs"]] == [1, 2]
