@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -185,7 +186,9 @@ def names() -> list[str]:
 def lookup(name: str) -> ZooEntry | None:
     if name in _OWN:
         return _OWN[name]
-    if name in _torchvision_names():
+    # torchvision's model names are lower-case identifiers: a path, a file.py:factory or a
+    # dashed name is none of them, and importing torchvision to say so costs seconds
+    if re.fullmatch(r"[a-z0-9_]+", name) and name in _torchvision_names():
         return _torchvision_entry(name)
     return None
 
