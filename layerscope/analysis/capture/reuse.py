@@ -103,6 +103,19 @@ class _Structure:
     def __init__(self) -> None:
         self.ids: dict[tuple, int] = {}
         self.memo: dict[int, int | None] = {}
+        self._subtrees: dict[int, list[nn.Module]] = {}
+
+    def subtree(self, m: nn.Module) -> list[nn.Module]:
+        """``m`` and every module under it in ``named_modules(remove_duplicate=False)`` order
+        (pre-order; a shared module once per place), built from the children's lists."""
+        found = self._subtrees.get(id(m))
+        if found is None:
+            found = [m]
+            for child in m._modules.values():
+                if child is not None:
+                    found += self.subtree(child)
+            self._subtrees[id(m)] = found
+        return found
 
     def of(self, m: nn.Module) -> int | None:
         if id(m) in self.memo:
@@ -127,7 +140,7 @@ class _Structure:
                 return None
             children.append((name, ck))
         # which modules of the subtree are the same object (a shared child is charged once)
-        subs = _subtree(m)
+        subs = self.subtree(m)
         first: dict[int, int] = {}
         sharing = tuple(first.setdefault(id(s), i) for i, s in enumerate(subs))
         key = (type(m),
@@ -140,11 +153,6 @@ class _Structure:
             return None
 
 
-def _subtree(m: nn.Module) -> list[nn.Module]:
-    """``m`` and every module under it, each occurrence (shared modules repeated)."""
-    return [s for _, s in m.named_modules(remove_duplicate=False)]
-
-
 def _cost_minus(a: Cost, b: Cost) -> Cost:
     return Cost(*(getattr(a, f.name) - getattr(b, f.name) for f in fields(Cost)))
 
@@ -153,7 +161,7 @@ def _cost_minus(a: Cost, b: Cost) -> Cost:
 class _Delta:
     """What one call added to one module's figures."""
 
-    index: int  # position of the module in the recorded module's ``_subtree``
+    index: int  # position of the module in the recorded module's subtree list
     counted: tuple[int, ...]  # the _COUNTED fields
     forward: Cost
     shapes: tuple[list, list] | None  # the module's first-call shapes, if this call was its first
@@ -189,7 +197,8 @@ class BlockReuse:
         is what it was (an instance attribute put back, the class's otherwise)."""
         patched = []
         for m in self.model.modules():
-            if m is self.model or not m._modules or self.structure.of(m) is None:
+            if (m is self.model or not m._modules or self.structure.of(m) is None
+                    or type(m).forward is nn.Module.forward):  # a container never called
                 continue
             patched.append((m, m.__dict__.get("forward")))
         try:
@@ -205,7 +214,7 @@ class BlockReuse:
 
     def _wrapper(self, m: nn.Module):
         forward = m.__dict__.get("forward") or type(m).forward.__get__(m)
-        subs = _subtree(m)
+        subs = self.structure.subtree(m)
         static = self.structure.of(m)
 
         def reusing_forward(*args, **kwargs):
