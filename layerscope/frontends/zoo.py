@@ -11,6 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from layerscope.core.limits import check_input_bytes
+from layerscope.frontends import llm_configs, llm_models
+
 
 class BasicBlock(nn.Module):
     """CIFAR ResNet basic block; a 1x1 conv + BN projection where the shape changes (option B)."""
@@ -88,6 +91,8 @@ class ZooEntry:
     build: Callable[[], nn.Module]
     input_shape: tuple[int, ...]  # without the batch dimension
     source: str
+    input_dtype: torch.dtype = torch.float32
+    group: str = ""  # the heading 'layerscope models' lists it under; default: its source
 
 
 # Inputs torchvision's models need beyond 224x224 RGB.
@@ -121,6 +126,20 @@ _OWN = {
 }
 
 
+def _llm_entry(cfg: llm_configs.LLMConfig) -> ZooEntry:
+    # token ids (1, S): S = the preset's default sequence length (gpt2: its 1024 positions)
+    return ZooEntry(cfg.name, lambda: llm_models.build(cfg), (cfg.default_seq_len,),
+                    "layerscope", torch.int64, "LLM")
+
+
+# The LLM presets (frontends/llm_configs.py); analyses build them on the meta device.
+_LLM = {name: _llm_entry(cfg) for name, cfg in llm_configs.PRESETS.items()}
+
+
+def is_llm(name: str) -> bool:
+    return name in _LLM
+
+
 DEFAULT_SEED = 0  # every command builds models under this seed unless told otherwise (--seed)
 
 
@@ -138,7 +157,15 @@ def seeded(seed: int = DEFAULT_SEED) -> Iterator[None]:
 
 def build(entry: ZooEntry, seed: int = DEFAULT_SEED, meta: bool = False) -> nn.Module:
     """The one place built-in models are instantiated. ``meta``: on the meta device (no weight
-    memory, no init time; static analysis never reads values)."""
+    memory, no init time; static analysis never reads values). An LLM preset with real weights
+    (commands that run the model) is refused above the input-size limit (core.limits): Llama-3-8B
+    would need 32 GB of float32 weights."""
+    if not meta and entry.group == "LLM":
+        with torch.device("meta"):
+            params = sum(p.numel() for p in entry.build().parameters())
+        check_input_bytes(entry.name, [((params,), 4)],
+                          noun="its float32 weights (analyze counts it without them, on the "
+                               "meta device)")
     if meta:
         try:
             with torch.device("meta"):
@@ -180,12 +207,20 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def names() -> list[str]:
-    return sorted(_OWN) + _torchvision_names()
+    return sorted(_OWN) + sorted(_LLM) + _torchvision_names()
+
+
+def groups() -> dict[str, list[str]]:
+    """The built-in names under the headings ``layerscope models`` prints."""
+    return {"layerscope": sorted(_OWN), "LLM": list(_LLM),
+            "torchvision": _torchvision_names()}
 
 
 def lookup(name: str) -> ZooEntry | None:
     if name in _OWN:
         return _OWN[name]
+    if name in _LLM:
+        return _LLM[name]
     # torchvision's model names are lower-case identifiers: a path, a file.py:factory or a
     # dashed name is none of them, and importing torchvision to say so costs seconds
     if re.fullmatch(r"[a-z0-9_]+", name) and name in _torchvision_names():
