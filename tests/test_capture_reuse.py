@@ -14,6 +14,9 @@ import torch.nn.functional as F
 import torchvision
 
 from layerscope.analysis import capture, static
+from layerscope.frontends import llm_models
+from layerscope.frontends.llm_configs import LLMConfig
+from layerscope.ops.aten import attention_counting
 
 
 def _both(model, inputs, **kw):
@@ -255,3 +258,34 @@ def test_real_run_fallback_is_exact():
     on, off = _both(model, [torch.zeros(8, 16)])
     assert_same(on, off)
     assert on.replayed_calls == 0
+
+
+TINY = {
+    "llama-like": LLMConfig("tiny", vocab_size=100, hidden_size=64, num_layers=4, num_heads=4,
+                            num_kv_heads=2, intermediate_size=128, max_position=64),
+    "gpt2-like": LLMConfig("tiny-gpt", vocab_size=100, hidden_size=64, num_layers=3, num_heads=4,
+                           num_kv_heads=4, intermediate_size=256, max_position=64,
+                           norm="layernorm", mlp="gelu", position="learned", qkv_bias=True,
+                           proj_bias=True, tied_embeddings=True),
+    "mixtral-like": LLMConfig("tiny-moe", vocab_size=100, hidden_size=64, num_layers=3,
+                              num_heads=4, num_kv_heads=2, intermediate_size=96,
+                              max_position=64, num_experts=4, experts_per_token=2),
+}
+
+
+@pytest.mark.parametrize("attention", ["causal", "full"])
+@pytest.mark.parametrize("cfg", TINY.values(), ids=TINY.keys())
+def test_llm_presets_replay_exactly_with_attention_tallies(cfg, attention):
+    # the attention-kernel tallies feed the report's note ("N causal attention kernel
+    # call(s)..."): a replayed block adds its kernels too
+    model = _on_meta(lambda: llm_models.build(cfg)).eval()
+    ids = [torch.zeros(2, 16, dtype=torch.int64)]
+    caps, tallies = [], []
+    for reuse in (True, False):
+        with attention_counting(attention) as counting:
+            caps.append(capture.capture(model, ids, reuse_blocks=reuse))
+        tallies.append(counting)
+    assert_same(*caps)
+    assert caps[0].replayed_calls >= cfg.num_layers - 1
+    assert tallies[0] == tallies[1]
+    assert tallies[0].causal_kernels == cfg.num_layers  # one SDPA call per block

@@ -10,7 +10,8 @@ The key of a call is everything the fake run of the module's internals can depen
 - the module tree (class, parameter and buffer shapes/dtypes/strides/requires_grad, children
   and which of them are the same object, every other attribute: primitives by value, anything
   else by identity, so blocks differing in a flag, an int or a per-instance object never share);
-- the train/eval flag of every module in it, grad mode, default dtype and autocast;
+- the train/eval flag of every module in it, grad mode, default dtype, autocast and the
+  attention counting mode (``ops.aten.attention_counting``: causal or full);
 - the arguments: tensors by type, shape, stride, storage offset, dtype, device, requires_grad and
   which of them share storage; non-tensor values by value (tuples, lists, dicts of primitives).
 
@@ -23,7 +24,7 @@ during the call (no aliasing of inputs, parameters or each other), nothing else 
 it, and nothing alive before it dies in it. Otherwise the key is marked "trace every time".
 Replaying a record adds, per module, the same calls, ops, costs, activation bytes and output bytes;
 raises the peak of live activation bytes by the call's own peak above its entry; adds the same
-op count and uncounted ops. Totals, rows, shapes, coverage and the peak are therefore exactly
+op count, uncounted ops and attention-kernel tallies (the report's note on causal attention). Totals, rows, shapes, coverage and the peak are therefore exactly
 those of the traced run (tests/test_capture_reuse.py compares both on several models).
 
 Reuse is off for real-tensor runs (a module's outputs there are values that must be computed), in
@@ -44,6 +45,7 @@ import torch.nn as nn
 
 from layerscope.analysis.capture.records import ModuleStats
 from layerscope.core.cost import Cost
+from layerscope.ops.aten import current_attention_counting
 
 # nn.Module's own bookkeeping attributes: not behaviour a forward can read, except the hooks,
 # which are checked separately.
@@ -174,6 +176,7 @@ class _Record:
     uncounted: Counter
     inner_peak: int  # the call's peak of live bytes above the total at its entry
     outputs: object  # the output structure, tensors replaced by (shape, stride, dtype, device)
+    tallied: tuple[int, ...]  # what the call added to the cost handlers' tallies (_tallies)
 
 
 _UNCACHEABLE = object()
@@ -231,8 +234,9 @@ class BlockReuse:
             autocast = torch.is_autocast_enabled("cpu")
         except TypeError:  # older torch: no device argument
             autocast = torch.is_autocast_enabled()
+        counting = current_attention_counting()
         return (static, tuple(s.training for s in subs), torch.is_grad_enabled(),
-                torch.get_default_dtype(), autocast, arg_key)
+                torch.get_default_dtype(), autocast, counting and counting.mode, arg_key)
 
     def _call(self, m, static, subs, forward, args, kwargs):
         name = self.tracker.names.get(id(m))
@@ -273,6 +277,7 @@ class BlockReuse:
         base, saved_peak = live.total, live.peak
         live.peak = base
         op_calls, uncounted = self.mode.op_calls, Counter(self.mode.uncounted)
+        tallies = _tallies()
         try:
             out = forward(*args, **kwargs)
         finally:
@@ -297,7 +302,8 @@ class BlockReuse:
             return out, None
         extra = Counter(self.mode.uncounted)
         extra.subtract(uncounted)
-        return out, _Record(deltas, calls, +extra, inner_peak, outputs)
+        tallied = tuple(a - b for a, b in zip(_tallies(), tallies, strict=True))
+        return out, _Record(deltas, calls, +extra, inner_peak, outputs, tallied)
 
     # ------------------------------------------------------------------ replaying
     def _replayable(self, rec: _Record, subs) -> bool:
@@ -318,6 +324,7 @@ class BlockReuse:
             s.forward = s.forward + d.forward
         self.mode.op_calls += rec.op_calls
         self.mode.uncounted.update(rec.uncounted)
+        _add_tallies(rec.tallied)
         live.purge()
         live.peak = max(live.peak, live.total + rec.inner_peak)
         paused, self.mode.paused = self.mode.paused, True  # making outputs is no op of the model
@@ -329,6 +336,25 @@ class BlockReuse:
             live.add(t)
         self.replayed += 1
         return out
+
+
+def _tallies() -> tuple[int, ...]:
+    """The counts cost handlers keep beside the module figures (the attention kernels an
+    ``attention_counting`` met), so that a replayed call adds them too."""
+    counting = current_attention_counting()
+    if counting is None:
+        return ()
+    return tuple(getattr(counting, f.name) for f in fields(counting)
+                 if isinstance(getattr(counting, f.name), int))
+
+
+def _add_tallies(added: tuple[int, ...]) -> None:
+    counting = current_attention_counting()
+    if counting is None or not added:
+        return
+    names = [f.name for f in fields(counting) if isinstance(getattr(counting, f.name), int)]
+    for name, n in zip(names, added, strict=True):
+        setattr(counting, name, getattr(counting, name) + n)
 
 
 def _snapshot(s: ModuleStats) -> tuple[tuple[int, ...], Cost]:
