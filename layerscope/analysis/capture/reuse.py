@@ -24,8 +24,9 @@ during the call (no aliasing of inputs, parameters or each other), nothing else 
 it, and nothing alive before it dies in it. Otherwise the key is marked "trace every time".
 Replaying a record adds, per module, the same calls, ops, costs, activation bytes and output bytes;
 raises the peak of live activation bytes by the call's own peak above its entry; adds the same
-op count, uncounted ops and attention-kernel tallies (the report's note on causal attention). Totals, rows, shapes, coverage and the peak are therefore exactly
-those of the traced run (tests/test_capture_reuse.py compares both on several models).
+op count, uncounted ops and attention-kernel tallies (the report's note on causal attention).
+Totals, rows, shapes, coverage and the peak are therefore exactly those of the traced run
+(tests/test_capture_reuse.py compares both on several models).
 
 Reuse is off for real-tensor runs (a module's outputs there are values that must be computed), in
 training (the skipped calls would build no autograd graph, so their backward would not run) and
@@ -287,18 +288,9 @@ class BlockReuse:
         outputs = _output_layout(out, set(live.live) - entry, live)
         if outputs is None or not entry.issubset(live.live):
             return out, None
-        deltas, ops = [], 0
-        for index, owner in owners:
-            s, (counted0, fwd0) = stats[owner], before[owner]
-            counted = tuple(getattr(s, f) - c for f, c in zip(_COUNTED, counted0, strict=True))
-            if not any(counted) and s.forward == fwd0:
-                continue
-            first = counted0[0] == 0 and counted[0] > 0
-            deltas.append(_Delta(index, counted, _cost_minus(s.forward, fwd0),
-                                 (s.input_shapes, s.output_shapes) if first else None))
-            ops += counted[1]
+        deltas = _deltas(owners, before, stats)
         calls = self.mode.op_calls - op_calls
-        if ops != calls:  # some op was charged outside the subtree
+        if sum(d.counted[1] for d in deltas) != calls:  # an op charged outside the subtree
             return out, None
         extra = Counter(self.mode.uncounted)
         extra.subtract(uncounted)
@@ -336,6 +328,20 @@ class BlockReuse:
             live.add(t)
         self.replayed += 1
         return out
+
+
+def _deltas(owners, before, stats: dict[str, ModuleStats]) -> list[_Delta]:
+    """What a call added to each module of its subtree (``before``: ``_snapshot``s)."""
+    deltas = []
+    for index, owner in owners:
+        s, (counted0, fwd0) = stats[owner], before[owner]
+        counted = tuple(getattr(s, f) - c for f, c in zip(_COUNTED, counted0, strict=True))
+        if not any(counted) and s.forward == fwd0:
+            continue
+        first = counted0[0] == 0 and counted[0] > 0
+        deltas.append(_Delta(index, counted, _cost_minus(s.forward, fwd0),
+                             (s.input_shapes, s.output_shapes) if first else None))
+    return deltas
 
 
 def _tallies() -> tuple[int, ...]:
