@@ -6,6 +6,7 @@ model as it was."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 import torch
@@ -289,3 +290,27 @@ def test_llm_presets_replay_exactly_with_attention_tallies(cfg, attention):
     assert caps[0].replayed_calls >= cfg.num_layers - 1
     assert tallies[0] == tallies[1]
     assert tallies[0].causal_kernels == cfg.num_layers  # one SDPA call per block
+
+
+class Scaled(Block):
+    def forward(self, x, scale=1.0):
+        y = super().forward(x)
+        return y * scale if scale != 1.0 else y
+
+
+class AsksSignature(Stack):
+    """Reads its blocks' forward signature during forward (as some Hugging Face code does)."""
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x, scale=2.0) if "scale" in inspect.signature(b.forward).parameters else b(x)
+        return x
+
+
+def test_forward_signature_is_kept_while_blocks_are_wrapped():
+    model = AsksSignature([Scaled() for _ in range(3)]).eval()
+    on, off = _both(model, X)
+    assert_same(on, off)
+    assert on.replayed_calls == 2
+    # the wrapper's own signature (*args, **kwargs) would drop scale=2.0: one mul fewer a block
+    assert on.modules["blocks.0"].forward.flops > 0

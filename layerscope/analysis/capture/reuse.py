@@ -38,6 +38,7 @@ ancestors untraceable-by-record (they are traced every time).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from dataclasses import dataclass, fields
 
@@ -221,6 +222,7 @@ class BlockReuse:
         subs = self.structure.subtree(m)
         static = self.structure.of(m)
 
+        @functools.wraps(forward)  # inspect.signature(module.forward) still reads forward's
         def reusing_forward(*args, **kwargs):
             return self._call(m, static, subs, forward, args, kwargs)
 
