@@ -18,8 +18,10 @@ repeat a new round, so that a burst of load hits every column alike):
   the analysis did before blocks were reused);
 - ``flop_counter``: ``torch.utils.flop_counter.FlopCounterMode`` around ``model(ids)`` on meta;
 - ``accelerate``: ``accelerate.utils.calculate_maximum_sizes`` (weights only: no MACs), when
-  installed. DeepSpeed's ``estimate_zero*_model_states_mem_needs`` is timed when deepspeed is
-  importable (it is not in the ``bench`` extra: it needs a CUDA toolchain to install).
+  installed; DeepSpeed's ``estimate_zero3_model_states_mem_needs_all_live`` (model states
+  only: no MACs) when deepspeed is importable. It is in no extra; its estimators need no CUDA
+  build: ``pip install --no-deps --target DIR deepspeed hjson py-cpuinfo msgpack ninja einops``
+  and ``PYTHONPATH=DIR`` is enough.
 
 Then the command line, one child process per run: ``layerscope analyze llama-3.1-405b`` (or
 the factory ``benchmarks/llm_scale.py:llama_3_1_405b``), its wall time, CPU time (user + system:
