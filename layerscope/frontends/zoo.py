@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -220,7 +221,9 @@ def lookup(name: str) -> ZooEntry | None:
         return _OWN[name]
     if name in _LLM:
         return _LLM[name]
-    if name in _torchvision_names():
+    # torchvision's model names are lower-case identifiers: a path, a file.py:factory or a
+    # dashed name is none of them, and importing torchvision to say so costs seconds
+    if re.fullmatch(r"[a-z0-9_]+", name) and name in _torchvision_names():
         return _torchvision_entry(name)
     return None
 

@@ -623,6 +623,12 @@ def attention_counting(mode: str = "causal") -> Iterator[AttentionCounting]:
         _ATTENTION.reset(token)
 
 
+def current_attention_counting() -> AttentionCounting | None:
+    """The ``attention_counting`` in force (None outside one): what it counts is a tally the
+    capture engine keeps exact when it replays a repeated block instead of tracing it."""
+    return _ATTENTION.get()
+
+
 def _visible_scores(lq: int, lk: int, is_causal: bool) -> int:
     """Scores per head the kernel computes under the current counting mode."""
     if not is_causal:

@@ -17,6 +17,9 @@ TorchScript scope recovery (``capture.script``) are built on these public names:
 - ``slots`` / ``swapped`` (``slots``): parameters and buffers swapped by unique (module,
   attribute) slot for a run, the very same objects put back afterwards.
 - ``fake_like`` (``fake``): the default run on fake tensors (no arithmetic, no weight memory).
+- ``reuse``: in that run, a block call identical to an earlier one (same structure, flags and
+  argument shapes) is replayed from the earlier call's record, not traced again; the figures are
+  exactly the traced ones (``capture(..., reuse_blocks=False)`` traces every call).
 - ``capture_real`` / ``TooLargeForRealRun`` (``real``): the bounded real-tensor fallback for
   data-dependent shapes and TorchScript.
 - ``map_inputs`` (``inputs``): forward's arguments with every tensor and ``InputSpec`` mapped;

@@ -20,7 +20,8 @@ def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
 
 def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] | None = None,
             training: bool = False, dtype: torch.dtype | None = None,
-            fake: bool = True, owned: bool = False, functions: bool = False) -> Capture:
+            fake: bool = True, owned: bool = False, functions: bool = False,
+            reuse_blocks: bool = True) -> Capture:
     """Run ``model`` once (fake by default) and record what every module costs.
 
     ``inputs`` are forward's positional arguments and ``kwargs`` its keyword arguments: tensors,
@@ -31,7 +32,10 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
     ~6.5 s). Raises ``ModelRunError`` when the model rejects the inputs and
     ``TooLargeForRealRun`` when a needed real run would be too large; train/eval flags are put
     back whatever happens. ``functions``: also split each module's own forward ops by the torch
-    function that ran them (``ModuleStats.functions``; not for TorchScript)."""
+    function that ran them (``ModuleStats.functions``; not for TorchScript). ``reuse_blocks``:
+    replay a repeated block call (same structure, arguments and flags as an earlier one) from the
+    earlier call's record instead of tracing it again (``capture.reuse``: fake inference runs
+    only; the figures are exactly the traced ones, False traces every call)."""
     kwargs = dict(kwargs or {})
     stats, order = module_table(model)
     flags = _flags(model)
@@ -39,7 +43,7 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
         model.train(training)
         if fake:
             return capture_fake(model, list(inputs), kwargs, stats, order, training, dtype,
-                                functions=functions)
+                                functions=functions, reuse_blocks=reuse_blocks)
         return capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned,
                             functions=functions)
     finally:

@@ -4,6 +4,8 @@ meta device are analysed as CPU tensors, so the CPU kernels are chosen. A model 
 values (data-dependent shapes) falls back to ``real.capture_real``."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
@@ -12,6 +14,7 @@ from layerscope.analysis.capture.inputs import InputSpec, input_tensors, map_inp
 from layerscope.analysis.capture.liveness import Liveness
 from layerscope.analysis.capture.real import capture_real
 from layerscope.analysis.capture.records import Capture, module_table
+from layerscope.analysis.capture.reuse import BlockReuse
 from layerscope.analysis.capture.running import ModelRunError, model_error, run_model
 from layerscope.analysis.capture.slots import swapped
 from layerscope.analysis.capture.tensors import model_device, tensor_nbytes
@@ -48,8 +51,11 @@ def _needs_real_values():
 
 
 def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
-                 functions: bool = False) -> Capture:
-    """Run ``model`` once on fake tensors, charging ops to ``stats`` (from ``module_table``)."""
+                 functions: bool = False, reuse_blocks: bool = True) -> Capture:
+    """Run ``model`` once on fake tensors, charging ops to ``stats`` (from ``module_table``).
+
+    ``reuse_blocks``: a repeated block call is replayed from the first one's record instead of
+    traced again (``reuse``; inference without ``functions`` only); the figures are the same."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = FakeTensorMode()
@@ -70,13 +76,15 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
     tracker = ModuleTracker(model, stats, tag_autograd=training)
     mode = CountingMode(tracker, stats, liveness)
     in_tensors = input_tensors(fake_args, fake_kwargs)
+    reuse = BlockReuse(model, tracker, mode, liveness) \
+        if reuse_blocks and not training and not functions else None
     try:
         with swapped(model, fake_param) as memo:
             for t in memo.values():
                 liveness.add_resident(t)
             for x in in_tensors:
                 liveness.add(x)
-            with fake_mode:
+            with fake_mode, (reuse.installed() if reuse else contextlib.nullcontext()):
                 output_bytes = run_model(lambda: model(*fake_args, **fake_kwargs), tracker, mode,
                                          training, functions)
     except _needs_real_values() as exc:
@@ -93,4 +101,5 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
     except Exception as exc:  # the model's own error: shape mismatch and the like
         raise model_error(exc) from exc
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
-                   sum(map(tensor_nbytes, in_tensors)), output_bytes, training)
+                   sum(map(tensor_nbytes, in_tensors)), output_bytes, training,
+                   replayed_calls=reuse.replayed if reuse else 0)

@@ -53,6 +53,7 @@ class Capture:
     output_bytes: int
     training: bool
     warnings: list[str] = field(default_factory=list)  # what the caller should tell the user
+    replayed_calls: int = 0  # module calls replayed from an earlier identical call (capture.reuse)
 
 
 def module_table(model: nn.Module) -> tuple[dict[str, ModuleStats], list[str]]:
