@@ -19,7 +19,10 @@ from typing import Any
 
 from layerscope.cli.common import add_output, write_output, write_report_files
 from layerscope.core.errors import UserError
-from layerscope.core.values import arg, non_negative_int, positive_int
+from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
+
+# set by the parent of ``run --nproc-per-node``: the folder where each rank leaves its report
+RANK_REPORTS_ENV = "LAYERSCOPE_RANK_REPORTS"
 
 
 def register(sub) -> None:
@@ -39,6 +42,9 @@ def register(sub) -> None:
     p.add_argument("--tensorboard", metavar="DIR", help="per-step phase scalars for TensorBoard")
     p.add_argument("--trace", metavar="FILE.json",
                    help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
+    p.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
+                   help="run the script in N processes through torchrun (its own DDP/FSDP code "
+                        "runs as under torchrun) and merge every rank's phases into one report")
     add_output(p)
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a module as python -m does (the rest goes to it)")
@@ -153,22 +159,65 @@ def _is_writer() -> bool:
     return os.environ.get("RANK", "0") in ("", "0")
 
 
+def _launch(args) -> int:
+    """The parent of ``run --nproc-per-node N``: torchrun starts the ranks (each runs this same
+    command line), each leaves its report in a temporary folder, and this process merges them."""
+    import glob
+    import json
+
+    from layerscope.core.io import temp_dir
+    from layerscope.training import distributed
+    from layerscope.training.loop import TrainReport
+    from layerscope.training.ranks import merge_rank_reports
+
+    code = 0
+    with temp_dir() as folder:
+        os.environ[RANK_REPORTS_ENV] = folder
+        try:
+            code = distributed.launch(args.argv, args.nproc_per_node)
+        except distributed.RankFailed as exc:
+            print(f"layerscope: error: {exc}", file=sys.stderr)
+            code = exc.code
+        finally:
+            del os.environ[RANK_REPORTS_ENV]
+        reports = []
+        for path in sorted(glob.glob(os.path.join(folder, "rank-*.json"))):
+            with open(path) as f:
+                reports.append(json.load(f))
+    if reports:
+        _write(TrainReport.from_dict(merge_rank_reports(reports)), None, args)
+    return code
+
+
 def run(args) -> int:
+    from layerscope.training import distributed
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
     _check_outputs(args)
+    if args.nproc_per_node and distributed.detect() is None:
+        return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace))
     code = execute(target, script_args, is_module, watch)
-    if _is_writer():
+    folder = os.environ.get(RANK_REPORTS_ENV)
+    if folder:  # a rank of run --nproc-per-node: the parent merges and writes the report
+        import json
+
+        from layerscope.core.io import write_file
+
+        report = rank_report(watch)
+        write_file(os.path.join(folder, f"rank-{report.rank or 0}.json"),
+                   json.dumps(report.to_dict()))
+        if _is_writer():
+            _write_files(watch, args)
+    elif _is_writer():
         _write(rank_report(watch), watch, args)
     return code
 
 
 def _write(report, watch, args) -> None:
-    import json
 
     from rich.console import Console
 
@@ -186,6 +235,14 @@ def _write(report, watch, args) -> None:
         else:
             sys.stderr.write(render(report, fmt, width=args.width or 160))
         write_report_files(report, args)
+    if watch is not None:
+        _write_files(watch, args)
+
+
+def _write_files(watch, args) -> None:
+    """The watched rank's own files: its trace and TensorBoard scalars."""
+    import json
+
     if args.trace:
         write_output(args.trace, json.dumps(watch.chrome_trace()) + "\n")
     if args.tensorboard:
