@@ -48,10 +48,9 @@ def plain(model, loader, epochs=2):
                 model(x)
 
 
-def closure(model, loader, epochs=1):
-    opt = torch.optim.SGD(model.parameters(), 0.01)
+def _closure_loop(opt, model, loader):
     for x, y in loader:
-        def step():
+        def step(x=x, y=y):
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
@@ -59,15 +58,12 @@ def closure(model, loader, epochs=1):
         opt.step(step)  # forward and backward run inside optimizer.step
 
 
+def closure(model, loader, epochs=1):
+    _closure_loop(torch.optim.SGD(model.parameters(), 0.01), model, loader)
+
+
 def lbfgs(model, loader, epochs=1):
-    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
-    for x, y in loader:
-        def step():
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            return loss
-        opt.step(step)
+    _closure_loop(torch.optim.LBFGS(model.parameters(), max_iter=3), model, loader)
 
 
 def accumulate(model, loader, epochs=1):
