@@ -83,6 +83,21 @@ def _batch_len(batch: Any) -> int:
     return 0
 
 
+def _to_device(args: tuple, kwargs: dict) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names a device other than the CPU (a device, a
+    device string or index, or a tensor on a device)."""
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, torch.device):
+            return a.type != "cpu"
+        if isinstance(a, str):
+            return not a.startswith("cpu")
+        if isinstance(a, int) and not isinstance(a, bool):
+            return True
+        if isinstance(a, torch.Tensor):
+            return not a.is_cpu
+    return False
+
+
 def _current_rss() -> int:
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -202,8 +217,8 @@ class Watch:
         iter_cls = _dataloader._BaseDataLoaderIter
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
         if torch.cuda.is_available():
-            self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to))
-            self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda))
+            self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
+            self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
 
     def _patch(self, owner: Any, attr: str, replacement: Any) -> None:
         """Set ``owner.attr`` and queue its exact restoration (deleted again when it was only
@@ -424,9 +439,11 @@ class Watch:
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __next__
 
-    def _h2d(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _h2d(self, fn: Callable[..., Any], always: bool) -> Callable[..., Any]:
+        """``Tensor.cuda`` (``always``) or ``Tensor.to`` timed as ``h2d`` when it moves a CPU
+        tensor to a device; a dtype cast or a CPU tensor staying on the CPU is not a copy."""
         def copy(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not tensor.is_cpu:  # already on a device: not a host-to-device copy
+            if not tensor.is_cpu or not (always or _to_device(args, kwargs)):
                 return fn(tensor, *args, **kwargs)
             self._enter("h2d")
             try:
