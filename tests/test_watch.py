@@ -299,3 +299,36 @@ def test_copies_are_wrapped_only_where_cuda_is_and_restored(monkeypatch):
             opt.step()
     assert w.steps == 2 and w.totals.seconds["h2d"] == 0.0
     assert _installed() == before
+
+
+def test_mark_step_inside_nested_phases_counts_each_second_once():
+    # a step ended from inside a forward that runs inside optimizer.step (a closure): the open
+    # phases are split at the boundary, nothing counted twice; on the CPU the phases are
+    # disjoint pieces of the step, so "other" (the rest) is never negative
+    class Marks(nn.Module):
+        def __init__(self, watch_box):
+            super().__init__()
+            self.inner, self.box = nn.Linear(2, 2), watch_box
+
+        def forward(self, x):
+            y = self.inner(x)
+            self.box[0].mark_step()
+            return self.inner(y)
+
+    box: list = []
+    model = Marks(box)
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+
+    def closure():
+        loss = model(torch.randn(1, 2)).sum()
+        loss.backward()
+        return loss
+
+    with Watch() as w:
+        box.append(w)
+        for _ in range(4):
+            opt.step(closure)
+    assert w.steps == 4 + 4  # one ended by each mark_step, one by each optimizer step
+    for phases, wall in zip(w.step_phases, w.step_seconds):
+        assert sum(phases.values()) == pytest.approx(wall, rel=1e-9)
+        assert min(phases.values()) >= -1e-9, phases

@@ -299,9 +299,9 @@ class Watch:
             return
         now = self.clock()
         stack = self._stack
-        for top in stack:  # phases still open (optimizer.step itself): count up to now
-            self._add(top[0], top[1], now)
-            top[1] = now
+        if stack:  # a step ended inside a phase (mark_step in a forward): count it up to now
+            self._add(stack[-1][0], stack[-1][1], now)
+            stack[-1][1] = now
         phases = dict.fromkeys(PHASES, 0.0)
         for k, v in self._acc.items():
             phases[k] = phases.get(k, 0.0) + v
