@@ -6,7 +6,7 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "Report", "LayerRow", "Totals",
-           "__version__"]
+           "__version__", "scaling"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -54,6 +54,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.training.watch import watch
 
         return watch
+    if name == "scaling":
+        from layerscope.training.scaling import scaling
+
+        return scaling
     if name == "export_onnx":
         from layerscope.analysis.onnx_export import export_onnx
 

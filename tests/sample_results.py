@@ -215,9 +215,42 @@ def loop_profile():
                        environment=dict(ENV))
 
 
+def scaling_report():
+    """scaling digits-cnn --nproc 1,2,4 on 2 cores, batch 64 per rank:
+    N=1: 20 ms a step -> 64 / 0.020 = 3,200 samples/s;
+    N=2: 25 ms -> 128 / 0.025 = 5,120/s, speed-up 1.6, efficiency 1.6 / 2 = 80%;
+    N=4: 50 ms -> 256 / 0.050 = 5,120/s, speed-up 1.6, efficiency 40% (4 ranks on 2 cores)."""
+    from layerscope.training.scaling import ScalingPoint, ScalingReport
+
+    def pt(n, step_ms, comm_ms, exposed_ms, speedup, efficiency):
+        step = step_ms / 1e3
+        return ScalingPoint(
+            world_size=n, threads_per_rank=1, batch_per_rank=64, steps=20, step_s=step,
+            step_p10_s=step * 0.9, step_p90_s=step * 1.2, throughput_per_s=n * 64 / step,
+            speedup=speedup, efficiency=efficiency, communication_s=comm_ms / 1e3,
+            communication_share=comm_ms / step_ms, exposed_s=exposed_ms / 1e3,
+            exposed_share=exposed_ms / step_ms, buckets=1, bytes_per_step=153128,
+            # ring all-reduce: 2(N-1)/N x 153,128 bytes
+            theory_bytes_per_step=2 * (n - 1) / n * 153128, oversubscribed=n > 2,
+            phases={"forward": step * 0.3, "backward": step * 0.6, "optimizer": step * 0.1})
+
+    points = [pt(1, 20.0, 1.0, 1.0, 1.0, 1.0), pt(2, 25.0, 6.0, 4.0, 1.6, 0.8),
+              pt(4, 50.0, 20.0, 12.0, 1.6, 0.4)]
+    return ScalingReport("digits-cnn", "cpu", points,
+                         settings={"nproc": [1, 2, 4], "steps": 20, "warmup": 3,
+                                   "batch_size": None, "synthetic": False, "seed": 0,
+                                   "cores": 2, "threads_per_rank": 1, "backend": "gloo",
+                                   "launcher": "torch.distributed.run --standalone"},
+                         notes=["4 processes exceed the 2 CPU cores here: those figures measure "
+                                "oversubscription (ranks sharing cores), not scaling (1 thread "
+                                "per rank)"],
+                         environment=dict(ENV))
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
-       "activations": activations_capture, "compare": compare_result, "loop": loop_profile}
+       "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
+       "scaling": scaling_report}
 
 
 def resnet20_names() -> list[str]:

@@ -12,7 +12,7 @@ from layerscope.renderers.terminal import to_text
 from tests.helpers import check_golden, run_cli
 from tests.sample_results import ALL
 
-GOLDEN_KINDS = ["profile", "sweep", "ops", "ablate", "train"]
+GOLDEN_KINDS = ["profile", "sweep", "ops", "ablate", "train", "scaling"]
 
 
 @pytest.mark.parametrize("kind", GOLDEN_KINDS)

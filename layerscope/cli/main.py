@@ -25,6 +25,7 @@ from layerscope.cli import (
     rewrite_cmd,
     roofline_cmd,
     run_cmd,
+    scaling_cmd,
     sweep_cmd,
     train_cmd,
     verify_cmd,
@@ -35,7 +36,7 @@ from layerscope.core.io import Terminated, outputs
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
-            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd]
+            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd]
 
 
 def build_parser() -> Parser:

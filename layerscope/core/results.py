@@ -23,6 +23,7 @@ _CLASSES = {
     "activations": ("layerscope.analysis.activations", "ActivationCapture"),
     "compare": ("layerscope.analysis.compare", "Comparison"),
     "loop": ("layerscope.training.inference_loop", "LoopProfile"),
+    "scaling": ("layerscope.training.scaling", "ScalingReport"),
 }
 KINDS = tuple(_CLASSES)
 

@@ -118,6 +118,7 @@ class CommRecorder:
         self.group = process_group
         self.world_size = process_group.size() if process_group is not None else world_size
         self.cuda = False
+        self.device: torch.device | None = None
         self.strategy = "ddp"
         self._current: list[_Bucket] = []
         self._t0 = 0.0
@@ -131,7 +132,7 @@ class CommRecorder:
     def attach(self, ddp_model) -> None:
         """Register the timing all-reduce as ``ddp_model``'s communication hook (once; DDP refuses
         a second hook)."""
-        self.cuda = _on_cuda(ddp_model)
+        self.cuda, self.device = _on_cuda(ddp_model)
         self.strategy = "ddp"
         ddp_model.register_comm_hook(self, _timed_allreduce)
 
@@ -141,7 +142,7 @@ class CommRecorder:
         groups refuses a custom collective and is left untimed)."""
         from torch.distributed.fsdp import FSDPModule
 
-        self.cuda = _on_cuda(fsdp_module)
+        self.cuda, self.device = _on_cuda(fsdp_module)
         self.strategy = "fsdp"
         for module in fsdp_module.modules():
             if isinstance(module, FSDPModule):
@@ -160,13 +161,13 @@ class CommRecorder:
         self._wall0 = time.time()
         self._t0 = time.perf_counter()
         if self.cuda:
-            self._ref_event = _event()
+            self._ref_event = _event(self.device)
 
     def backward_end(self) -> None:
         """Call right after ``loss.backward()`` returns."""
         self._backward_end = time.perf_counter() - self._t0
         if self.cuda:
-            self._backward_event = _event()
+            self._backward_event = _event(self.device)
 
     def step_end(self) -> dict[str, Any]:
         if self.cuda:
@@ -196,14 +197,14 @@ class CommRecorder:
     def _launch(self, op: str, tensor: torch.Tensor) -> _Bucket:
         b = _Bucket(op, tensor.numel() * tensor.element_size(), start=time.perf_counter())
         if self.cuda:
-            b.start_event = _event()
+            b.start_event = _event(self.device)
         self._current.append(b)
         return b
 
     def _complete(self, b: _Bucket) -> None:
         b.end = time.perf_counter()
         if self.cuda:
-            b.end_event = _event()
+            b.end_event = _event(self.device)
 
     # -- the run -------------------------------------------------------------------------------
     def summary(self, gradient_bytes: int, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
@@ -352,12 +353,16 @@ def _finish(recorder: CommRecorder, record: _Bucket, work, async_op: bool):
     return None
 
 
-def _on_cuda(model: torch.nn.Module) -> bool:
+def _on_cuda(model: torch.nn.Module) -> tuple[bool, torch.device | None]:
     p = next(model.parameters(), None)
-    return p is not None and p.device.type == "cuda"
+    cuda = p is not None and p.device.type == "cuda"
+    return cuda, (p.device if cuda and p is not None else None)
 
 
-def _event():
+def _event(device):
+    # On the current stream of the model's device: a future's callback may run on another
+    # thread, whose current device is not necessarily the rank's; torch sets that device's
+    # current stream to one that waits for the collective.
     e = torch.cuda.Event(enable_timing=True)
-    e.record()
+    e.record(torch.cuda.current_stream(device))
     return e
