@@ -5,8 +5,8 @@ from layerscope.frontends import trained as _trained
 from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
-           "compare", "graph", "export_onnx", "Report", "LayerRow", "Totals", "__version__",
-           "scaling"]
+           "compare", "graph", "export_onnx", "watch", "Report", "LayerRow", "Totals",
+           "__version__", "scaling"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -50,6 +50,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.graph import graph
 
         return graph
+    if name == "watch":
+        from layerscope.training.watch import watch
+
+        return watch
     if name == "scaling":
         from layerscope.training.scaling import scaling
 

@@ -241,7 +241,7 @@ def test_under_an_existing_torchrun_and_resumed_by_one_process(tmp_path):
                "-q", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
     report = json.loads(one.stdout)
-    assert [e["epoch"] for e in report["epochs"]] == [1, 2] and report["world_size"] == 1
+    assert [e["epoch"] for e in report["epochs"]] == [1, 2] and "world_size" not in report
 
 
 @pytest.mark.slow
@@ -261,3 +261,55 @@ def test_fsdp_matches_ddp_and_its_checkpoint_resumes_anywhere(tmp_path):
                "-q", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
     assert [e["epoch"] for e in json.loads(one.stdout)["epochs"]] == [1, 2]
+
+
+# ---------------------------------------------------------------- layerscope run --nproc-per-node
+
+
+def test_rank_reports_merge_into_rank_0s_with_every_rank():
+    def report(rank: int, backward: float) -> dict:
+        # 4 steps: forward 4 ms, backward as given, other 1 ms per step
+        return {"rank": rank, "world_size": 2, "notes": [], "breakdown": {
+            "seconds": {"forward": 0.016, "backward": 4 * backward, "other": 0.004},
+            "steps": 4, "samples": 64, "wall_s": 0.020 + 4 * backward}}
+
+    merged = ranks.merge_rank_reports([report(1, 0.006), report(0, 0.004)])
+    assert merged["rank"] == 0 and merged["world_size"] == 2
+    assert [e["rank"] for e in merged["ranks"]] == [0, 1]
+    # only the phases a watched script measures: no wait, no communication
+    assert set(merged["ranks"][0]["phases"]) == {"forward", "backward", "other"}
+    # own work 9 and 11 ms per step; median 10; rank 1 is 1 ms (10%) over, all in backward
+    s = merged["straggler"]
+    assert (s["rank"], s["phase"]) == (1, "backward")
+    assert s["excess_s"] == pytest.approx(0.001) and s["excess_pct"] == pytest.approx(10.0)
+
+
+DDP_SCRIPT = """\
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+dist.init_process_group("gloo")
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done", dist.get_rank())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_run_merges_the_ranks_of_the_users_own_ddp_script(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
+    p = _cli("run", "--nproc-per-node", "2", "-o", "out.json", "ddp.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.split("\n")[:2]) == ["done 0", "done 1"]  # the script's own output
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["world_size"] == 2 and [e["rank"] for e in report["ranks"]] == [0, 1]
+    assert all(e["steps"] == 6 for e in report["ranks"])
+    assert report["straggler"]["rank"] in (0, 1)

@@ -24,6 +24,7 @@ from layerscope.cli import (
     report_cmd,
     rewrite_cmd,
     roofline_cmd,
+    run_cmd,
     scaling_cmd,
     sweep_cmd,
     train_cmd,
@@ -35,7 +36,7 @@ from layerscope.core.io import Terminated, outputs
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
-            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, scaling_cmd]
+            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd]
 
 
 def build_parser() -> Parser:
@@ -105,14 +106,21 @@ def _one_line_logs(collected: _Warnings):
         logging.Logger.callHandlers = call_handlers
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (its first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    # `layerscope run SCRIPT`: the script's warnings and log records are its own output
+    passthrough = debug or _command_of(argv) == "run"
     collected = _Warnings()
     try:
         with warnings.catch_warnings(), \
-                (contextlib.nullcontext() if debug else _one_line_logs(collected)):
-            if not debug:
+                (contextlib.nullcontext() if passthrough else _one_line_logs(collected)):
+            if not passthrough:
                 warnings.showwarning = collected.show
             code = _run(argv, debug)
         collected.flush()

@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument
+from layerscope.core.document import ResultDocument, omit_none
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
@@ -63,12 +63,19 @@ class TrainReport(ResultDocument):
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, Any] | None = None  # --profile torch: OpTable.to_dict(), per step
+    # a watched script (layerscope run, layerscope.watch()): what ran, which rank of how many,
+    # per-layer forward time (--layers) and peak memory per phase (--memory)
+    script: dict[str, Any] | None = field(default=None, metadata=omit_none(
+        description="the watched script: name and argv (layerscope run / watch())"))
+    rank: int | None = field(default=None, metadata=omit_none(minimum=0))
+    world_size: int | None = field(default=None, metadata=omit_none(minimum=1))
+    layers: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
+    phase_memory: dict[str, Any] | None = field(default=None, metadata=omit_none())
     # several processes (torchrun/srun): one entry per rank (ranks.rank_entry), the gradient
     # communication (CommRecorder.summary) and the slowest rank (ranks.straggler)
-    world_size: int = 1
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    communication: dict[str, Any] | None = None
-    straggler: dict[str, Any] | None = None
+    ranks: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
+    communication: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    straggler: dict[str, Any] | None = field(default=None, metadata=omit_none())
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 

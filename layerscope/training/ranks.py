@@ -76,3 +76,22 @@ def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
             "median_busy_s": median, "excess_s": mine - median,
             "excess_pct": 100.0 * (mine - median) / median if median else 0.0,
             "phase": phase, "phase_excess_s": excess[phase]}
+
+
+def merge_rank_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report for every rank of a watched script (``layerscope run --nproc-per-node``):
+    rank 0's report (its phase table, its epochs) with every rank's entry and the straggler."""
+    by_rank = sorted(reports, key=lambda d: d.get("rank") or 0)
+    merged = dict(by_rank[0])
+    entries = [rank_entry(d.get("rank") or 0, d["breakdown"]) for d in by_rank]
+    for e, d in zip(entries, by_rank):
+        # a watched script's phases: only the ones it measured (no wait, no communication)
+        e["phases"] = {p: v for p, v in e["phases"].items() if p in d["breakdown"]["seconds"]}
+    merged.update(world_size=max(len(by_rank), merged.get("world_size") or 1), ranks=entries)
+    s = straggler(entries)
+    if s is not None:
+        merged["straggler"] = s
+    merged["notes"] = list(merged.get("notes") or []) + [
+        f"{len(by_rank)} processes: the phase table is rank 0's; every rank's is in the per-rank "
+        "table"]
+    return merged

@@ -46,6 +46,12 @@ def _ordered(seconds: dict[str, float]) -> list[tuple[str, float]]:
 # ---- headings and key figures -----------------------------------------------------------
 def train_heading(result) -> tuple[str, str]:
     b = result.breakdown
+    script = getattr(result, "script", None)
+    if script:  # a watched script: what ran, as it was called
+        world = getattr(result, "world_size", None)
+        rank = f" · rank {result.rank} of {world}" if world else ""
+        return (f"{' '.join([script['name'], *script['argv']])} — training",
+                f"{b['steps']} measured steps · device {result.config.get('device')}{rank}")
     return (f"{result.recipe} — training",
             f"{len(result.epochs)} epoch(s) · {b['steps']} measured steps · "
             f"device {result.config.get('device')} · run directory {result.run_dir}")
@@ -234,14 +240,50 @@ def _buckets_table(c: dict) -> RowTable:
                     ["Total", f"{si(c['bytes_per_step'])}B", ""])
 
 
-def train_tables(r) -> list[RowTable]:
-    out = [_epochs_table(r),
-           _phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
-    if r.ranks:
-        out.append(_ranks_table(r))
-    if r.communication:
-        out.append(_buckets_table(r.communication))
+def _rich_table(rt: RowTable) -> Table:
+    t = Table(title=rt.title, title_justify="left")
+    for label, numeric in rt.columns:
+        t.add_column(label, justify="right" if numeric else "left")
+    for row in rt.rows:
+        t.add_row(*(c.text for c in row))
+    return t
+
+
+def _watch_tables(r) -> list[RowTable]:
+    """A watched script's --layers and --memory tables (none for a recipe's run)."""
+    out = []
+    if getattr(r, "layers", None):
+        steps = max(r.breakdown.get("steps") or 0, 1)
+        out.append(RowTable(
+            "layers", "Time per layer (forward inclusive of the layers inside it; backward: "
+                      "the autograd nodes of the layer's own code)",
+            [("Layer", False), ("Type", False), ("Calls", True), ("Forward s", True),
+             ("Forward ms / step", True), ("Backward s", True)],
+            [[cell(row["name"]), cell(row["type"]), Cell(str(row["calls"]), row["calls"]),
+              Cell(f"{row['forward_s']:.4f}", row["forward_s"]),
+              Cell(f"{row['forward_s'] / steps * 1e3:.3f}", row["forward_s"] / steps * 1e3),
+              Cell(num(row.get("backward_s"), ".4f"), row.get("backward_s"))]
+             for row in r.layers]))
+    if getattr(r, "phase_memory", None):
+        rows = [[Cell(PHASE_LABELS.get(p, p), p),
+                 Cell(f"{si(m.get('peak_rss_bytes'))}B", m.get("peak_rss_bytes")),
+                 Cell(f"{si(m['peak_cuda_bytes'])}B" if m.get("peak_cuda_bytes") else "-",
+                      m.get("peak_cuda_bytes"))]
+                for p, m in r.phase_memory.items()]
+        out.append(RowTable("memory", "Peak memory at the end of each phase",
+                            [("Phase", False), ("Peak RSS", True), ("Peak CUDA", True)], rows))
     return out
+
+
+def train_tables(r) -> list[RowTable]:
+    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+    if r.epochs or not getattr(r, "script", None):
+        tables.insert(0, _epochs_table(r))
+    if r.ranks:
+        tables.append(_ranks_table(r))
+    if r.communication:
+        tables.append(_buckets_table(r.communication))
+    return tables + _watch_tables(r)
 
 
 def ablate_tables(a) -> list[RowTable]:
@@ -356,8 +398,11 @@ def render_train(report) -> Group:
         f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
         f"{si(report.peak_rss_bytes)}B"
         + (f"; peak CUDA {si(report.peak_cuda_bytes)}B" if report.peak_cuda_bytes else ""),
-        f"run directory: {report.run_dir}",
     ]
+    if getattr(report, "script", None):
+        lines.insert(0, train_heading(report)[0])
+    else:
+        lines.append(f"run directory: {report.run_dir}")
     if report.final:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
@@ -365,6 +410,8 @@ def render_train(report) -> Group:
     parts = [breakdown_table(b, title), Text("\n".join(lines))]
     if report.ranks:
         parts += [Text(""), ranks_table(report)]
+    for extra in _watch_tables(report):
+        parts += [Text(""), _rich_table(extra)]
     if report.ops:
         from layerscope.core.optable import OpTable
         from layerscope.views.ops import render_ops

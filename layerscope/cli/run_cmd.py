@@ -1,0 +1,266 @@
+"""layerscope run [OPTIONS] SCRIPT.py [ARGS...] | -m MODULE [ARGS...]: the phase breakdown of
+the user's own, unmodified training script.
+
+The script runs as ``python SCRIPT.py ARGS`` would: ``__main__``, the same ``sys.argv``,
+``sys.path[0]`` its folder (the working directory for ``-m``), the working directory unchanged,
+its standard output and error untouched, its exit code kept (an exception prints its traceback
+and exits 1, as Python does). The report goes to standard error, or to ``-o`` (``-o -`` asks for
+standard output): the script's own output stays byte-identical. A failing script still gets
+the report of the steps it finished. Under torchrun each rank measures its own steps and rank 0
+writes the outputs (``rank_report`` is the seam the multi-rank merge will use).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Any
+
+from layerscope.cli.common import add_output, write_output, write_report_files
+from layerscope.core.errors import UserError
+from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
+
+# set by the parent of ``run --nproc-per-node``: the folder where each rank leaves its report
+RANK_REPORTS_ENV = "LAYERSCOPE_RANK_REPORTS"
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run your own training script and break its steps into phases",
+        description="Run SCRIPT.py (or -m MODULE) unmodified, as python would, and measure "
+                    "every training step through torch's global hooks: data, h2d, forward, "
+                    "loss, backward, optimizer, other. Options go before the script; "
+                    "everything after it is the script's.")
+    p.add_argument("--steps", type=arg(positive_int),
+                   help="stop the script cleanly after this many optimizer steps")
+    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
+                   help="steps left out of the phase breakdown")
+    p.add_argument("--layers", action="store_true", help="forward time per layer")
+    p.add_argument("--memory", action="store_true",
+                   help="peak RSS (and CUDA memory allocated) per phase")
+    p.add_argument("--tensorboard", metavar="DIR", help="per-step phase scalars for TensorBoard")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
+    p.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
+                   help="run the script in N processes through torchrun (its own DDP/FSDP code "
+                        "runs as under torchrun) and merge every rank's phases into one report")
+    add_output(p)
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
+                   help="run a module as python -m does (the rest goes to it)")
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT.py ...",
+                   help="the script and its arguments")
+    p.set_defaults(run=run)
+
+
+def _target(args) -> tuple[str, list[str], bool]:
+    """(script path or module name, its arguments, is_module)."""
+    if args.module:
+        if args.script:
+            raise UserError("give a script or -m MODULE, not both")
+        return args.module[0], list(args.module[1:]), True
+    if args.module is not None:
+        raise UserError("-m needs a module name: layerscope run -m package.module [ARGS]")
+    if not args.script:
+        raise UserError("give the script to run: layerscope run [OPTIONS] SCRIPT.py [ARGS...]")
+    script = args.script[0]
+    if script.startswith("-"):
+        raise UserError(f"unknown option {script}: options go before the script (see --help)")
+    if not os.path.isfile(script):
+        raise UserError(f"no such script {script}: give the path of a Python file")
+    return script, list(args.script[1:]), False
+
+
+def _check_outputs(args) -> None:
+    """Every output path is checked before the script runs (nothing half-done after)."""
+    from layerscope.core.io import check_dir, check_output
+    from layerscope.renderers import pick_format
+
+    if pick_format(args.format, args.output) == "png" and not args.output:
+        raise UserError("--format png writes a binary file: give -o FILE.png")
+    for option, path in (("-o", args.output), ("--html", args.html), ("--plot", args.plot),
+                         ("--trace", args.trace)):
+        if path:
+            check_output(path, option)
+    if args.tensorboard:
+        check_dir(args.tensorboard, "--tensorboard")
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter makes of ``sys.exit(code)``: None is 0, an int itself, anything
+    else is printed to stderr and exits 1."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_script_traceback(exc: BaseException) -> None:
+    """The traceback Python would print: from the script's first frame on (runpy's and
+    layerscope's frames left out)."""
+    import runpy
+
+    tb = exc.__traceback__
+    ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+            "<frozen runpy>", getattr(runpy, "__file__", None) or "<frozen runpy>")
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def execute(target: str, script_args: list[str], is_module: bool, watch: Any) -> int:
+    """Run the script under ``watch`` as python would; returns its exit code."""
+    import runpy
+
+    from layerscope.training.watch import StepLimit
+
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [target, *script_args]
+    path0 = os.getcwd() if is_module else os.path.dirname(os.path.abspath(target))
+    if sys.path:
+        sys.path[0] = path0
+    else:
+        sys.path.insert(0, path0)
+    code = 0
+    try:
+        with watch:
+            if is_module:
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+    except StepLimit:
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt as exc:
+        _print_script_traceback(exc)
+        code = 130
+    except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as python
+        _print_script_traceback(exc)
+        code = 1
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+def rank_report(watch: Any):
+    """This rank's report (the distributed merge will gather these before writing)."""
+    return watch.report()
+
+
+def _is_writer() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _launch(args) -> int:
+    """The parent of ``run --nproc-per-node N``: torchrun starts the ranks (each runs this same
+    command line), each leaves its report in a temporary folder, and this process merges them."""
+    import glob
+    import json
+
+    from layerscope.core.io import temp_dir
+    from layerscope.training import distributed
+    from layerscope.training.loop import TrainReport
+    from layerscope.training.ranks import merge_rank_reports
+
+    code = 0
+    with temp_dir() as folder:
+        os.environ[RANK_REPORTS_ENV] = folder
+        try:
+            code = distributed.launch(args.argv, args.nproc_per_node)
+        except distributed.RankFailed as exc:
+            print(f"layerscope: error: {exc}", file=sys.stderr)
+            code = exc.code
+        finally:
+            del os.environ[RANK_REPORTS_ENV]
+        reports = []
+        for path in sorted(glob.glob(os.path.join(folder, "rank-*.json"))):
+            with open(path) as f:
+                reports.append(json.load(f))
+    if reports:
+        _write(TrainReport.from_dict(merge_rank_reports(reports)), None, args)
+    return code
+
+
+def run(args) -> int:
+    from layerscope.training import distributed
+    from layerscope.training.watch import Watch
+
+    target, script_args, is_module = _target(args)
+    _check_outputs(args)
+    if args.nproc_per_node and distributed.detect() is None:
+        return _launch(args)
+    name = target if is_module else os.path.basename(target)
+    watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
+                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace))
+    code = execute(target, script_args, is_module, watch)
+    folder = os.environ.get(RANK_REPORTS_ENV)
+    if folder:  # a rank of run --nproc-per-node: the parent merges and writes the report
+        import json
+
+        from layerscope.core.io import write_file
+
+        report = rank_report(watch)
+        write_file(os.path.join(folder, f"rank-{report.rank or 0}.json"),
+                   json.dumps(report.to_dict()))
+        if _is_writer():
+            _write_files(watch, args)
+    elif _is_writer():
+        _write(rank_report(watch), watch, args)
+    return code
+
+
+def _write(report, watch, args) -> None:
+
+    from rich.console import Console
+
+    from layerscope.cli.common import emit
+    from layerscope.renderers import pick_format, render
+    from layerscope.renderers.terminal import render_table
+
+    if args.output:
+        emit(report, args)  # to the file (or "-": standard output, as asked)
+    else:  # standard error: the script's standard output stays its own
+        fmt = pick_format(args.format, None)
+        if fmt == "table":
+            Console(stderr=True, width=args.width or (None if sys.stderr.isatty() else 160),
+                    highlight=False).print(render_table(report))
+        else:
+            sys.stderr.write(render(report, fmt, width=args.width or 160))
+        write_report_files(report, args)
+    if watch is not None:
+        _write_files(watch, args)
+
+
+def _write_files(watch, args) -> None:
+    """The watched rank's own files: its trace and TensorBoard scalars."""
+    import json
+
+    if args.trace:
+        write_output(args.trace, json.dumps(watch.chrome_trace()) + "\n")
+    if args.tensorboard:
+        _tensorboard(watch, args.tensorboard)
+
+
+def _tensorboard(watch, folder: str) -> None:
+    """Per-step phase times (ms) under ``step/phase_ms/``, as ``layerscope train`` writes."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
+    from layerscope.core.io import make_dir
+
+    writer = SummaryWriter(make_dir(folder, "--tensorboard"))
+    for step, (phases, wall) in enumerate(zip(watch.step_phases, watch.step_seconds),
+                                          start=watch.warmup_steps + 1):
+        for phase, seconds in phases.items():
+            writer.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
+        writer.add_scalar("step/wall_ms", wall * 1e3, step)
+    writer.close()
