@@ -1,5 +1,9 @@
-"""layerscope models: the built-in model names."""
+"""layerscope models: the built-in model names, by group."""
 from __future__ import annotations
+
+# what each group's heading adds to its name
+_NOTES = {"LLM": " (built on the meta device; input: token ids 1x2048 int64, gpt2 1x1024; "
+                 "--seq-len changes it)"}
 
 
 def register(sub) -> None:
@@ -10,5 +14,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.frontends import zoo
 
-    print("\n".join(zoo.names()))
+    for group, names in zoo.groups().items():
+        print(f"{group}{_NOTES.get(group, '')}:")
+        print("\n".join(f"  {n}" for n in names))
     return 0

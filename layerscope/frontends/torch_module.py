@@ -163,7 +163,8 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
     if ref.kind == "builtin":
         entry = zoo.lookup(spec)
         assert entry is not None  # detect says "builtin" only when lookup finds it
-        return LoadedModel(zoo.build(entry, seed, meta), [InputSpec((1,) + entry.input_shape)],
+        return LoadedModel(zoo.build(entry, seed, meta),
+                           [InputSpec((1,) + entry.input_shape, entry.input_dtype)],
                            spec, "torch", {"source": entry.source})
     if ref.kind == "factory":
         with zoo.seeded(seed):

@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from layerscope.frontends import llm_configs, llm_models
+
 
 class BasicBlock(nn.Module):
     """CIFAR ResNet basic block; a 1x1 conv + BN projection where the shape changes (option B)."""
@@ -87,6 +89,8 @@ class ZooEntry:
     build: Callable[[], nn.Module]
     input_shape: tuple[int, ...]  # without the batch dimension
     source: str
+    input_dtype: torch.dtype = torch.float32
+    group: str = ""  # the heading 'layerscope models' lists it under; default: its source
 
 
 # Inputs torchvision's models need beyond 224x224 RGB.
@@ -120,6 +124,21 @@ _OWN = {
 }
 
 
+def _llm_entry(cfg: llm_configs.LLMConfig) -> ZooEntry:
+    # token ids (1, S): S = the preset's default sequence length (gpt2: its 1024 positions)
+    return ZooEntry(cfg.name, lambda: llm_models.build(cfg), (cfg.default_seq_len,),
+                    "layerscope", torch.int64, "LLM")
+
+
+# The LLM presets (frontends/llm_configs.py) are always built on the meta device: their weights
+# (up to 1.6 TB in float32) are never allocated; commands that need real weights refuse them.
+_LLM = {name: _llm_entry(cfg) for name, cfg in llm_configs.PRESETS.items()}
+
+
+def is_llm(name: str) -> bool:
+    return name in _LLM
+
+
 DEFAULT_SEED = 0  # every command builds models under this seed unless told otherwise (--seed)
 
 
@@ -137,8 +156,9 @@ def seeded(seed: int = DEFAULT_SEED) -> Iterator[None]:
 
 def build(entry: ZooEntry, seed: int = DEFAULT_SEED, meta: bool = False) -> nn.Module:
     """The one place built-in models are instantiated. ``meta``: on the meta device (no weight
-    memory, no init time; static analysis never reads values)."""
-    if meta:
+    memory, no init time; static analysis never reads values). LLM presets are always built on
+    meta (their weights are never allocated)."""
+    if meta or entry.group == "LLM":
         try:
             with torch.device("meta"):
                 return entry.build()
@@ -179,12 +199,20 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def names() -> list[str]:
-    return sorted(_OWN) + _torchvision_names()
+    return sorted(_OWN) + sorted(_LLM) + _torchvision_names()
+
+
+def groups() -> dict[str, list[str]]:
+    """The built-in names under the headings ``layerscope models`` prints."""
+    return {"layerscope": sorted(_OWN), "LLM": list(_LLM),
+            "torchvision": _torchvision_names()}
 
 
 def lookup(name: str) -> ZooEntry | None:
     if name in _OWN:
         return _OWN[name]
+    if name in _LLM:
+        return _LLM[name]
     if name in _torchvision_names():
         return _torchvision_entry(name)
     return None

@@ -1,0 +1,362 @@
+"""Decoder-only language models as plain PyTorch modules, built from an ``LLMConfig``.
+
+The built-in LLM presets (``llama-3-8b``, ``mixtral-8x7b``, ``gpt2``, ...) are these modules built
+on the meta device: no weight memory, so a 405B model is built in well under a second, and the
+static analysis counts them exactly. Module names follow Hugging Face's (``model.layers.0.
+self_attn.q_proj``), and so does the arithmetic that costs MACs, so a preset and the same config
+built with ``transformers`` (``hf:config.json``, :func:`from_hf`) agree on parameters and MACs.
+
+- Attention has separate q/k/v/o projections (grouped-query and multi-query attention exact: k
+  and v have ``num_kv_heads`` heads) and calls ``F.scaled_dot_product_attention(is_causal=True)``
+  with k/v expanded to the query heads (a view; Hugging Face's ``repeat_kv``).
+- Rotary embeddings are applied functionally; their angles are computed once per forward as
+  Hugging Face does (``inv_freq @ positions``: B*S*head_dim/2 MACs of a contraction of length 1).
+- Mixture of experts (Mixtral): a router ``Linear(h, E, bias=False)`` and E gated-SiLU experts.
+  Costs are those of **expected routing k/E**: the T*k (token, expert) assignments are dealt out
+  evenly (balanced dispatch: each expert gets floor or ceil of T*k/E tokens, T*k in all), so the
+  MACs are exactly those of k active experts per token, and the trace needs no data-dependent
+  shapes (it runs on the meta device). The output *values* are not those of a real top-k routing;
+  use the ``hf:`` model for a faithful forward.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from layerscope.core.errors import UserError
+from layerscope.frontends.llm_configs import PRESETS, LLMConfig
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, written out as Llama's reference (and Hugging Face's
+    LlamaRMSNorm) computes it, in float32."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def _norm(cfg: LLMConfig) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+    return RMSNorm(cfg.hidden_size, cfg.norm_eps)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin of the rotary angles for positions 0..S-1 (Su et al. 2021), as Hugging Face's
+    LlamaRotaryEmbedding computes them (no parameters; ``inv_freq`` is a non-persistent buffer)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        d = cfg.head_dim
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq = self.get_buffer("inv_freq")
+        inv = inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+        freqs = (inv @ positions[:, None, :].float()).transpose(1, 2)  # (B, S, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, S, d); cos, sin: (B, S, d)."""
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(h, q, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, kv, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, kv, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q, h, bias=cfg.proj_bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.kv_heads != self.heads:
+            # each kv head serves heads/kv_heads query heads: an expand (a view, no arithmetic)
+            # and a copy; the attention then costs B*H*(...) as the kernels execute it
+            k, v = _repeat_kv(k, self.heads // self.kv_heads), _repeat_kv(v, self.heads //
+                                                                          self.kv_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out: torch.Tensor = self.o_proj(y.transpose(1, 2).reshape(b, s, -1))
+        return out
+
+
+def _repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:
+    b, kv, s, d = x.shape
+    return x[:, :, None].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+
+class GatedMLP(nn.Module):
+    """down(silu(gate(x)) * up(x)) (Shazeer 2020; Llama, Mistral, Qwen2, Mixtral's experts)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        h, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(h, f, bias=cfg.proj_bias)
+        self.up_proj = nn.Linear(h, f, bias=cfg.proj_bias)
+        self.down_proj = nn.Linear(f, h, bias=cfg.proj_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
+
+
+class GeluMLP(nn.Module):
+    """proj(gelu_tanh(fc(x))) (GPT-2)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        h, f = cfg.hidden_size, cfg.intermediate_size
+        self.fc = nn.Linear(h, f, bias=cfg.proj_bias)
+        self.proj = nn.Linear(f, h, bias=cfg.proj_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.proj(F.gelu(self.fc(x), approximate="tanh"))
+        return out
+
+
+def balanced_counts(tokens: int, experts: int, k: int) -> list[int]:
+    """The T*k (token, expert) assignments dealt out evenly: expert e gets floor or ceil of
+    T*k/E tokens, the first (T*k mod E) experts one more; they sum to T*k."""
+    slots = tokens * k
+    return [slots // experts + (1 if e < slots % experts else 0) for e in range(experts)]
+
+
+class MoE(nn.Module):
+    """Router + E experts, top-k, costed under expected routing (module docstring)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.k = cfg.experts_per_token
+        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
+        self.experts = nn.ModuleList(GatedMLP(cfg) for _ in range(cfg.num_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        tokens = x.reshape(b * s, h)
+        probs = F.softmax(self.gate(tokens), dim=-1, dtype=torch.float32)
+        weights, _ = torch.topk(probs, self.k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)  # Mixtral renorms
+        # every token once per chosen expert, dealt out evenly over the experts (expected
+        # routing k/E): the shapes do not depend on the router's values
+        slots = tokens[:, None].expand(b * s, self.k, h).reshape(b * s * self.k, h)
+        counts = balanced_counts(b * s, len(self.experts), self.k)
+        parts = torch.split(slots, counts)
+        outs = [expert(part) for expert, part in zip(self.experts, parts)]
+        mixed = torch.cat(outs) * weights.reshape(-1, 1)
+        return mixed.view(b * s, self.k, h).sum(dim=1).view(b, s, h)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.input_layernorm = _norm(cfg)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = _norm(cfg)
+        mlp: nn.Module = MoE(cfg) if cfg.is_moe else (
+            GeluMLP(cfg) if cfg.mlp == "gelu" else GatedMLP(cfg))
+        if cfg.is_moe:
+            self.block_sparse_moe = mlp  # Mixtral's name
+        else:
+            self.mlp = mlp
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope)
+        ff = self.block_sparse_moe if hasattr(self, "block_sparse_moe") else self.mlp
+        out: torch.Tensor = x + ff(self.post_attention_layernorm(x))
+        return out
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        if cfg.position == "learned":
+            self.embed_positions = nn.Embedding(cfg.max_position, cfg.hidden_size)
+        else:
+            self.rotary_emb = RotaryEmbedding(cfg)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = _norm(cfg)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        b, s = input_ids.shape
+        positions = torch.arange(s, device=input_ids.device)[None].expand(b, s)
+        x = self.embed_tokens(input_ids)
+        rope = None
+        if hasattr(self, "embed_positions"):
+            x = x + self.embed_positions(positions)
+        else:
+            rope = self.rotary_emb(x, positions)
+        for layer in self.layers:
+            x = layer(x, rope)
+        out: torch.Tensor = self.norm(x)
+        return out
+
+
+class CausalLM(nn.Module):
+    """token ids (B, S) int64 -> logits (B, S, vocab)."""
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tied_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.lm_head(self.model(input_ids))
+        return out
+
+
+def build(cfg: LLMConfig) -> CausalLM:
+    """The model of ``cfg`` on the current default device (the zoo builds it under
+    ``torch.device("meta")``)."""
+    return CausalLM(cfg)
+
+
+# ------------------------------------------------------------------ Hugging Face configurations
+HF_SPEC_PREFIX = "hf:"
+HF_INSTALL = "pip install layerscope[hf]"
+
+
+def llm_config_from_hf(config: dict[str, Any], name: str = "hf") -> LLMConfig:
+    """The ``LLMConfig`` of a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2,
+    gpt2 and the models that share their keys), for KV-cache and memory-plan arithmetic."""
+    get = config.get
+    if get("model_type") == "gpt2" or "n_embd" in config:
+        h = int(get("n_embd", 768))
+        return LLMConfig(
+            name, vocab_size=int(get("vocab_size", 50257)), hidden_size=h,
+            num_layers=int(get("n_layer", 12)), num_heads=int(get("n_head", 12)),
+            num_kv_heads=int(get("n_head", 12)), intermediate_size=int(get("n_inner") or 4 * h),
+            max_position=int(get("n_positions", 1024)), norm="layernorm", mlp="gelu",
+            position="learned", qkv_bias=True, proj_bias=True,
+            tied_embeddings=bool(get("tie_word_embeddings", True)),
+            norm_eps=float(get("layer_norm_epsilon", 1e-5)),
+            default_seq_len=min(2048, int(get("n_positions", 1024))))
+    try:
+        heads = int(config["num_attention_heads"])
+        rope = get("rope_parameters") or get("rope_scaling") or {}
+        experts = int(get("num_local_experts") or get("num_experts") or 1)
+        max_position = int(get("max_position_embeddings", 2048))
+        return LLMConfig(
+            name, vocab_size=int(config["vocab_size"]), hidden_size=int(config["hidden_size"]),
+            num_layers=int(config["num_hidden_layers"]), num_heads=heads,
+            num_kv_heads=int(get("num_key_value_heads") or heads),
+            intermediate_size=int(config["intermediate_size"]), max_position=max_position,
+            qkv_bias=bool(get("attention_bias", get("model_type") == "qwen2")),
+            proj_bias=bool(get("mlp_bias", False)) and bool(get("attention_bias", False)),
+            tied_embeddings=bool(get("tie_word_embeddings", False)),
+            num_experts=experts,
+            experts_per_token=int(get("num_experts_per_tok") or 1) if experts > 1 else 1,
+            rope_theta=float(get("rope_theta") or rope.get("rope_theta") or 10000.0),
+            norm_eps=float(get("rms_norm_eps", 1e-6)),
+            default_seq_len=min(2048, max_position))
+    except KeyError as exc:
+        raise UserError(f"{name}: the Hugging Face config has no {exc.args[0]!r}: not a "
+                        "decoder-only causal LM config layerscope can read") from None
+
+
+def hf_config_dict(spec: str) -> tuple[str, dict[str, Any]]:
+    """``hf:PATH/config.json`` (or a folder holding one) or ``hf:ORG/NAME`` -> (name, dict)."""
+    target = spec[len(HF_SPEC_PREFIX):].strip()
+    if not target:
+        raise UserError(f"{spec!r}: name a config, e.g. hf:path/to/config.json or "
+                        "hf:meta-llama/Meta-Llama-3-8B")
+    path = os.path.join(target, "config.json") if os.path.isdir(target) else target
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{spec}: cannot read {path} as JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{spec}: {path} is not a JSON object")
+        return os.path.basename(os.path.dirname(os.path.abspath(path))) or target, data
+    if target.endswith(".json") or os.sep in target.strip("./") and target.count("/") != 1:
+        raise UserError(f"{spec}: no such file {path!r}")
+    return target, _hub_config(spec, target)
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise UserError(f"hf: models need the transformers package: {HF_INSTALL}") from None
+    return transformers
+
+
+def _hub_config(spec: str, repo: str) -> dict[str, Any]:
+    transformers = _transformers()
+    try:
+        config = transformers.AutoConfig.from_pretrained(repo)
+    except Exception as exc:  # offline, unknown repo, gated repo: one line, no traceback
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{spec}: cannot fetch the config of {repo!r} from the Hugging Face hub "
+                        f"({first[:200]}); pass a local file as hf:PATH/config.json") from None
+    data: dict[str, Any] = config.to_dict()
+    return data
+
+
+def from_hf(spec: str) -> tuple[nn.Module, LLMConfig | None, str]:
+    """(model, its LLMConfig or None when the architecture is not one it can describe, name) of
+    ``hf:...``, built with ``AutoModelForCausalLM.from_config`` on the meta device."""
+    name, data = hf_config_dict(spec)
+    transformers = _transformers()
+    try:
+        config = transformers.AutoConfig.for_model(**data)
+    except Exception as exc:
+        raise UserError(f"{spec}: transformers cannot read this config ({exc})") from None
+    # sdpa: the attention kernels layerscope costs by their is_causal flag (eager would
+    # materialise a mask and count the whole score matrix)
+    config._attn_implementation = "sdpa"
+    try:
+        with torch.device("meta"):
+            model: nn.Module = transformers.AutoModelForCausalLM.from_config(config)
+    except Exception as exc:
+        raise UserError(f"{spec}: transformers cannot build a causal LM from this config "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                        ) from None
+    try:
+        llm: LLMConfig | None = llm_config_from_hf(data, name)
+    except UserError:
+        llm = None
+    return model, llm, name
+
+
+def preset_config(name: str) -> LLMConfig | None:
+    return PRESETS.get(name.lower())
