@@ -31,6 +31,8 @@ import torch.nn as nn
 from layerscope.core import values
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
+    ATTENTION,
+    DTYPE_BYTES,
     DecodeCost,
     KVCache,
     LLMReport,
@@ -39,9 +41,6 @@ from layerscope.core.llm_records import (
 )
 from layerscope.frontends.llm_configs import LLMConfig
 
-ATTENTION = ("causal", "full")
-# bytes per element; int4 packs two weights in a byte
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
                   "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8"}
@@ -184,8 +183,50 @@ def resolve_llm(model: str | LLMSource) -> LLMSource:
                         "hf:PATH/config.json")
     from layerscope.frontends import llm_models
 
-    config, build = llm_models.llm_source(model)
-    return LLMSource(config.name, config, build)
+    if model.startswith(llm_models.HF_SPEC_PREFIX):
+        return _hf_source(model)
+    config = llm_models.preset_config(model.strip())
+    if config is None:
+        from layerscope.frontends.llm_configs import PRESETS
+
+        raise UserError(f"unknown LLM {model!r}: use a preset ({', '.join(PRESETS)}) or "
+                        "hf:PATH/config.json")
+    return LLMSource(config.name, config, _meta(llm_models.build))
+
+
+def _meta(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.Module]:
+    def on_meta(config: LLMConfig) -> nn.Module:
+        with torch.device("meta"):
+            return build(config)
+
+    return on_meta
+
+
+def _hf_source(spec: str) -> LLMSource:
+    """``hf:``: the config's own architecture (transformers, meta device), with its layer count
+    set to what the extrapolation asks for."""
+    from layerscope.frontends import llm_models
+
+    name, data = llm_models.hf_config_dict(spec)
+    config = llm_models.llm_config_from_hf(data, name)
+    key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
+        else "num_hidden_layers"
+    transformers = llm_models._transformers()
+
+    def build(c: LLMConfig) -> nn.Module:
+        hf = transformers.AutoConfig.for_model(**{**data, key: c.num_layers})
+        hf._attn_implementation = "sdpa"  # is_causal kernels, as frontends.llm_models.from_hf
+        with torch.device("meta"):
+            model: nn.Module = transformers.AutoModelForCausalLM.from_config(hf)
+        return model
+
+    try:
+        build(with_layers(config, 1))
+    except Exception as exc:  # noqa: BLE001 - transformers' many errors: one line
+        raise UserError(f"{spec}: transformers cannot build a causal LM from this config "
+                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                        ) from None
+    return LLMSource(name, config, build)
 
 
 def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
@@ -322,11 +363,16 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     config = source.config
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "--seq-len")
-    context = seq_len if context is None else values.positive_int(context, "--context")
+    if context is None:  # the prompt's length; a learned position table caps it (decode
+        # at context L runs position L + 1)
+        context = min(seq_len, config.max_position - 1) if config.position == "learned" \
+            else seq_len
+    else:
+        context = values.positive_int(context, "--context")
     notes = []
     for what, n in (("--seq-len", seq_len), ("--context", context + 1)):
         if config.position == "learned" and n > config.max_position:
-            raise UserError(f"{what} {n} is longer than {source.name}'s learned position table "
+            raise UserError(f"{what} {n - (what == '--context')} needs {n} positions, more than {source.name}'s learned position table "
                             f"({config.max_position} positions)")
         if n > config.max_position:
             notes.append(f"{what} {n} is beyond {source.name}'s trained context "

@@ -37,11 +37,13 @@ included (say so in the report's notes).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from layerscope.analysis.llm import (
     LLMSource,
@@ -52,11 +54,16 @@ from layerscope.analysis.llm import (
 )
 from layerscope.core import values
 from layerscope.core.errors import UserError
-from layerscope.core.llm_records import PlanActivations, PlanReport, PlanRow
+from layerscope.core.llm_records import (
+    RECOMPUTE,
+    STRATEGIES,
+    TRAIN_DTYPES,
+    PlanActivations,
+    PlanReport,
+    PlanRow,
+)
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
-RECOMPUTE = ("none", "selective", "full")
-TRAIN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,24 @@ class Saved:
 
     total: int
     scores: int
+
+
+class FlashAttention(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` as the flash-attention kernel a GPU runs for 16-bit
+    inputs without a mask (PyTorch's fused-kernel choice needs a real GPU to ask; on fake CUDA it
+    would fall back to the math path, which saves the seq x seq probabilities). The flash kernel
+    saves q, k, v, its output and the log-sum-exp per row: no seq x seq tensor."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and len(args) == 3 \
+                and kwargs.get("attn_mask") is None and not kwargs.get("enable_gqa") \
+                and args[0].dtype in (torch.float16, torch.bfloat16) \
+                and args[0].shape[-1] <= 256 and args[0].shape[-1] % 8 == 0:
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                *args, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
+                scale=kwargs.get("scale"))[0]
+        return func(*args, **kwargs)
 
 
 def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
@@ -98,7 +123,8 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                     found[storage._cdata] = (storage.nbytes(), seen[1] or square)
                 return t
 
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            flash = FlashAttention() if device == "cuda" else contextlib.nullcontext()
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), flash:
                 out = functional_call(model, state, (ids,), strict=False, tie_weights=True)
                 logits = getattr(out, "logits", out)
                 # the loss as trainers compute it: cross-entropy of fp32 logits
@@ -120,7 +146,7 @@ class Measured:
 
 def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: str) -> Measured:
     """One block's saved bytes (two blocks minus one) and the rest's (embeddings, head, loss)."""
-    torch_dtype = TRAIN_DTYPES[dtype]
+    torch_dtype = TORCH_DTYPES[dtype]
     for device in ("cuda", "meta"):
         try:
             one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
@@ -131,8 +157,26 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
             continue
         per_layer = two.total - one.total
         scores = two.scores - one.scores
+        probe = _probe_seq(seq, source)
+        if probe != seq:  # some model dimension equals seq: (.., seq, seq) is not only scores
+            one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
+                                      probe, torch_dtype, device) for n in (1, 2))
+            scores = round((two.scores - one.scores) * seq * seq / (probe * probe))
         return Measured(per_layer, scores, one.total - per_layer, device)
     raise AssertionError("unreachable")
+
+
+def _probe_seq(seq: int, source: LLMSource) -> int:
+    """``seq``, or the next length no dimension of the model has: the seq x seq tensors are told
+    apart by their last two dimensions, which a (batch, seq, hidden) tensor shares when hidden
+    equals seq (Llama-3-70B at 8192). Their bytes grow as seq^2, so a probe length scales back
+    exactly."""
+    c = source.config
+    dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
+            c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
+    while seq in dims:
+        seq += 1
+    return seq
 
 
 def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,

@@ -10,6 +10,12 @@ from layerscope.core.document import Record, ResultDocument
 from layerscope.core.report import SCHEMA_VERSION
 
 _COUNT = {"minimum": 0}
+# bytes per element; int4 packs two weights in a byte
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
+ATTENTION = ("causal", "full")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+RECOMPUTE = ("none", "selective", "full")
+TRAIN_DTYPES = ("bf16", "fp16", "fp32")
 
 
 @dataclass

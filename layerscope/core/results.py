@@ -23,6 +23,8 @@ _CLASSES = {
     "activations": ("layerscope.analysis.activations", "ActivationCapture"),
     "compare": ("layerscope.analysis.compare", "Comparison"),
     "loop": ("layerscope.training.inference_loop", "LoopProfile"),
+    "llm": ("layerscope.core.llm_records", "LLMReport"),
+    "plan": ("layerscope.core.llm_records", "PlanReport"),
 }
 KINDS = tuple(_CLASSES)
 

@@ -29,7 +29,16 @@ def view_for(result) -> View:
                           "(layerscope.views.register)") from None
 
 
-from layerscope.views import activations, compare, graph, ops, report, sweep, training  # noqa: E402
+from layerscope.views import (  # noqa: E402
+    activations,
+    compare,
+    graph,
+    llm,
+    ops,
+    report,
+    sweep,
+    training,
+)
 
 register("analyze", report.ANALYZE)
 register("profile", report.PROFILE)
@@ -41,3 +50,5 @@ register("loop", training.LOOP)
 register("activations", activations.VIEW)
 register("compare", compare.VIEW)
 register("graph", graph.VIEW)
+register("llm", llm.LLM)
+register("plan", llm.PLAN)
