@@ -370,12 +370,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     else:
         context = values.positive_int(context, "--context")
     notes = []
-    for what, n in (("--seq-len", seq_len), ("--context", context + 1)):
+    for what, value, n in (("--seq-len", seq_len, seq_len), ("--context", context, context + 1)):
         if config.position == "learned" and n > config.max_position:
-            raise UserError(f"{what} {n - (what == '--context')} needs {n} positions, more than {source.name}'s learned position table "
-                            f"({config.max_position} positions)")
+            raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
+                            f"learned position table ({config.max_position} positions)")
         if n > config.max_position:
-            notes.append(f"{what} {n} is beyond {source.name}'s trained context "
+            notes.append(f"{what} {value} is beyond {source.name}'s trained context "
                          f"({config.max_position:,} tokens); counted anyway")
     prefill = counts(source, batch_size, seq_len, attention)
     # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)

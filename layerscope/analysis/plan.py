@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -47,8 +48,8 @@ from torch.overrides import TorchFunctionMode
 
 from layerscope.analysis.llm import (
     LLMSource,
-    param_count,
     dtype_name,
+    param_count,
     resolve_llm,
     with_layers,
 )

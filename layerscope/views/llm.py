@@ -1,6 +1,6 @@
 """llm (``LLMReport``): one screen of parameters, weight bytes, prefill/decode cost, KV cache and
 roofline; plan (``PlanReport``): bytes per device for each sharding strategy and whether it
-fits. Sizes are shown in GB = 10^9 bytes, as GPU datasheets give memory."""
+fits. Sizes are shown in GB = 10^9 bytes (MB, kB), as GPU datasheets give memory."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -13,7 +13,13 @@ from layerscope.views.sections import Cell, DataTable, RowTable, View
 
 
 def gb(n: float | None) -> str:
-    return "-" if n is None else f"{n / 1e9:,.2f} GB"
+    """Bytes in GB (10^9) from a GB up, smaller sizes in MB / kB / bytes."""
+    if n is None:
+        return "-"
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def _rate(x: float) -> str:
