@@ -6,7 +6,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import capture, static
+from layerscope.analysis import capture, llm_counts, static
+from layerscope.analysis.llm_counts import attention_notes
 from layerscope.analysis.model_prep import (
     has_forward,
     is_lazy,
@@ -25,7 +26,10 @@ from layerscope.frontends.torch_module import (
     kwargs_with_batch_size,
     resolve,
     with_batch_size,
+    with_seq_len,
 )
+from layerscope.ops.aten import attention_counting
+from layerscope.ops.rules import ATTENTION_COUNTS
 
 MODES = ("inference", "training")
 
@@ -41,12 +45,13 @@ def normalize_inputs(inputs: Any) -> list[Any]:
 
 
 def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
-         meta: bool = True, kwargs: dict[str, Any] | None = None, seed: int = 0
-         ) -> LoadedModel:
+         meta: bool = True, kwargs: dict[str, Any] | None = None, seed: int = 0,
+         seq_len: int | None = None) -> LoadedModel:
     """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
 
     ``meta``: build built-in models on the meta device (static analysis needs no weights);
-    ``seed``: the seed built-in models and factories draw their random weights from."""
+    ``seed``: the seed built-in models and factories draw their random weights from;
+    ``seq_len``: the S of token-id inputs (B x S), e.g. of the LLM presets."""
     loaded = resolve(model, meta=meta and isinstance(model, str), seed=seed)
     args, named = split_inputs(inputs, kwargs)
     if args or named:
@@ -58,13 +63,20 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     if batch_size is not None:
         loaded.inputs = with_batch_size(loaded.inputs, batch_size)
         loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)
+    if seq_len is not None:
+        llm = loaded.extras.get("llm_config") or getattr(loaded.module, "config", None)
+        learned = getattr(llm, "position", None) == "learned"
+        loaded.inputs, loaded.kwargs = with_seq_len(
+            loaded.inputs, loaded.kwargs, seq_len, loaded.name,
+            llm.max_position if learned else None)
     return loaded
 
 
 def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
             batch_size: int | None = None, depth: int | None = None,
             dtype: str | torch.dtype | None = None, mode: str = "inference",
-            optimizer: str = "adam", functions: bool = False) -> Report:
+            optimizer: str = "adam", functions: bool = False, seq_len: int | None = None,
+            attention: str = "causal") -> Report:
     """Parameters, memory, MACs/FLOPs and bytes per layer, without running real arithmetic.
 
     ``model``: an ``nn.Module`` or a spec (``resnet50``, ``file.py:factory``, ``pkg.mod:factory``,
@@ -74,10 +86,20 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     the backward pass and gradient/optimizer-state bytes (``optimizer``: sgd, momentum, adam,
     adamw). ``functions``: split each container's "(own ops)" row into one row per torch
     function its forward calls ("layer1.0 (add)", "layer1.0 (relu)"; not for ONNX/TorchScript).
+    ``seq_len``: the S of token-id inputs (B x S; the LLM presets default to 2048).
+    ``attention``: "causal" (default) counts ``is_causal`` attention kernels as the lower
+    triangle incl. the diagonal, s(s+1)/2 scores per head; "full" counts the whole matrix (what
+    the math fallback executes). For mixture-of-experts LLMs ``totals.params_active`` is the
+    parameters one token uses under expected routing (k of E experts).
     """
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training")
+    if attention not in ATTENTION_COUNTS:
+        raise UserError(f"unknown attention counting {attention!r}: use "
+                        f"{' or '.join(ATTENTION_COUNTS)}")
     if detect(model).is_onnx:
+        if seq_len is not None:
+            raise UserError("--seq-len: for an ONNX model give the inputs' shapes with --input")
         from layerscope.analysis.static_onnx import analyze_onnx_spec
 
         return analyze_onnx_spec(model, inputs, batch_size, depth, dtype, mode)
@@ -88,7 +110,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         depth = values.non_negative_int(depth, "--depth")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
-    loaded = load(model, inputs, batch_size, kwargs=kwargs)
+    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
     if not has_forward(module):
         cap = capture.parameters_only(module, training=(mode == "training"))
@@ -100,11 +122,13 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                                                    loaded.name)
             notes += lazy_notes
         try:
-            cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
-                                  training=(mode == "training"), dtype=dtype,
-                                  fake=loaded.frontend == "torch",
-                                  owned=loaded.extras.get("owned", False),
-                                  functions=functions)
+            with attention_counting(attention) as counting:
+                cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
+                                      training=(mode == "training"), dtype=dtype,
+                                      fake=loaded.frontend == "torch",
+                                      owned=loaded.extras.get("owned", False),
+                                      functions=functions)
+            notes += attention_notes(counting)
         except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:
@@ -112,17 +136,23 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                             f"{call_text(loaded.inputs, loaded.kwargs)}: "
                             f"{first_line(exc)}") from exc
     ops, coverage = static.uncounted(cap)
+    totals = static.totals(cap, module, optimizer)
+    routing = llm_counts.routing(module, loaded.extras.get("llm_config"))
+    if routing is not None:
+        totals.params_active = llm_counts.active_params(module, totals.params, routing)
+        notes += llm_counts.moe_notes(routing)
     return Report(
         model=loaded.name,
         frontend=loaded.frontend,
         inputs=describe_all(loaded.inputs, loaded.kwargs),
-        totals=static.totals(cap, module, optimizer),
+        totals=totals,
         layers=static.layer_rows(cap, depth, functions),
         uncounted_ops=ops,
         op_coverage=coverage,
         settings={"mode": mode, "depth": depth,
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
                   "optimizer": optimizer if mode == "training" else None,
+                  "attention": attention,
                   **({"functions": True} if functions else {})},
         environment=environment(),
         notes=notes + list(cap.warnings) + _frozen_note(loaded),

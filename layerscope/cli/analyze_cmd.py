@@ -1,7 +1,14 @@
 """layerscope analyze MODEL: static cost per layer (PyTorch modules) or per node (ONNX)."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_model_inputs, add_output, emit, output, write_report_files
+from layerscope.cli.common import (
+    add_llm_options,
+    add_model_inputs,
+    add_output,
+    emit,
+    output,
+    write_report_files,
+)
 from layerscope.core.values import arg, non_negative_int
 
 VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
@@ -25,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                    help="analyse with parameters and inputs in this dtype")
     p.add_argument("--mode", choices=["inference", "training"], default="inference")
+    add_llm_options(p)
     p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="adam",
                    help="optimizer whose state --mode training counts")
     p.add_argument("--view", choices=VIEWS, default="layers",
@@ -51,6 +59,8 @@ def run(args) -> int:
     if selecting and args.view not in FILTERED_VIEWS:
         raise UserError(f"--op-type and --skip-trivial select the rows of the views "
                         f"{', '.join(FILTERED_VIEWS)} (--view {args.view} shows the whole report)")
+    if detect(args.model).is_onnx and args.seq_len is not None:
+        raise UserError("--seq-len: for an ONNX model give the inputs' shapes with --input")
     if detect(args.model).is_onnx:  # as layerscope.analyze does, without loading torch
         from layerscope.analysis.static_onnx import analyze_onnx_spec
 
@@ -61,7 +71,8 @@ def run(args) -> int:
 
         report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
                          dtype=args.dtype, mode=args.mode, optimizer=args.optimizer,
-                         functions=args.functions)
+                         functions=args.functions, seq_len=args.seq_len,
+                         attention=args.attention)
     if args.view == "layers" or pick_format(args.format, args.output) != "table":
         if selecting:
             raise UserError("--op-type and --skip-trivial select table rows; JSON, CSV, HTML "

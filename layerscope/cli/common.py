@@ -23,14 +23,26 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="built-in name (resnet50, resnet20, mnist-cnn, ...), "
-                                 "file.py:factory, package.module:factory or a TorchScript file")
+    p.add_argument("model", help="built-in name (resnet50, resnet20, mnist-cnn, llama-3-8b, "
+                                 "...), hf:PATH/config.json, file.py:factory, "
+                                 "package.module:factory or a TorchScript file")
     p.add_argument("--input", action="append", default=None, metavar="[NAME=]SHAPE[:DTYPE]",
                    help="input shape such as 1x3x224x224 or 1x128:int64, in forward's argument "
                         "order; NAME=SHAPE[:DTYPE] passes a keyword argument "
                         "(attention_mask=1x128:int64); repeat for several inputs")
     p.add_argument("--batch-size", type=arg(positive_int), default=None,
                    help="override the first dimension")
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    """--seq-len and --attention: how a language model is fed and its attention counted."""
+    p.add_argument("--seq-len", type=arg(positive_int), default=None, metavar="S",
+                   help="sequence length of token-id inputs (B x S), e.g. for the LLM presets "
+                        "(default 2048, gpt2 1024)")
+    p.add_argument("--attention", choices=["causal", "full"], default="causal",
+                   help="count causal attention kernels (is_causal=True) as the lower triangle "
+                        "incl. the diagonal, s(s+1)/2 scores per head (causal, default), or as "
+                        "the whole matrix the math fallback computes (full)")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:

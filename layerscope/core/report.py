@@ -105,6 +105,9 @@ class Totals(Record):
     backward_bytes_written: int | None = None
     gradient_bytes: int | None = None
     optimizer_state_bytes: int | None = None
+    # Language models: parameters one token uses (a mixture of experts counts k/E of its expert
+    # parameters: expected routing); None for other models.
+    params_active: int | None = None
 
     @property
     def intensity(self) -> float | None:

@@ -2,7 +2,8 @@
 
 Every API function and every CLI command asks ``detect`` what a model reference is, so both
 accept the same things: an ``nn.Module``, a built-in name (``resnet50``), ``file.py:factory``,
-``package.module:factory``, a TorchScript file (``torch.jit.save``), an ONNX file (``.onnx``), a
+``package.module:factory``, a Hugging Face causal LM's config (``hf:config.json``,
+``hf:ORG/NAME``), a TorchScript file (``torch.jit.save``), an ONNX file (``.onnx``), a
 ``layerscope train`` run folder or one of its checkpoints. It only looks (names, suffixes, the
 first bytes of a file); loading is the frontends' job (``torch_module.resolve``,
 ``onnx_model.load``). Importing this module, or detecting an ONNX file, loads no torch.
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerscope.frontends import trained
+from layerscope.frontends.llm_configs import HF_PREFIX
 
-KINDS = ("module", "builtin", "factory", "torchscript", "onnx", "trained", "unknown")
+KINDS = ("module", "builtin", "hf", "factory", "torchscript", "onnx", "trained", "unknown")
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".pth", ".jit")
 NO_MODEL = ("no model given: name a built-in model (e.g. resnet50), a file.py:factory, "
             "a package.module:factory, a TorchScript file or a training run folder")
@@ -54,6 +56,8 @@ def detect(ref: Any) -> ModelRef:
         return ModelRef("unknown", ref, NO_MODEL)
     if is_onnx_path(ref):
         return ModelRef("onnx", ref)
+    if ref.startswith(HF_PREFIX):
+        return ModelRef("hf", ref)
     from layerscope.frontends import zoo  # built-in models are PyTorch modules: torch from here
 
     if zoo.lookup(ref) is not None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# A model reference naming a Hugging Face causal LM by its config: hf:PATH/config.json or
+# hf:ORG/NAME (frontends.detect routes it, llm_models builds it without weights).
+HF_PREFIX = "hf:"
+
 
 @dataclass(frozen=True)
 class LLMConfig:

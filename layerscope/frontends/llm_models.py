@@ -9,8 +9,8 @@ built with ``transformers`` (``hf:config.json``, :func:`from_hf`) agree on param
 - Attention has separate q/k/v/o projections (grouped-query and multi-query attention exact: k
   and v have ``num_kv_heads`` heads) and calls ``F.scaled_dot_product_attention(is_causal=True)``
   with k/v expanded to the query heads (a view; Hugging Face's ``repeat_kv``).
-- Rotary embeddings are applied functionally; their angles are computed once per forward as
-  Hugging Face does (``inv_freq @ positions``: B*S*head_dim/2 MACs of a contraction of length 1).
+- Rotary embeddings are applied functionally; their angles (position x inverse frequency, an
+  elementwise outer product: no MACs) are computed once per forward, as Hugging Face does.
 - Mixture of experts (Mixtral): a router ``Linear(h, E, bias=False)`` and E gated-SiLU experts.
   Costs are those of **expected routing k/E**: the T*k (token, expert) assignments are dealt out
   evenly (balanced dispatch: each expert gets floor or ceil of T*k/E tokens, T*k in all), so the
@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from layerscope.core.errors import UserError
-from layerscope.frontends.llm_configs import PRESETS, LLMConfig
+from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 
 
 class RMSNorm(nn.Module):
@@ -66,9 +66,10 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.get_buffer("inv_freq")
-        inv = inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
-        freqs = (inv @ positions[:, None, :].float()).transpose(1, 2)  # (B, S, d/2)
+        inv_freq = self.get_buffer("inv_freq").float()
+        # angle = position * inv_freq: an outer product, elementwise (no contraction: 0 MACs,
+        # as Hugging Face's rotary embedding is costed)
+        freqs = positions[:, :, None].float() * inv_freq  # (B, S, d/2)
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
@@ -249,7 +250,6 @@ def build(cfg: LLMConfig) -> CausalLM:
 
 
 # ------------------------------------------------------------------ Hugging Face configurations
-HF_SPEC_PREFIX = "hf:"
 HF_INSTALL = "pip install layerscope[hf]"
 
 
@@ -293,7 +293,7 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf") -> LLMConfig:
 
 def hf_config_dict(spec: str) -> tuple[str, dict[str, Any]]:
     """``hf:PATH/config.json`` (or a folder holding one) or ``hf:ORG/NAME`` -> (name, dict)."""
-    target = spec[len(HF_SPEC_PREFIX):].strip()
+    target = spec[len(HF_PREFIX):].strip()
     if not target:
         raise UserError(f"{spec!r}: name a config, e.g. hf:path/to/config.json or "
                         "hf:meta-llama/Meta-Llama-3-8B")
@@ -344,6 +344,11 @@ def from_hf(spec: str) -> tuple[nn.Module, LLMConfig | None, str]:
     # sdpa: the attention kernels layerscope costs by their is_causal flag (eager would
     # materialise a mask and count the whole score matrix)
     config._attn_implementation = "sdpa"
+    if hasattr(config, "_experts_implementation"):
+        # mixture of experts: "batched_mm" gathers each (token, chosen expert) pair's weights and
+        # multiplies them in one bmm, so the MACs are those of the k active experts and nothing
+        # depends on the router's values (the default grouped_mm needs bf16 and real offsets)
+        config._experts_implementation = "batched_mm"
     try:
         with torch.device("meta"):
             model: nn.Module = transformers.AutoModelForCausalLM.from_config(config)
@@ -358,5 +363,14 @@ def from_hf(spec: str) -> tuple[nn.Module, LLMConfig | None, str]:
     return model, llm, name
 
 
-def preset_config(name: str) -> LLMConfig | None:
-    return PRESETS.get(name.lower())
+def llm_config(model: str) -> LLMConfig:
+    """The ``LLMConfig`` of a preset name or an ``hf:`` spec, without building the model (the
+    KV-cache and memory-plan arithmetic needs only the numbers)."""
+    if model.startswith(HF_PREFIX):
+        name, data = hf_config_dict(model)
+        return llm_config_from_hf(data, name)
+    cfg = PRESETS.get(model)
+    if cfg is None:
+        raise UserError(f"{model!r} is not an LLM: name a preset ({', '.join(PRESETS)}) or a "
+                        "Hugging Face config as hf:PATH/config.json")
+    return cfg

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends import trained, zoo
+from layerscope.frontends import llm_configs, llm_models, trained, zoo
 from layerscope.frontends.detect import detect
 from layerscope.frontends.inputs import InputSpec, split_inputs
 
@@ -53,6 +53,28 @@ def _batched(x: Any, batch_size: int) -> Any:
         reps = (batch_size + x.shape[0] - 1) // x.shape[0]
         return x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size]
     return x
+
+
+def with_seq_len(inputs: list[Any], kwargs: dict[str, Any], seq_len: int, name: str,
+                 max_position: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """Set the sequence length: the second dimension of every 2-D input given by shape (token
+    ids and attention masks, B x S). ``max_position``: the model's table of learned positions
+    (GPT-2), which a longer sequence would index past."""
+    seq_len = values.positive_int(seq_len, "--seq-len")
+    if max_position is not None and seq_len > max_position:
+        raise UserError(f"{name}: --seq-len {seq_len} is longer than the model's "
+                        f"{max_position} learned positions")
+
+    def one(x: Any) -> Any:
+        if isinstance(x, InputSpec) and len(x.shape) == 2:
+            return InputSpec(values.check_shape((x.shape[0], seq_len), "--seq-len"), x.dtype)
+        return x
+
+    args, named = [one(x) for x in inputs], {k: one(x) for k, x in kwargs.items()}
+    if args == inputs and named == kwargs:
+        raise UserError(f"{name}: --seq-len sets the S of inputs shaped B x S (token ids), and "
+                        f"this model's inputs have none; give --input instead")
+    return args, named
 
 
 def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[str, Any]]:
@@ -165,7 +187,13 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
         assert entry is not None  # detect says "builtin" only when lookup finds it
         return LoadedModel(zoo.build(entry, seed, meta),
                            [InputSpec((1,) + entry.input_shape, entry.input_dtype)],
-                           spec, "torch", {"source": entry.source})
+                           spec, "torch", {"source": entry.source,
+                                           **_llm_extras(llm_configs.PRESETS.get(spec))})
+    if ref.kind == "hf":
+        module, llm, name = llm_models.from_hf(spec)
+        seq = llm.default_seq_len if llm is not None else 2048
+        return LoadedModel(module, [InputSpec((1, seq), torch.int64)], name, "torch",
+                           {"source": "hf", **_llm_extras(llm)})
     if ref.kind == "factory":
         with zoo.seeded(seed):
             module, args, kwargs = _from_factory(_call_factory(spec), spec)
@@ -179,6 +207,11 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
     # "owned": loaded here and never run, so an analysis may use it without copying it first
     return LoadedModel(load_torchscript(spec), [], os.path.basename(spec), "torchscript",
                        {"owned": True})
+
+
+def _llm_extras(cfg: Any) -> dict[str, Any]:
+    """A language model's ``LLMConfig`` rides along as ``extras["llm_config"]``."""
+    return {} if cfg is None else {"llm_config": cfg}
 
 
 def _call_factory(spec: str) -> Any:

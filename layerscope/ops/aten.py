@@ -12,12 +12,17 @@ Each handler's first comment gives the shapes it reads.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from torch.utils import flop_counter as fc
 
 from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, T
 from layerscope.ops.rules import (
+    ATTENTION_COUNTS,
     ATTN_PER_SCORE,
     GATE_FLOPS,
     GATES,
@@ -27,6 +32,7 @@ from layerscope.ops.rules import (
     SOFTMAX,
     TAPS_PER_AXIS,
     blend_flops,
+    causal_scores,
     resample_flops,
     resample_taps,
 )
@@ -579,40 +585,107 @@ register("aten.embedding_dense_backward", embedding_backward)
 
 
 # ---------------------------------------------------------------- attention
-# Scaled dot-product attention on any kernel: MACs = B*H*Lq*Lk*(E + Ev) (scores and values);
-# FLOPs add one scale multiply and the softmax per score element (ATTN_PER_SCORE, ops/rules.py).
+# Scaled dot-product attention on any kernel: MACs = B*H*(visible scores per head)*(E + Ev)
+# (scores and values); FLOPs add one scale multiply and the softmax per visible score
+# (ATTN_PER_SCORE, ops/rules.py). Without is_causal every kernel computes the whole Lq x Lk
+# matrix. With is_causal=True the fused kernels (flash, memory-efficient, cuDNN, CPU flash) skip
+# the masked scores: rules.causal_scores counts the lower triangle incl. the diagonal, s(s+1)/2
+# per head, unless --attention full asks for the whole matrix (what the math fallback executes).
+# An attn_mask tensor has no values under the fake/meta trace, so a masked call counts the whole
+# matrix (the kernels compute it and add the mask); Hugging Face's sdpa path passes no mask and
+# is_causal=True when nothing is padded (transformers' masking_utils / sdpa_attention).
+# Grouped-/multi-query attention: k and v may have fewer heads than q (enable_gqa): every query
+# head still computes its scores, so the count uses q's heads.
+_ATTENTION: ContextVar[AttentionCounting | None] = ContextVar("layerscope_attention",
+                                                                default=None)
 
 
-def _sdpa(q: T, k: T, v: T) -> OpCost:
-    macs = fc.sdpa_flop_count(q.shape, k.shape, v.shape) // 2
-    b, h, lq, _ = q.shape
-    scores = b * h * lq * k.shape[-2]
+@dataclass
+class AttentionCounting:
+    """How an analysis counts causal attention, and how many causal kernels it met."""
+
+    mode: str = "causal"
+    causal_kernels: int = 0
+
+
+@contextlib.contextmanager
+def attention_counting(mode: str = "causal") -> Iterator[AttentionCounting]:
+    """Count the attention kernels run inside as ``mode`` ("causal" or "full")."""
+    if mode not in ATTENTION_COUNTS:
+        raise ValueError(f"attention counting {mode!r}: use one of {', '.join(ATTENTION_COUNTS)}")
+    counting = AttentionCounting(mode)
+    token = _ATTENTION.set(counting)
+    try:
+        yield counting
+    finally:
+        _ATTENTION.reset(token)
+
+
+def _visible_scores(lq: int, lk: int, is_causal: bool) -> int:
+    """Scores per head the kernel computes under the current counting mode."""
+    if not is_causal:
+        return lq * lk
+    counting = _ATTENTION.get()
+    if counting is not None:
+        counting.causal_kernels += 1
+    if counting is not None and counting.mode == "full":
+        return lq * lk
+    return causal_scores(lq, lk)
+
+
+def _causal_flag(args, kwargs, at: int) -> bool:
+    return bool(args[at]) if len(args) > at else bool(kwargs.get("is_causal", False))
+
+
+def _sdpa(q: T, k: T, v: T, is_causal: bool = False) -> OpCost:
+    b, h, lq, e = q.shape
+    lk, ev = k.shape[-2], v.shape[-1]
+    scores = b * h * _visible_scores(lq, lk, is_causal)
+    macs = scores * (e + ev)  # q.k for every score, then score x v (flop_counter's formula)
     return OpCost(macs=macs, flops=2 * macs + ATTN_PER_SCORE * scores)
 
 
-def sdpa(args, kwargs, out) -> OpCost:
-    # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev)
-    return _sdpa(*args[:3])
+def sdpa(causal_at: int):
+    def handler(args, kwargs, out) -> OpCost:
+        # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev);
+        # is_causal at args[causal_at]
+        return _sdpa(*args[:3], is_causal=_causal_flag(args, kwargs, causal_at))
+
+    handler.__name__ = "sdpa"
+    return handler
 
 
-def sdpa_backward(args, kwargs, out) -> OpCost:
-    # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute scores + 4 gradient products
-    macs = fc.sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape,
-                                       args[3].shape) // 2
-    b, h, lq, _ = args[1].shape
-    scores = b * h * lq * args[2].shape[-2]
-    return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * scores)
+def sdpa_backward(causal_at: int):
+    def handler(args, kwargs, out) -> OpCost:
+        # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute the scores + 4 gradient products
+        # (dV, dP, dQ, dK), each over the visible scores only
+        q, k = args[1], args[2]
+        full = fc.sdpa_backward_flop_count(args[0].shape, q.shape, k.shape, args[3].shape) // 2
+        b, h, lq, _ = q.shape
+        lk = k.shape[-2]
+        visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
+        macs = full // (lq * lk) * visible  # flop_counter's count is B*H*Lq*Lk*(...)
+        return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * b * h * visible)
+
+    handler.__name__ = "sdpa_backward"
+    return handler
 
 
-register(["aten._scaled_dot_product_flash_attention_for_cpu",
-          "aten._scaled_dot_product_flash_attention",
-          "aten._scaled_dot_product_efficient_attention",
-          "aten._scaled_dot_product_cudnn_attention",
-          "aten._scaled_dot_product_fused_attention_overrideable"], sdpa)
-register(["aten._scaled_dot_product_flash_attention_for_cpu_backward",
-          "aten._scaled_dot_product_flash_attention_backward",
-          "aten._scaled_dot_product_efficient_attention_backward",
-          "aten._scaled_dot_product_cudnn_attention_backward"], sdpa_backward)
+# each kernel's overload packet and the index of its is_causal argument (the tests check them
+# against the op schemas)
+SDPA_CAUSAL_ARG = {
+    "_scaled_dot_product_flash_attention_for_cpu": 4, "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_fused_attention_overrideable": 5}
+SDPA_BACKWARD_CAUSAL_ARG = {
+    "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_flash_attention_backward": 11,
+    "_scaled_dot_product_efficient_attention_backward": 11,
+    "_scaled_dot_product_cudnn_attention_backward": 14}
+for _op, _at in SDPA_CAUSAL_ARG.items():
+    register(f"aten.{_op}", sdpa(_at))
+for _op, _at in SDPA_BACKWARD_CAUSAL_ARG.items():
+    register(f"aten.{_op}", sdpa_backward(_at))
 
 
 def _seq_batch(x: T) -> tuple[int, int, int]:

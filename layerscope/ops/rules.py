@@ -56,6 +56,33 @@ SOFTMAX = 5
 # FLOPs per attention score: one scale multiply and the softmax.
 ATTN_PER_SCORE = 1 + SOFTMAX
 
+# How causal attention is counted (``--attention``): "causal" counts the scores a causal kernel
+# computes (the lower triangle, diagonal included); "full" the whole Lq x Lk matrix, which is
+# what the math fallback executes (it masks a full matrix).
+ATTENTION_COUNTS = ("causal", "full")
+
+
+def causal_scores(lq: int, lk: int) -> int:
+    """Scores per head of ``is_causal=True`` attention, as PyTorch defines it: the mask is
+    ``tril(ones(Lq, Lk))`` aligned to the upper left (F.scaled_dot_product_attention's docs and
+    its math kernel), so query i (0-based) sees keys 0..i: min(i + 1, Lk) of them.
+    Lq == Lk == s: sum_{i<s} (i + 1) = s(s+1)/2. Lq <= Lk: Lq(Lq+1)/2 (the keys after Lq are
+    never seen). Lq > Lk: the first Lk queries give Lk(Lk+1)/2, the other Lq - Lk see all Lk."""
+    if lq <= lk:
+        return lq * (lq + 1) // 2
+    return lk * (lk + 1) // 2 + (lq - lk) * lk
+
+
+def cached_causal_scores(lq: int, lk: int) -> int:
+    """Scores per head when Lq new queries attend to a KV cache of Lk >= Lq keys that ends with
+    them (decoding, chunked prefill; the lower-right alignment of FlashAttention 2.1+ and
+    ``torch.nn.attention.bias.causal_lower_right``): query i (0-based) is token Lk - Lq + i and
+    sees keys 0..Lk - Lq + i, i.e. Lk - Lq + i + 1 keys; summed over i < Lq:
+    Lq(Lk - Lq) + Lq(Lq + 1)/2. Lq == Lk: s(s+1)/2; one decoded token (Lq = 1): Lk."""
+    if not 0 < lq <= lk:
+        raise ValueError(f"a cached causal step needs 0 < Lq <= Lk, got Lq={lq}, Lk={lk}")
+    return lq * (lk - lq) + lq * (lq + 1) // 2
+
 
 # ---------------------------------------------------------------- recurrent layers
 # Gate arithmetic per hidden unit and step (FLOPs besides the contractions):

@@ -61,6 +61,7 @@ def profile_heading(result) -> tuple[str, str]:
 def _cost_facts(r) -> list[tuple[str, str]]:
     t = r.totals
     out = [("Parameters", f"{exact(t.params)}; trainable {t.trainable_params:,}"),
+           *_active_fact(t),
            ("Weight bytes", exact(t.weight_bytes)), ("Buffer bytes", exact(t.buffer_bytes)),
            ("MACs", exact(t.macs)), ("FLOPs", exact(t.flops)),
            ("Bytes read / written", f"{si(t.bytes_read)} / {si(t.bytes_written)}"),
@@ -82,6 +83,12 @@ def _cost_facts(r) -> list[tuple[str, str]]:
         cov += "; uncounted: " + ", ".join(f"{u.op} x{u.calls}" for u in r.uncounted_ops)
     out.append(("Op coverage", cov))
     return out
+
+
+def _active_fact(t) -> list[tuple[str, str]]:
+    if t.params_active is None or t.params_active == t.params:
+        return []
+    return [("Active parameters per token", f"{exact(t.params_active)} (expected routing k/E)")]
 
 
 def analyze_facts(r) -> list[tuple[str, str]]:
@@ -397,6 +404,7 @@ def footer_lines(report) -> list[str]:
         f"Total params: {t.params:,}",
         f"Trainable params: {t.trainable_params:,}",
         f"Non-trainable params: {t.params - t.trainable_params:,}",
+        *[f"{k}: {v}" for k, v in _active_fact(t)],
         f"Total mult-adds (M): {t.macs / 1e6:.2f}",
         f"Input size (MB): {megabytes(t.input_bytes)}",
     ]
