@@ -17,7 +17,7 @@ from layerscope.core.errors import UserError
 from layerscope.core.results import load_result
 from layerscope.core.values import byte_size
 
-CAUSAL = bool(llm_mod._attention_kw("causal"))  # the analysis counts causal attention
+CAUSAL = True  # the analysis counts is_causal attention as the lower triangle
 
 
 def toy_source(**overrides) -> LLMSource:
@@ -53,10 +53,11 @@ def test_llm_toy_hand_derived():
                               "fp8": 199_232, "int4": 99_616}
 
 
-def test_extrapolation_equals_full_analysis():
+@pytest.mark.parametrize("attention", ["causal", "full"])
+def test_extrapolation_equals_full_analysis(attention):
     src = toy_source(num_layers=5)
-    full = layerscope.analyze(build_toy(src.config), ["2x16:int64"])
-    got = llm_mod.counts(src, 2, 16, "full")
+    full = layerscope.analyze(build_toy(src.config), ["2x16:int64"], attention=attention)
+    got = llm_mod.counts(src, 2, 16, attention)
     assert (got.params, got.macs, got.flops) == (full.totals.params, full.totals.macs,
                                                  full.totals.flops)
 
@@ -78,8 +79,10 @@ def test_llama3_8b_decode_kv_and_roofline():
     # + attention: 32 heads * 128 * 1025 keys * 2 (scores, values) * 32 layers (causal)
     linear = 32 * 218_103_808 + 525_336_576
     attention = 32 * 128 * 1025 * 2 * 32
-    if CAUSAL:
-        assert r.decode.macs_per_token == pytest.approx(linear + attention, rel=0.005)
+    assert r.decode.macs_per_token == linear + attention
+    # prefill of 1 x 128 tokens: 128 tokens' linears + causal attention, 128*129/2 scores per
+    # head and layer, each a score and a value product of 128 MACs
+    assert r.prefill.macs == 128 * linear + 32 * 128 * 2 * (128 * 129 // 2) * 32
     # roofline: decode at batch 1 reads the bf16 weights and the 1024-token cache
     step = 2 * 8_030_261_248 + 131_072 * 1024
     assert r.roofline.decode_bytes_per_step == step
@@ -88,6 +91,31 @@ def test_llama3_8b_decode_kv_and_roofline():
     # prefill of 128 tokens: compute time flops/989.4e12 vs memory time weights/3.35e12
     t = max(r.prefill.flops / 989.4e12, (2 * 8_030_261_248 + 128 * 131_072) / 3.35e12)
     assert r.roofline.prefill_tokens_per_s == pytest.approx(128 / t)
+
+
+def test_hf_config_matches_preset_arithmetic(tmp_path):
+    pytest.importorskip("transformers")
+    from layerscope.frontends import llm_models
+
+    # a tiny Llama-style config: 3 layers, GQA (4 heads, 2 kv heads)
+    data = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256,
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+            "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    hf = llm(f"hf:{path}", seq_len=16, context=40)
+    config = llm_models.llm_config_from_hf(data, "tiny")
+    preset = llm(LLMSource("tiny", config, llm_mod._meta(llm_models.build)), seq_len=16,
+                 context=40)
+    for key in ("params_total", "params_active", "kv_cache"):
+        assert hf.to_dict()[key] == preset.to_dict()[key], key
+    assert (hf.prefill.macs, hf.decode.macs_per_token) == (preset.prefill.macs,
+                                                           preset.decode.macs_per_token)
+    # FLOPs beyond 2 x MACs are the elementwise ops, which transformers' code writes its own way
+    assert hf.prefill.flops == pytest.approx(preset.prefill.flops, rel=1e-3)
+    # KV: 2 * 3 layers * 2 kv heads * 16 * 2 bytes
+    assert hf.kv_cache.bytes_per_token == 384
 
 
 def test_moe_active_parameters():

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +41,7 @@ from layerscope.core.llm_records import (
     LLMRoofline,
     PrefillCost,
 )
-from layerscope.frontends.llm_configs import LLMConfig
+from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
 
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
@@ -183,14 +185,10 @@ def resolve_llm(model: str | LLMSource) -> LLMSource:
                         "hf:PATH/config.json")
     from layerscope.frontends import llm_models
 
-    if model.startswith(llm_models.HF_SPEC_PREFIX):
+    model = model.strip()
+    if model.startswith(HF_PREFIX):
         return _hf_source(model)
-    config = llm_models.preset_config(model.strip())
-    if config is None:
-        from layerscope.frontends.llm_configs import PRESETS
-
-        raise UserError(f"unknown LLM {model!r}: use a preset ({', '.join(PRESETS)}) or "
-                        "hf:PATH/config.json")
+    config = llm_models.llm_config(model.lower())
     return LLMSource(config.name, config, _meta(llm_models.build))
 
 
@@ -203,29 +201,23 @@ def _meta(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.M
 
 
 def _hf_source(spec: str) -> LLMSource:
-    """``hf:``: the config's own architecture (transformers, meta device), with its layer count
-    set to what the extrapolation asks for."""
+    """``hf:``: the config's own architecture, built by ``frontends.llm_models.from_hf`` (meta
+    device, transformers) from a copy of the config with the layer count the extrapolation asks
+    for."""
     from layerscope.frontends import llm_models
 
     name, data = llm_models.hf_config_dict(spec)
     config = llm_models.llm_config_from_hf(data, name)
     key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
         else "num_hidden_layers"
-    transformers = llm_models._transformers()
 
     def build(c: LLMConfig) -> nn.Module:
-        hf = transformers.AutoConfig.for_model(**{**data, key: c.num_layers})
-        hf._attn_implementation = "sdpa"  # is_causal kernels, as frontends.llm_models.from_hf
-        with torch.device("meta"):
-            model: nn.Module = transformers.AutoModelForCausalLM.from_config(hf)
+        with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
+            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+                json.dump({**data, key: c.num_layers}, f)  # a scratch file, not an output
+            model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"))
         return model
 
-    try:
-        build(with_layers(config, 1))
-    except Exception as exc:  # noqa: BLE001 - transformers' many errors: one line
-        raise UserError(f"{spec}: transformers cannot build a causal LM from this config "
-                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-                        ) from None
     return LLMSource(name, config, build)
 
 
@@ -241,6 +233,7 @@ def extrapolate(one: int, two: int, layers: int) -> int:
 @dataclass(frozen=True)
 class Counts:
     params: int
+    params_active: int
     macs: int
     flops: int
 
@@ -249,66 +242,43 @@ def _count(module: nn.Module, batch: int, seq: int, attention: str) -> Counts:
     from layerscope.analysis.analyze import analyze
 
     ids = torch.empty(batch, seq, dtype=torch.long, device="meta")
-    report = analyze(module, [ids], **_attention_kw(attention))
-    return Counts(report.totals.params, report.totals.macs, report.totals.flops)
-
-
-def _attention_kw(attention: str) -> dict[str, str]:
-    import inspect
-
-    from layerscope.analysis.analyze import analyze
-
-    return {"attention": attention} if "attention" in inspect.signature(analyze).parameters \
-        else {}
+    t = analyze(module, [ids], attention=attention).totals
+    active = t.params if t.params_active is None else t.params_active
+    return Counts(t.params, active, t.macs, t.flops)
 
 
 def param_count(source: LLMSource) -> int:
     """Parameters of the whole model (shared tensors once), from the models with one and two
-    blocks."""
+    blocks (plan needs no MACs: no trace)."""
     one, two = (sum(p.numel() for p in source.build(with_layers(source.config, n)).parameters())
                 for n in (1, 2))
     return extrapolate(one, two, source.config.num_layers)
 
 
 def counts(source: LLMSource, batch: int, seq: int, attention: str) -> Counts:
-    """Parameters, MACs, FLOPs of the whole model for a (batch, seq) forward, from the models
-    with one and two blocks (see the module's docstring)."""
+    """Parameters (all, active per token), MACs, FLOPs of the whole model for a (batch, seq)
+    forward, from the models with one and two blocks (see the module's docstring)."""
     layers = source.config.num_layers
     one = _count(source.build(with_layers(source.config, 1)), batch, seq, attention)
     if layers == 1:
         return one
     two = _count(source.build(with_layers(source.config, 2)), batch, seq, attention)
     return Counts(*(extrapolate(getattr(one, f), getattr(two, f), layers)
-                    for f in ("params", "macs", "flops")))
+                    for f in ("params", "params_active", "macs", "flops")))
 
 
 # ---------------------------------------------------------------- arithmetic on the config
-def expert_params(config: LLMConfig) -> int:
-    """Parameters of one expert MLP (gated: gate, up, down; otherwise fc, proj)."""
-    h, i = config.hidden_size, config.intermediate_size
-    if config.mlp == "gated_silu":
-        return 3 * h * i + (3 * i if config.proj_bias else 0)
-    return 2 * h * i + ((i + h) if config.proj_bias else 0)
-
-
-def active_params(config: LLMConfig, total: int) -> int:
-    """Parameters one token uses: a mixture of experts routes each token to k of E experts, so
-    (E - k) experts' parameters per layer are idle for it (expected routing k/E per expert)."""
-    if not config.is_moe:
-        return total
-    idle = config.num_layers * (config.num_experts - config.experts_per_token)
-    return total - idle * expert_params(config)
-
-
-def decode_weight_params(config: LLMConfig, total: int, tokens: int) -> int:
+def decode_weight_params(config: LLMConfig, total: int, active: int, tokens: int) -> int:
     """Parameters read from memory for one decode step of ``tokens`` sequences: dense models read
     all; a mixture of experts reads the experts at least one token was routed to, E(1 - (1 -
-    k/E)^tokens) per layer in expectation under uniform independent routing."""
+    k/E)^tokens) per layer in expectation under uniform independent routing. The expert
+    parameters X follow from active = total - X + X k/E."""
     if not config.is_moe:
         return total
     e, k = config.num_experts, config.experts_per_token
-    used = e * (1 - (1 - k / e) ** tokens)
-    return round(total - config.num_layers * (e - used) * expert_params(config))
+    experts = (total - active) * e / (e - k)
+    used = 1 - (1 - k / e) ** tokens
+    return round(total - experts + experts * used)
 
 
 def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
@@ -381,21 +351,19 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
     at = counts(source, 1, context, "causal")
     after = counts(source, 1, context + 1, "causal")
-    total = prefill.params
-    active = active_params(config, total)
+    total, active = prefill.params, prefill.params_active
     kv_token = kv_bytes_per_token(config, kv_dtype)
     if config.is_moe:
         notes.append(f"mixture of experts: {config.experts_per_token} of {config.num_experts} "
                      "experts per token; active parameters and MACs count the expected routing "
                      f"(k/E = {config.experts_per_token}/{config.num_experts} of each expert's "
                      "work per token)")
-    if not _attention_kw(attention):
-        notes.append("this analysis counts every attention as full (no causal counting here)")
     roof = None
     if gpu_obj is not None:
         roof, more = roofline_bound(
             gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
-            nbytes(total, dtype), nbytes(decode_weight_params(config, total, batch_size), dtype),
+            nbytes(total, dtype),
+            nbytes(decode_weight_params(config, total, active, batch_size), dtype),
             kv_token, batch_size, context)
         notes += more
     return LLMReport(
