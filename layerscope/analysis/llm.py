@@ -345,8 +345,8 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
                             f"learned position table ({config.max_position} positions)")
         if n > config.max_position:
-            notes.append(f"{what} {value} is beyond {source.name}'s trained context "
-                         f"({config.max_position:,} tokens); counted anyway")
+            notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
+                         f"trained context ({config.max_position:,} tokens); counted anyway")
     prefill = counts(source, batch_size, seq_len, attention)
     # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
     at = counts(source, 1, context, "causal")

@@ -274,7 +274,10 @@ def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str,
     if tp > 1:
         notes.append("tensor parallel with sequence parallelism: every activation divided by "
                      f"{tp}")
-    if recompute != "none":
+    if recompute == "selective" and not m.scores:
+        notes.append("recompute selective: this model saves no seq x seq tensors (flash "
+                     "attention keeps q, k, v, out and the log-sum-exp): nothing to drop")
+    elif recompute != "none":
         notes.append(f"recompute {recompute}: the block being recomputed during backward "
                      f"adds {working:,} bytes to the peak")
     notes.append("peak leaves out temporary buffers, communication buckets, ZeRO-3's gathered "
