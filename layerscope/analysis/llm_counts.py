@@ -57,12 +57,17 @@ def moe_notes(route: tuple[int, int]) -> list[str]:
 
 
 def attention_notes(counting: AttentionCounting) -> list[str]:
-    n = counting.causal_kernels
-    if not n:
-        return []
-    if counting.mode == "full":
-        return [f"attention counted full: {n} causal attention kernel call(s) counted as the "
-                "whole Lq x Lk score matrix (what the math fallback executes)"]
-    return [f"attention counted causal: {n} causal attention kernel call(s) counted as the "
-            "lower triangle incl. the diagonal, s(s+1)/2 scores per head (--attention full "
-            "counts the whole matrix)"]
+    n, masked = counting.causal_kernels, counting.masked_kernels
+    out = []
+    if masked:
+        out.append(f"{masked} attention kernel call(s) with a mask tensor counted as the whole "
+                   "score matrix (a mask has no values in a trace without weights; a causal "
+                   "model counts causal when called without attention_mask, is_causal=True)")
+    if n and counting.mode == "full":
+        out.append(f"attention counted full: {n} causal attention kernel call(s) counted as the "
+                   "whole Lq x Lk score matrix (what the math fallback executes)")
+    elif n:
+        out.append(f"attention counted causal: {n} causal attention kernel call(s) counted as "
+                   "the lower triangle incl. the diagonal, s(s+1)/2 scores per head "
+                   "(--attention full counts the whole matrix)")
+    return out

@@ -139,7 +139,8 @@ ONE_FLOP_ELEMENTWISE = [
     "aten.where", "aten.maximum", "aten.minimum", "aten.erf", "aten.sin", "aten.cos",
     "aten.masked_fill", "aten.masked_fill_", "aten.eq", "aten.ne", "aten.lt", "aten.le",
     "aten.gt", "aten.ge", "aten.logical_not", "aten.logical_and", "aten.logical_or",
-    "aten.bitwise_not", "aten.floor", "aten.ceil", "aten.round", "aten.trunc",
+    "aten.bitwise_not", "aten.bitwise_and", "aten.bitwise_or", "aten.bitwise_xor",
+    "aten.floor", "aten.ceil", "aten.round", "aten.trunc",
     "aten.threshold", "aten.threshold_backward", "aten.sigmoid_backward", "aten.tanh_backward",
     "aten.gelu_backward", "aten.silu_backward", "aten.hardtanh_backward",
     "aten.hardswish_backward", "aten.hardsigmoid_backward", "aten.leaky_relu_backward",
@@ -606,6 +607,7 @@ class AttentionCounting:
 
     mode: str = "causal"
     causal_kernels: int = 0
+    masked_kernels: int = 0  # called with a mask tensor: the whole matrix is counted
 
 
 @contextlib.contextmanager
@@ -648,7 +650,12 @@ def _sdpa(q: T, k: T, v: T, is_causal: bool = False) -> OpCost:
 def sdpa(causal_at: int):
     def handler(args, kwargs, out) -> OpCost:
         # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev);
-        # is_causal at args[causal_at]
+        # is_causal at args[causal_at]; a mask (attn_bias) tensor, if any, before it or as the
+        # keyword attn_mask
+        counting = _ATTENTION.get()
+        if counting is not None and any(isinstance(x, T) for x in (
+                *args[3:causal_at], kwargs.get("attn_mask"))):
+            counting.masked_kernels += 1
         return _sdpa(*args[:3], is_causal=_causal_flag(args, kwargs, causal_at))
 
     handler.__name__ = "sdpa"
