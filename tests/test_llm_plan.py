@@ -53,6 +53,36 @@ def test_llm_toy_hand_derived():
                               "fp8": 199_232, "int4": 99_616}
 
 
+def test_decode_is_causal_whatever_prefill_counts():
+    # a decode step's one query attends every cached key: no masking question, same cost
+    causal = llm(toy_source(), seq_len=32, attention="causal")
+    full = llm(toy_source(), seq_len=32, attention="full")
+    assert causal.decode == full.decode
+    assert full.prefill.macs > causal.prefill.macs
+    assert (causal.attention_count, full.attention_count) == ("causal", "full")
+
+
+def test_moe_decode_reads_the_experts_in_use():
+    from layerscope.frontends.llm_configs import PRESETS
+
+    cfg, total = PRESETS["mixtral-8x7b"], 46_702_792_704
+    experts = 32 * 8 * 176_160_768
+    active = total - experts * 6 // 8
+    # batch 1: the 2 chosen experts per layer; batch 4: 8 (1 - (6/8)^4) expected
+    assert llm_mod.decode_weight_params(cfg, total, active, 1) == active
+    used = 8 * (1 - 0.75 ** 4)
+    assert llm_mod.decode_weight_params(cfg, total, active, 4) == pytest.approx(
+        total - experts + experts * used / 8)
+
+
+def test_cli_bad_gpu_file_is_one_line(tmp_path):
+    bad = tmp_path / "gpu.json"
+    bad.write_text('{"bf16_flops": "fast"}')
+    code, out, err = run_cli("llm", "gpt2", "--gpu", str(bad))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--gpu" in err
+
+
 @pytest.mark.parametrize("attention", ["causal", "full"])
 def test_extrapolation_equals_full_analysis(attention):
     src = toy_source(num_layers=5)
