@@ -15,7 +15,8 @@ from tests.sample_results import ALL
 CHARTS = {"analyze": {"macs", "params"}, "profile": {"latency", "roofline"},
           "ops": {"operators"}, "sweep": {"sweep-latency", "sweep-throughput"},
           "train": {"train-phases", "loss", "accuracy"}, "ablate": {"ablate-phases"},
-          "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"}}
+          "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"},
+          "llm": {"llm-memory"}, "plan": {"plan-memory"}}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -110,7 +111,8 @@ def test_every_result_has_a_notebook_table(kind):
     assert table.count("<table") >= 1 and "<script" not in table
     first = {"analyze": "conv1", "profile": "conv1", "ops": "aten::addmm",
              "sweep": "onnxruntime", "train": "Backward", "ablate": "channels-last",
-             "activations": "conv1", "compare": "bn1", "loop": "conv1"}[kind]
+             "activations": "conv1", "compare": "bn1", "loop": "conv1", "llm": "bf16",
+             "plan": "zero3"}[kind]
     assert first in table
 
 

@@ -9,7 +9,8 @@ any count is affine in the number of layers, ``count(L) = count(1) + (L - 1) x (
 count(1))``. We analyse the model built with one and with two layers (embeddings, final norm and
 head included in both) and extrapolate; this is exact for the parameters, MACs and FLOPs (a test
 checks it against the analysis of the full model), and it makes ``llm llama-3.1-405b`` (126
-blocks) cost two small traces instead of one of 126 blocks.
+blocks) cost a few traces of one and two blocks (prefill at S, decode at L and L + 1) instead of
+traces of 126 blocks: about a second on two cores.
 
 Decode: the cost of generating token L+1 with L tokens cached is prefill(L+1) - prefill(L) under
 causal counting: causal attention gives query i exactly i keys, so the difference is the last
@@ -31,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.core import values
+from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
     ATTENTION,
@@ -347,10 +349,17 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")
-    prefill = counts(source, batch_size, seq_len, attention)
+    memo: dict[tuple[int, int, str], Counts] = {}
+
+    def count(batch: int, seq: int, how: str) -> Counts:  # prefill at batch 1, S = L: reused
+        if (batch, seq, how) not in memo:
+            memo[batch, seq, how] = counts(source, batch, seq, how)
+        return memo[batch, seq, how]
+
+    prefill = count(batch_size, seq_len, attention)
     # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
-    at = counts(source, 1, context, "causal")
-    after = counts(source, 1, context + 1, "causal")
+    at = count(1, context, "causal")
+    after = count(1, context + 1, "causal")
     total, active = prefill.params, prefill.params_active
     kv_token = kv_bytes_per_token(config, kv_dtype)
     if config.is_moe:
@@ -383,5 +392,6 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
                   "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
                   "gpu": gpu_obj.name if gpu_obj else None},
+        environment=environment(),
         notes=notes,
     )

@@ -54,6 +54,7 @@ from layerscope.analysis.llm import (
     with_layers,
 )
 from layerscope.core import values
+from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
     RECOMPUTE,
@@ -82,7 +83,7 @@ class FlashAttention(TorchFunctionMode):
     would fall back to the math path, which saves the seq x seq probabilities). The flash kernel
     saves q, k, v, its output and the log-sum-exp per row: no seq x seq tensor."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention and len(args) == 3 \
                 and kwargs.get("attn_mask") is None and not kwargs.get("enable_gqa") \
@@ -246,6 +247,7 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
         model=source.name, params_total=params, gpus=gpus, tp=tp, pp=pp, dp=dp,
         micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
         gpu_memory_bytes=memory, activations=acts, strategies=rows, config=config.to_dict(),
+        environment=environment(),
         notes=_notes(measured, tp, pp, dtype, recompute, working))
 
 

@@ -81,6 +81,7 @@ class LLMReport(ResultDocument):
     roofline: LLMRoofline | None = None
     config: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kind: str = "llm"
     schema_version: str = SCHEMA_VERSION
@@ -142,6 +143,7 @@ class PlanReport(ResultDocument):
     activations: PlanActivations
     strategies: list[PlanRow]
     config: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kind: str = "plan"
     schema_version: str = SCHEMA_VERSION

@@ -9,7 +9,16 @@ from rich.text import Text
 
 from layerscope.core.units import si
 from layerscope.views.common import exact
-from layerscope.views.sections import Cell, DataTable, RowTable, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    DataTable,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def gb(n: float | None) -> str:
@@ -89,8 +98,17 @@ def llm_csv(r) -> DataTable:
         ["kv_bytes_total", r.kv_cache.bytes_total]])
 
 
+def llm_charts(r) -> list[Chart]:
+    """Memory to hold: the weights in each dtype and the KV cache of the batch."""
+    names = [f"weights {d}" for d in r.weight_bytes] + [f"KV cache {r.kv_cache.dtype}"]
+    sizes = list(r.weight_bytes.values()) + [r.kv_cache.bytes_total]
+    s = Series("bytes", PALETTE[0], [Point(i, b / 1e9, f"{n}: {gb(b)}")
+                                     for i, (n, b) in enumerate(zip(names, sizes))])
+    return [Chart("llm-memory", "bars", "Weights per dtype and KV cache", "", "GB", [s], names)]
+
+
 LLM = View(heading=llm_heading, terminal=llm_terminal, facts=llm_facts, tables=llm_tables,
-           csv=llm_csv)
+           charts=llm_charts, csv=llm_csv)
 
 
 # ---------------------------------------------------------------- plan
@@ -144,5 +162,19 @@ def plan_csv(p) -> DataTable:
     return DataTable(cols, [[getattr(s, c) for c in cols] for s in p.strategies])
 
 
+def plan_charts(p) -> list[Chart]:
+    """Bytes per device by strategy, stacked: weights, gradients, optimizer, activations."""
+    names = [s.strategy for s in p.strategies]
+    parts = [("weights", "weights_bytes"), ("gradients", "grads_bytes"),
+             ("optimizer", "optimizer_bytes"), ("activations", "activations_bytes")]
+    series = [Series(label, PALETTE[i % len(PALETTE)],
+                     [Point(j, getattr(s, key) / 1e9, f"{s.strategy}: {label} "
+                            f"{gb(getattr(s, key))}; peak {gb(s.peak_bytes)} of "
+                            f"{gb(p.gpu_memory_bytes)}") for j, s in enumerate(p.strategies)])
+              for i, (label, key) in enumerate(parts)]
+    return [Chart("plan-memory", "stacked", f"Bytes per GPU ({gb(p.gpu_memory_bytes)} each)",
+                  "strategy", "GB", series, names)]
+
+
 PLAN = View(heading=plan_heading, terminal=plan_terminal, facts=plan_facts, tables=plan_tables,
-            csv=plan_csv)
+            charts=plan_charts, csv=plan_csv)
