@@ -34,9 +34,10 @@ def test_every_preset_has_the_published_parameter_count_on_meta(name):
     assert all(p.device.type == "meta" for p in params)
 
 
-def test_presets_are_built_on_meta_even_when_real_weights_are_asked_for():
-    model = zoo.build(zoo.lookup("llama-3.1-405b"), meta=False)  # 1.6 TB in float32
-    assert next(model.parameters()).device.type == "meta"
+def test_commands_that_run_a_large_preset_refuse_before_allocating_it():
+    # 8,030,261,248 x 4 bytes = 29.9 GiB, over the 4 GiB default limit
+    code, _, err = run_cli("profile", "llama-3-8b")
+    assert code == 2 and "llama-3-8b: its float32 weights" in err and "29.9 GiB" in err, err
 
 
 def _forward_macs(cfg: LLMConfig, s: int, causal: bool = True) -> int:
@@ -213,6 +214,44 @@ def test_hf_config_equals_the_preset_built_from_the_same_config(arch, tmp_path, 
     mapped = llm_models.llm_config_from_hf(config.to_dict(), "tiny")
     assert {k: v for k, v in mapped.to_dict().items() if k not in ("rope_theta", "norm_eps")} \
         == {k: v for k, v in cfg.to_dict().items() if k not in ("rope_theta", "norm_eps")}
+
+
+# The keys of the published config.json files that llm_config_from_hf reads.
+HUB_CONFIGS = {
+    "llama-3-8b": {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+                   "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "intermediate_size": 14336, "max_position_embeddings": 8192,
+                   "rope_theta": 500000.0, "rms_norm_eps": 1e-05, "attention_bias": False,
+                   "mlp_bias": False, "tie_word_embeddings": False},
+    "mixtral-8x7b": {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+                     "num_hidden_layers": 32, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "intermediate_size": 14336,
+                     "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-05,
+                     "num_local_experts": 8, "num_experts_per_tok": 2,
+                     "tie_word_embeddings": False},
+    "qwen2.5-7b": {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                   "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                   "intermediate_size": 18944, "max_position_embeddings": 131072,
+                   "rope_theta": 1e6, "rms_norm_eps": 1e-06, "tie_word_embeddings": False},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12,
+             "n_head": 12, "n_positions": 1024, "layer_norm_epsilon": 1e-05},
+}
+
+
+@pytest.mark.parametrize("name", list(HUB_CONFIGS))
+def test_published_hf_configs_map_to_the_presets(name):
+    mapped = llm_models.llm_config_from_hf(HUB_CONFIGS[name], name).to_dict()
+    preset = PRESETS[name].to_dict()
+    assert {k: v for k, v in mapped.items() if k != "default_seq_len"} == \
+        {k: v for k, v in preset.items() if k != "default_seq_len"}
+
+
+def test_a_config_whose_head_dim_llmconfig_cannot_describe_is_refused():
+    config = HUB_CONFIGS["llama-3-8b"] | {"head_dim": 64}
+    with pytest.raises(UserError, match="head_dim 64 x 32 heads is not hidden_size 4096"):
+        llm_models.llm_config_from_hf(config, "x")
+    assert llm_models.llm_config_from_hf(HUB_CONFIGS["llama-3-8b"] | {"head_dim": 128,
+                                                                      "attention_bias": None})
 
 
 def test_hf_with_an_attention_mask_counts_the_whole_matrix_and_says_so(tmp_path):

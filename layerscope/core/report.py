@@ -106,8 +106,10 @@ class Totals(Record):
     gradient_bytes: int | None = None
     optimizer_state_bytes: int | None = None
     # Language models: parameters one token uses (a mixture of experts counts k/E of its expert
-    # parameters: expected routing); None for other models.
-    params_active: int | None = None
+    # parameters: expected routing); left out for other models.
+    params_active: int | None = field(default=None, metadata=omit_none(
+        description="language models: parameters one token uses (mixture of experts: "
+                    "expected routing, k of E experts)"))
 
     @property
     def intensity(self) -> float | None:

@@ -270,6 +270,11 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf") -> LLMConfig:
             default_seq_len=min(2048, int(get("n_positions", 1024))))
     try:
         heads = int(config["num_attention_heads"])
+        head_dim = get("head_dim")
+        if head_dim is not None and int(head_dim) * heads != int(config["hidden_size"]):
+            raise UserError(f"{name}: head_dim {head_dim} x {heads} heads is not hidden_size "
+                            f"{config['hidden_size']}: LLMConfig cannot describe this model")
+        bias = get("attention_bias")
         rope = get("rope_parameters") or get("rope_scaling") or {}
         experts = int(get("num_local_experts") or get("num_experts") or 1)
         max_position = int(get("max_position_embeddings", 2048))
@@ -278,13 +283,14 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf") -> LLMConfig:
             num_layers=int(config["num_hidden_layers"]), num_heads=heads,
             num_kv_heads=int(get("num_key_value_heads") or heads),
             intermediate_size=int(config["intermediate_size"]), max_position=max_position,
-            qkv_bias=bool(get("attention_bias", get("model_type") == "qwen2")),
-            proj_bias=bool(get("mlp_bias", False)) and bool(get("attention_bias", False)),
+            # Qwen2 has q/k/v biases without saying so; Llama-style configs say attention_bias
+            qkv_bias=bool(bias) if bias is not None else get("model_type") == "qwen2",
+            proj_bias=bool(get("mlp_bias")) and bool(bias),
             tied_embeddings=bool(get("tie_word_embeddings", False)),
             num_experts=experts,
             experts_per_token=int(get("num_experts_per_tok") or 1) if experts > 1 else 1,
             rope_theta=float(get("rope_theta") or rope.get("rope_theta") or 10000.0),
-            norm_eps=float(get("rms_norm_eps", 1e-6)),
+            norm_eps=float(get("rms_norm_eps") or 1e-6),
             default_seq_len=min(2048, max_position))
     except KeyError as exc:
         raise UserError(f"{name}: the Hugging Face config has no {exc.args[0]!r}: not a "

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from layerscope.core.limits import check_input_bytes
 from layerscope.frontends import llm_configs, llm_models
 
 
@@ -130,8 +131,7 @@ def _llm_entry(cfg: llm_configs.LLMConfig) -> ZooEntry:
                     "layerscope", torch.int64, "LLM")
 
 
-# The LLM presets (frontends/llm_configs.py) are always built on the meta device: their weights
-# (up to 1.6 TB in float32) are never allocated; commands that need real weights refuse them.
+# The LLM presets (frontends/llm_configs.py); analyses build them on the meta device.
 _LLM = {name: _llm_entry(cfg) for name, cfg in llm_configs.PRESETS.items()}
 
 
@@ -156,9 +156,16 @@ def seeded(seed: int = DEFAULT_SEED) -> Iterator[None]:
 
 def build(entry: ZooEntry, seed: int = DEFAULT_SEED, meta: bool = False) -> nn.Module:
     """The one place built-in models are instantiated. ``meta``: on the meta device (no weight
-    memory, no init time; static analysis never reads values). LLM presets are always built on
-    meta (their weights are never allocated)."""
-    if meta or entry.group == "LLM":
+    memory, no init time; static analysis never reads values). An LLM preset with real weights
+    (commands that run the model) is refused above the input-size limit (core.limits): Llama-3-8B
+    would need 32 GB of float32 weights."""
+    if not meta and entry.group == "LLM":
+        with torch.device("meta"):
+            params = sum(p.numel() for p in entry.build().parameters())
+        check_input_bytes(entry.name, [((params,), 4)],
+                          noun="its float32 weights (analyze counts it without them, on the "
+                               "meta device)")
+    if meta:
         try:
             with torch.device("meta"):
                 return entry.build()
