@@ -5,8 +5,8 @@ from layerscope.frontends import trained as _trained
 from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
-           "compare", "graph", "export_onnx", "watch", "Report", "LayerRow", "Totals",
-           "__version__", "scaling"]
+           "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
+           "Totals", "__version__", "scaling"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
@@ -62,6 +62,14 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.onnx_export import export_onnx
 
         return export_onnx
+    if name == "llm":
+        from layerscope.analysis.llm import llm
+
+        return llm
+    if name == "plan":
+        from layerscope.analysis.plan import plan
+
+        return plan
     raise AttributeError(f"module 'layerscope' has no attribute {name!r}")
 
 

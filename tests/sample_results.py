@@ -246,10 +246,31 @@ def scaling_report():
                          environment=dict(ENV))
 
 
+def _saved(kind: str):
+    """llm / plan: the saved toy results (tests/data), with the test environment."""
+    import json
+    from pathlib import Path
+
+    from layerscope.core.results import load_result
+
+    d = json.loads((Path(__file__).parent / "data" / f"{kind}_0.1.json").read_text())
+    result = load_result(d)
+    result.environment = dict(ENV)
+    return result
+
+
+def llm_report():
+    return _saved("llm")
+
+
+def plan_report():
+    return _saved("plan")
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
-       "scaling": scaling_report}
+       "scaling": scaling_report, "llm": llm_report, "plan": plan_report}
 
 
 def resnet20_names() -> list[str]:

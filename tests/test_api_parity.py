@@ -152,3 +152,20 @@ def test_onnx_analyze_and_graph_run_without_torch(forms):
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
                               text=True, env=env)
         assert done.returncode == 0, done.stderr
+
+
+# the LLM commands take presets and hf: configs only (not the model forms above)
+LLM_COMMANDS = {
+    "llm": (["--seq-len", "64", "--gpu", "l4"],
+            lambda: layerscope.llm("gpt2", seq_len=64, gpu="l4")),
+    "plan": (["--gpus", "8", "--seq-len", "64", "--recompute", "selective"],
+             lambda: layerscope.plan("gpt2", 8, seq_len=64, recompute="selective")),
+}
+
+
+@pytest.mark.parametrize("command", list(LLM_COMMANDS))
+def test_llm_commands_match_the_api(command):
+    extra, call = LLM_COMMANDS[command]
+    code, out, err = run_cli(command, "gpt2", *extra, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out) == json.loads(json.dumps(call().to_dict()))

@@ -16,7 +16,7 @@ CHARTS = {"analyze": {"macs", "params"}, "profile": {"latency", "roofline"},
           "ops": {"operators"}, "sweep": {"sweep-latency", "sweep-throughput"},
           "train": {"train-phases", "loss", "accuracy"}, "ablate": {"ablate-phases"},
           "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"},
-          "scaling": {"scaling-speedup"}}
+          "scaling": {"scaling-speedup"}, "llm": {"llm-memory"}, "plan": {"plan-memory"}}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -112,7 +112,7 @@ def test_every_result_has_a_notebook_table(kind):
     first = {"analyze": "conv1", "profile": "conv1", "ops": "aten::addmm",
              "sweep": "onnxruntime", "train": "Backward", "ablate": "channels-last",
              "activations": "conv1", "compare": "bn1", "loop": "conv1",
-             "scaling": "oversubscribed"}[kind]
+             "scaling": "oversubscribed", "llm": "bf16", "plan": "zero3"}[kind]
     assert first in table
 
 

@@ -24,6 +24,8 @@ _CLASSES = {
     "compare": ("layerscope.analysis.compare", "Comparison"),
     "loop": ("layerscope.training.inference_loop", "LoopProfile"),
     "scaling": ("layerscope.training.scaling", "ScalingReport"),
+    "llm": ("layerscope.core.llm_records", "LLMReport"),
+    "plan": ("layerscope.core.llm_records", "PlanReport"),
 }
 KINDS = tuple(_CLASSES)
 

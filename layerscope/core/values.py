@@ -157,6 +157,31 @@ def finite_non_negative_float(value: Any, name: str | None = None) -> float:
     return finite_float(value, name, minimum=0.0)
 
 
+# ---------------------------------------------------------------- byte sizes
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTE_TEXT = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def byte_size(value: Any, name: str | None = None) -> int:
+    """A memory size in bytes: '80GB' (10**9, as GPU datasheets count), '80GiB' (2**30),
+    '512MiB', a plain number of bytes; positive and within int64."""
+    if isinstance(value, bool):
+        raise _fail(name, f"must be a size such as 80GB or 80GiB, got {_shown(value)}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = str(value)
+    found = _BYTE_TEXT.fullmatch(text.strip().lower())
+    if found is None or found.group(2) not in _BYTE_UNITS or len(found.group(1)) > 40:
+        raise _fail(name, f"must be a size such as 80GB, 80GiB or 512MiB (units B, KB, MB, GB, "
+                          f"TB, KiB, MiB, GiB, TiB), got {_shown(value)}")
+    number = round(float(found.group(1)) * _BYTE_UNITS[found.group(2)])
+    if not 1 <= number <= INT64_MAX:
+        raise _fail(name, f"must be from 1 byte to 2**63-1 bytes, got {_shown(value)}")
+    return number
+
+
 # ---------------------------------------------------------------- shapes
 def check_shape(dims: Any, name: str | None = "--input") -> tuple[int, ...]:
     """Every dimension 1 .. int64 max and the element count within int64 too."""

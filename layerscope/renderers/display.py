@@ -22,7 +22,7 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
 # every record's terminal view is its view's layout (View.terminal), drawn by one renderer
 RICH = {name: _later("terminal", "render_table")
         for name in ("Report", "OpTable", "SweepReport", "Comparison", "TrainReport",
-                     "AblationReport", "LoopProfile")}
+                     "AblationReport", "LoopProfile", "LLMReport", "PlanReport")}
 # every record's notebook view is the same HTML table renderer
 HTML = {name: _later("html_table", "render_html_table")
         for name in ("Report", "ResultDocument", "ActivationCapture")}

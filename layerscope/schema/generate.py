@@ -24,6 +24,7 @@ import types
 import typing
 from typing import Any, Union
 
+from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.document import Record
 from layerscope.core.report import LayerRow, Totals, UncountedOp
@@ -43,6 +44,14 @@ GENERATED: dict[str, type[Record]] = {
     "layer": LayerRow,
     "totals": Totals,
     "uncounted_op": UncountedOp,
+    "llm": lr.LLMReport,
+    "llm_prefill": lr.PrefillCost,
+    "llm_decode": lr.DecodeCost,
+    "llm_kv_cache": lr.KVCache,
+    "llm_roofline": lr.LLMRoofline,
+    "plan": lr.PlanReport,
+    "plan_activations": lr.PlanActivations,
+    "plan_row": lr.PlanRow,
 }
 _NAMES = {cls: name for name, cls in GENERATED.items()}
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}

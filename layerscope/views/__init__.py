@@ -33,6 +33,7 @@ from layerscope.views import (  # noqa: E402
     activations,
     compare,
     graph,
+    llm,
     ops,
     report,
     scaling,
@@ -51,3 +52,5 @@ register("activations", activations.VIEW)
 register("compare", compare.VIEW)
 register("graph", graph.VIEW)
 register("scaling", scaling.VIEW)
+register("llm", llm.LLM)
+register("plan", llm.PLAN)

@@ -1,0 +1,397 @@
+"""``layerscope.llm``: what a decoder-only language model costs to serve, without its weights.
+
+Parameters, MACs and FLOPs come from the static analysis (``analyze``) of the model built on the
+meta device; the KV cache, weight bytes and roofline bound are arithmetic on its configuration
+(frontends/llm_configs.py). Nothing is printed here; views/llm.py shows the result.
+
+Repeated blocks: every decoder block of these models is the same module with the same shapes, so
+any count is affine in the number of layers, ``count(L) = count(1) + (L - 1) x (count(2) -
+count(1))``. We analyse the model built with one and with two layers (embeddings, final norm and
+head included in both) and extrapolate; this is exact for the parameters, MACs and FLOPs (a test
+checks it against the analysis of the full model), and it makes ``llm llama-3.1-405b`` (126
+blocks) cost a few traces of one and two blocks (prefill at S, decode at L and L + 1) instead of
+traces of 126 blocks: about a second on two cores.
+
+Decode: the cost of generating token L+1 with L tokens cached is prefill(L+1) - prefill(L) under
+causal counting: causal attention gives query i exactly i keys, so the difference is the last
+token's projections, MLP, norms and head, plus one query against L+1 keys (the cached ones and
+its own) — exactly what a decode step with a KV cache executes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from layerscope.core import values
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
+from layerscope.core.llm_records import (
+    ATTENTION,
+    DTYPE_BYTES,
+    DecodeCost,
+    KVCache,
+    LLMReport,
+    LLMRoofline,
+    PrefillCost,
+)
+from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
+
+WEIGHT_DTYPES = tuple(DTYPE_BYTES)
+_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
+                  "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8"}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Peak dense FLOP/s per dtype, memory bandwidth (bytes/s) and memory size (bytes)."""
+
+    name: str
+    bf16_flops: float
+    bandwidth: float
+    memory: int
+    fp8_flops: float | None = None
+    fp32_flops: float | None = None
+
+
+# Vendor datasheet figures, dense (the datasheets' headline tensor figures are "with sparsity",
+# twice these). H100 SXM / PCIe: NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / 1,513
+# TFLOPS sparse, FP8 3,958 / 3,026 sparse, FP32 67 / 51 TFLOPS, HBM3 3.35 TB/s, HBM2e 2 TB/s,
+# 80 GB). H200 SXM: NVIDIA H200 datasheet (same tensor cores as H100 SXM, 4.8 TB/s, 141 GB).
+# A100 SXM: NVIDIA A100 datasheet (BF16 312 TFLOPS dense, FP32 19.5, 40 GB HBM2 1,555 GB/s,
+# 80 GB HBM2e 2,039 GB/s; no FP8). L4: NVIDIA L4 datasheet (BF16 242 TFLOPS sparse, FP8 485
+# sparse, FP32 30.3, 300 GB/s, 24 GB). RTX 4090: NVIDIA Ada GPU architecture whitepaper,
+# appendix A (BF16 with FP32 accumulate 165.2 dense, FP8 with FP32 accumulate 330.3 dense, FP32
+# 82.6 TFLOPS, 1,008 GB/s, 24 GB GDDR6X).
+T = 1e12
+GPUS: dict[str, GPU] = {g.name: g for g in (
+    GPU("h100-sxm", 989.4 * T, 3.35e12, 80 * 10**9, fp8_flops=1978.9 * T, fp32_flops=67 * T),
+    GPU("h100-pcie", 756.5 * T, 2.0e12, 80 * 10**9, fp8_flops=1513 * T, fp32_flops=51 * T),
+    GPU("h200", 989.4 * T, 4.8e12, 141 * 10**9, fp8_flops=1978.9 * T, fp32_flops=67 * T),
+    GPU("a100-40gb", 312 * T, 1.555e12, 40 * 10**9, fp32_flops=19.5 * T),
+    GPU("a100-80gb", 312 * T, 2.039e12, 80 * 10**9, fp32_flops=19.5 * T),
+    GPU("l4", 121 * T, 300e9, 24 * 10**9, fp8_flops=242.5 * T, fp32_flops=30.3 * T),
+    GPU("rtx-4090", 165.2 * T, 1.008e12, 24 * 10**9, fp8_flops=330.3 * T, fp32_flops=82.6 * T),
+)}
+_GPU_ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "4090": "rtx-4090"}
+_GPU_FILE_KEYS = {"name": str, "bf16_flops": float, "bandwidth_bytes_per_s": float,
+                  "memory_bytes": int, "fp8_flops": float, "fp32_flops": float}
+
+
+def dtype_name(value: Any, name: str = "--dtype") -> str:
+    """'bf16', 'bfloat16', ... -> one of WEIGHT_DTYPES."""
+    text = str(value).strip().lower().removeprefix("torch.")
+    text = _DTYPE_ALIASES.get(text, text)
+    if text not in DTYPE_BYTES:
+        raise UserError(f"{name} must be one of {', '.join(WEIGHT_DTYPES)}, got {value!r}")
+    return text
+
+
+def nbytes(elements: int, dtype: str) -> int:
+    """Bytes of ``elements`` values stored as ``dtype`` (int4: two per byte, rounded up)."""
+    return math.ceil(elements * DTYPE_BYTES[dtype])
+
+
+# ---------------------------------------------------------------- GPUs
+def gpu_spec(spec: str | GPU) -> GPU:
+    """A built-in GPU by name (``h100-sxm``, ``a100-80gb``, ...) or a JSON file with ``name``,
+    ``bf16_flops``, ``bandwidth_bytes_per_s``, ``memory_bytes`` and optionally ``fp8_flops``,
+    ``fp32_flops``."""
+    if isinstance(spec, GPU):
+        return spec
+    text = str(spec).strip()
+    key = _GPU_ALIASES.get(text.lower().replace(" ", "-"), text.lower().replace(" ", "-"))
+    if key in GPUS:
+        return GPUS[key]
+    if not text.lower().endswith(".json"):
+        raise UserError(f"--gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
+                        "file (name, bf16_flops, bandwidth_bytes_per_s, memory_bytes)")
+    return _gpu_file(text)
+
+
+def _gpu_file(path: str) -> GPU:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"--gpu {path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"--gpu {path}: is a directory, not a JSON file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise UserError(f"--gpu {path}: not a JSON file") from None
+    except OSError as exc:
+        raise UserError(f"--gpu {path}: cannot read it ({exc.strerror})") from None
+    if not isinstance(d, dict):
+        raise UserError(f"--gpu {path}: expected a JSON object with name, bf16_flops, "
+                        "bandwidth_bytes_per_s, memory_bytes")
+    unknown = sorted(set(d) - set(_GPU_FILE_KEYS))
+    if unknown:
+        raise UserError(f"--gpu {path}: unknown key {unknown[0]!r}; the keys are "
+                        f"{', '.join(_GPU_FILE_KEYS)}")
+    for key in ("bf16_flops", "bandwidth_bytes_per_s", "memory_bytes"):
+        if key not in d:
+            raise UserError(f"--gpu {path}: {key} is missing")
+    name = d.get("name", path)
+    if not isinstance(name, str) or not name.strip():
+        raise UserError(f"--gpu {path}: name must be a non-empty string")
+    got = {k: values.finite_positive_float(d[k], f"--gpu {path}: {k}")
+           for k in ("bf16_flops", "bandwidth_bytes_per_s", "fp8_flops", "fp32_flops")
+           if d.get(k) is not None}
+    memory = values.byte_size(d["memory_bytes"], f"--gpu {path}: memory_bytes")
+    return GPU(name.strip(), got["bf16_flops"], got["bandwidth_bytes_per_s"], memory,
+               fp8_flops=got.get("fp8_flops"), fp32_flops=got.get("fp32_flops"))
+
+
+def peak_flops(gpu: GPU, dtype: str) -> tuple[float, str | None]:
+    """The dense peak for arithmetic in ``dtype``, and a note when another peak stands in."""
+    if dtype == "fp8":
+        if gpu.fp8_flops:
+            return gpu.fp8_flops, None
+        return gpu.bf16_flops, f"{gpu.name} has no FP8 tensor cores: the bf16 peak is used"
+    if dtype == "fp32":
+        if gpu.fp32_flops:
+            return gpu.fp32_flops, None
+        return gpu.bf16_flops, f"{gpu.name}: no fp32 peak given; the bf16 peak is used"
+    if dtype == "int4":
+        return gpu.bf16_flops, ("int4 weights are dequantised to bf16 for the arithmetic "
+                                "(weight-only quantisation): the bf16 peak is used")
+    return gpu.bf16_flops, None
+
+
+# ---------------------------------------------------------------- model sources
+@dataclass(frozen=True)
+class LLMSource:
+    """A decoder-only LM as configuration plus a builder: ``build(config)`` returns the model on
+    the meta device, taking token ids (batch, seq) int64 and returning logits (or an output with
+    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs."""
+
+    name: str
+    config: LLMConfig
+    build: Callable[[LLMConfig], nn.Module]
+
+
+def resolve_llm(model: str | LLMSource) -> LLMSource:
+    """A preset name (``llama-3-70b``), ``hf:PATH/config.json`` or an ``LLMSource``."""
+    if isinstance(model, LLMSource):
+        return model
+    if not isinstance(model, str) or not model.strip():
+        raise UserError("no model given: name an LLM preset (gpt2, llama-3-8b, ...) or "
+                        "hf:PATH/config.json")
+    from layerscope.frontends import llm_models
+
+    model = model.strip()
+    if model.startswith(HF_PREFIX):
+        return _hf_source(model)
+    config = llm_models.llm_config(model.lower())
+    return LLMSource(config.name, config, _meta(llm_models.build))
+
+
+def _meta(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.Module]:
+    def on_meta(config: LLMConfig) -> nn.Module:
+        with torch.device("meta"):
+            return build(config)
+
+    return on_meta
+
+
+def _hf_source(spec: str) -> LLMSource:
+    """``hf:``: the config's own architecture, built by ``frontends.llm_models.from_hf`` (meta
+    device, transformers) from a copy of the config with the layer count the extrapolation asks
+    for."""
+    from layerscope.frontends import llm_models
+
+    name, data = llm_models.hf_config_dict(spec)
+    config = llm_models.llm_config_from_hf(data, name)
+    key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
+        else "num_hidden_layers"
+
+    def build(c: LLMConfig) -> nn.Module:
+        with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
+            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+                json.dump({**data, key: c.num_layers}, f)  # a scratch file, not an output
+            model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"))
+        return model
+
+    return LLMSource(name, config, build)
+
+
+def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
+    return dataclasses.replace(config, num_layers=layers)
+
+
+def extrapolate(one: int, two: int, layers: int) -> int:
+    """count(L) from count(1) and count(2): the blocks are identical, so count is affine in L."""
+    return one + (layers - 1) * (two - one)
+
+
+@dataclass(frozen=True)
+class Counts:
+    params: int
+    params_active: int
+    macs: int
+    flops: int
+
+
+def _count(module: nn.Module, batch: int, seq: int, attention: str) -> Counts:
+    from layerscope.analysis.analyze import analyze
+
+    ids = torch.empty(batch, seq, dtype=torch.long, device="meta")
+    t = analyze(module, [ids], attention=attention).totals
+    active = t.params if t.params_active is None else t.params_active
+    return Counts(t.params, active, t.macs, t.flops)
+
+
+def param_count(source: LLMSource) -> int:
+    """Parameters of the whole model (shared tensors once), from the models with one and two
+    blocks (plan needs no MACs: no trace)."""
+    one, two = (sum(p.numel() for p in source.build(with_layers(source.config, n)).parameters())
+                for n in (1, 2))
+    return extrapolate(one, two, source.config.num_layers)
+
+
+def counts(source: LLMSource, batch: int, seq: int, attention: str) -> Counts:
+    """Parameters (all, active per token), MACs, FLOPs of the whole model for a (batch, seq)
+    forward, from the models with one and two blocks (see the module's docstring)."""
+    layers = source.config.num_layers
+    one = _count(source.build(with_layers(source.config, 1)), batch, seq, attention)
+    if layers == 1:
+        return one
+    two = _count(source.build(with_layers(source.config, 2)), batch, seq, attention)
+    return Counts(*(extrapolate(getattr(one, f), getattr(two, f), layers)
+                    for f in ("params", "params_active", "macs", "flops")))
+
+
+# ---------------------------------------------------------------- arithmetic on the config
+def decode_weight_params(config: LLMConfig, total: int, active: int, tokens: int) -> int:
+    """Parameters read from memory for one decode step of ``tokens`` sequences: dense models read
+    all; a mixture of experts reads the experts at least one token was routed to, E(1 - (1 -
+    k/E)^tokens) per layer in expectation under uniform independent routing. The expert
+    parameters X follow from active = total - X + X k/E."""
+    if not config.is_moe:
+        return total
+    e, k = config.num_experts, config.experts_per_token
+    experts = (total - active) * e / (e - k)
+    used = 1 - (1 - k / e) ** tokens
+    return round(total - experts + experts * used)
+
+
+def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
+    """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
+    return nbytes(2 * config.num_layers * config.num_kv_heads * config.head_dim, kv_dtype)
+
+
+def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
+                   decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
+                   kv_per_token: int, batch: int, context: int
+                   ) -> tuple[LLMRoofline, list[str]]:
+    """Tokens/s upper bounds. A phase takes at least max(FLOPs / peak, bytes / bandwidth):
+    prefill reads the weights once and writes the KV cache of its tokens; a decode step reads
+    the weights (the experts in use) and the batch's KV cache, and computes ``batch`` tokens."""
+    peak, note = peak_flops(gpu, dtype)
+    p_compute = prefill_flops / peak
+    p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / gpu.bandwidth
+    step_bytes = decode_weight_bytes + batch * context * kv_per_token
+    d_compute = batch * decode_flops_per_token / peak
+    d_memory = step_bytes / gpu.bandwidth
+    roof = LLMRoofline(
+        gpu=gpu.name, peak_flops=peak, bandwidth_bytes_per_s=gpu.bandwidth,
+        memory_bytes=gpu.memory,
+        prefill_tokens_per_s=prefill_tokens / max(p_compute, p_memory),
+        prefill_bound="compute" if p_compute >= p_memory else "memory",
+        decode_tokens_per_s=batch / max(d_compute, d_memory),
+        decode_bound="compute" if d_compute >= d_memory else "memory",
+        decode_bytes_per_step=step_bytes)
+    return roof, [note] if note else []
+
+
+# ---------------------------------------------------------------- the public function
+def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | None = None,
+        batch_size: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
+        gpu: str | GPU | None = None, attention: str = "causal") -> LLMReport:
+    """Parameters (total and active), weight bytes per dtype, prefill MACs/FLOPs for
+    ``batch_size`` x ``seq_len`` tokens, decode MACs/FLOPs per token at ``context`` cached
+    tokens, KV-cache bytes and, with ``gpu``, a roofline bound on tokens/s.
+
+    ``model``: an LLM preset (``llama-3-8b``), ``hf:PATH/config.json`` or an ``LLMSource``.
+    ``attention``: ``causal`` counts s(s+1)/2 scores per head (what causal kernels execute),
+    ``full`` the whole s x s matrix (what the masked math fallback executes); decode always
+    attends the whole cache.
+    """
+    if attention not in ATTENTION:
+        raise UserError(f"--attention must be causal or full, got {attention!r}")
+    dtype = dtype_name(dtype)
+    kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "--kv-dtype")
+    batch_size = values.positive_int(batch_size, "--batch-size")
+    gpu_obj = None if gpu is None else gpu_spec(gpu)
+    source = resolve_llm(model)
+    config = source.config
+    seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
+                                                                                  "--seq-len")
+    if context is None:  # the prompt's length; a learned position table caps it (decode
+        # at context L runs position L + 1)
+        context = min(seq_len, config.max_position - 1) if config.position == "learned" \
+            else seq_len
+    else:
+        context = values.positive_int(context, "--context")
+    notes = []
+    for what, value, n in (("--seq-len", seq_len, seq_len), ("--context", context, context + 1)):
+        if config.position == "learned" and n > config.max_position:
+            raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
+                            f"learned position table ({config.max_position} positions)")
+        if n > config.max_position:
+            notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
+                         f"trained context ({config.max_position:,} tokens); counted anyway")
+    memo: dict[tuple[int, int, str], Counts] = {}
+
+    def count(batch: int, seq: int, how: str) -> Counts:  # prefill at batch 1, S = L: reused
+        if (batch, seq, how) not in memo:
+            memo[batch, seq, how] = counts(source, batch, seq, how)
+        return memo[batch, seq, how]
+
+    prefill = count(batch_size, seq_len, attention)
+    # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
+    at = count(1, context, "causal")
+    after = count(1, context + 1, "causal")
+    total, active = prefill.params, prefill.params_active
+    kv_token = kv_bytes_per_token(config, kv_dtype)
+    if config.is_moe:
+        notes.append(f"mixture of experts: {config.experts_per_token} of {config.num_experts} "
+                     "experts per token; active parameters and MACs count the expected routing "
+                     f"(k/E = {config.experts_per_token}/{config.num_experts} of each expert's "
+                     "work per token)")
+    roof = None
+    if gpu_obj is not None:
+        roof, more = roofline_bound(
+            gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
+            nbytes(total, dtype),
+            nbytes(decode_weight_params(config, total, active, batch_size), dtype),
+            kv_token, batch_size, context)
+        notes += more
+    return LLMReport(
+        model=source.name,
+        params_total=total,
+        params_active=active,
+        weight_bytes={d: nbytes(total, d) for d in WEIGHT_DTYPES},
+        prefill=PrefillCost(macs=prefill.macs, flops=prefill.flops,
+                            tokens=batch_size * seq_len),
+        decode=DecodeCost(macs_per_token=after.macs - at.macs,
+                          flops_per_token=after.flops - at.flops, context=context),
+        kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_token * batch_size * context,
+                         dtype=kv_dtype, batch_size=batch_size, context=context),
+        attention_count=attention,
+        roofline=roof,
+        config=config.to_dict(),
+        settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
+                  "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
+                  "gpu": gpu_obj.name if gpu_obj else None},
+        environment=environment(),
+        notes=notes,
+    )

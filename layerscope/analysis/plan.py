@@ -1,0 +1,287 @@
+"""``layerscope.plan``: per-device training memory of a decoder-only LM, and whether it fits.
+
+Model states (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", section 3.1): mixed-precision Adam keeps 2 bytes of bf16/fp16 weights, 2 of
+gradients and K = 12 of optimizer state (fp32 master weights, momentum, variance) per parameter,
+16 in all. Tensor parallelism (t) and pipeline parallelism (p) first divide the model's
+parameters, Psi/(t p) per device; the d = N/(t p) data-parallel replicas then keep
+- ddp: everything replicated, (2 + 2 + 12) Psi/(t p);
+- zero1: the optimizer states sharded, (2 + 2 + 12/d) Psi/(t p);
+- zero2: gradients too, (2 + (2 + 12)/d) Psi/(t p);
+- zero3 / fsdp (full shard): weights too, 16 Psi/(t p d).
+Training in fp32 keeps 4 + 4 + 8 (momentum, variance) bytes per parameter.
+
+Activations are measured, not taken from a formula: the model built with one and with two
+decoder blocks runs forward in training mode (with its loss) on fake CUDA tensors (no memory,
+no GPU needed; fake CUDA dispatches to what a GPU would run, e.g. dropout saves a 1-byte mask,
+not the CPU's float noise tensor), under ``torch.autograd.graph.saved_tensors_hooks``; the
+distinct storages autograd saves for backward, parameters and buffers excluded, are summed.
+Two blocks minus one block is one block's activations; one block minus that is what the
+embeddings, final norm, head and loss save. Tests check the per-block figure against Korthikanti
+et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), sbh(34 + 5as/h).
+
+Then per device:
+- pipeline: a stage holds L/p blocks; with the 1F1B schedule the first stage keeps p
+  micro-batches in flight, so it holds (L/p) x p micro-batches' activations (Korthikanti et al.
+  section 4.2.3); we assume at least p micro-batches per step;
+- tensor parallelism with sequence parallelism divides every saved tensor by t (Korthikanti et
+  al. eq. 4, sbh(34/t + 5as/(ht))); the embeddings/head/loss are divided by t too (vocabulary-
+  parallel head) and counted once, on the stage that is the peak;
+- recompute: ``selective`` drops the seq x seq tensors (attention scores, softmax, dropout:
+  Korthikanti et al.'s 5as^2b/t term), recomputing them during backward; ``full`` keeps each
+  block's input only and recomputes the block during its backward, so one block's full
+  activations are live again then (``recompute_working_bytes``).
+Peak = weights + gradients + optimizer states + activations (+ the recompute working set);
+temporary buffers, communication buckets, ZeRO-3's gathered layer and fragmentation are not
+included (say so in the report's notes).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from layerscope.analysis.llm import (
+    LLMSource,
+    dtype_name,
+    param_count,
+    resolve_llm,
+    with_layers,
+)
+from layerscope.core import values
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
+from layerscope.core.llm_records import (
+    RECOMPUTE,
+    STRATEGIES,
+    TRAIN_DTYPES,
+    PlanActivations,
+    PlanReport,
+    PlanRow,
+)
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Bytes autograd saved in one forward (+ loss): all distinct storages, those whose last two
+    dimensions are (seq, seq) (attention scores and what derives from them), the block input."""
+
+    total: int
+    scores: int
+
+
+class FlashAttention(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` as the flash-attention kernel a GPU runs for 16-bit
+    inputs without a mask (PyTorch's fused-kernel choice needs a real GPU to ask; on fake CUDA it
+    would fall back to the math path, which saves the seq x seq probabilities). The flash kernel
+    saves q, k, v, its output and the log-sum-exp per row: no seq x seq tensor."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and len(args) == 3 \
+                and kwargs.get("attn_mask") is None and not kwargs.get("enable_gqa") \
+                and args[0].dtype in (torch.float16, torch.bfloat16) \
+                and args[0].shape[-1] <= 256 and args[0].shape[-1] % 8 == 0:
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                *args, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
+                scale=kwargs.get("scale"))[0]
+        return func(*args, **kwargs)
+
+
+def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
+                  device: str = "cuda") -> Saved:
+    """Run ``model`` forward in training mode on fake tensors of ``device`` and sum the bytes of
+    the distinct storages autograd saves for backward (views of one tensor count once;
+    parameters and buffers are not activations). The model is not changed: its parameters are
+    replaced for the call only (``torch.func.functional_call``) and its train flags restored."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+
+    flags = [(m, m.training) for m in model.modules()]
+    found: dict[int, tuple[int, bool]] = {}
+    try:
+        model.train()
+        with FakeTensorMode():
+            state = {}
+            for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+                float_dtype = dtype if t.is_floating_point() else t.dtype
+                state[name] = torch.empty(t.shape, dtype=float_dtype, device=device,
+                                          requires_grad=isinstance(t, nn.Parameter))
+            own = {t.untyped_storage()._cdata for t in state.values()}
+            ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                storage = t.untyped_storage()
+                if storage._cdata not in own:
+                    square = t.dim() >= 2 and t.shape[-1] == seq and t.shape[-2] == seq
+                    seen = found.get(storage._cdata, (0, False))
+                    found[storage._cdata] = (storage.nbytes(), seen[1] or square)
+                return t
+
+            flash = FlashAttention() if device == "cuda" else contextlib.nullcontext()
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), flash:
+                out = functional_call(model, state, (ids,), strict=False, tie_weights=True)
+                logits = getattr(out, "logits", out)
+                # the loss as trainers compute it: cross-entropy of fp32 logits
+                F.cross_entropy(logits.float().flatten(0, -2), ids.flatten())
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    return Saved(total=sum(b for b, _ in found.values()),
+                 scores=sum(b for b, square in found.values() if square))
+
+
+@dataclass(frozen=True)
+class Measured:
+    per_layer: int
+    scores: int
+    other: int
+    device: str
+
+
+def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: str) -> Measured:
+    """One block's saved bytes (two blocks minus one) and the rest's (embeddings, head, loss)."""
+    torch_dtype = TORCH_DTYPES[dtype]
+    for device in ("cuda", "meta"):
+        try:
+            one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
+                                      seq, torch_dtype, device) for n in (1, 2))
+        except (RuntimeError, NotImplementedError, AssertionError):
+            if device == "meta":
+                raise
+            continue
+        per_layer = two.total - one.total
+        scores = two.scores - one.scores
+        probe = _probe_seq(seq, source)
+        if probe != seq:  # some model dimension equals seq: (.., seq, seq) is not only scores
+            one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
+                                      probe, torch_dtype, device) for n in (1, 2))
+            scores = round((two.scores - one.scores) * seq * seq / (probe * probe))
+        return Measured(per_layer, scores, one.total - per_layer, device)
+    raise AssertionError("unreachable")
+
+
+def _probe_seq(seq: int, source: LLMSource) -> int:
+    """``seq``, or the next length no dimension of the model has: the seq x seq tensors are told
+    apart by their last two dimensions, which a (batch, seq, hidden) tensor shares when hidden
+    equals seq (Llama-3-70B at 8192). Their bytes grow as seq^2, so a probe length scales back
+    exactly."""
+    c = source.config
+    dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
+            c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
+    while seq in dims:
+        seq += 1
+    return seq
+
+
+def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,
+                      dp: int) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer states) bytes per device; see the module's docstring."""
+    w = 4 if dtype == "fp32" else 2
+    k = 8 if dtype == "fp32" else 12
+    per = params / (tp * pp)  # tensor and pipeline parallelism divide the model first
+    shard = {"ddp": (1, 1, 1), "zero1": (1, 1, dp), "zero2": (1, dp, dp),
+             "zero3": (dp, dp, dp), "fsdp": (dp, dp, dp)}[strategy]
+    return (math.ceil(w * per / shard[0]), math.ceil(w * per / shard[1]),
+            math.ceil(k * per / shard[2]))
+
+
+def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: int = 1,
+         pp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
+         recompute: str = "none", dtype: str = "bf16",
+         gpu_memory: int | str = "80GB") -> PlanReport:
+    """Per-device bytes of weights, gradients, optimizer states and activations for training
+    ``model`` on ``gpus`` devices (tensor-parallel ``tp``, pipeline-parallel ``pp``, the rest
+    data-parallel), for one ``strategy`` or all of them, and whether each fits ``gpu_memory``.
+    """
+    gpus = values.positive_int(gpus, "--gpus")
+    tp = values.positive_int(tp, "--tp")
+    pp = values.positive_int(pp, "--pp")
+    micro_batch = values.positive_int(micro_batch, "--micro-batch")
+    memory = values.byte_size(gpu_memory, "--gpu-memory")
+    if strategy is not None and strategy not in STRATEGIES:
+        raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if recompute not in RECOMPUTE:
+        raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    dtype = dtype_name(dtype)
+    if dtype not in TRAIN_DTYPES:
+        raise UserError(f"--dtype for training must be one of {', '.join(TRAIN_DTYPES)}, "
+                        f"got {dtype!r}")
+    if gpus % (tp * pp):
+        raise UserError(f"--gpus {gpus} is not a multiple of --tp x --pp = {tp * pp}")
+    source = resolve_llm(model)
+    config = source.config
+    seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
+                                                                                  "--seq-len")
+    if config.position == "learned" and seq_len > config.max_position:
+        raise UserError(f"--seq-len {seq_len} is longer than {source.name}'s learned position "
+                        f"table ({config.max_position} positions)")
+    if pp > config.num_layers:
+        raise UserError(f"--pp {pp} is more pipeline stages than {source.name} has layers "
+                        f"({config.num_layers})")
+    if config.num_heads % tp:
+        raise UserError(f"--tp {tp} does not divide {source.name}'s {config.num_heads} "
+                        "attention heads")
+    dp = gpus // (tp * pp)
+    params = param_count(source)
+    measured = measure_activations(source, micro_batch, seq_len, dtype)
+    acts = _activations(measured, config.num_layers, tp, pp, recompute,
+                        micro_batch * seq_len * config.hidden_size * (4 if dtype == "fp32" else 2))
+    held = ((acts.per_layer_kept_bytes * acts.layers_per_stage * acts.micro_batches_in_flight
+             + acts.other_bytes) // tp)
+    working = acts.recompute_working_bytes // tp
+    rows = []
+    for name in ([strategy] if strategy else STRATEGIES):
+        w, g, o = model_state_bytes(params, name, dtype, tp, pp, dp)
+        peak = w + g + o + held + working
+        rows.append(PlanRow(strategy=name, weights_bytes=w, grads_bytes=g, optimizer_bytes=o,
+                            activations_bytes=held, peak_bytes=peak, fits=peak <= memory))
+    return PlanReport(
+        model=source.name, params_total=params, gpus=gpus, tp=tp, pp=pp, dp=dp,
+        micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
+        gpu_memory_bytes=memory, activations=acts, strategies=rows, config=config.to_dict(),
+        environment=environment(),
+        notes=_notes(measured, tp, pp, dtype, recompute, working))
+
+
+def _activations(m: Measured, layers: int, tp: int, pp: int, recompute: str,
+                 block_input: int) -> PlanActivations:
+    kept = {"none": m.per_layer, "selective": m.per_layer - m.scores,
+            "full": block_input}[recompute]
+    working = {"none": 0, "selective": m.scores, "full": m.per_layer}[recompute]
+    return PlanActivations(
+        per_layer_bytes=m.per_layer, per_layer_kept_bytes=kept, attention_scores_bytes=m.scores,
+        other_bytes=m.other, recompute_working_bytes=working,
+        layers_per_stage=math.ceil(layers / pp), micro_batches_in_flight=pp,
+        measured_on=f"{m.device} (fake tensors)")
+
+
+def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str,
+           working: int) -> list[str]:
+    w, k = (4, 8) if dtype == "fp32" else (2, 12)
+    notes = [f"model states: {w} bytes of weights, {w} of gradients and {k} of Adam states "
+             f"({'fp32 master weights, momentum, variance' if k == 12 else 'momentum, variance'})"
+             " per parameter before sharding (ZeRO, Rajbhandari et al. 2020); fsdp = zero3",
+             "activations: what autograd saves in one forward with the loss, measured on "
+             f"{m.device} fake tensors (saved-tensor hooks; parameters excluded)"]
+    if pp > 1:
+        notes.append(f"pipeline: 1F1B, the first stage holds {pp} micro-batches in flight")
+    if tp > 1:
+        notes.append("tensor parallel with sequence parallelism: every activation divided by "
+                     f"{tp}")
+    if recompute == "selective" and not m.scores:
+        notes.append("recompute selective: this model saves no seq x seq tensors (flash "
+                     "attention keeps q, k, v, out and the log-sum-exp): nothing to drop")
+    elif recompute != "none":
+        notes.append(f"recompute {recompute}: the block being recomputed during backward "
+                     f"adds {working:,} bytes to the peak")
+    notes.append("peak leaves out temporary buffers, communication buckets, ZeRO-3's gathered "
+                 "parameters and allocator fragmentation: keep a margin")
+    return notes

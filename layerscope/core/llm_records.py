@@ -1,0 +1,154 @@
+"""The results of ``layerscope llm`` (inference cost of a decoder-only LM) and ``layerscope plan``
+(per-device training memory), as typed records; their JSON schema is generated from these fields
+(layerscope/schema/generate.py). The arithmetic lives in analysis/llm.py and analysis/plan.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerscope.core.document import Record, ResultDocument
+from layerscope.core.report import SCHEMA_VERSION
+
+_COUNT = {"minimum": 0}
+# bytes per element; int4 packs two weights in a byte
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
+ATTENTION = ("causal", "full")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+RECOMPUTE = ("none", "selective", "full")
+TRAIN_DTYPES = ("bf16", "fp16", "fp32")
+
+
+@dataclass
+class PrefillCost(Record):
+    """Processing the prompt: ``tokens`` = batch size x sequence length, in one forward."""
+
+    macs: int = field(metadata=_COUNT)
+    flops: int = field(metadata=_COUNT)
+    tokens: int = field(metadata=_COUNT)
+
+
+@dataclass
+class DecodeCost(Record):
+    """Generating one token with ``context`` tokens already in the KV cache (its query attends
+    the ``context`` cached keys and its own)."""
+
+    macs_per_token: int = field(metadata=_COUNT)
+    flops_per_token: int = field(metadata=_COUNT)
+    context: int = field(metadata=_COUNT)
+
+
+@dataclass
+class KVCache(Record):
+    """Keys and values kept for every layer: 2 x layers x kv_heads x head_dim x dtype bytes per
+    token; ``bytes_total`` for ``batch_size`` sequences of ``context`` tokens."""
+
+    bytes_per_token: int = field(metadata=_COUNT)
+    bytes_total: int = field(metadata=_COUNT)
+    dtype: str = "bf16"
+    batch_size: int = field(default=1, metadata=_COUNT)
+    context: int = field(default=0, metadata=_COUNT)
+
+
+@dataclass
+class LLMRoofline(Record):
+    """Upper bounds on tokens/s on one GPU: a phase takes at least max(FLOPs / peak FLOP/s,
+    bytes read / bandwidth); ``*_bound`` says which of the two it was."""
+
+    gpu: str
+    peak_flops: float
+    bandwidth_bytes_per_s: float
+    memory_bytes: int = field(metadata=_COUNT)
+    prefill_tokens_per_s: float
+    prefill_bound: str
+    decode_tokens_per_s: float
+    decode_bound: str
+    decode_bytes_per_step: int = field(metadata=_COUNT)
+
+
+@dataclass
+class LLMReport(ResultDocument):
+    """A decoder-only language model's parameters, weight bytes, prefill and decode cost, KV
+    cache and roofline bound, counted on the meta device (no weights)."""
+
+    model: str
+    params_total: int = field(metadata=_COUNT)
+    params_active: int = field(metadata=_COUNT)
+    weight_bytes: dict[str, int]
+    prefill: PrefillCost
+    decode: DecodeCost
+    kv_cache: KVCache
+    attention_count: str
+    roofline: LLMRoofline | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    kind: str = "llm"
+    schema_version: str = SCHEMA_VERSION
+
+    def __rich__(self) -> Any:
+        from layerscope.core import display
+
+        return display.rich(self)
+
+
+@dataclass
+class PlanRow(Record):
+    """One sharding strategy's bytes per device (each GPU holds this much)."""
+
+    strategy: str
+    weights_bytes: int = field(metadata=_COUNT)
+    grads_bytes: int = field(metadata=_COUNT)
+    optimizer_bytes: int = field(metadata=_COUNT)
+    activations_bytes: int = field(metadata=_COUNT)
+    peak_bytes: int = field(metadata=_COUNT)
+    fits: bool
+
+
+@dataclass
+class PlanActivations(Record):
+    """What autograd saves for backward, measured (saved-tensor hooks on fake tensors) for one
+    micro-batch on one device before pipeline and tensor-parallel division."""
+
+    per_layer_bytes: int = field(metadata=_COUNT)
+    per_layer_kept_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer after --recompute (full: the block's input only)"})
+    attention_scores_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer: the seq x seq tensors (scores, softmax, dropout)"})
+    other_bytes: int = field(metadata={
+        **_COUNT, "description": "outside the blocks: embeddings, final norm, head, loss"})
+    recompute_working_bytes: int = field(metadata={
+        **_COUNT, "description": "one layer's recomputed activations, live during its backward"})
+    layers_per_stage: int = field(metadata=_COUNT)
+    micro_batches_in_flight: int = field(metadata=_COUNT)
+    measured_on: str = "cuda (fake tensors)"
+
+
+@dataclass
+class PlanReport(ResultDocument):
+    """Per-device training memory of a decoder-only LM under data, tensor and pipeline
+    parallelism with mixed-precision Adam, and whether it fits the GPU's memory."""
+
+    model: str
+    params_total: int = field(metadata=_COUNT)
+    gpus: int = field(metadata=_COUNT)
+    tp: int = field(metadata=_COUNT)
+    pp: int = field(metadata=_COUNT)
+    dp: int = field(metadata=_COUNT)
+    micro_batch: int = field(metadata=_COUNT)
+    seq_len: int = field(metadata=_COUNT)
+    recompute: str
+    dtype: str
+    gpu_memory_bytes: int = field(metadata=_COUNT)
+    activations: PlanActivations
+    strategies: list[PlanRow]
+    config: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    kind: str = "plan"
+    schema_version: str = SCHEMA_VERSION
+
+    def __rich__(self) -> Any:
+        from layerscope.core import display
+
+        return display.rich(self)

@@ -1,0 +1,180 @@
+"""llm (``LLMReport``): one screen of parameters, weight bytes, prefill/decode cost, KV cache and
+roofline; plan (``PlanReport``): bytes per device for each sharding strategy and whether it
+fits. Sizes are shown in GB = 10^9 bytes (MB, kB), as GPU datasheets give memory."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from layerscope.core.units import si
+from layerscope.views.common import exact
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    DataTable,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
+
+
+def gb(n: float | None) -> str:
+    """Bytes in GB (10^9) from a GB up, smaller sizes in MB / kB / bytes."""
+    if n is None:
+        return "-"
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} bytes"
+
+
+def _rate(x: float) -> str:
+    return f"{si(x)} tokens/s"
+
+
+# ---------------------------------------------------------------- llm
+def llm_heading(r) -> tuple[str, str]:
+    s = r.settings
+    return (f"{r.model} — LLM cost",
+            f"batch {s.get('batch_size')} × {s.get('seq_len')} tokens · context {r.decode.context}"
+            f" · {s.get('dtype')} weights, {r.kv_cache.dtype} KV · {r.attention_count} "
+            "attention")
+
+
+def llm_facts(r) -> list[tuple[str, str]]:
+    s = r.settings
+    out = [("Parameters", exact(r.params_total))]
+    if r.params_active != r.params_total:
+        out.append(("Active per token", exact(r.params_active)))
+    out += [("Weights", "  ".join(f"{d} {gb(b)}" for d, b in r.weight_bytes.items())),
+            ("Prefill", f"{si(r.prefill.macs)}MACs, {si(r.prefill.flops)}FLOPs for "
+                        f"{r.prefill.tokens:,} tokens ({s.get('batch_size')} × {s.get('seq_len')}"
+                        f", {r.attention_count} attention)"),
+            ("Prefill per token", f"{si(r.prefill.flops / max(r.prefill.tokens, 1))}FLOPs"),
+            ("Decode per token", f"{si(r.decode.macs_per_token)}MACs, "
+                                 f"{si(r.decode.flops_per_token)}FLOPs at context "
+                                 f"{r.decode.context:,}"),
+            ("KV cache", f"{r.kv_cache.bytes_per_token:,} bytes per token ({r.kv_cache.dtype}); "
+                         f"{gb(r.kv_cache.bytes_total)} for {r.kv_cache.batch_size} × "
+                         f"{r.kv_cache.context:,} tokens")]
+    roof = r.roofline
+    if roof is not None:
+        out += [("GPU", f"{roof.gpu}: {si(roof.peak_flops)}FLOP/s peak, "
+                        f"{gb(roof.bandwidth_bytes_per_s)}/s, {gb(roof.memory_bytes)}"),
+                ("Prefill bound", f"≤ {_rate(roof.prefill_tokens_per_s)} "
+                                  f"({roof.prefill_bound}-bound)"),
+                ("Decode bound", f"≤ {_rate(roof.decode_tokens_per_s)} ({roof.decode_bound}-"
+                                 f"bound, {gb(roof.decode_bytes_per_step)} read per step)")]
+    return out
+
+
+def llm_terminal(r, **_options) -> Group:
+    t = Table(title=" — ".join(llm_heading(r)), show_header=False, pad_edge=False, box=None,
+              title_justify="left")
+    t.add_column("name", style="bold", no_wrap=True)
+    t.add_column("value")
+    for name, value in llm_facts(r):
+        t.add_row(name, value)
+    return Group(t, Text("\n".join(f"note: {n}" for n in r.notes)))
+
+
+def llm_tables(r) -> list[RowTable]:
+    rows = [[Cell(d), Cell(f"{b:,}", b), Cell(gb(b), b)] for d, b in r.weight_bytes.items()]
+    return [RowTable("weights", "Weight bytes per dtype",
+                     [("Dtype", False), ("Bytes", True), ("GB", True)], rows)]
+
+
+def llm_csv(r) -> DataTable:
+    return DataTable(["name", "value"], [
+        ["params_total", r.params_total], ["params_active", r.params_active],
+        *[[f"weight_bytes_{d}", b] for d, b in r.weight_bytes.items()],
+        ["prefill_macs", r.prefill.macs], ["prefill_flops", r.prefill.flops],
+        ["prefill_tokens", r.prefill.tokens], ["decode_macs_per_token", r.decode.macs_per_token],
+        ["decode_flops_per_token", r.decode.flops_per_token], ["context", r.decode.context],
+        ["kv_bytes_per_token", r.kv_cache.bytes_per_token],
+        ["kv_bytes_total", r.kv_cache.bytes_total]])
+
+
+def llm_charts(r) -> list[Chart]:
+    """Memory to hold: the weights in each dtype and the KV cache of the batch."""
+    names = [f"weights {d}" for d in r.weight_bytes] + [f"KV cache {r.kv_cache.dtype}"]
+    sizes = list(r.weight_bytes.values()) + [r.kv_cache.bytes_total]
+    s = Series("bytes", PALETTE[0], [Point(i, b / 1e9, f"{n}: {gb(b)}")
+                                     for i, (n, b) in enumerate(zip(names, sizes))])
+    return [Chart("llm-memory", "bars", "Weights per dtype and KV cache", "", "GB", [s], names)]
+
+
+LLM = View(heading=llm_heading, terminal=llm_terminal, facts=llm_facts, tables=llm_tables,
+           charts=llm_charts, csv=llm_csv)
+
+
+# ---------------------------------------------------------------- plan
+_PLAN_COLUMNS = [("Strategy", False), ("Weights", True), ("Gradients", True),
+                 ("Optimizer", True), ("Activations", True), ("Peak", True), ("Fits", False)]
+
+
+def plan_heading(p) -> tuple[str, str]:
+    return (f"{p.model} — training memory plan",
+            f"{p.gpus} GPUs (tp {p.tp} × pp {p.pp} × dp {p.dp}) · micro-batch {p.micro_batch} × "
+            f"{p.seq_len} tokens · {p.dtype} · recompute {p.recompute} · {gb(p.gpu_memory_bytes)}"
+            " per GPU")
+
+
+def plan_facts(p) -> list[tuple[str, str]]:
+    a = p.activations
+    return [("Parameters", exact(p.params_total)),
+            ("Activations per layer", f"{gb(a.per_layer_bytes)} measured "
+                                      f"({gb(a.attention_scores_bytes)} seq×seq), "
+                                      f"{gb(a.per_layer_kept_bytes)} kept"),
+            ("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
+            ("Per device", f"{a.layers_per_stage} layers × {a.micro_batches_in_flight} "
+                           "micro-batches in flight")]
+
+
+def plan_tables(p) -> list[RowTable]:
+    rows = [[Cell(s.strategy), Cell(gb(s.weights_bytes), s.weights_bytes),
+             Cell(gb(s.grads_bytes), s.grads_bytes), Cell(gb(s.optimizer_bytes),
+                                                         s.optimizer_bytes),
+             Cell(gb(s.activations_bytes), s.activations_bytes),
+             Cell(gb(s.peak_bytes), s.peak_bytes),
+             Cell("fits" if s.fits else "does not fit", s.fits)] for s in p.strategies]
+    return [RowTable("strategies", "Bytes per device", _PLAN_COLUMNS, rows,
+                     hot=[s.fits for s in p.strategies])]
+
+
+def plan_terminal(p, **_options) -> Group:
+    t = Table(title=" — ".join(plan_heading(p)), header_style="bold", pad_edge=False,
+              title_justify="left")
+    for name, numeric in _PLAN_COLUMNS:
+        t.add_column(name, justify="right" if numeric else "left", no_wrap=True)
+    for row in plan_tables(p)[0].rows:
+        t.add_row(*(c.text for c in row))
+    facts = "\n".join(f"{name}: {value}" for name, value in plan_facts(p))
+    return Group(t, Text(facts + "\n" + "\n".join(f"note: {n}" for n in p.notes)))
+
+
+def plan_csv(p) -> DataTable:
+    cols = ["strategy", "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+            "peak_bytes", "fits"]
+    return DataTable(cols, [[getattr(s, c) for c in cols] for s in p.strategies])
+
+
+def plan_charts(p) -> list[Chart]:
+    """Bytes per device by strategy, stacked: weights, gradients, optimizer, activations."""
+    names = [s.strategy for s in p.strategies]
+    parts = [("weights", "weights_bytes"), ("gradients", "grads_bytes"),
+             ("optimizer", "optimizer_bytes"), ("activations", "activations_bytes")]
+    series = [Series(label, PALETTE[i % len(PALETTE)],
+                     [Point(j, getattr(s, key) / 1e9, f"{s.strategy}: {label} "
+                            f"{gb(getattr(s, key))}; peak {gb(s.peak_bytes)} of "
+                            f"{gb(p.gpu_memory_bytes)}") for j, s in enumerate(p.strategies)])
+              for i, (label, key) in enumerate(parts)]
+    return [Chart("plan-memory", "stacked", f"Bytes per GPU ({gb(p.gpu_memory_bytes)} each)",
+                  "strategy", "GB", series, names)]
+
+
+PLAN = View(heading=plan_heading, terminal=plan_terminal, facts=plan_facts, tables=plan_tables,
+            charts=plan_charts, csv=plan_csv)
