@@ -214,7 +214,7 @@ def _drive_lightning(tmp_path, rank0: bool):
     from layerscope.integrations.lightning import LayerscopeCallback
 
     model, opt, loop = _tiny_steps(3)
-    cb = LayerscopeCallback(out=str(tmp_path / "r.json"))
+    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"))
     trainer = SimpleNamespace(optimizers=[opt], is_global_zero=rank0, should_stop=False)
     cb.on_train_start(trainer, model)
     loop()
@@ -227,7 +227,7 @@ def _drive_hf(tmp_path, rank0: bool):
     from layerscope.integrations.transformers import LayerscopeCallback
 
     model, opt, loop = _tiny_steps(3)
-    cb = LayerscopeCallback(out=str(tmp_path / "r.json"))
+    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"))
     state, control = SimpleNamespace(is_world_process_zero=rank0), SimpleNamespace()
     # the Trainer hands over accelerate's wrapper; the step hooks fire on the optimizer inside
     cb.on_train_begin(None, state, control, model=model, optimizer=SimpleNamespace(optimizer=opt))
@@ -246,7 +246,11 @@ def test_only_rank_0_writes_every_rank_measures(tmp_path, drive, package, rank0)
     cb = drive(tmp_path, rank0)
     assert _hooks_state() == before
     assert cb.report.breakdown["steps"] == 3
-    assert (tmp_path / "r.json").exists() == rank0
+    assert (tmp_path / "r.json").exists() == (tmp_path / "r.html").exists() == rank0
+    if rank0:  # the saved report renders again, as every report does
+        code, _, err = run_cli("render", str(tmp_path / "r.json"), "-o", str(tmp_path / "a.html"))
+        assert code == 0, err
+        assert "<html" in (tmp_path / "a.html").read_text()
 
 
 @pytest.mark.parametrize("kwargs,message", [
