@@ -246,6 +246,7 @@ BASE = {
     "compare": ["a", "b"], "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
     "rewrite linear-subgraph": ["--m", "1", "--k", "1", "--n", "1", "-o", "d"],
     "env": [], "graph": ["mnist-cnn"], "rewrite fold-identity": ["a.onnx", "-o", "b.onnx"],
+    "run": [],  # options only: everything after the script would be the script's
 }
 
 

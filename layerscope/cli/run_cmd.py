@@ -95,12 +95,12 @@ def _exit_code(exc: SystemExit) -> int:
 def _print_script_traceback(exc: BaseException) -> None:
     """The traceback Python would print: from the script's first frame on (runpy's and
     layerscope's frames left out)."""
-    tb = exc.__traceback__
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     import runpy
 
-    skip = (here, os.path.dirname(os.path.abspath(runpy.__file__)) + os.sep + "runpy.py")
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(skip):
+    tb = exc.__traceback__
+    ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+            "<frozen runpy>", getattr(runpy, "__file__", None) or "<frozen runpy>")
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)
 

@@ -1,0 +1,204 @@
+"""layerscope run SCRIPT.py / -m MODULE: the user's own script, unmodified, with its steps split
+into phases; its output, argv and exit code as with plain python."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import run_cli
+
+from layerscope.training.phases import PHASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A training script written without layerscope in mind: argparse, DataLoader, Adam, prints per
+# epoch, exits with the code it is given. 48 samples in batches of 16: 3 steps an epoch.
+SCRIPT = textwrap.dedent("""\
+    import argparse
+    import sys
+
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--exit", type=int, default=0)
+    p.add_argument("--fail-at", type=int, default=0)
+    args = p.parse_args()
+    print("argv", sys.argv, "name", __name__, "path0", sys.path[0])
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(48, 1, 8, 8, generator=g),
+                         torch.randint(0, 4, (48,), generator=g))
+    loader = DataLoader(data, batch_size=16, shuffle=True, generator=g)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(256, 4))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    step = 0
+    for epoch in range(args.epochs):
+        total = 0.0
+        for x, y in loader:
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            try:
+                opt.step()
+            except Exception:  # a script that swallows errors must still stop at --steps
+                print("swallowed")
+            step += 1
+            total += loss.item()
+            if step == args.fail_at:
+                raise ValueError("boom at step %d" % step)
+        print(f"epoch {epoch + 1} loss {total:.6f}", flush=True)
+    sys.exit(args.exit)
+    """)
+STEPS_PER_EPOCH = 3
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train_me.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def _python(*argv: str, cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+# (id, layerscope options, script arguments, exit code, steps in the report)
+CASES = [
+    ("two-epochs", [], ["--epochs", "2"], 0, 2 * STEPS_PER_EPOCH),
+    ("exit-code-kept", [], ["--epochs", "1", "--exit", "3"], 3, STEPS_PER_EPOCH),
+    ("raises-partial-report", [], ["--epochs", "2", "--fail-at", "4"], 1, 4),
+    ("steps-stop-early", ["--steps", "2"], ["--epochs", "2"], 0, 2),
+    ("warmup", ["--warmup-steps", "2"], ["--epochs", "2"], 0, 2 * STEPS_PER_EPOCH - 2),
+]
+
+
+@pytest.mark.parametrize("options,script_args,code,steps", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_script_runs_as_python_runs_it(tmp_path, script, options, script_args, code, steps):
+    bare = _python(str(script), *script_args, cwd=tmp_path)
+    out = tmp_path / "report.json"
+    run = _python("-m", "layerscope", "run", "-o", str(out), *options, str(script),
+                  *script_args, cwd=tmp_path)
+    assert run.returncode == bare.returncode == code, run.stderr
+    if "--steps" in options:  # stopped: the lines printed before the stop, nothing after
+        assert bare.stdout.startswith(run.stdout) and "swallowed" not in run.stdout
+    else:
+        assert run.stdout == bare.stdout  # byte-identical: argv, __name__, sys.path[0], prints
+    if code == 1:  # the traceback as python prints it, from the script's frame on
+        assert "Traceback (most recent call last)" in run.stderr
+        assert "ValueError: boom at step 4" in run.stderr
+        assert "runpy" not in run.stderr and "layerscope" not in run.stderr.split("wrote")[0]
+    d = json.loads(out.read_text())
+    b = d["breakdown"]
+    assert d["kind"] == "train" and b["steps"] == steps
+    assert d["script"] == {"name": "train_me.py", "argv": script_args}
+    assert sum(b["seconds"].values()) == pytest.approx(b["wall_s"], rel=1e-9)
+    assert abs(sum(b["seconds"].values()) - b["wall_s"]) <= 0.03 * b["wall_s"]
+    for phase in ("data", "forward", "loss", "backward", "optimizer"):
+        assert b["seconds"][phase] > 0, phase
+    assert set(b["seconds"]) == set(PHASES)
+
+
+def test_module_form_gets_the_same_argv_and_path(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "trainer.py").write_text(SCRIPT)
+    bare = _python("-m", "pkg.trainer", "--epochs", "1", cwd=tmp_path)
+    out = tmp_path / "r.json"
+    run = _python("-m", "layerscope", "run", "-o", str(out), "-m", "pkg.trainer", "--epochs",
+                  "1", cwd=tmp_path)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout == bare.stdout
+    d = json.loads(out.read_text())
+    assert d["breakdown"]["steps"] == STEPS_PER_EPOCH
+    assert d["script"] == {"name": "pkg.trainer", "argv": ["--epochs", "1"]}
+
+
+def test_outputs_and_report_on_stderr(tmp_path, script, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", "--layers", "--memory", "--trace", "t.json", "--html",
+                             "r.html", "--tensorboard", "tb", str(script), "--epochs", "1")
+    assert code == 0, err
+    assert out.startswith("argv")  # the script's output only
+    assert "train_me.py --epochs 1 — training" in err and "Forward" in err
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert sum(e["ph"] == "X" and e["tid"] == 0 for e in trace["traceEvents"]) == 3
+    assert "train_me.py --epochs 1" in (tmp_path / "r.html").read_text()
+    assert os.listdir(tmp_path / "tb")
+
+
+def test_run_leaves_nothing_installed(tmp_path, script, monkeypatch):
+    import torch
+    from torch.nn.modules import module as M
+    from torch.optim import optimizer as O
+
+    monkeypatch.chdir(tmp_path)
+    before = (len(M._global_forward_hooks), len(O._global_optimizer_post_hooks),
+              torch.autograd._engine_run_backward, sys.argv, list(sys.path))
+    code, _, err = run_cli("run", "--format", "json", str(script), "--fail-at", "1")
+    assert code == 1 and "ValueError" in err
+    assert before == (len(M._global_forward_hooks), len(O._global_optimizer_post_hooks),
+                      torch.autograd._engine_run_backward, sys.argv, list(sys.path))
+
+
+# (id, argv after "run", what the one error line says)
+BAD = [
+    ("no-script", [], "give the script to run"),
+    ("missing-script", ["nope.py"], "no such script nope.py"),
+    ("m-without-module", ["-m"], "-m needs a module name"),
+    ("png-without-o", ["--format", "png", "SCRIPT"], "give -o FILE.png"),
+    ("output-in-missing-folder", ["-o", "no/such/r.json", "SCRIPT"], "no such directory"),
+]
+
+
+@pytest.mark.parametrize("argv,message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_command_lines_are_one_line(tmp_path, script, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", *[str(script) if a == "SCRIPT" else a for a in argv])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert out == ""  # the script never ran
+
+
+DDP_SCRIPT = textwrap.dedent("""\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(dist.get_rank())
+    model = DDP(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    dist.destroy_process_group()
+    print("rank", dist.is_available())
+    """)
+
+
+@pytest.mark.slow
+def test_torchrun_each_rank_measures_rank0_writes(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
+    run = _python("-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                  "29531", "-m", "layerscope", "run", "-o", "out.json", "ddp.py", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    d = json.loads((tmp_path / "out.json").read_text())
+    assert d["rank"] == 0 and d["world_size"] == 2
+    assert d["breakdown"]["steps"] == 5
+    assert d["breakdown"]["seconds"]["backward"] > 0
