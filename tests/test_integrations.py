@@ -210,11 +210,12 @@ def _tiny_steps(n: int):
         model(x), y).backward(), opt.step()) for x, y in loader]
 
 
-def _drive_lightning(tmp_path, rank0: bool):
+def _drive_lightning(tmp_path, rank0: bool, **options):
     from layerscope.integrations.lightning import LayerscopeCallback
 
     model, opt, loop = _tiny_steps(3)
-    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"))
+    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"),
+                            **options)
     trainer = SimpleNamespace(optimizers=[opt], is_global_zero=rank0, should_stop=False)
     cb.on_train_start(trainer, model)
     loop()
@@ -223,11 +224,12 @@ def _drive_lightning(tmp_path, rank0: bool):
     return cb
 
 
-def _drive_hf(tmp_path, rank0: bool):
+def _drive_hf(tmp_path, rank0: bool, **options):
     from layerscope.integrations.transformers import LayerscopeCallback
 
     model, opt, loop = _tiny_steps(3)
-    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"))
+    cb = LayerscopeCallback(out=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"),
+                            **options)
     state, control = SimpleNamespace(is_world_process_zero=rank0), SimpleNamespace()
     # the Trainer hands over accelerate's wrapper; the step hooks fire on the optimizer inside
     cb.on_train_begin(None, state, control, model=model, optimizer=SimpleNamespace(optimizer=opt))
@@ -251,6 +253,20 @@ def test_only_rank_0_writes_every_rank_measures(tmp_path, drive, package, rank0)
         code, _, err = run_cli("render", str(tmp_path / "r.json"), "-o", str(tmp_path / "a.html"))
         assert code == 0, err
         assert "<html" in (tmp_path / "a.html").read_text()
+
+
+@pytest.mark.parametrize("drive,package", [(_drive_lightning, "lightning"),
+                                           (_drive_hf, "transformers")],
+                         ids=["lightning", "hf-trainer"])
+def test_callback_options_reach_the_watch(tmp_path, drive, package):
+    pytest.importorskip(package)
+    cb = drive(tmp_path, True, warmup_steps=1, layers=True, memory=True)
+    report = cb.report
+    assert report.breakdown["steps"] == 2  # 3 steps, the first one warm-up
+    assert report.config["warmup_steps"] == 1
+    assert [row["name"] for row in report.layers] == ["Linear"]  # the model itself
+    assert report.phase_memory and all(r["peak_rss_bytes"] > 0
+                                       for r in report.phase_memory.values())
 
 
 @pytest.mark.parametrize("kwargs,message", [
