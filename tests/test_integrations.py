@@ -269,6 +269,24 @@ def test_callback_options_reach_the_watch(tmp_path, drive, package):
                                        for r in report.phase_memory.values())
 
 
+def test_hf_callback_close_after_a_failed_train_removes_every_hook(tmp_path):
+    """The Trainer calls no callback when train() raises: close() stops the Watch."""
+    pytest.importorskip("transformers")
+    from layerscope.integrations.transformers import LayerscopeCallback
+
+    before = _hooks_state()
+    model, opt, loop = _tiny_steps(2)
+    cb = LayerscopeCallback(out=str(tmp_path / "r.json"))
+    cb.on_train_begin(None, SimpleNamespace(is_world_process_zero=True), SimpleNamespace(),
+                      model=model, optimizer=opt)
+    loop()  # ... and train() raises here: no on_train_end
+    assert _hooks_state() != before
+    cb.close()
+    assert _hooks_state() == before
+    assert cb.report.breakdown["steps"] == 2
+    assert not (tmp_path / "r.json").exists()  # a failed run's report is kept, not written
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"out": "MISSING/r.json"}, "no such directory"),
     ({"html": "TMP"}, "is a directory"),
