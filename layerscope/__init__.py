@@ -5,7 +5,8 @@ from layerscope.frontends import trained as _trained
 from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
-           "compare", "graph", "export_onnx", "watch", "Report", "LayerRow", "Totals", "__version__"]
+           "compare", "graph", "export_onnx", "watch", "Report", "LayerRow", "Totals",
+           "__version__"]
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed

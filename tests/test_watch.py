@@ -48,10 +48,9 @@ def plain(model, loader, epochs=2):
                 model(x)
 
 
-def closure(model, loader, epochs=1):
-    opt = torch.optim.SGD(model.parameters(), 0.01)
+def _closure_loop(opt, model, loader):
     for x, y in loader:
-        def step():
+        def step(x=x, y=y):
             opt.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
@@ -59,15 +58,12 @@ def closure(model, loader, epochs=1):
         opt.step(step)  # forward and backward run inside optimizer.step
 
 
+def closure(model, loader, epochs=1):
+    _closure_loop(torch.optim.SGD(model.parameters(), 0.01), model, loader)
+
+
 def lbfgs(model, loader, epochs=1):
-    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
-    for x, y in loader:
-        def step():
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            return loss
-        opt.step(step)
+    _closure_loop(torch.optim.LBFGS(model.parameters(), max_iter=3), model, loader)
 
 
 def accumulate(model, loader, epochs=1):
@@ -268,3 +264,38 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+# (id, Tensor.to arguments, whether they name a device other than the CPU)
+TO_ARGS = [
+    ("dtype", ((torch.float16,), {}), False),
+    ("cpu-string", (("cpu",), {}), False),
+    ("cuda-string", (("cuda:0",), {}), True),
+    ("device-kw", ((), {"device": torch.device("cuda")}), True),
+    ("index", ((0,), {}), True),
+    ("cpu-tensor", ((torch.zeros(1),), {}), False),
+    ("nothing", ((), {"non_blocking": True}), False),
+]
+
+
+@pytest.mark.parametrize("args,kwargs,moves", [r[1] + (r[2],) for r in TO_ARGS],
+                         ids=[r[0] for r in TO_ARGS])
+def test_which_to_calls_are_host_to_device_copies(args, kwargs, moves):
+    from layerscope.training.watch import _to_device
+
+    assert _to_device(args, kwargs) is moves
+
+
+def test_copies_are_wrapped_only_where_cuda_is_and_restored(monkeypatch):
+    before = _installed()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    with Watch() as w:
+        assert "to" in torch.Tensor.__dict__ and "cuda" in torch.Tensor.__dict__
+        for _ in range(2):
+            x = torch.randn(2, 1, 6, 6).to(torch.float32)  # a cast, not a copy
+            model(x).sum().backward()
+            opt.step()
+    assert w.steps == 2 and w.totals.seconds["h2d"] == 0.0
+    assert _installed() == before

@@ -49,6 +49,8 @@ from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim
 from torch.utils.data import dataloader as _dataloader
 
+from layerscope.analysis.capture import tag_graph
+from layerscope.analysis.timing import BackwardTimer
 from layerscope.core.environment import environment
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
@@ -79,6 +81,21 @@ def _batch_len(batch: Any) -> int:
         else:
             return 0
     return 0
+
+
+def _to_device(args: tuple, kwargs: dict) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names a device other than the CPU (a device, a
+    device string or index, or a tensor on a device)."""
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, torch.device):
+            return a.type != "cpu"
+        if isinstance(a, str):
+            return not a.startswith("cpu")
+        if isinstance(a, int) and not isinstance(a, bool):
+            return True
+        if isinstance(a, torch.Tensor):
+            return not a.is_cpu
+    return False
 
 
 def _current_rss() -> int:
@@ -115,11 +132,12 @@ class Watch:
     # ---- state ----------------------------------------------------------------------
     def _reset(self) -> None:
         self._count = 0  # steps completed, warm-up included
-        self.totals = PhaseTotals()
-        self._epoch = PhaseTotals()
-        self.epochs: list[dict[str, Any]] = []
+        # every measured step (warm-up left out): the totals are summed from these when
+        # asked, so a step's end costs a few list appends
         self.step_seconds: list[float] = []
-        self.step_phases: list[dict[str, float]] = []  # every measured step's phases
+        self.step_phases: list[dict[str, float]] = []
+        self.step_samples: list[int] = []
+        self._epoch_ends: list[int] = []  # measured steps done when each epoch ended
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
         self.eval_seconds = 0.0
@@ -133,11 +151,13 @@ class Watch:
         self._eval_in_step = 0.0
         self._samples = 0
         self._cuda = False
+        self._cuda_here = False
         self._events: list[Any] = []
         self._marks: list[tuple[int, str]] = []  # (event index, phase from there on)
         self._mem: dict[str, dict[str, int]] = {}
         self._layer_fwd: dict[int, list[Any]] = {}  # id(module) -> [name, type, calls, s]
-        self._layer_stack: list[float] = []
+        self._layer_bwd: dict[str, float] = {}  # module name -> backward seconds
+        self._layer_stack: list[tuple[float, str]] = []
         self._names: dict[int, str] = {}
         self._cpu0 = time.process_time()
         self._wall0 = self.clock()
@@ -162,6 +182,7 @@ class Watch:
                                "stop it first (layerscope.training.watch.active())")
         _ACTIVE.append(self)
         self._reset()
+        self._cuda_here = torch.cuda.is_available()  # once: it asks the driver
         try:
             self._install()
         except BaseException:
@@ -176,8 +197,6 @@ class Watch:
             torch.cuda.synchronize()  # no event left pending on the stream
         self._stack.clear()
         self._depth = self._opt_depth = 0
-        if self._epoch.steps:
-            self._close_epoch()
         if self in _ACTIVE:
             _ACTIVE.remove(self)
 
@@ -191,13 +210,15 @@ class Watch:
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
         for h in handles:
             self._installed.append(h.remove)
+        engine = torch.autograd._engine_run_backward
         self._patch(torch.autograd, "_engine_run_backward",
-                    self._timed("backward", torch.autograd._engine_run_backward))
+                    self._layer_backward(engine) if self.layers
+                    else self._timed("backward", engine))
         iter_cls = _dataloader._BaseDataLoaderIter
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
         if torch.cuda.is_available():
-            self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to))
-            self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda))
+            self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
+            self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
 
     def _patch(self, owner: Any, attr: str, replacement: Any) -> None:
         """Set ``owner.attr`` and queue its exact restoration (deleted again when it was only
@@ -257,12 +278,12 @@ class Watch:
         self._eval_in_step = 0.0
         self._samples = 0
         # CUDA timing once the script has initialised CUDA itself (never initialise it here)
-        self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self._cuda = self._cuda_here and torch.cuda.is_initialized()
         if self._cuda:
             self.cuda_used = True
             self._marks = []
             self._mark(self._stack[-1][0] if self._stack else "other")
-        if self.memory and self._cuda:
+        if self.memory and self._cuda:  # per phase peaks start from here
             torch.cuda.reset_peak_memory_stats()
 
     def _mark(self, phase: str) -> None:
@@ -294,21 +315,42 @@ class Watch:
                     device[phase] += self._events[i].elapsed_time(self._events[j]) / 1e3
             phases.update(device)
         wall = now - self._t0 - self._eval_in_step
-        phases["other"] = wall - sum(v for k, v in phases.items() if k != "other")
+        named = 0.0
+        for v in phases.values():
+            named += v
+        phases["other"] = wall - (named - phases["other"])
         self._count += 1
         if self.trace:
             self.step_spans.append((self._count, self._t0, now))
         if self._count > self.warmup_steps:
-            self.totals.add(phases, wall, self._samples)
-            self._epoch.add(phases, wall, self._samples)
             self.step_seconds.append(wall)
             self.step_phases.append(phases)
+            self.step_samples.append(self._samples)
         self._begin(now)
 
     def _close_epoch(self) -> None:
-        if self._epoch.steps:
-            self.epochs.append(self._epoch.to_dict())
-        self._epoch = PhaseTotals()
+        done = len(self.step_seconds)
+        if done > (self._epoch_ends[-1] if self._epoch_ends else 0):
+            self._epoch_ends.append(done)
+
+    def _sum(self, start: int, stop: int) -> PhaseTotals:
+        totals = PhaseTotals()
+        for i in range(start, stop):
+            totals.add(self.step_phases[i], self.step_seconds[i], self.step_samples[i])
+        return totals
+
+    @property
+    def totals(self) -> PhaseTotals:
+        """The measured steps' phases summed."""
+        return self._sum(0, len(self.step_seconds))
+
+    def epoch_totals(self) -> list[PhaseTotals]:
+        """The measured steps of each epoch (a training loader's end closes one; the steps
+        after the last end are the epoch in progress)."""
+        bounds = [0, *self._epoch_ends]
+        if len(self.step_seconds) > bounds[-1]:
+            bounds.append(len(self.step_seconds))
+        return [self._sum(a, b) for a, b in zip(bounds, bounds[1:])]
 
     def _sample_memory(self, phase: str) -> None:
         row = self._mem.setdefault(phase, {"peak_rss_bytes": 0})
@@ -397,9 +439,11 @@ class Watch:
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __next__
 
-    def _h2d(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _h2d(self, fn: Callable[..., Any], always: bool) -> Callable[..., Any]:
+        """``Tensor.cuda`` (``always``) or ``Tensor.to`` timed as ``h2d`` when it moves a CPU
+        tensor to a device; a dtype cast or a CPU tensor staying on the CPU is not a copy."""
         def copy(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not tensor.is_cpu:  # already on a device: not a host-to-device copy
+            if not tensor.is_cpu or not (always or _to_device(args, kwargs)):
                 return fn(tensor, *args, **kwargs)
             self._enter("h2d")
             try:
@@ -411,22 +455,49 @@ class Watch:
 
     # ---- per layer (--layers) -----------------------------------------------------
     def _layer_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if not self._layer_stack and id(module) not in self._names:
+        stack = self._layer_stack
+        if not stack and id(module) not in self._names:
             self._name_tree(module)  # an outermost call: name its modules from it
-        self._layer_stack.append(self.clock())
+        if stack and torch.is_grad_enabled():
+            # nodes not tagged yet were made by the enclosing module's own code
+            tag_graph(args, stack[-1][1])
+        stack.append((self.clock(), self._names.get(id(module), type(module).__name__)))
 
     def _layer_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._layer_stack:
             return
-        t = self.clock() - self._layer_stack.pop()
+        t0, name = self._layer_stack.pop()
+        t = self.clock() - t0
         if not torch.is_grad_enabled():
             return  # evaluation, as for the phases
+        tag_graph(output, name)  # its backward nodes are charged to it
         row = self._layer_fwd.get(id(module))
         if row is None:
-            name = self._names.get(id(module), type(module).__name__)
             row = self._layer_fwd[id(module)] = [name, type(module).__name__, 0, 0.0]
         row[2] += 1
         row[3] += t
+
+    def _layer_backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
+        """The engine entry timed as ``backward``, and each autograd node's time charged to the
+        module whose forward made it (``analysis.timing.BackwardTimer``, as ``profile
+        --backward`` does); the node hooks live on this backward's graph only."""
+        def backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self._enter("backward")
+            timer = BackwardTimer(self.model, cuda=self._cuda, clock=self.clock)
+            outs = [t for t in t_outputs if isinstance(t, torch.Tensor)]
+            handles = timer.instrument(outs)
+            timer.start()
+            try:
+                return engine(t_outputs, *args, **kwargs)
+            finally:
+                for h in handles:
+                    h.remove()
+                for name, seconds in timer.result().items():
+                    if name:
+                        self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + seconds
+                self._exit("backward")
+        backward.__wrapped__ = engine  # type: ignore[attr-defined]
+        return backward
 
     def _name_tree(self, root: torch.nn.Module) -> None:
         """Qualified names of ``root``'s modules (the given model names its own)."""
@@ -438,9 +509,12 @@ class Watch:
             self._names.setdefault(id(m), f"{prefix}.{n}" if n else prefix)
 
     def layer_rows(self) -> list[dict[str, Any]]:
+        """Per module: forward calls and seconds (inclusive of the modules inside it) and the
+        backward seconds of the autograd nodes its own code made, over every step seen."""
         steps = max(self._count, 1)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
-                 "forward_s_per_step": s / steps}
+                 "forward_s_per_step": s / steps,
+                 "backward_s": self._layer_bwd.get(name, 0.0)}
                 for name, kind, calls, s in self._layer_fwd.values()]
         return sorted(rows, key=lambda r: -r["forward_s"])
 
@@ -466,15 +540,14 @@ class Watch:
 
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
-        epochs = list(self.epochs)
-        if self._epoch.steps:
-            epochs.append(self._epoch.to_dict())
+        totals = self.totals
+        epochs = [t.to_dict() for t in self.epoch_totals()]
         wall = self.clock() - self._wall0
         notes = []
         if self.eval_seconds:
             notes.append(f"{self.eval_seconds:.3f} s of evaluation (forward passes and batches "
                          "without gradients) left out of the training steps")
-        if self._count and not self.totals.steps:
+        if self._count and not totals.steps:
             notes.append(f"all {self._count} steps were warm-up: nothing measured")
         if not self._count:
             notes.append("no training step seen: no optimizer.step() and no mark_step()")
@@ -485,7 +558,7 @@ class Watch:
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
                     "layers": self.layers, "memory": self.memory},
-            run_dir="", epochs=[], breakdown=self.totals.to_dict(), epoch_breakdown=epochs,
+            run_dir="", epochs=[], breakdown=totals.to_dict(), epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

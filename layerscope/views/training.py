@@ -182,12 +182,14 @@ def _watch_tables(r) -> list[RowTable]:
     if getattr(r, "layers", None):
         steps = max(r.breakdown.get("steps") or 0, 1)
         out.append(RowTable(
-            "layers", "Forward time per layer (inclusive of the layers inside it)",
-            [("Layer", False), ("Type", False), ("Calls", True), ("Seconds", True),
-             ("ms / step", True)],
+            "layers", "Time per layer (forward inclusive of the layers inside it; backward: "
+                      "the autograd nodes of the layer's own code)",
+            [("Layer", False), ("Type", False), ("Calls", True), ("Forward s", True),
+             ("Forward ms / step", True), ("Backward s", True)],
             [[cell(row["name"]), cell(row["type"]), Cell(str(row["calls"]), row["calls"]),
               Cell(f"{row['forward_s']:.4f}", row["forward_s"]),
-              Cell(f"{row['forward_s'] / steps * 1e3:.3f}", row["forward_s"] / steps * 1e3)]
+              Cell(f"{row['forward_s'] / steps * 1e3:.3f}", row["forward_s"] / steps * 1e3),
+              Cell(num(row.get("backward_s"), ".4f"), row.get("backward_s"))]
              for row in r.layers]))
     if getattr(r, "phase_memory", None):
         rows = [[Cell(PHASE_LABELS.get(p, p), p),
