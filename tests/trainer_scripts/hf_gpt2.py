@@ -30,7 +30,7 @@ def main():
     args = p.parse_args()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=1,
-                                       n_head=2))
+                                       n_head=2, bos_token_id=0, eos_token_id=0))
     if args.layerscope:
         from layerscope.integrations.transformers import LayerscopeCallback
 
