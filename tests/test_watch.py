@@ -113,7 +113,8 @@ def _installed() -> tuple:
     return (len(M._global_forward_pre_hooks), len(M._global_forward_hooks),
             len(M._global_forward_hooks_always_called), len(O._global_optimizer_pre_hooks),
             len(O._global_optimizer_post_hooks), torch.autograd._engine_run_backward,
-            D._BaseDataLoaderIter.__dict__.get("__next__"), torch.Tensor.__dict__.get("to"),
+            D._BaseDataLoaderIter.__dict__.get("__next__"), D.DataLoader.__dict__.get("__iter__"),
+            torch.Tensor.__dict__.get("to"),
             torch.Tensor.__dict__.get("cuda"), active())
 
 
@@ -141,7 +142,8 @@ def test_each_step_sums_and_epochs_split_at_the_loader_end():
     assert len(w.step_phases) == len(r.step_seconds) == 8
     for phases, wall in zip(w.step_phases, r.step_seconds):
         assert sum(phases.values()) == pytest.approx(wall, rel=1e-9)
-    # two epochs of 4 steps: a training loader's StopIteration ends an epoch
+    # two epochs of 4 steps: a new pass over the training loader starts an epoch (the
+    # no-grad passes over the same loader in between do not)
     assert [e["steps"] for e in r.epoch_breakdown] == [4, 4]
     assert any("evaluation" in n for n in r.notes)  # the no-grad passes were left out
 
@@ -299,3 +301,64 @@ def test_copies_are_wrapped_only_where_cuda_is_and_restored(monkeypatch):
             opt.step()
     assert w.steps == 2 and w.totals.seconds["h2d"] == 0.0
     assert _installed() == before
+
+
+def test_mark_step_inside_nested_phases_counts_each_second_once():
+    # a step ended from inside a forward that runs inside optimizer.step (a closure): the open
+    # phases are split at the boundary, nothing counted twice; on the CPU the phases are
+    # disjoint pieces of the step, so "other" (the rest) is never negative
+    class Marks(nn.Module):
+        def __init__(self, watch_box):
+            super().__init__()
+            self.inner, self.box = nn.Linear(2, 2), watch_box
+
+        def forward(self, x):
+            y = self.inner(x)
+            self.box[0].mark_step()
+            return self.inner(y)
+
+    box: list = []
+    model = Marks(box)
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+
+    def closure():
+        loss = model(torch.randn(1, 2)).sum()
+        loss.backward()
+        return loss
+
+    with Watch() as w:
+        box.append(w)
+        for _ in range(4):
+            opt.step(closure)
+    assert w.steps == 4 + 4  # one ended by each mark_step, one by each optimizer step
+    for phases, wall in zip(w.step_phases, w.step_seconds):
+        assert sum(phases.values()) == pytest.approx(wall, rel=1e-9)
+        assert min(phases.values()) >= -1e-9, phases
+
+
+class _Ahead:
+    """A loader that fetches one batch ahead, as accelerate's DataLoaderShard does: the
+    underlying iterator ends while the epoch's last batch is still to be trained on."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        it = iter(self.loader)
+        current = next(it)
+        for batch in it:
+            yield current
+            current = batch
+        yield current
+
+
+def test_epochs_of_a_loader_that_fetches_ahead():
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    loader = _loader()
+    with Watch() as w:
+        for _ in range(2):
+            for x, y in _Ahead(loader):
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+    assert [e["steps"] for e in w.report().epoch_breakdown] == [4, 4]
