@@ -129,6 +129,8 @@ def test_lightning_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv
     _check_breakdown(via_callback, steps)
     _check_breakdown(via_run, steps)
     assert _present(via_callback) == _present(via_run)
+    # 2 epochs of limit_train_batches: a new pass over the loader starts an epoch
+    assert len(via_callback["epoch_breakdown"]) == len(via_run["epoch_breakdown"]) == 2
     assert via_callback["script"] == {"name": "lightning_mlp.py",
                                       "argv": [*argv, "--layerscope", str(tmp_path / "cb.json")]}
     assert via_run["script"] == {"name": "lightning_mlp.py", "argv": argv}
@@ -146,6 +148,8 @@ def test_hf_trainer_callback_gives_the_breakdown_of_layerscope_run(tmp_path, arg
     _check_breakdown(via_callback, steps)
     _check_breakdown(via_run, steps)
     assert _present(via_callback) == _present(via_run)
+    # 8 micro-batches of the 16 in an epoch at most: one epoch
+    assert len(via_callback["epoch_breakdown"]) == len(via_run["epoch_breakdown"]) == 1
     # the Trainer's own logging is untouched: one entry per step (logging_steps=1) + the summary
     assert _printed(printed_cb, "log entries") == _printed(printed_run, "log entries") == steps + 1
 
