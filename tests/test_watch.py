@@ -235,19 +235,20 @@ def test_report_is_a_train_report_that_renders_again():
     from layerscope.core.results import load_result
     from layerscope.renderers import render
 
-    with Watch(name="mine.py", argv=["--epochs", "2"]) as w:
-        plain(_net(), _loader(), epochs=1)
-    r = w.report()
-    assert r.kind == "train" and r.script == {"name": "mine.py", "argv": ["--epochs", "2"]}
-    d = json.loads(json.dumps(r.to_dict()))
-    assert {"breakdown", "step_seconds", "epoch_breakdown"} <= set(d)
-    assert "rank" not in d and "layers" not in d  # omitted while None
-    again = load_result(d)
-    text = render(again, "table", width=160)
-    assert "mine.py --epochs 2 — training" in text
-    assert "Forward" in text
-    html = render(again, "html")
-    assert "mine.py --epochs 2" in html
+    for layers in (False, True):
+        with Watch(name="mine.py", argv=["--epochs", "2"], layers=layers, memory=layers) as w:
+            plain(_net(), _loader(), epochs=1)
+        r = w.report()
+        assert r.kind == "train" and r.script == {"name": "mine.py", "argv": ["--epochs", "2"]}
+        d = json.loads(json.dumps(r.to_dict()))
+        assert {"breakdown", "step_seconds", "epoch_breakdown"} <= set(d)
+        assert "rank" not in d and ("layers" in d) is layers  # omitted while None
+        again = load_result(d)  # validated against the schema
+        text = render(again, "table", width=160)
+        assert "mine.py --epochs 2 — training" in text and "Forward" in text
+        assert ("Time per layer" in text) is layers and ("Peak memory" in text) is layers
+        assert "mine.py --epochs 2" in render(again, "html")
+        assert render(again, "csv")
 
 
 def test_chrome_trace_has_every_step():
