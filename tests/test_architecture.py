@@ -25,7 +25,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("training", "rewrite"),  # the training loop and ablation | ONNX rewrite passes
     ("views",),  # per result kind: which sections it shows
     ("renderers",),  # draw sections as text, CSV, JSON, HTML, PNG
-    ("api", "cli"),  # layerscope/__init__.py wires the layers together | the command line
+    # layerscope/__init__.py wires the layers together | the command line | the trainers'
+    # callbacks (Lightning, Hugging Face Trainer: optional packages, imported by nothing else)
+    ("api", "cli", "integrations"),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -97,10 +97,11 @@ def test_script_runs_as_python_runs_it(tmp_path, script, options, script_args, c
         assert bare.stdout.startswith(run.stdout) and "swallowed" not in run.stdout
     else:
         assert run.stdout == bare.stdout  # byte-identical: argv, __name__, sys.path[0], prints
-    if code == 1:  # the traceback as python prints it, from the script's frame on
+    # its standard error as python's (a traceback, from the script's frame on), then ours
+    assert run.stderr.startswith(bare.stderr) and run.stderr.endswith(f"wrote {out}\n")
+    if code == 1:
         assert "Traceback (most recent call last)" in run.stderr
         assert "ValueError: boom at step 4" in run.stderr
-        assert "runpy" not in run.stderr and "layerscope" not in run.stderr.split("wrote")[0]
     d = json.loads(out.read_text())
     b = d["breakdown"]
     assert d["kind"] == "train" and b["steps"] == steps
@@ -202,3 +203,19 @@ def test_torchrun_each_rank_measures_rank0_writes(tmp_path):
     assert d["rank"] == 0 and d["world_size"] == 2
     assert d["breakdown"]["steps"] == 5
     assert d["breakdown"]["seconds"]["backward"] > 0
+
+
+def test_the_scripts_warnings_and_logs_are_its_own(tmp_path):
+    # other commands print warnings as one "layerscope: warning:" line; a script's are its
+    # output and reach stderr as python prints them
+    (tmp_path / "warns.py").write_text(textwrap.dedent("""\
+        import logging, warnings
+        warnings.warn("careful now")
+        logging.getLogger("mine").warning("logged %d", 7)
+        """))
+    bare = _python("warns.py", cwd=tmp_path)
+    run = _python("-m", "layerscope", "run", "warns.py", cwd=tmp_path)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stderr.startswith(bare.stderr)  # then the report
+    assert "UserWarning: careful now" in run.stderr and "logged 7" in run.stderr
+    assert "layerscope: warning" not in run.stderr

@@ -113,7 +113,8 @@ def _installed() -> tuple:
     return (len(M._global_forward_pre_hooks), len(M._global_forward_hooks),
             len(M._global_forward_hooks_always_called), len(O._global_optimizer_pre_hooks),
             len(O._global_optimizer_post_hooks), torch.autograd._engine_run_backward,
-            D._BaseDataLoaderIter.__dict__.get("__next__"), torch.Tensor.__dict__.get("to"),
+            D._BaseDataLoaderIter.__dict__.get("__next__"), D.DataLoader.__dict__.get("__iter__"),
+            torch.Tensor.__dict__.get("to"),
             torch.Tensor.__dict__.get("cuda"), active())
 
 
@@ -141,7 +142,8 @@ def test_each_step_sums_and_epochs_split_at_the_loader_end():
     assert len(w.step_phases) == len(r.step_seconds) == 8
     for phases, wall in zip(w.step_phases, r.step_seconds):
         assert sum(phases.values()) == pytest.approx(wall, rel=1e-9)
-    # two epochs of 4 steps: a training loader's StopIteration ends an epoch
+    # two epochs of 4 steps: a new pass over the training loader starts an epoch (the
+    # no-grad passes over the same loader in between do not)
     assert [e["steps"] for e in r.epoch_breakdown] == [4, 4]
     assert any("evaluation" in n for n in r.notes)  # the no-grad passes were left out
 
@@ -233,19 +235,20 @@ def test_report_is_a_train_report_that_renders_again():
     from layerscope.core.results import load_result
     from layerscope.renderers import render
 
-    with Watch(name="mine.py", argv=["--epochs", "2"]) as w:
-        plain(_net(), _loader(), epochs=1)
-    r = w.report()
-    assert r.kind == "train" and r.script == {"name": "mine.py", "argv": ["--epochs", "2"]}
-    d = json.loads(json.dumps(r.to_dict()))
-    assert {"breakdown", "step_seconds", "epoch_breakdown"} <= set(d)
-    assert "rank" not in d and "layers" not in d  # omitted while None
-    again = load_result(d)
-    text = render(again, "table", width=160)
-    assert "mine.py --epochs 2 — training" in text
-    assert "Forward" in text
-    html = render(again, "html")
-    assert "mine.py --epochs 2" in html
+    for layers in (False, True):
+        with Watch(name="mine.py", argv=["--epochs", "2"], layers=layers, memory=layers) as w:
+            plain(_net(), _loader(), epochs=1)
+        r = w.report()
+        assert r.kind == "train" and r.script == {"name": "mine.py", "argv": ["--epochs", "2"]}
+        d = json.loads(json.dumps(r.to_dict()))
+        assert {"breakdown", "step_seconds", "epoch_breakdown"} <= set(d)
+        assert "rank" not in d and ("layers" in d) is layers  # omitted while None
+        again = load_result(d)  # validated against the schema
+        text = render(again, "table", width=160)
+        assert "mine.py --epochs 2 — training" in text and "Forward" in text
+        assert ("Time per layer" in text) is layers and ("Peak memory" in text) is layers
+        assert "mine.py --epochs 2" in render(again, "html")
+        assert render(again, "csv")
 
 
 def test_chrome_trace_has_every_step():
@@ -332,3 +335,31 @@ def test_mark_step_inside_nested_phases_counts_each_second_once():
     for phases, wall in zip(w.step_phases, w.step_seconds):
         assert sum(phases.values()) == pytest.approx(wall, rel=1e-9)
         assert min(phases.values()) >= -1e-9, phases
+
+
+class _Ahead:
+    """A loader that fetches one batch ahead, as accelerate's DataLoaderShard does: the
+    underlying iterator ends while the epoch's last batch is still to be trained on."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        it = iter(self.loader)
+        current = next(it)
+        for batch in it:
+            yield current
+            current = batch
+        yield current
+
+
+def test_epochs_of_a_loader_that_fetches_ahead():
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    loader = _loader()
+    with Watch() as w:
+        for _ in range(2):
+            for x, y in _Ahead(loader):
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+    assert [e["steps"] for e in w.report().epoch_breakdown] == [4, 4]

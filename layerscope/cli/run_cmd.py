@@ -111,6 +111,30 @@ def _print_script_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb)
 
 
+def _run_script(path: str) -> None:
+    """Run ``path`` as ``python path`` does: a fresh ``__main__`` module in ``sys.modules``
+    (pickling the script's classes works), ``__file__`` and the code's file name absolute (so
+    warnings and tracebacks name it as python does; ``runpy.run_path`` would keep the relative
+    name and also rewrite ``sys.argv[0]``), ``sys.argv[0]`` as given."""
+    import builtins
+    import types
+    from importlib.machinery import SourceFileLoader
+
+    full = os.path.abspath(path)
+    with open(full, "rb") as f:
+        code = compile(f.read(), full, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins,
+                         __loader__=SourceFileLoader("__main__", full))
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def execute(target: str, script_args: list[str], is_module: bool, watch: Any) -> int:
     """Run the script under ``watch`` as python would; returns its exit code."""
     import runpy
@@ -130,7 +154,7 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
-                runpy.run_path(target, run_name="__main__")
+                _run_script(target)
     except StepLimit:
         code = 0
     except SystemExit as exc:

@@ -16,8 +16,9 @@ through, and splits the time between consecutive optimizer steps into the phases
   enter the C++ engine (torch/autograd/__init__.py). Hooks on tensors or graph nodes would
   need the graph of every step; the engine has no global entry/exit hook; this function is the
   narrowest seam that sees every backward, and replacing one module global is undone exactly.
-- ``data``: ``_BaseDataLoaderIter.__next__`` (the class attribute, restored afterwards); a
-  ``StopIteration`` of a training loader ends an epoch.
+- ``data``: ``_BaseDataLoaderIter.__next__`` (the class attribute, restored afterwards); a new
+  pass (``DataLoader.__iter__``, with gradients on) over a loader that gave training batches
+  ends an epoch.
 - ``h2d``: ``Tensor.to`` and ``Tensor.cuda`` of CPU tensors, wrapped only where CUDA is
   available (on a CPU-only machine there is no host-to-device copy and nothing is wrapped).
 - ``other``: the step's wall time minus the phases, so the phases sum to the step exactly.
@@ -138,6 +139,7 @@ class Watch:
         self.step_phases: list[dict[str, float]] = []
         self.step_samples: list[int] = []
         self._epoch_ends: list[int] = []  # measured steps done when each epoch ended
+        self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
         self.eval_seconds = 0.0
@@ -216,6 +218,8 @@ class Watch:
                     else self._timed("backward", engine))
         iter_cls = _dataloader._BaseDataLoaderIter
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
+        loader_cls = _dataloader.DataLoader
+        self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
         if torch.cuda.is_available():
             self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
             self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
@@ -427,17 +431,25 @@ class Watch:
             self._enter(phase)
             try:
                 batch = fn(it)
-            except StopIteration:
-                if phase == "data":
-                    self._close_epoch()
-                raise
             finally:
                 self._exit(phase)
             if phase == "data":
                 self._samples += _batch_len(batch)
+                self._train_data.add(id(it._dataset))
             return batch
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __next__
+
+    def _new_epoch(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A new pass over a loader that gave training batches before ends an epoch. (Not its
+        ``StopIteration``: loaders that fetch one batch ahead, as accelerate's do, reach it one
+        step before the epoch's last.)"""
+        def __iter__(loader: Any) -> Any:
+            if torch.is_grad_enabled() and id(loader.dataset) in self._train_data:
+                self._close_epoch()
+            return fn(loader)
+        __iter__.__wrapped__ = fn  # type: ignore[attr-defined]
+        return __iter__
 
     def _h2d(self, fn: Callable[..., Any], always: bool) -> Callable[..., Any]:
         """``Tensor.cuda`` (``always``) or ``Tensor.to`` timed as ``h2d`` when it moves a CPU
