@@ -143,7 +143,8 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
 
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = [target, *script_args]
-    path0 = os.getcwd() if is_module else os.path.dirname(os.path.abspath(target))
+    # python puts the script's folder first, symbolic links resolved; -m the working directory
+    path0 = os.getcwd() if is_module else os.path.dirname(os.path.realpath(target))
     if sys.path:
         sys.path[0] = path0
     else:
