@@ -14,8 +14,13 @@ is the steadier figure, the hooks' cost being CPU work on that thread.
 - processes: the script bare (`python script.py`) and under `layerscope run`, alternating,
   ``--pairs`` times each (which goes first alternates too); the overhead is the median of the
   runs' median step times under `run` over the same for the bare runs;
+- one process: the same script executed through `layerscope run`'s own code path, with and
+  without the Watch, alternating (no process-to-process variation);
 - in process: blocks of ``--block`` steps with a ``Watch`` installed and without, alternating
   in one loop (what the hooks cost, without process-to-process noise).
+
+- hook cost: the same module structure at trivial sizes, alternating blocks with and without
+  a Watch: the instrumentation's CPU microseconds per step, free of the step's own variation.
 
 Writes benchmarks/results/run_overhead.json and prints the figures and the load average.
 """
@@ -101,6 +106,67 @@ def processes(path: str, pairs: int, script_args: list[str], tmp: str) -> dict:
             "last_report_gap_s": b["wall_s"] - sum(b["seconds"].values())}
 
 
+def same_process(path: str, runs: int, script_args: list[str]) -> dict:
+    """The script run ``runs`` times each in this process, alternately bare and under a
+    Watch, through the same ``layerscope run`` code path (``run_cmd.execute``): the
+    instrumentation alone, without the process-to-process variation of the step time (the
+    median step of identical bare processes varies by several per cent)."""
+    import contextlib
+    import io
+
+    from layerscope.cli.run_cmd import execute
+    from layerscope.training.watch import Watch
+
+    bare, inst = [], []
+    for i in range(runs):
+        for kind in (("bare", "run") if i % 2 == 0 else ("run", "bare")):
+            watch = (Watch(name="small_cnn.py", argv=script_args) if kind == "run"
+                     else contextlib.nullcontext())
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                execute(path, script_args, False, watch)
+            d = json.loads(buf.getvalue().strip().splitlines()[-1])
+            (inst if kind == "run" else bare).append((d["median_s"], d["cpu_median_s"]))
+    return {**_summary(bare, inst), "bare_runs_s": bare, "run_runs_s": inst}
+
+
+def hook_cost(blocks: int = 30, steps: int = 200) -> dict:
+    """What the hooks cost per step, in CPU microseconds: the benchmark CNN's module structure
+    (nine modules and a loss module) at a trivial size, so the compute is negligible and the
+    difference is the instrumentation; alternating blocks, minimum and median."""
+    import torch
+    import torch.nn as nn
+
+    from layerscope.training.watch import Watch
+
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Conv2d(1, 1, 1), nn.ReLU(), nn.Conv2d(1, 1, 1), nn.ReLU(),
+                          nn.MaxPool2d(1), nn.Flatten(), nn.Linear(1, 1), nn.ReLU(),
+                          nn.Linear(1, 1))
+    loss_fn = nn.MSELoss()
+    opt = torch.optim.Adam(model.parameters(), 0.1)
+    x, y = torch.randn(1, 1, 1, 1), torch.randn(1, 1)
+
+    def block() -> float:
+        t = time.thread_time()
+        for _ in range(steps):
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        return (time.thread_time() - t) / steps
+
+    block()
+    bare, watched = [], []
+    for _ in range(blocks):
+        bare.append(block())
+        with Watch():
+            watched.append(block())
+    return {"bare_step_us": {"min": min(bare) * 1e6, "median": statistics.median(bare) * 1e6},
+            "watched_step_us": {"min": min(watched) * 1e6,
+                                "median": statistics.median(watched) * 1e6},
+            "hooks_us_per_step": (statistics.median(watched) - statistics.median(bare)) * 1e6}
+
+
 def in_process(steps: int, block: int, batch_size: int) -> dict:
     """Alternating blocks of steps with and without a Watch, in one loop."""
     import torch
@@ -155,15 +221,17 @@ def main() -> None:
         path = os.path.join(tmp, "small_cnn.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(SCRIPT)
-        proc = processes(path, args.pairs, ["--steps", str(args.steps), "--batch-size",
-                                            str(args.batch_size)], tmp)
+        script_args = ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+        proc = processes(path, args.pairs, script_args, tmp)
+        same = same_process(path, args.pairs, script_args)
     inproc = in_process(args.steps * args.pairs, args.block, args.batch_size)
+    hooks = hook_cost()
     import torch
 
     result = {"model": "small CNN (conv 32, conv 64, fc 128; 1x28x28 synthetic), Adam",
               "batch_size": args.batch_size, "steps": args.steps, "pairs": args.pairs,
-              "threads": 1, "torch": torch.__version__, "processes": proc,
-              "in_process": inproc, "load_average_before": load_before,
+              "threads": 1, "torch": torch.__version__, "processes": proc, "same_process": same,
+              "in_process": inproc, "hook_cost": hooks, "load_average_before": load_before,
               "load_average_after": os.getloadavg()}
     out = os.path.join(os.path.dirname(__file__), "results", "run_overhead.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -171,6 +239,8 @@ def main() -> None:
         json.dump(result, f, indent=2)
     rows = []
     for label, d in ((f"processes: script vs `layerscope run` ({args.pairs} pairs)", proc),
+                     (f"one process: the script bare / under run's Watch ({args.pairs} each)",
+                      same),
                      ("in process: blocks without / with Watch", inproc)):
         for clock in ("wall", "cpu"):
             c = d[clock]
@@ -178,6 +248,9 @@ def main() -> None:
                         f"{c['instrumented_median_s'] * 1e3:.2f} | {c['overhead']:+.2%} |")
     print("| measurement | clock | bare median step ms | instrumented median step ms | "
           "overhead |\n|---|---|---|---|---|\n" + "\n".join(rows))
+    share = hooks["hooks_us_per_step"] / (proc["cpu"]["bare_median_s"] * 1e6)
+    print(f"the hooks' own cost: {hooks['hooks_us_per_step']:.1f} us of CPU per step (same "
+          f"modules, trivial sizes), {share:.3%} of the small CNN's bare step")
     print(f"phases of the last `run` report sum to its wall time (gap "
           f"{proc['last_report_gap_s']:.2e} s); load average {load_before} before, "
           f"{result['load_average_after']} after")
