@@ -13,6 +13,7 @@ from layerscope.core.values import (
     NPROC_MAX,
     WORKERS_MAX,
     arg,
+    endpoint,
     finite_positive_float,
     non_negative_int,
     positive_int,
@@ -66,7 +67,7 @@ def register(sub) -> None:
                    help="machines taking part (run the same command on each)")
     g.add_argument("--node-rank", type=arg(non_negative_int, maximum=NODES_MAX - 1), default=0,
                    help="this machine's rank, 0 .. --nnodes - 1")
-    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+    g.add_argument("--rdzv-endpoint", type=arg(endpoint), metavar="HOST:PORT",
                    help="the machine of node rank 0 and a free port on it")
     g.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp",
                    help="DistributedDataParallel (default) or FSDP2 fully_shard")
