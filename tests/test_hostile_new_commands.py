@@ -52,6 +52,15 @@ CANNOT_START = [
 ]
 
 
+def test_run_png_to_standard_output_is_refused(tmp_path, monkeypatch):
+    # standard output is the script's own: before, the PNG bytes were mixed into it
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.py").write_text("print('hello')\n")
+    code, out, err = run_cli("run", "-o", "-", "--format", "png", "s.py")
+    _one_line_error(code, err)
+    assert "give -o FILE.png" in err and out == ""
+
+
 @pytest.mark.parametrize("build,expected", [c[1:] for c in CANNOT_START],
                          ids=[c[0] for c in CANNOT_START])
 def test_run_of_a_script_that_cannot_start_is_one_line(tmp_path, monkeypatch, build, expected):
@@ -208,3 +217,13 @@ def test_saved_train_result_with_malformed_ops_is_one_line(tmp_path, ops):
     code, out, err = run_cli("render", str(path))
     _one_line_error(code, err)
     assert "malformed train result" in err, err
+
+
+@pytest.mark.parametrize("command", ["llm", "plan"])
+@pytest.mark.parametrize("name,close", [("lama-3-8b", "did you mean llama-3-8b"),
+                                        ("gpt-2", "did you mean gpt2?"),
+                                        ("mixtral", "did you mean mixtral-8x7b?")])
+def test_misspelt_llm_preset_suggests_the_close_ones(command, name, close):
+    code, _, err = run_cli(command, name, *(["--gpus", "8"] if command == "plan" else []))
+    _one_line_error(code, err)
+    assert close in err, err

@@ -78,7 +78,8 @@ def _check_outputs(args) -> None:
     from layerscope.core.io import check_dir, check_output
     from layerscope.renderers import pick_format
 
-    if pick_format(args.format, args.output) == "png" and not args.output:
+    if pick_format(args.format, args.output) == "png" and args.output in (None, "", "-"):
+        # standard output is the script's: a PNG there would be mixed into its output
         raise UserError("--format png writes a binary file: give -o FILE.png")
     for option, path in (("-o", args.output), ("--html", args.html), ("--plot", args.plot),
                          ("--trace", args.trace)):

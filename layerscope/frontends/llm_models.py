@@ -412,6 +412,10 @@ def llm_config(model: str) -> LLMConfig:
         return llm_config_from_hf(data, name, model)
     cfg = PRESETS.get(model)
     if cfg is None:
-        raise UserError(f"{model!r} is not an LLM: name a preset ({', '.join(PRESETS)}) or a "
-                        "Hugging Face config as hf:PATH/config.json")
+        import difflib
+
+        close = difflib.get_close_matches(model, PRESETS, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise UserError(f"{model!r} is not an LLM: {hint}name a preset ({', '.join(PRESETS)}) "
+                        "or a Hugging Face config as hf:PATH/config.json")
     return cfg
