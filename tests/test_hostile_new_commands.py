@@ -52,6 +52,17 @@ CANNOT_START = [
 ]
 
 
+@pytest.mark.parametrize("build,expected", [CANNOT_START[0][1:], CANNOT_START[5][1:]],
+                         ids=[CANNOT_START[0][0], CANNOT_START[5][0]])
+def test_run_of_several_processes_that_cannot_start_is_one_line(tmp_path, monkeypatch, build,
+                                                                 expected):
+    # before: torchrun started every rank, each printed the error, then "rank 1 failed"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", "--nproc-per-node", "2", *build(tmp_path))
+    _one_line_error(code, err)
+    assert expected in err, err
+
+
 def test_run_png_to_standard_output_is_refused(tmp_path, monkeypatch):
     # standard output is the script's own: before, the PNG bytes were mixed into it
     monkeypatch.chdir(tmp_path)
@@ -227,3 +238,20 @@ def test_misspelt_llm_preset_suggests_the_close_ones(command, name, close):
     code, _, err = run_cli(command, name, *(["--gpus", "8"] if command == "plan" else []))
     _one_line_error(code, err)
     assert close in err, err
+
+
+# ---------------------------------------------------------------- layerscope.watch()
+@pytest.mark.parametrize("kwargs,expected", [
+    ({"steps": -1}, "steps must be at least 1"),
+    ({"steps": 0}, "steps must be at least 1"),
+    ({"warmup_steps": "abc"}, "warmup_steps must be a whole number"),
+    ({"model": "notamodel"}, "must be a torch.nn.Module, got str"),
+    ({"optimizer": 0.1}, "must be a torch.optim.Optimizer, got float"),
+], ids=["steps-negative", "steps-0", "warmup-text", "model-str", "optimizer-float"])
+def test_watch_refuses_bad_arguments_at_once(kwargs, expected):
+    # before: accepted, and the loop ran unwatched or with a limit that never fired
+    import layerscope
+    from layerscope.errors import UserError
+
+    with pytest.raises(UserError, match=expected):
+        layerscope.watch(**kwargs)

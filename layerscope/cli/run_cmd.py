@@ -149,6 +149,21 @@ def _check_module(name: str) -> None:
                         "that holds it (or add that folder to PYTHONPATH)")
 
 
+def _check_startable(target: str, is_module: bool) -> None:
+    """The checks ``execute`` makes before the script starts, made by the parent of a
+    ``--nproc-per-node`` run (the module is looked up from the working directory, as the ranks
+    will)."""
+    if not is_module:
+        _compiled(target)
+        return
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        _check_module(target)
+    finally:
+        sys.path[:] = saved
+
+
 def _run_script(path: str, code: Any) -> None:
     """Run ``path`` as ``python path`` does: a fresh ``__main__`` module in ``sys.modules``
     (pickling the script's classes works), ``__file__`` and the code's file name absolute (so
@@ -266,6 +281,7 @@ def run(args) -> int:
     target, script_args, is_module = _target(args)
     _check_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
+        _check_startable(target, is_module)  # once here, not one error line per rank
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
