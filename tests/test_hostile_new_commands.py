@@ -255,3 +255,25 @@ def test_watch_refuses_bad_arguments_at_once(kwargs, expected):
 
     with pytest.raises(UserError, match=expected):
         layerscope.watch(**kwargs)
+
+
+# ---------------------------------------------------------------- outputs checked before work
+# (id, argv): before, the training run / scaling sweep / analysis ran to the end and only then
+# said the folder of -o was missing (train had written its run folder by then)
+LATE_OUTPUTS = [
+    ("train-o", ["train", "--synthetic", "--steps", "1", "-o", "nodir/r.json"]),
+    ("train-html", ["train", "--synthetic", "--steps", "1", "--html", "nodir/r.html"]),
+    ("scaling-o", ["scaling", "digits-cnn", "--synthetic", "--nproc", "1", "-o", "nodir/s.json"]),
+    ("llm-plot", ["llm", "gpt2", "--plot", "nodir/p.png"]),
+    ("plan-o", ["plan", "gpt2", "--gpus", "1", "-o", "nodir/p.json"]),
+    ("scaling-png-without-o", ["scaling", "digits-cnn", "--synthetic", "--format", "png"]),
+]
+
+
+@pytest.mark.parametrize("argv", [a[1] for a in LATE_OUTPUTS], ids=[a[0] for a in LATE_OUTPUTS])
+def test_outputs_are_checked_before_any_work(tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*argv)
+    _one_line_error(code, err)
+    assert "no such directory" in err or "give -o FILE.png" in err, err
+    assert list(tmp_path.iterdir()) == []  # no run folder, nothing written

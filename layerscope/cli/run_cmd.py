@@ -17,7 +17,12 @@ import sys
 import traceback
 from typing import Any
 
-from layerscope.cli.common import add_output, write_output, write_report_files
+from layerscope.cli.common import (
+    add_output,
+    check_outputs,
+    write_output,
+    write_report_files,
+)
 from layerscope.core.errors import UserError
 from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
 
@@ -75,16 +80,13 @@ def _target(args) -> tuple[str, list[str], bool]:
 
 def _check_outputs(args) -> None:
     """Every output path is checked before the script runs (nothing half-done after)."""
-    from layerscope.core.io import check_dir, check_output
+    from layerscope.core.io import check_dir
     from layerscope.renderers import pick_format
 
-    if pick_format(args.format, args.output) == "png" and args.output in (None, "", "-"):
+    if args.output == "-" and pick_format(args.format, args.output) == "png":
         # standard output is the script's: a PNG there would be mixed into its output
         raise UserError("--format png writes a binary file: give -o FILE.png")
-    for option, path in (("-o", args.output), ("--html", args.html), ("--plot", args.plot),
-                         ("--trace", args.trace)):
-        if path:
-            check_output(path, option)
+    check_outputs(args, ("--trace", "trace"))
     if args.tensorboard:
         check_dir(args.tensorboard, "--tensorboard")
 

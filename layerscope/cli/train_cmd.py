@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_report_files, write_output, write_report_files
+from layerscope.cli.common import (
+    add_report_files,
+    check_outputs,
+    write_output,
+    write_report_files,
+)
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import (
     COMM_TIMEOUT_MAX,
@@ -127,6 +132,7 @@ def run(args) -> int:
     from layerscope.training.loop import train
     from layerscope.views.training import epoch_line
 
+    check_outputs(args)
     env = distributed.detect()
     if env is None and (args.nproc_per_node or args.nnodes > 1):
         return _launch(args)
