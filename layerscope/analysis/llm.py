@@ -235,7 +235,8 @@ def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
     if batch * seq * widest * 4 > values.INT64_MAX:
         raise UserError(f"{what}: {batch:,} x {seq:,} tokens is too many to count: the model's "
                         f"widest tensor ({batch} x {seq} x {widest} fp32 values) would exceed "
-                        "2**63-1 bytes, more than torch can describe; give a smaller value")
+                        "2**63-1 bytes, more than torch can describe; give fewer tokens (or a "
+                        "config with a smaller vocabulary or MLP)")
 
 
 def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
