@@ -209,7 +209,7 @@ def _hf_source(spec: str) -> LLMSource:
     from layerscope.frontends import llm_models
 
     name, data = llm_models.hf_config_dict(spec)
-    config = llm_models.llm_config_from_hf(data, name)
+    config = llm_models.llm_config_from_hf(data, name, spec)
     key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
         else "num_hidden_layers"
 
@@ -217,10 +217,26 @@ def _hf_source(spec: str) -> LLMSource:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
                 json.dump({**data, key: c.num_layers}, f)  # a scratch file, not an output
-            model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"))
+            model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
+                                             shown=spec)
         return model
 
     return LLMSource(name, config, build)
+
+
+def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
+    """Refuse a (batch, seq) of token ids whose widest tensor torch cannot describe even on the
+    meta device (a tensor's size in bytes is an int64 there; the trace would fail deep inside
+    torch with "Storage size calculation overflowed"). The widest tensor per token of a
+    decoder-only LM is the fp32 logits (vocab), the MLP's inner activation of the routed experts
+    or GPT-2's fused q/k/v projection (3 x hidden)."""
+    widest = max(config.vocab_size, config.intermediate_size * config.experts_per_token,
+                 3 * config.hidden_size)
+    if batch * seq * widest * 4 > values.INT64_MAX:
+        raise UserError(f"{what}: {batch:,} x {seq:,} tokens is too many to count: the model's "
+                        f"widest tensor ({batch} x {seq} x {widest} fp32 values) would exceed "
+                        "2**63-1 bytes, more than torch can describe; give fewer tokens (or a "
+                        "config with a smaller vocabulary or MLP)")
 
 
 def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
@@ -341,6 +357,8 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             else seq_len
     else:
         context = values.positive_int(context, "--context")
+    check_tokens(config, batch_size, seq_len, "--batch-size x --seq-len")
+    check_tokens(config, 1, context + 1, "--context")
     notes = []
     for what, value, n in (("--seq-len", seq_len, seq_len), ("--context", context, context + 1)):
         if config.position == "learned" and n > config.max_position:

@@ -48,6 +48,7 @@ from torch.overrides import TorchFunctionMode
 
 from layerscope.analysis.llm import (
     LLMSource,
+    check_tokens,
     dtype_name,
     param_count,
     resolve_llm,
@@ -153,9 +154,11 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
         try:
             one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
                                       seq, torch_dtype, device) for n in (1, 2))
-        except (RuntimeError, NotImplementedError, AssertionError):
-            if device == "meta":
-                raise
+        except (RuntimeError, NotImplementedError, AssertionError, ValueError) as exc:
+            if device == "meta":  # the model itself refuses these inputs: one line, as analyze
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise UserError(f"{source.name} rejected a {micro_batch} x {seq} batch of token "
+                                f"ids: {type(exc).__name__}: {first[:300]}") from None
             continue
         per_layer = two.total - one.total
         scores = two.scores - one.scores
@@ -223,6 +226,7 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     if config.position == "learned" and seq_len > config.max_position:
         raise UserError(f"--seq-len {seq_len} is longer than {source.name}'s learned position "
                         f"table ({config.max_position} positions)")
+    check_tokens(config, micro_batch, seq_len, "--micro-batch x --seq-len")
     if pp > config.num_layers:
         raise UserError(f"--pp {pp} is more pipeline stages than {source.name} has layers "
                         f"({config.num_layers})")

@@ -119,6 +119,22 @@ def write_report_files(report, args) -> None:
         write_output(args.plot, render_png(report, _size(args)))
 
 
+def check_outputs(args, *extra: tuple[str, str]) -> None:
+    """Every output file of the command checked before any work (a missing folder found after
+    a training run or a scaling sweep wastes it): -o, --html, --plot and the ``extra``
+    (option, attribute) pairs; --format png needs -o."""
+    from layerscope.core.io import check_output
+
+    fmt = getattr(args, "format", None)
+    if fmt is not None and pick_format(fmt, getattr(args, "output", None)) == "png" \
+            and not getattr(args, "output", None):
+        raise UserError("--format png writes a binary file: give -o FILE.png")
+    for option, attr in (("-o", "output"), ("--html", "html"), ("--plot", "plot"), *extra):
+        path = getattr(args, attr, None)
+        if path:
+            check_output(path, option)
+
+
 def emit(report, args) -> None:
     fmt = pick_format(args.format, args.output)
     if getattr(args, "highlight", None) is not None:

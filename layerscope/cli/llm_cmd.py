@@ -2,7 +2,7 @@
 bound of a decoder-only language model (a preset or hf:config.json), without its weights."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, emit
+from layerscope.cli.common import add_output, check_outputs, emit
 from layerscope.core.llm_records import ATTENTION, DTYPE_BYTES
 from layerscope.core.values import arg, positive_int
 
@@ -33,6 +33,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.llm import gpu_spec, llm
 
+    check_outputs(args)
     gpu = gpu_spec(args.gpu) if args.gpu is not None else None  # a bad --gpu fails first
     report = llm(args.model, seq_len=args.seq_len, context=args.context,
                  batch_size=args.batch_size, dtype=args.dtype, kv_dtype=args.kv_dtype, gpu=gpu,

@@ -2,7 +2,7 @@
 measured activations) for each sharding strategy, and whether it fits the GPU."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, emit
+from layerscope.cli.common import add_output, check_outputs, emit
 from layerscope.core.llm_records import RECOMPUTE, STRATEGIES, TRAIN_DTYPES
 from layerscope.core.values import arg, byte_size, positive_int
 
@@ -33,6 +33,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.plan import plan
 
+    check_outputs(args)
     report = plan(args.model, args.gpus, strategy=args.strategy, tp=args.tp, pp=args.pp,
                   micro_batch=args.micro_batch, seq_len=args.seq_len, recompute=args.recompute,
                   dtype=args.dtype, gpu_memory=args.gpu_memory)

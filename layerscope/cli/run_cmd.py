@@ -17,7 +17,12 @@ import sys
 import traceback
 from typing import Any
 
-from layerscope.cli.common import add_output, write_output, write_report_files
+from layerscope.cli.common import (
+    add_output,
+    check_outputs,
+    write_output,
+    write_report_files,
+)
 from layerscope.core.errors import UserError
 from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
 
@@ -66,6 +71,8 @@ def _target(args) -> tuple[str, list[str], bool]:
     script = args.script[0]
     if script.startswith("-"):
         raise UserError(f"unknown option {script}: options go before the script (see --help)")
+    if os.path.isdir(script):
+        raise UserError(f"{script} is a folder: give the path of a Python file (or -m MODULE)")
     if not os.path.isfile(script):
         raise UserError(f"no such script {script}: give the path of a Python file")
     return script, list(args.script[1:]), False
@@ -73,15 +80,13 @@ def _target(args) -> tuple[str, list[str], bool]:
 
 def _check_outputs(args) -> None:
     """Every output path is checked before the script runs (nothing half-done after)."""
-    from layerscope.core.io import check_dir, check_output
+    from layerscope.core.io import check_dir
     from layerscope.renderers import pick_format
 
-    if pick_format(args.format, args.output) == "png" and not args.output:
+    if args.output == "-" and pick_format(args.format, args.output) == "png":
+        # standard output is the script's: a PNG there would be mixed into its output
         raise UserError("--format png writes a binary file: give -o FILE.png")
-    for option, path in (("-o", args.output), ("--html", args.html), ("--plot", args.plot),
-                         ("--trace", args.trace)):
-        if path:
-            check_output(path, option)
+    check_outputs(args, ("--trace", "trace"))
     if args.tensorboard:
         check_dir(args.tensorboard, "--tensorboard")
 
@@ -111,7 +116,57 @@ def _print_script_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb)
 
 
-def _run_script(path: str) -> None:
+def _compiled(path: str) -> Any:
+    """The script's code, compiled before anything runs: a file that is not Python (a syntax
+    error, null bytes, an undecodable byte, unreadable) is the user's input error, one line and
+    no report of a run that never started."""
+    full = os.path.abspath(path)
+    try:
+        with open(full, "rb") as f:
+            return compile(f.read(), full, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f" line {exc.lineno}" if exc.lineno else ""
+        raise UserError(f"{path}{where}: {exc.msg}: not a Python script python can run (fix "
+                        "it, or give the right file)") from None
+    except (ValueError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"cannot run {path}: {why}") from None
+
+
+def _check_module(name: str) -> None:
+    """``-m NAME`` must name a module python can run, found as ``python -m`` finds it (from the
+    working directory): checked before the script starts, as python does."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            if importlib.util.find_spec(name + ".__main__") is None:
+                raise UserError(f"-m {name} is a package without __main__.py: name the module "
+                                "to run (-m package.module)")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise UserError(f"-m: no module named {name!r}: check the name, and run from the folder "
+                        "that holds it (or add that folder to PYTHONPATH)")
+
+
+def _check_startable(target: str, is_module: bool) -> None:
+    """The checks ``execute`` makes before the script starts, made by the parent of a
+    ``--nproc-per-node`` run (the module is looked up from the working directory, as the ranks
+    will)."""
+    if not is_module:
+        _compiled(target)
+        return
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        _check_module(target)
+    finally:
+        sys.path[:] = saved
+
+
+def _run_script(path: str, code: Any) -> None:
     """Run ``path`` as ``python path`` does: a fresh ``__main__`` module in ``sys.modules``
     (pickling the script's classes works), ``__file__`` and the code's file name absolute (so
     warnings and tracebacks name it as python does; ``runpy.run_path`` would keep the relative
@@ -121,8 +176,6 @@ def _run_script(path: str) -> None:
     from importlib.machinery import SourceFileLoader
 
     full = os.path.abspath(path)
-    with open(full, "rb") as f:
-        code = compile(f.read(), full, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins,
                          __loader__=SourceFileLoader("__main__", full))
@@ -149,13 +202,23 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
-    code = 0
+    code, started = 0, False
     try:
+        if is_module:  # before the watch: a script that cannot start has no report
+            _check_module(target)
+        else:
+            compiled = _compiled(target)
+        started = True
         with watch:
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
-                _run_script(target)
+                _run_script(target, compiled)
+    except UserError as exc:
+        if not started:
+            raise
+        _print_script_traceback(exc)  # the script's own (it uses layerscope's API)
+        code = 1
     except StepLimit:
         code = 0
     except SystemExit as exc:
@@ -221,6 +284,7 @@ def run(args) -> int:
     target, script_args, is_module = _target(args)
     _check_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
+        _check_startable(target, is_module)  # once here, not one error line per rank
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,

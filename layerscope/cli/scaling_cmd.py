@@ -1,7 +1,7 @@
 """layerscope scaling RECIPE --nproc 1,2,4: data-parallel throughput per world size."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, emit
+from layerscope.cli.common import add_output, check_outputs, emit
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import arg, list_arg, non_negative_int, positive_int, seed, thread_count
 
@@ -32,6 +32,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.training.scaling import scaling
 
+    check_outputs(args)
     with progress_bar(f"scaling {args.recipe}", quiet=args.quiet, unit="world sizes") as bar:
         report = scaling(args.recipe, args.nproc, steps=args.steps, warmup=args.warmup,
                          device=args.device, batch_size=args.batch_size,

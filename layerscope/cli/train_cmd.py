@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_report_files, write_output, write_report_files
+from layerscope.cli.common import (
+    add_report_files,
+    check_outputs,
+    write_output,
+    write_report_files,
+)
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import (
     COMM_TIMEOUT_MAX,
@@ -13,6 +18,7 @@ from layerscope.core.values import (
     NPROC_MAX,
     WORKERS_MAX,
     arg,
+    endpoint,
     finite_positive_float,
     non_negative_int,
     positive_int,
@@ -66,7 +72,7 @@ def register(sub) -> None:
                    help="machines taking part (run the same command on each)")
     g.add_argument("--node-rank", type=arg(non_negative_int, maximum=NODES_MAX - 1), default=0,
                    help="this machine's rank, 0 .. --nnodes - 1")
-    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+    g.add_argument("--rdzv-endpoint", type=arg(endpoint), metavar="HOST:PORT",
                    help="the machine of node rank 0 and a free port on it")
     g.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp",
                    help="DistributedDataParallel (default) or FSDP2 fully_shard")
@@ -126,6 +132,7 @@ def run(args) -> int:
     from layerscope.training.loop import train
     from layerscope.views.training import epoch_line
 
+    check_outputs(args)
     env = distributed.detect()
     if env is None and (args.nproc_per_node or args.nnodes > 1):
         return _launch(args)

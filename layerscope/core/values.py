@@ -183,8 +183,11 @@ def byte_size(value: Any, name: str | None = None) -> int:
 
 
 # ---------------------------------------------------------------- shapes
-def check_shape(dims: Any, name: str | None = "--input") -> tuple[int, ...]:
-    """Every dimension 1 .. int64 max and the element count within int64 too."""
+def check_shape(dims: Any, name: str | None = "--input", *, itemsize: int = 1
+                ) -> tuple[int, ...]:
+    """Every dimension 1 .. int64 max and the element count within int64 too; with the
+    dtype's ``itemsize``, the bytes as well (torch keeps a tensor's byte size in an int64, even
+    on the meta device: a 1 x 2**62 int64 tensor is refused there with an overflow)."""
     try:
         dims = tuple(dims)
     except TypeError:
@@ -196,6 +199,9 @@ def check_shape(dims: Any, name: str | None = "--input") -> tuple[int, ...]:
     if numel > INT64_MAX:
         raise _fail(name, f"{'x'.join(map(str, out))} has {numel:.3g} elements, more than "
                           "a tensor can hold (2**63-1)")
+    if numel * itemsize > INT64_MAX:
+        raise _fail(name, f"{'x'.join(map(str, out))} of {itemsize}-byte values is "
+                          f"{numel * itemsize:.3g} bytes, more than a tensor can hold (2**63-1)")
     return out
 
 
@@ -254,6 +260,22 @@ def size_pair(text: str, name: str | None = None, *, low: int = 1,
         raise _fail(name, f"{_shown(text)}: write WIDTHxHEIGHT, each from {low} to {high}, "
                           "e.g. 1200x800") from None
     return w, h
+
+
+# ---------------------------------------------------------------- network addresses
+def endpoint(value: Any, name: str | None = None) -> str:
+    """'HOST:PORT' (a rendezvous endpoint), the port a whole number from 1 to 65535; returned
+    stripped, as given otherwise (IPv6 hosts keep their brackets)."""
+    text = str(value).strip()
+    host, colon, port = text.rpartition(":")
+    if not colon or not host.strip() or not port.strip():
+        raise _fail(name, f"must be HOST:PORT, e.g. node0:29500, got {_shown(value)}")
+    try:
+        whole_number(port, None, minimum=1, maximum=65_535)
+    except UserError:
+        raise _fail(name, f"{_shown(value)}: the port must be a whole number from 1 to 65535, "
+                          "e.g. node0:29500") from None
+    return text
 
 
 # ---------------------------------------------------------------- lists

@@ -56,7 +56,8 @@ def parse_input(text: str) -> tuple[str | None, InputSpec]:
         raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
                         "attention_mask=1x128:int64")
     dims, dtype_text = values.shape(rest, "--input")
-    spec = InputSpec(dims, parse_dtype(dtype_text) if dtype_text else torch.float32)
+    dtype = parse_dtype(dtype_text) if dtype_text else torch.float32
+    spec = InputSpec(values.check_shape(dims, "--input", itemsize=dtype.itemsize), dtype)
     return name, spec
 
 

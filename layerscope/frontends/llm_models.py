@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from layerscope.core import values
 from layerscope.core.errors import UserError
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 
@@ -253,47 +254,79 @@ def build(cfg: LLMConfig) -> CausalLM:
 HF_INSTALL = "pip install layerscope[hf]"
 
 
-def llm_config_from_hf(config: dict[str, Any], name: str = "hf") -> LLMConfig:
+def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
+                       source: str | None = None) -> LLMConfig:
     """The ``LLMConfig`` of a Hugging Face ``config.json`` (llama, mistral, mixtral, qwen2,
-    gpt2 and the models that share their keys), for KV-cache and memory-plan arithmetic."""
+    gpt2 and the models that share their keys), for KV-cache and memory-plan arithmetic.
+    Every size is checked here (a whole number of at least 1, heads that group evenly), so a
+    bad config is one line naming ``source`` (the user's ``hf:...``) and the key, never a
+    division by zero or a negative dimension deep in the model's construction."""
+    where = source or name
     get = config.get
+
+    def count(key: str, default: Any = None) -> int:
+        value = get(key, default) if default is not None else config[key]
+        return values.positive_int(value, f"{where}: {key}")
+
+    def real(key: str, default: float) -> float:
+        return values.finite_positive_float(get(key) or default, f"{where}: {key}")
+
     if get("model_type") == "gpt2" or "n_embd" in config:
-        h = int(get("n_embd", 768))
+        h = count("n_embd", 768)
+        heads = count("n_head", 12)
+        if h % heads:
+            raise UserError(f"{where}: n_embd {h} is not a multiple of n_head {heads}")
         return LLMConfig(
-            name, vocab_size=int(get("vocab_size", 50257)), hidden_size=h,
-            num_layers=int(get("n_layer", 12)), num_heads=int(get("n_head", 12)),
-            num_kv_heads=int(get("n_head", 12)), intermediate_size=int(get("n_inner") or 4 * h),
-            max_position=int(get("n_positions", 1024)), norm="layernorm", mlp="gelu",
+            name, vocab_size=count("vocab_size", 50257), hidden_size=h,
+            num_layers=count("n_layer", 12), num_heads=heads, num_kv_heads=heads,
+            intermediate_size=count("n_inner") if get("n_inner") else 4 * h,
+            max_position=count("n_positions", 1024), norm="layernorm", mlp="gelu",
             position="learned", qkv_bias=True, proj_bias=True,
             tied_embeddings=bool(get("tie_word_embeddings", True)),
-            norm_eps=float(get("layer_norm_epsilon", 1e-5)),
-            default_seq_len=min(2048, int(get("n_positions", 1024))))
+            norm_eps=real("layer_norm_epsilon", 1e-5),
+            default_seq_len=min(2048, count("n_positions", 1024)))
     try:
-        heads = int(config["num_attention_heads"])
-        head_dim = get("head_dim")
-        if head_dim is not None and int(head_dim) * heads != int(config["hidden_size"]):
-            raise UserError(f"{name}: head_dim {head_dim} x {heads} heads is not hidden_size "
-                            f"{config['hidden_size']}: LLMConfig cannot describe this model")
+        heads = count("num_attention_heads")
+        hidden = count("hidden_size")
+        head_dim = count("head_dim") if get("head_dim") is not None else None
+        if head_dim is not None and head_dim * heads != hidden:
+            raise UserError(f"{where}: head_dim {head_dim} x {heads} heads is not hidden_size "
+                            f"{hidden}: LLMConfig cannot describe this model")
+        if hidden % heads:
+            raise UserError(f"{where}: hidden_size {hidden} is not a multiple of "
+                            f"num_attention_heads {heads}")
+        kv_heads = count("num_key_value_heads") if get("num_key_value_heads") else heads
+        if heads % kv_heads:
+            raise UserError(f"{where}: num_attention_heads {heads} is not a multiple of "
+                            f"num_key_value_heads {kv_heads} (each key/value head serves a "
+                            "group of query heads)")
         bias = get("attention_bias")
         rope = get("rope_parameters") or get("rope_scaling") or {}
-        experts = int(get("num_local_experts") or get("num_experts") or 1)
-        max_position = int(get("max_position_embeddings", 2048))
+        if not isinstance(rope, dict):
+            raise UserError(f"{where}: rope_scaling must be a JSON object, got {rope!r:.40}")
+        experts = count("num_local_experts") if get("num_local_experts") else (
+            count("num_experts") if get("num_experts") else 1)
+        per_token = count("num_experts_per_tok") if experts > 1 and get("num_experts_per_tok") \
+            else 1
+        if per_token > experts:
+            raise UserError(f"{where}: num_experts_per_tok {per_token} is more than the "
+                            f"{experts} experts")
+        max_position = count("max_position_embeddings", 2048)
         return LLMConfig(
-            name, vocab_size=int(config["vocab_size"]), hidden_size=int(config["hidden_size"]),
-            num_layers=int(config["num_hidden_layers"]), num_heads=heads,
-            num_kv_heads=int(get("num_key_value_heads") or heads),
-            intermediate_size=int(config["intermediate_size"]), max_position=max_position,
+            name, vocab_size=count("vocab_size"), hidden_size=hidden,
+            num_layers=count("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
+            intermediate_size=count("intermediate_size"), max_position=max_position,
             # Qwen2 has q/k/v biases without saying so; Llama-style configs say attention_bias
             qkv_bias=bool(bias) if bias is not None else get("model_type") == "qwen2",
             proj_bias=bool(get("mlp_bias")) and bool(bias),
             tied_embeddings=bool(get("tie_word_embeddings", False)),
-            num_experts=experts,
-            experts_per_token=int(get("num_experts_per_tok") or 1) if experts > 1 else 1,
-            rope_theta=float(get("rope_theta") or rope.get("rope_theta") or 10000.0),
-            norm_eps=float(get("rms_norm_eps") or 1e-6),
+            num_experts=experts, experts_per_token=per_token,
+            rope_theta=values.finite_positive_float(
+                get("rope_theta") or rope.get("rope_theta") or 10000.0, f"{where}: rope_theta"),
+            norm_eps=real("rms_norm_eps", 1e-6),
             default_seq_len=min(2048, max_position))
     except KeyError as exc:
-        raise UserError(f"{name}: the Hugging Face config has no {exc.args[0]!r}: not a "
+        raise UserError(f"{where}: the Hugging Face config has no {exc.args[0]!r}: not a "
                         "decoder-only causal LM config layerscope can read") from None
 
 
@@ -338,10 +371,12 @@ def _hub_config(spec: str, repo: str) -> dict[str, Any]:
     return data
 
 
-def from_hf(spec: str) -> tuple[nn.Module, LLMConfig | None, str]:
+def from_hf(spec: str, shown: str | None = None) -> tuple[nn.Module, LLMConfig | None, str]:
     """(model, its LLMConfig or None when the architecture is not one it can describe, name) of
-    ``hf:...``, built with ``AutoModelForCausalLM.from_config`` on the meta device."""
+    ``hf:...``, built with ``AutoModelForCausalLM.from_config`` on the meta device. ``shown``:
+    the spec the user gave, for messages (``spec`` may be a scratch copy of it)."""
     name, data = hf_config_dict(spec)
+    spec = shown or spec
     transformers = _transformers()
     try:
         config = transformers.AutoConfig.for_model(**data)
@@ -374,9 +409,13 @@ def llm_config(model: str) -> LLMConfig:
     KV-cache and memory-plan arithmetic needs only the numbers)."""
     if model.startswith(HF_PREFIX):
         name, data = hf_config_dict(model)
-        return llm_config_from_hf(data, name)
+        return llm_config_from_hf(data, name, model)
     cfg = PRESETS.get(model)
     if cfg is None:
-        raise UserError(f"{model!r} is not an LLM: name a preset ({', '.join(PRESETS)}) or a "
-                        "Hugging Face config as hf:PATH/config.json")
+        import difflib
+
+        close = difflib.get_close_matches(model, PRESETS, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise UserError(f"{model!r} is not an LLM: {hint}name a preset ({', '.join(PRESETS)}) "
+                        "or a Hugging Face config as hf:PATH/config.json")
     return cfg

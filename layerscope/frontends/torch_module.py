@@ -46,10 +46,11 @@ def kwargs_with_batch_size(kwargs: dict[str, Any], batch_size: int) -> dict[str,
 
 def _batched(x: Any, batch_size: int) -> Any:
     if isinstance(x, InputSpec):
-        return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size"),
-                         x.dtype)
+        return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size",
+                                            itemsize=x.dtype.itemsize), x.dtype)
     if isinstance(x, torch.Tensor) and x.dim() > 0:
-        values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size")
+        values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size",
+                           itemsize=x.dtype.itemsize)
         reps = (batch_size + x.shape[0] - 1) // x.shape[0]
         return x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size]
     return x
@@ -67,7 +68,8 @@ def with_seq_len(inputs: list[Any], kwargs: dict[str, Any], seq_len: int, name: 
 
     def one(x: Any) -> Any:
         if isinstance(x, InputSpec) and len(x.shape) == 2:
-            return InputSpec(values.check_shape((x.shape[0], seq_len), "--seq-len"), x.dtype)
+            return InputSpec(values.check_shape((x.shape[0], seq_len), "--seq-len",
+                                                itemsize=x.dtype.itemsize), x.dtype)
         return x
 
     args, named = [one(x) for x in inputs], {k: one(x) for k, x in kwargs.items()}

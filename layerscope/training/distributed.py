@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 
 # Fault injection for tests and drills: LAYERSCOPE_FAULT=RANK:STEP:KIND makes rank RANK, when it
@@ -205,9 +206,10 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
         if not rdzv_endpoint:
             raise UserError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (the machine of "
                             "node rank 0)")
-        host, _, port = rdzv_endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise UserError(f"--rdzv-endpoint {rdzv_endpoint!r}: give HOST:PORT")
+        host, _, port = values.endpoint(rdzv_endpoint, "--rdzv-endpoint").rpartition(":")
+        if not node_rank < nnodes:
+            raise UserError(f"--node-rank {node_rank} must be below --nnodes {nnodes} (node ranks "
+                            f"are 0 .. {nnodes - 1})")
         args += ["--node-rank", str(node_rank), "--master-addr", host, "--master-port", port]
     if "OMP_NUM_THREADS" not in os.environ:  # torchrun would set 1 and print a warning
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))

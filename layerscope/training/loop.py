@@ -83,6 +83,18 @@ class TrainReport(ResultDocument):
     def final(self) -> dict[str, Any] | None:
         return self.epochs[-1] if self.epochs else None
 
+    @classmethod
+    def from_dict(cls, d):  # type: ignore[override]
+        report = super().from_dict(d)
+        if report.ops:  # the view builds an OpTable from it: a malformed one is a
+            # malformed saved result (one line on load), not a TypeError while rendering
+            from layerscope.core.optable import OpTable
+
+            if not isinstance(report.ops, dict):
+                raise ValueError(f"ops must be an object, got {type(report.ops).__name__}")
+            OpTable.from_dict(report.ops)
+        return report
+
     def __rich__(self):
         from layerscope.core import display
 

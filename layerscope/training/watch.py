@@ -52,7 +52,9 @@ from torch.utils.data import dataloader as _dataloader
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.timing import BackwardTimer
+from layerscope.core import values
 from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
@@ -122,8 +124,15 @@ class Watch:
                  name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
                  clock: Callable[[], float] = time.perf_counter):
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
+                            f"{type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise UserError(f"watch(optimizer=...) must be a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
         self.model, self.optimizer = model, optimizer
-        self.limit, self.warmup_steps = steps, warmup_steps
+        self.limit = None if steps is None else values.positive_int(steps, "steps")
+        self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
         self.layers, self.memory, self.trace = layers, memory, trace
         self.name, self.argv = name, list(argv) if argv is not None else None
         self.on_stop, self.clock = on_stop, clock
