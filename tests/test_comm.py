@@ -124,10 +124,14 @@ def _ddp_worker(rank: int, world: int, rdzv: str, out_dir: str) -> None:
                              "summary": rec.summary(grads, bucket_cap_mb=cap),
                              "weight": model[0].weight.detach().flatten()[:4].tolist()}
         results["fsdp"] = _fsdp_steps(world)
+        with open(f"{out_dir}/rank{rank}.json", "w") as f:
+            json.dump(results, f)
+        # every rank's collectives are done before any rank tears gloo down: a rank whose
+        # peer closed the connections mid-teardown aborted ("terminate called without an
+        # active exception", seen once in CI)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
-    with open(f"{out_dir}/rank{rank}.json", "w") as f:
-        json.dump(results, f)
 
 
 def _fsdp_steps(world: int) -> dict:
@@ -152,7 +156,14 @@ def _fsdp_steps(world: int) -> dict:
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_ddp_worker, args=(2, str(tmp / "rdzv"), str(tmp)), nprocs=2, join=True)
+    try:
+        mp.spawn(_ddp_worker, args=(2, str(tmp / "rdzv"), str(tmp)), nprocs=2, join=True)
+    except mp.ProcessExitedException as exc:
+        # a gloo abort at process exit, after both ranks wrote their results, is torch's
+        # teardown and not what these tests check; anything else fails them
+        if exc.signal_name != "SIGABRT" or not all(
+                (tmp / f"rank{r}.json").exists() for r in range(2)):
+            raise
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
 
 
