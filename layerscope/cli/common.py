@@ -119,6 +119,12 @@ def write_report_files(report, args) -> None:
         write_output(args.plot, render_png(report, _size(args)))
 
 
+def _png_needs_a_file(fmt: str, output: str | None) -> None:
+    """PNG is binary: it goes to a file, never to the terminal's standard output."""
+    if fmt == "png" and not output:
+        raise UserError("--format png writes a binary file: give -o FILE.png")
+
+
 def check_outputs(args, *extra: tuple[str, str]) -> None:
     """Every output file of the command checked before any work (a missing folder found after
     a training run or a scaling sweep wastes it): -o, --html, --plot and the ``extra``
@@ -126,9 +132,9 @@ def check_outputs(args, *extra: tuple[str, str]) -> None:
     from layerscope.core.io import check_output
 
     fmt = getattr(args, "format", None)
-    if fmt is not None and pick_format(fmt, getattr(args, "output", None)) == "png" \
-            and not getattr(args, "output", None):
-        raise UserError("--format png writes a binary file: give -o FILE.png")
+    if fmt is not None:
+        output = getattr(args, "output", None)
+        _png_needs_a_file(pick_format(fmt, output), output)
     for option, attr in (("-o", "output"), ("--html", "html"), ("--plot", "plot"), *extra):
         path = getattr(args, attr, None)
         if path:
@@ -144,8 +150,7 @@ def emit(report, args) -> None:
     if fmt == "png":
         from layerscope.renderers.plot import render_png
 
-        if not args.output:
-            raise UserError("--format png writes a binary file: give -o FILE.png")
+        _png_needs_a_file(fmt, args.output)
         write_output(args.output, render_png(report, _size(args)))
     elif fmt == "table" and not args.output:
         from rich.console import Console
