@@ -4,11 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow venv clean
+.PHONY: demo test test-slow venv dist clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# version.py too: the installed metadata carries the version, so a bump reinstalls.
+$(STAMP): pyproject.toml layerscope/core/version.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@# The torch/torchvision pair cached on these machines; elsewhere pip resolves the ranges.
@@ -27,5 +28,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow tests
 
+# The sdist and the wheel in dist/, built as a user's pip would (an isolated build environment).
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m build -o dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -9,6 +9,8 @@ import sys
 from functools import lru_cache
 from typing import Any
 
+from layerscope.core.version import __version__
+
 
 def _cpu_model() -> str:
     try:
@@ -77,6 +79,7 @@ def environment() -> dict[str, Any]:
         return _without_torch()
 
     env: dict[str, Any] = {
+        "layerscope": __version__,
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -105,7 +108,8 @@ def environment() -> dict[str, Any]:
 
 
 def _without_torch() -> dict[str, Any]:
-    env: dict[str, Any] = {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": None,
+    env: dict[str, Any] = {"layerscope": __version__,
+                           "cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": None,
                            "ram_bytes": _ram_bytes(), "os": platform.platform(),
                            "os_name": _os_name(), "python": platform.python_version(),
                            "torch": None, "cuda": None, "cudnn": None, "cuda_available": False,

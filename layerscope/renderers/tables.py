@@ -20,7 +20,8 @@ def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
     if env.get("cores"):
         cpu += f" ({env['cores']} cores, {env.get('torch_threads', '?')} torch threads)"
     gpus = env.get("gpus") or ([env["gpu"]] if env.get("gpu") else [])
-    rows = [("CPU", cpu)]
+    rows = [("layerscope", env["layerscope"])] if env.get("layerscope") else []
+    rows.append(("CPU", cpu))
     if "ram_bytes" in env:
         rows.append(("RAM", gib(env["ram_bytes"]) if env["ram_bytes"] else "-"))
     rows.append(("GPU", ", ".join(gpus) or "none"))
