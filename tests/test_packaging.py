@@ -76,7 +76,10 @@ def test_cli_api_metadata_and_reports_agree():
     code, out, _ = run_cli("--version")
     assert code == 0 and out == f"layerscope {__version__}\n"
     assert layerscope.__version__ == __version__
-    installed = importlib.metadata.version("layerscope")
+    try:
+        installed = importlib.metadata.version("layerscope")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("layerscope is not installed (run from a source tree): no metadata to compare")
     assert installed == __version__, (
         f"the installed metadata says {installed}: reinstall after a version change (make venv)")
     assert environment()["layerscope"] == __version__
