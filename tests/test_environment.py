@@ -41,5 +41,7 @@ def test_cudnn_version(raw, text):
 def test_older_reports_show_only_what_they_recorded():
     rows = dict(environment_rows(ENV))  # recorded before RAM, cuDNN and package versions
     assert "RAM" not in rows and "numpy" not in rows and rows["torchvision"] == "0.29.1"
+    assert "layerscope" not in rows  # recorded from 0.4.0 on
+    assert environment_rows(dict(ENV, layerscope="0.4.0"))[0] == ("layerscope", "0.4.0")
     rows = dict(environment_rows(dict(ENV, ram_bytes=8 * 2**30, onnx=None)))
     assert rows["RAM"] == "8.0 GiB" and rows["onnx"] == "not installed"
