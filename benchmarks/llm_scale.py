@@ -37,7 +37,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -252,20 +251,16 @@ def cli_run(repeats: int) -> dict:
     cmd = [sys.executable, "-m", "layerscope", "analyze", spec]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = []
+    from _common import timed_run
+
     for _ in range(repeats):
-        start = time.perf_counter()
-        child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
-        out, err = child.stdout.read(), child.stderr.read()
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - start
-        if status != 0:
-            return {"command": " ".join(cmd[1:]), "error": err.decode()[-500:]}
-        # ru_maxrss is in kilobytes on Linux
-        runs.append({"wall_seconds": wall, "max_rss_bytes": usage.ru_maxrss * 1024,
-                     # CPU time: what the wall time would be on an idle core
-                     "cpu_seconds": usage.ru_utime + usage.ru_stime,
-                     "output_lines": out.count(b"\n"), "loadavg_1min": os.getloadavg()[0]})
+        run = timed_run(cmd, env=env, cwd=str(ROOT))
+        if run["status"] != 0:
+            return {"command": " ".join(cmd[1:]), "error": run["stderr"][-500:]}
+        runs.append({"wall_seconds": run["wall_seconds"], "max_rss_bytes": run["max_rss_bytes"],
+                     "cpu_seconds": run["cpu_seconds"],
+                     "output_lines": run["stdout"].count("\n"),
+                     "loadavg_1min": os.getloadavg()[0]})
     return {"command": "layerscope analyze " + spec,
             "wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
             "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),

@@ -207,8 +207,15 @@ def test_records_draw_themselves():
 ONNX_MODULES = ["layerscope.ops.onnx", "layerscope.ops.rules", "layerscope.ops.registry",
                 "layerscope.frontends.onnx_model", "layerscope.frontends.detect",
                 "layerscope.analysis.static_onnx", "layerscope.analysis.ort_profile",
-                "layerscope.analysis.graph"] + sorted(m for m in MODULES
+                "layerscope.analysis.graph", "layerscope.analysis.analyze",
+                "layerscope.core.environment"] + sorted(m for m in MODULES
                                                       if m.startswith("layerscope.rewrite"))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``: False when the module runs."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _module_level_imports(module: str) -> set[str]:
@@ -219,6 +226,9 @@ def _module_level_imports(module: str) -> set[str]:
     def visit(body):
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and _is_type_checking(node.test):  # never runs
+                visit(node.orelse)
                 continue
             if isinstance(node, ast.Import):
                 names.update(a.name.split(".")[0] for a in node.names)

@@ -43,7 +43,7 @@ def _legacy(module: nn.Module, shape, path) -> str:
 
 
 def _zoo_legacy(name: str, path) -> str:
-    from layerscope.analysis.analyze import load
+    from layerscope.analysis.analyze_torch import load
 
     loaded = load(name, meta=False)
     return _legacy(loaded.module, loaded.inputs[0].shape, path)
@@ -80,7 +80,7 @@ def mnist_legacy(cmp_dir):
 
 @pytest.fixture(scope="session")
 def mnist_script(cmp_dir):
-    from layerscope.analysis.analyze import load
+    from layerscope.analysis.analyze_torch import load
 
     module = load("mnist-cnn", meta=False).module.eval()
     path = str(cmp_dir / "mnist_cnn.pt")

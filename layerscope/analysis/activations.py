@@ -65,7 +65,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
 
     ``seed`` seeds both the input and the weights of built-in models (the same as in export and
     verify), so two runs give the same arrays."""
-    from layerscope.analysis.analyze import normalize_inputs
+    from layerscope.analysis.analyze_torch import normalize_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
     seed = values.seed(seed, "--seed")

@@ -1,75 +1,20 @@
-"""``layerscope.analyze``: static cost of a PyTorch model as a Report."""
+"""``layerscope.analyze``: static cost of a model as a Report. Which engine runs is decided here:
+an ONNX file goes to the graph walk (``static_onnx``, no PyTorch loaded), everything else to the
+fake-tensor capture (``analyze_torch``)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn as nn
-
-from layerscope.analysis import capture, llm_counts, static
-from layerscope.analysis.llm_counts import attention_notes
-from layerscope.analysis.model_prep import (
-    has_forward,
-    is_lazy,
-    materialized_copy,
-    needs_arguments,
-    unwrap,
-)
-from layerscope.core import values
-from layerscope.core.environment import environment
-from layerscope.core.errors import UserError, first_line
+from layerscope.core.errors import UserError
 from layerscope.core.report import Report
 from layerscope.frontends.detect import detect
-from layerscope.frontends.inputs import call_text, describe_all, parse_dtype, split_inputs
-from layerscope.frontends.torch_module import (
-    LoadedModel,
-    kwargs_with_batch_size,
-    resolve,
-    with_batch_size,
-    with_seq_len,
-)
-from layerscope.ops.aten import attention_counting
 from layerscope.ops.rules import ATTENTION_COUNTS
 
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+
 MODES = ("inference", "training")
-
-
-def normalize_inputs(inputs: Any) -> list[Any]:
-    """Positional inputs only (commands that run ``module(*inputs)``); see
-    ``inputs.split_inputs``."""
-    args, kwargs = split_inputs(inputs)
-    if kwargs:
-        raise UserError(f"keyword inputs ({', '.join(kwargs)}=...) are not supported by this "
-                        "command; give forward's arguments in order")
-    return args
-
-
-def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = None,
-         meta: bool = True, kwargs: dict[str, Any] | None = None, seed: int = 0,
-         seq_len: int | None = None) -> LoadedModel:
-    """Resolve a spec and settle its inputs (explicit ones win over the model's defaults).
-
-    ``meta``: build built-in models on the meta device (static analysis needs no weights);
-    ``seed``: the seed built-in models and factories draw their random weights from;
-    ``seq_len``: the S of token-id inputs (B x S), e.g. of the LLM presets."""
-    loaded = resolve(model, meta=meta and isinstance(model, str), seed=seed)
-    args, named = split_inputs(inputs, kwargs)
-    if args or named:
-        loaded.inputs, loaded.kwargs = args, named
-    if (not loaded.inputs and not loaded.kwargs
-            and needs_arguments(unwrap(loaded.module, loaded.name)[0])):
-        raise UserError(f"{loaded.name}: no default input is known for this model; "
-                        "give one with --input, e.g. --input 1x3x224x224")
-    if batch_size is not None:
-        loaded.inputs = with_batch_size(loaded.inputs, batch_size)
-        loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)
-    if seq_len is not None:
-        llm = loaded.extras.get("llm_config") or getattr(loaded.module, "config", None)
-        learned = getattr(llm, "position", None) == "learned"
-        loaded.inputs, loaded.kwargs = with_seq_len(
-            loaded.inputs, loaded.kwargs, seq_len, loaded.name,
-            llm.max_position if learned else None)
-    return loaded
 
 
 def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
@@ -103,64 +48,7 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         from layerscope.analysis.static_onnx import analyze_onnx_spec
 
         return analyze_onnx_spec(model, inputs, batch_size, depth, dtype, mode)
-    if optimizer not in static.OPTIMIZER_STATE_FACTOR:
-        raise UserError(f"unknown optimizer {optimizer!r}: use one of "
-                        f"{', '.join(static.OPTIMIZER_STATE_FACTOR)}")
-    if depth is not None:
-        depth = values.non_negative_int(depth, "--depth")
-    if isinstance(dtype, str):
-        dtype = parse_dtype(dtype)
-    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
-    module, notes = unwrap(loaded.module, loaded.name)
-    if not has_forward(module):
-        cap = capture.parameters_only(module, training=(mode == "training"))
-        notes.append(f"{type(module).__name__} has no forward(): no forward ran; the report "
-                     "lists parameters and buffers only (no MACs, FLOPs or activations)")
-    else:
-        if is_lazy(module):
-            module, lazy_notes = materialized_copy(module, loaded.inputs, loaded.kwargs,
-                                                   loaded.name)
-            notes += lazy_notes
-        try:
-            with attention_counting(attention) as counting:
-                cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
-                                      training=(mode == "training"), dtype=dtype,
-                                      fake=loaded.frontend == "torch",
-                                      owned=loaded.extras.get("owned", False),
-                                      functions=functions)
-            notes += attention_notes(counting)
-        except capture.TooLargeForRealRun as exc:
-            raise UserError(f"{loaded.name}: {exc}") from None
-        except capture.ModelRunError as exc:
-            raise UserError(f"{loaded.name} rejected input "
-                            f"{call_text(loaded.inputs, loaded.kwargs)}: "
-                            f"{first_line(exc)}") from exc
-    ops, coverage = static.uncounted(cap)
-    totals = static.totals(cap, module, optimizer)
-    routing = llm_counts.routing(module, loaded.extras.get("llm_config"))
-    if routing is not None:
-        totals.params_active = llm_counts.active_params(module, totals.params, routing)
-        notes += llm_counts.moe_notes(routing)
-    return Report(
-        model=loaded.name,
-        frontend=loaded.frontend,
-        inputs=describe_all(loaded.inputs, loaded.kwargs),
-        totals=totals,
-        layers=static.layer_rows(cap, depth, functions),
-        uncounted_ops=ops,
-        op_coverage=coverage,
-        settings={"mode": mode, "depth": depth,
-                  "dtype": str(dtype).removeprefix("torch.") if dtype else None,
-                  "optimizer": optimizer if mode == "training" else None,
-                  "attention": attention,
-                  **({"functions": True} if functions else {})},
-        environment=environment(),
-        notes=notes + list(cap.warnings) + _frozen_note(loaded),
-    )
+    from layerscope.analysis.analyze_torch import analyze_module
 
-
-def _frozen_note(loaded: LoadedModel) -> list[str]:
-    if loaded.frontend == "torchscript" and next(loaded.module.parameters(), None) is None:
-        return ["this TorchScript module has no parameters (frozen with torch.jit.freeze?): its "
-                "weights are graph constants, not counted in params or weight_bytes"]
-    return []
+    return analyze_module(model, inputs, kwargs, batch_size, depth, dtype, mode, optimizer,
+                          functions, seq_len, attention)

@@ -161,7 +161,8 @@ def _call_order_graph(rows: list[Any]) -> tuple[list[GraphNode], list[GraphEdge]
 
 
 def _torch_graph(model: Any, inputs: Any, batch_size: int | None) -> ModelGraph:
-    from layerscope.analysis.analyze import analyze, load
+    from layerscope.analysis.analyze import analyze
+    from layerscope.analysis.analyze_torch import load
 
     loaded = load(model, inputs, batch_size)
     report = analyze(loaded.module, loaded.inputs)

@@ -192,7 +192,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
 
     ``seed``: built-in models and factories draw their random weights from it (as ``verify``
     does, so the export verifies against the same spec)."""
-    from layerscope.analysis.analyze import load
+    from layerscope.analysis.analyze_torch import load
 
     if exporter not in EXPORTERS:
         raise UserError(f"unknown exporter {exporter!r}: use {' or '.join(EXPORTERS)}")

@@ -108,7 +108,7 @@ class _Runs:
 
 def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
              dtype: torch.dtype | None, kwargs: dict[str, Any] | None = None):
-    from layerscope.analysis.analyze import load
+    from layerscope.analysis.analyze_torch import load
 
     loaded = load(model, inputs, batch_size, meta=False, kwargs=kwargs)
     module = loaded.module

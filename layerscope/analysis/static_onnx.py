@@ -259,7 +259,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
                   "ir_version": model.ir_version,
                   "opsets": {d or "ai.onnx": v for d, v in sorted(g.opsets.items())},
                   "producer": f"{model.producer_name} {model.producer_version}".strip()},
-        environment=environment(),
+        environment=environment(with_torch=False),
         notes=_notes(g, walk),
         memory=mem,
     )

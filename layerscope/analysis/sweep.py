@@ -140,7 +140,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
           devices=("cpu",), backends=("eager",), dtypes=("float32",), runs: int = 20,
           warmup: int = 3, progress=None) -> SweepReport:
     """Measure every cell of the grid; failures are recorded in their cell."""
-    from layerscope.analysis.analyze import load
+    from layerscope.analysis.analyze_torch import load
     from layerscope.analysis.runtime import profile
     from layerscope.frontends.inputs import parse_dtype, real_inputs
     from layerscope.frontends.torch_module import with_batch_size

@@ -50,8 +50,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from layerscope.analysis.analyze import analyze
     from layerscope.core.errors import UserError
-    from layerscope.frontends.detect import detect
     from layerscope.renderers import pick_format
     from layerscope.renderers.onnx_views import FILTERED_VIEWS, select_rows
 
@@ -59,20 +59,10 @@ def run(args) -> int:
     if selecting and args.view not in FILTERED_VIEWS:
         raise UserError(f"--op-type and --skip-trivial select the rows of the views "
                         f"{', '.join(FILTERED_VIEWS)} (--view {args.view} shows the whole report)")
-    if detect(args.model).is_onnx and args.seq_len is not None:
-        raise UserError("--seq-len: for an ONNX model give the inputs' shapes with --input")
-    if detect(args.model).is_onnx:  # as layerscope.analyze does, without loading torch
-        from layerscope.analysis.static_onnx import analyze_onnx_spec
-
-        report = analyze_onnx_spec(args.model, args.input, args.batch_size, args.depth,
-                                   args.dtype, args.mode)
-    else:
-        from layerscope.analysis.analyze import analyze
-
-        report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
-                         dtype=args.dtype, mode=args.mode, optimizer=args.optimizer,
-                         functions=args.functions, seq_len=args.seq_len,
-                         attention=args.attention)
+    # an ONNX file is analysed without loading torch (analyze routes it)
+    report = analyze(args.model, args.input, batch_size=args.batch_size, depth=args.depth,
+                     dtype=args.dtype, mode=args.mode, optimizer=args.optimizer,
+                     functions=args.functions, seq_len=args.seq_len, attention=args.attention)
     if args.view == "layers" or pick_format(args.format, args.output) != "table":
         if selecting:
             raise UserError("--op-type and --skip-trivial select table rows; JSON, CSV, HTML "

@@ -2,7 +2,10 @@
 report carries it in its header (JSON ``environment``, the HTML environment table)."""
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import sys
@@ -71,8 +74,15 @@ def _cudnn_version(v: int | None) -> str | None:
 PACKAGES = ("torchvision", "numpy", "onnx", "onnxruntime", "onnxscript")
 
 
-@lru_cache(maxsize=1)
-def environment() -> dict[str, Any]:
+@lru_cache(maxsize=2)
+def environment(with_torch: bool = True) -> dict[str, Any]:
+    """The machine and the software versions, probed once per process.
+
+    ``with_torch=False`` (the ONNX path, which never loads PyTorch): torch's version is read
+    from its package metadata and what only a loaded torch can tell (its threads, CUDA, cuDNN,
+    GPUs) is None, unless torch is loaded already, when it is asked as usual."""
+    if not with_torch and "torch" not in sys.modules:
+        return _without_torch()
     try:
         import torch
     except ImportError:  # the ONNX path runs without PyTorch
@@ -108,15 +118,53 @@ def environment() -> dict[str, Any]:
 
 
 def _without_torch() -> dict[str, Any]:
+    """torch's facts without loading it: its version and CUDA build as ``torch.version`` states
+    them (None where torch is not installed); its threads and the GPUs unknown (CUDA is
+    reported unavailable only where torch is not installed)."""
+    version, cuda = _torch_build()
     env: dict[str, Any] = {"layerscope": __version__,
                            "cpu": _cpu_model(), "cores": os.cpu_count(), "torch_threads": None,
                            "ram_bytes": _ram_bytes(), "os": platform.platform(),
                            "os_name": _os_name(), "python": platform.python_version(),
-                           "torch": None, "cuda": None, "cudnn": None, "cuda_available": False,
+                           "torch": version, "cuda": cuda, "cudnn": None,
+                           "cuda_available": None if version else False,
                            "gpu": None, "gpus": []}
     env.update({package: _version(package) for package in PACKAGES})
     env["executable"] = sys.executable
     return env
+
+
+def _torch_build() -> tuple[str | None, str | None]:
+    """``torch.__version__`` and ``torch.version.cuda`` read from the installed
+    ``torch/version.py`` (plain assignments) without importing torch; the package metadata's
+    version where that file cannot be read; (None, None) where torch is not installed."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    values: dict[str, Any] = {}
+    try:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            else:
+                continue
+            if isinstance(target, ast.Name):
+                with contextlib.suppress(ValueError, TypeError):  # not a literal
+                    values[target.id] = ast.literal_eval(value)
+    except (OSError, SyntaxError, IndexError):
+        pass
+    version = values.get("__version__")
+    cuda = values.get("cuda")
+    return (version if isinstance(version, str) else _version("torch"),
+            cuda if isinstance(cuda, str) else None)
 
 
 def gib(nbytes: int) -> str:

@@ -18,7 +18,9 @@ def environment_rows(env: dict[str, Any] | None) -> list[tuple[str, str]]:
         cuda += " (no GPU available)"
     cpu = env.get("cpu") or "-"
     if env.get("cores"):
-        cpu += f" ({env['cores']} cores, {env.get('torch_threads', '?')} torch threads)"
+        threads = env.get("torch_threads", "?")  # None: torch not loaded (the ONNX path)
+        cpu += f" ({env['cores']} cores" + (f", {threads} torch threads)" if threads is not None
+                                            else ")")
     gpus = env.get("gpus") or ([env["gpu"]] if env.get("gpu") else [])
     rows = [("layerscope", env["layerscope"])] if env.get("layerscope") else []
     rows.append(("CPU", cpu))
