@@ -301,3 +301,20 @@ def test_python_layout_refuses_huge_graphs(hand, monkeypatch):
 
     with pytest.raises(UserError, match="--nodes"):
         graph_out.to_svg(graph(hand))
+
+
+def test_branches_that_differ_in_work_are_not_drawn_as_copies(tmp_path):
+    """Inception-like branches: a 1x1 and a 3x3 (padded) convolution of the same input, both
+    1x4x8x8, into one Concat: same type and output shape, different weights and MACs."""
+    from onnx import helper
+
+    def convs(kernels):
+        nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"o{i}"], name=f"conv{i}",
+                                  pads=[k // 2] * 4) for i, k in enumerate(kernels)]
+        nodes.append(helper.make_node("Concat", ["o0", "o1"], ["y"], name="cat", axis=1))
+        return model(nodes, [tensor("x", [1, 3, 8, 8])], [tensor("y", [1, 8, 8, 8])],
+                     [init(f"w{i}", [4, 3, k, k]) for i, k in enumerate(kernels)])
+
+    assert _ops(graph(save(convs([1, 3]), tmp_path, "a.onnx"))) == [
+        ("Conv", 1), ("Conv", 1), ("Concat", 1)]
+    assert _ops(graph(save(convs([3, 3]), tmp_path, "b.onnx"))) == [("Conv", 2), ("Concat", 1)]

@@ -5,11 +5,12 @@ which tile of the weight they read: drawn one by one, the picture is a wall of i
 Two rules, applied in turn until neither changes anything (each pass is a loop over the nodes,
 never a recursion, so depth does not matter):
 
-- **siblings**: operation nodes of the same type and output shape with the same predecessors and
-  the same successors become one node (``MatMul ×16``);
+- **siblings**: operation nodes alike (same type, output shape, parameters and MACs: copies of
+  one computation on different data or weights) with the same predecessors and the same
+  successors become one node (``MatMul ×16``);
 - **parallel chains**: chains of operation nodes (one predecessor, one successor each) that leave
-  the same node, end in the same node and hold the same types and output shapes in the same order
-  are merged position by position (16 chains ``MatMul ×16 -> Sum`` between a Split and a Concat
+  the same node, end in the same node and hold alike nodes in the same order are merged
+  position by position (16 chains ``MatMul ×16 -> Sum`` between a Split and a Concat
   become ``MatMul ×256 -> Sum ×16``).
 
 A merged node keeps the members it stands for (``GraphNode.members``, in graph order) and the sum
@@ -37,6 +38,7 @@ def collapse(g: ModelGraph) -> ModelGraph:
             succs[e.source].add(e.target)
             preds[e.target].add(e.source)
     rep = {n.id: n.id for n in g.nodes}  # original id -> the node that now stands for it
+    alike = {n.id: _alike(n) for n in g.nodes}
 
     def merge(ids: list[str]) -> None:
         keep = ids[0]
@@ -49,18 +51,19 @@ def collapse(g: ModelGraph) -> ModelGraph:
                 preds[s].discard(other)
                 preds[s].add(keep)
                 succs[keep].add(s)
-            members[keep] += members.pop(other)
-            for m in members[keep]:
+            moved = members.pop(other)
+            members[keep] += moved
+            for m in moved:
                 rep[m.id] = keep
             del alive[other]
 
     changed = True
     while changed:
         changed = False
-        for ids in _sibling_groups(alive, preds, succs):
+        for ids in _sibling_groups(alive, alike, preds, succs):
             merge(sorted(ids, key=position.__getitem__))
             changed = True
-        for chains in _parallel_chains(alive, preds, succs):
+        for chains in _parallel_chains(alive, alike, preds, succs):
             chains.sort(key=lambda c: position[c[0]])
             for column in zip(*chains):
                 merge(list(column))
@@ -79,8 +82,9 @@ def collapse(g: ModelGraph) -> ModelGraph:
     ops_before = sum(1 for n in g.nodes if _op(n))
     ops_after = sum(1 for n in nodes if _op(n))
     note = (f"{ops_before} operation nodes drawn as {ops_after}: {groups} group(s) of repeated "
-            "parallel nodes (same type and output shape between the same nodes) are one node "
-            "each, with their count and summed figures (--no-collapse draws every node)")
+            "parallel nodes (same type, output shape, parameters and MACs, between the same "
+            "nodes) are one node each, with their count and summed figures (--no-collapse draws "
+            "every node)")
     return ModelGraph(model=g.model, frontend=g.frontend, metric=g.metric, nodes=nodes,
                       edges=list(edges.values()), notes=g.notes + [note], kind=g.kind)
 
@@ -89,16 +93,21 @@ def _op(node: GraphNode) -> bool:
     return node.kind == "op"
 
 
-def _sibling_groups(alive, preds, succs) -> list[list[str]]:
+def _alike(node: GraphNode) -> tuple:
+    """What two nodes must share to be drawn as copies of one another."""
+    return (node.type, node.shape, node.metrics.get("params"), node.metrics.get("macs"))
+
+
+def _sibling_groups(alive, alike, preds, succs) -> list[list[str]]:
     by_key: dict[tuple, list[str]] = defaultdict(list)
     for i, n in alive.items():
         if _op(n):
-            by_key[(n.type, n.shape, frozenset(preds[i]), frozenset(succs[i]))].append(i)
+            by_key[(alike[i], frozenset(preds[i]), frozenset(succs[i]))].append(i)
     return [ids for ids in by_key.values() if len(ids) > 1]
 
 
-def _parallel_chains(alive, preds, succs) -> list[list[list[str]]]:
-    """Groups of two or more chains with the same ends and the same (type, shape) sequence."""
+def _parallel_chains(alive, alike, preds, succs) -> list[list[list[str]]]:
+    """Groups of two or more chains with the same ends and alike nodes in the same order."""
     def link(i: str) -> bool:
         return _op(alive[i]) and len(preds[i]) == 1 and len(succs[i]) == 1
 
@@ -109,8 +118,8 @@ def _parallel_chains(alive, preds, succs) -> list[list[list[str]]]:
         chain = [i]
         while link(nxt := next(iter(succs[chain[-1]]))):
             chain.append(nxt)
-        shape = tuple((alive[c].type, alive[c].shape) for c in chain)
-        by_key[(shape, next(iter(preds[i])), next(iter(succs[chain[-1]])))].append(chain)
+        kinds = tuple(alike[c] for c in chain)
+        by_key[(kinds, next(iter(preds[i])), next(iter(succs[chain[-1]])))].append(chain)
     return [chains for chains in by_key.values() if len(chains) > 1]
 
 
