@@ -62,6 +62,9 @@ def test_readme_loop_more_runs_than_one_pass_iterates_the_loader_again():
     assert d["phases"]["steps"] == 10 and d["phases"]["samples"] == 10 * 1000
     assert all(layer["time"]["n"] == 10 for layer in d["layers"])
     assert any("2 passes over the data set's 10 batches of 1000" in n for n in d["notes"])
+    from layerscope.schema import first_error
+
+    assert first_error(d) is None
 
 
 class _Tiny(torch.utils.data.Dataset):
