@@ -1,5 +1,7 @@
 """Model specs, default inputs, meta-device models, and leaving the model as it was."""
 import copy
+import json
+import os
 import subprocess
 import sys
 
@@ -8,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import layerscope
+from layerscope.core.errors import UserError
 from layerscope.frontends import zoo
 
 TINY_MACS = 2 * 8 * 8 * 8 * 3 * 3 * 3 + 2 * 512 * 10  # conv N*Cout*H*W*Cin*k*k + fc N*In*Out
@@ -131,3 +134,73 @@ def test_model_that_computes_in_its_constructor_is_built_without_weights():
     assert report.totals.params == sum(p.numel() for p in real.parameters()) == 4_344_144
     assert report.op_coverage == 1.0
     assert (nn.Module.register_parameter, nn.Module.register_buffer) == register  # restored
+
+
+# ---- package.module:factory is found from the current folder, as `python -m` finds it ----
+def _write_package(folder):
+    (folder / "my_package").mkdir()
+    (folder / "my_package" / "__init__.py").write_text("")
+    (folder / "my_package" / "models.py").write_text(
+        "import torch\n\n\ndef factory():\n    return torch.nn.Linear(4, 2)\n")
+
+
+def _cli_without_cwd_on_path(args, cwd):
+    """The CLI as the installed entry point runs it: `-P` keeps Python from putting the current
+    folder on sys.path itself (as `python -m` and `-c` do), so only layerscope can."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    code = "import sys; from layerscope.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-P", "-c", code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_package_factory_found_in_the_current_folder_without_pythonpath(tmp_path):
+    _write_package(tmp_path)
+    done = _cli_without_cwd_on_path(["analyze", "my_package.models:factory", "--input", "1x4",
+                                     "--format", "json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["totals"]["macs"] == 4 * 2  # in x out, batch 1
+
+
+def test_package_factory_not_found_says_where_it_looked_and_what_to_do(tmp_path):
+    _write_package(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = _cli_without_cwd_on_path(["analyze", "my_package.models:factory", "--input", "1x4"],
+                                    elsewhere)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    for part in ("no module named 'my_package'", f"current folder ({elsewhere})", "sys.path (",
+                 "run layerscope from the folder that holds my_package/", "PYTHONPATH"):
+        assert part in done.stderr, done.stderr
+
+
+def test_package_factory_import_leaves_sys_path_as_it_was(tmp_path, monkeypatch):
+    _write_package(tmp_path)
+    (tmp_path / "my_package" / "models.py").write_text(
+        "import torch\n\n\ndef factory():\n    return torch.nn.Linear(4, 2), torch.zeros(3, 4)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    before = list(sys.path)
+    monkeypatch.delitem(sys.modules, "my_package", raising=False)
+    monkeypatch.delitem(sys.modules, "my_package.models", raising=False)
+    try:
+        report = layerscope.analyze("my_package.models:factory")
+    finally:
+        sys.modules.pop("my_package.models", None)
+        sys.modules.pop("my_package", None)
+    assert report.totals.macs == 3 * 4 * 2
+    assert sys.path == before
+
+
+def test_missing_dependency_inside_the_package_is_named_as_such(tmp_path, monkeypatch):
+    _write_package(tmp_path)
+    (tmp_path / "my_package" / "models.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_package", raising=False)
+    try:
+        with pytest.raises(UserError, match="importing 'my_package.models' failed: "
+                           "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"):
+            layerscope.analyze("my_package.models:factory", inputs=(1, 4))
+    finally:
+        sys.modules.pop("my_package.models", None)
+        sys.modules.pop("my_package", None)

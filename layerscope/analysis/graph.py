@@ -8,57 +8,24 @@ Two sources, one result:
   from fx's data flow; metrics are the module's row of ``analyze``. A model fx cannot trace
   (data-dependent control flow, TorchScript) is drawn as its leaf modules in call order, with a
   note that the edges are call order, not data flow.
-The result is data; ``renderers/graph_out.py`` lays it out and draws DOT, SVG or HTML.
+Repeated parallel nodes (the tiles of a rewrite) are then collapsed into one node each, with a
+count (analysis/graph_collapse.py). The result is data (core/graph_records.py);
+``renderers/graph_out.py`` lays it out and draws DOT, SVG or HTML.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from layerscope.analysis.graph_collapse import collapse as collapse_repeats
 from layerscope.core import tree
 from layerscope.core.errors import UserError
+from layerscope.core.graph_records import METRICS, GraphEdge, GraphNode, ModelGraph
 from layerscope.frontends.detect import detect
 
-METRICS = ("flops", "macs", "params", "weight_bytes", "bytes_read", "bytes_written",
-           "activation_bytes", "intensity")
 # Nodes hidden by default: they hold data, not work, and would double a graph's size
 # (the dynamo exporter emits one Constant per shape literal).
 HIDDEN_ONNX_TYPES = ("Constant",)
-
-
-@dataclass
-class GraphNode:
-    id: str
-    name: str
-    type: str
-    kind: str  # "op" | "input" | "output"
-    metrics: dict[str, float] = field(default_factory=dict)
-    shape: str = ""  # output shape(s), for the label
-
-
-@dataclass
-class GraphEdge:
-    source: str
-    target: str
-    label: str = ""  # the tensor's name or shape
-
-
-@dataclass
-class ModelGraph:
-    model: str
-    frontend: str
-    metric: str
-    nodes: list[GraphNode]
-    edges: list[GraphEdge]
-    notes: list[str] = field(default_factory=list)
-    kind: str = "graph"
-
-    def value(self, node: GraphNode) -> float:
-        return float(node.metrics.get(self.metric) or 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _row_metrics(row) -> dict[str, float]:
@@ -214,10 +181,12 @@ def _keep(graph: ModelGraph, pattern: str) -> ModelGraph:
 
 
 def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
-          metric: str = "flops", nodes: str | None = None, all_nodes: bool = False
-          ) -> ModelGraph:
+          metric: str = "flops", nodes: str | None = None, all_nodes: bool = False,
+          collapse: bool = True) -> ModelGraph:
     """The data-flow graph of ``model`` (a spec, an ``nn.Module`` or an ONNX file) with
-    ``metric`` (one of METRICS) on every node; ``nodes``: a regex on node names/types."""
+    ``metric`` (one of METRICS) on every node; ``nodes``: a regex on node names/types;
+    ``collapse``: repeated parallel nodes (same type and output shape between the same nodes)
+    become one node with their count and summed figures."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     if detect(model).is_onnx:
@@ -225,4 +194,6 @@ def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
     else:
         g = _torch_graph(model, inputs, batch_size)
     g.metric = metric
-    return _keep(g, nodes) if nodes else g
+    if nodes:
+        g = _keep(g, nodes)
+    return collapse_repeats(g) if collapse else g

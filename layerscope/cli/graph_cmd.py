@@ -28,6 +28,10 @@ def register(sub) -> None:
                         "become one edge)")
     p.add_argument("--all-nodes", action="store_true",
                    help="ONNX: also draw Constant nodes (hidden by default)")
+    p.add_argument("--no-collapse", action="store_true",
+                   help="draw every node: by default, repeated parallel nodes (same type and "
+                        "output shape between the same nodes, e.g. a rewrite's tiles) are one "
+                        "node with their count")
     p.set_defaults(run=run)
 
 
@@ -43,7 +47,7 @@ def run(args) -> int:
             raise UserError(f"-o {args.output}: give a file ending in .svg, .html or .dot (the "
                             "picture), or .json, .csv or .txt (the node list)")
     g = graph(args.model, args.input, batch_size=args.batch_size, metric=args.metric,
-              nodes=args.nodes, all_nodes=args.all_nodes)
+              nodes=args.nodes, all_nodes=args.all_nodes, collapse=not args.no_collapse)
     text = picture(g) if picture else render(g, pick_format(args.format, args.output),
                                              width=160)
     output(text, args.output, f": {len(g.nodes)} nodes, {len(g.edges)} edges")

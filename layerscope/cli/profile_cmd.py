@@ -47,7 +47,8 @@ def register(sub) -> None:
                       help="time inference over a data set's validation split, data loading "
                            "and copies included: digits, mnist, cifar10 or cifar100; per phase "
                            "(data wait, host-to-device, forward, other) and per layer; --runs "
-                           "is the number of batches (default: all)")
+                           "is the number of timed batches (default: the rest of one pass), "
+                           "drawn from repeated passes over the data when it has fewer")
     loop.add_argument("--synthetic", action="store_true",
                       help="--loop: generated data of the data set's shapes")
     loop.add_argument("--data-dir", default=None, help="--loop: where the data set is")

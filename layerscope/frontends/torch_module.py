@@ -3,12 +3,14 @@ TorchScript files saved with ``torch.jit.save`` and ``layerscope train`` run fol
 checkpoints."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
 import warnings
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,17 +125,53 @@ def _load_python_attr(spec: str) -> Any:
             raise UserError(f"{spec}: importing {target} failed: "
                             f"{first_line(exc, with_type=True)}") from exc
     else:
-        try:
-            module = importlib.import_module(target)
-        except (ImportError, ValueError) as exc:  # ValueError: ':factory', empty module name
-            raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
-                            "check the name and PYTHONPATH") from exc
+        module = _import_module(spec, target)
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UserError(f"{spec}: {target!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+@contextlib.contextmanager
+def _cwd_first_on_path() -> Iterator[None]:
+    """The current folder at the front of ``sys.path``, as ``python -m`` puts it, while a
+    ``package.module:factory`` is imported and called; ``sys.path`` is restored afterwards."""
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    importlib.invalidate_caches()  # a package written since the finders last looked
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _import_module(spec: str, target: str) -> Any:
+    """Import ``target`` (a dotted module name); not found: say where it was looked for."""
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (target == missing or target.startswith(missing + ".")):
+            cwd = os.getcwd()
+            where = os.pathsep.join(p or "." for p in sys.path if p != cwd)
+            raise UserError(
+                f"{spec}: cannot import module {target!r}: no module named {missing!r} in the "
+                f"current folder ({cwd}) or on sys.path ({where}); run layerscope from the "
+                f"folder that holds {missing.split('.')[0]}/, or add that folder to "
+                "PYTHONPATH") from exc
+        raise UserError(f"{spec}: importing {target!r} failed: "
+                        f"{first_line(exc, with_type=True)}") from exc
+    except ImportError as exc:
+        raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
+                        "check the name and PYTHONPATH") from exc
+    except ValueError as exc:  # ':factory': an empty module name
+        raise UserError(f"{spec}: cannot import module {target!r} ({first_line(exc)}); "
+                        "give it as package.module:factory") from exc
+    except Exception as exc:  # the module's own code raised while it was imported
+        raise UserError(f"{spec}: importing {target!r} failed: "
+                        f"{first_line(exc, with_type=True)}") from exc
 
 
 def _looks_like_zip(path: str) -> bool:
@@ -217,15 +255,17 @@ def _llm_extras(cfg: Any) -> dict[str, Any]:
 
 
 def _call_factory(spec: str) -> Any:
-    factory = _load_python_attr(spec)
-    if isinstance(factory, nn.Module):
-        return factory
-    if not callable(factory):
-        raise UserError(f"{spec}: {type(factory).__name__} is not callable")
-    try:
-        return factory()
-    except Exception as exc:
-        raise UserError(f"{spec}: the factory raised {first_line(exc, with_type=True)}") from exc
+    with _cwd_first_on_path():  # a factory may import more of its package when called
+        factory = _load_python_attr(spec)
+        if isinstance(factory, nn.Module):
+            return factory
+        if not callable(factory):
+            raise UserError(f"{spec}: {type(factory).__name__} is not callable")
+        try:
+            return factory()
+        except Exception as exc:
+            raise UserError(f"{spec}: the factory raised "
+                            f"{first_line(exc, with_type=True)}") from exc
 
 
 def _frontend_of(module: nn.Module) -> str:

@@ -1,9 +1,12 @@
 """Draw a ``ModelGraph``: Graphviz DOT text, SVG and a self-contained HTML page.
 
 Layout: Graphviz's ``dot`` when it is installed (the reference layered layout); otherwise
-grandalf's Sugiyama layout (pure Python, a dependency). Both are layered layouts of the same
-DOT-equivalent graph, so the pictures agree in structure. Nodes are coloured by the graph's
-metric on a white-to-red scale of value / largest value; inputs and outputs are grey ellipses.
+igraph's Sugiyama layout (compiled, a dependency: layers by longest path, barycentric crossing
+reduction, dummy points for long edges; no recursion, so a chain of any length lays out). Both
+are layered layouts of the same DOT-equivalent graph, so the pictures agree in structure. Nodes
+are coloured by the graph's metric on a white-to-red scale of value / largest value; inputs and
+outputs are grey ellipses. A collapsed group (``GraphNode.count`` > 1) is drawn as one box
+labelled ``TYPE ×COUNT``; the HTML page lists its members under the picture (click the box).
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from layerscope.core.errors import UserError
 from layerscope.core.units import si
 from layerscope.views.graph import is_op, text_lines
 
-# Above this many nodes the pure-Python layout takes minutes: ask for --nodes or Graphviz.
-MAX_PYTHON_LAYOUT_NODES = 1500
+# Above this many nodes (after collapsing) the picture is too large to read: ask for --nodes.
+MAX_PYTHON_LAYOUT_NODES = 50_000
 _CHAR_W, _LINE_H, _PAD = 7.0, 14.0, 8.0
 _MAX_LABEL = 36
 
@@ -31,7 +34,9 @@ def _label_lines(g, node) -> list[str]:
     if not is_op(node):
         return [_short(node.name)] + ([node.shape] if node.shape else [])
     lines = [_short(node.name)]
-    if node.type != node.name:
+    if node.count > 1:
+        lines.append(f"{node.type} ×{node.count}")
+    elif node.type != node.name:
         lines.append(node.type)
     if node.metrics:
         lines.append(f"{g.metric} {si(g.value(node))}")
@@ -60,12 +65,12 @@ def to_dot(g) -> str:
     lines = [f"digraph {_dot_quote(g.model)} {{", "  rankdir=TB;",
              '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
              '  edge [color="#666666", arrowsize=0.6];']
-    for n in g.nodes:
+    for index, n in enumerate(g.nodes):
         label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"')
                            for line in _label_lines(g, n))
         shape = "" if is_op(n) else ", shape=ellipse"
         lines.append(f'  {_dot_quote(n.id)} [label="{label}", fillcolor="{_colour(g, n, top)}"'
-                     f'{shape}, tooltip={_dot_quote(_tooltip(g, n))}];')
+                     f'{shape}, tooltip={_dot_quote(_tooltip(g, n))}, id="{_svg_id(index)}"];')
     for e in g.edges:
         lines.append(f"  {_dot_quote(e.source)} -> {_dot_quote(e.target)};")
     lines.append("}")
@@ -73,16 +78,24 @@ def to_dot(g) -> str:
 
 
 def _tooltip(g, node) -> str:
-    parts = [f"{node.name} ({node.type})"]
+    parts = [f"{node.name} ({node.type} ×{node.count})" if node.count > 1
+             else f"{node.name} ({node.type})"]
     if node.shape:
-        parts.append(f"output {node.shape}")
+        parts.append(f"output {node.shape}" + (" each" if node.count > 1 else ""))
     parts += [f"{k} {si(v)}" for k, v in node.metrics.items() if v]
+    if node.count > 1:
+        parts.append(f"{node.count} nodes collapsed: click for the list")
     return "; ".join(parts)
+
+
+def _svg_id(index: int) -> str:
+    """The id of node ``index``'s SVG group, in our drawing and in Graphviz's."""
+    return f"ls-node-{index}"
 
 
 # ------------------------------------------------------------------------------------- SVG
 def to_svg(g) -> str:
-    """SVG text: Graphviz's when ``dot`` is on PATH, else grandalf's layout drawn here."""
+    """SVG text: Graphviz's when ``dot`` is on PATH, else igraph's layout drawn here."""
     dot = shutil.which("dot")
     if dot:
         done = subprocess.run([dot, "-Tsvg"], input=to_dot(g), capture_output=True, text=True,
@@ -98,44 +111,32 @@ def _box(g, node) -> tuple[float, float]:
 
 
 def layout(g) -> dict[str, Any]:
-    """Node centres and edge polylines from grandalf's Sugiyama layout (top to bottom)."""
+    """Node centres and edge polylines from igraph's Sugiyama layout (top to bottom): each node
+    on its layer's row, long edges bent through the layout's dummy points."""
     if len(g.nodes) > MAX_PYTHON_LAYOUT_NODES:
-        raise UserError(f"{g.model}: {len(g.nodes)} nodes is too many to lay out without "
-                        f"Graphviz (limit {MAX_PYTHON_LAYOUT_NODES}); install Graphviz "
-                        "(apt install graphviz) or draw a part with --nodes REGEX")
-    from grandalf.graphs import Edge, Graph, Vertex
-    from grandalf.layouts import SugiyamaLayout
-    from grandalf.routing import EdgeViewer, route_with_lines
+        raise UserError(f"{g.model}: {len(g.nodes)} nodes is too many to draw without Graphviz "
+                        f"(limit {MAX_PYTHON_LAYOUT_NODES}); draw a part with --nodes REGEX, or "
+                        "install Graphviz (apt install graphviz)")
+    import igraph
 
-    class _View:
-        def __init__(self, w: float, h: float) -> None:
-            self.w, self.h, self.xy = w, h, (0.0, 0.0)
-
-    vertices = {n.id: Vertex(n.id) for n in g.nodes}
-    for n in g.nodes:
-        vertices[n.id].view = _View(*_box(g, n))
-    edges = []
-    for e in g.edges:
-        if e.source in vertices and e.target in vertices and e.source != e.target:
-            edge = Edge(vertices[e.source], vertices[e.target])
-            edge.view = EdgeViewer()
-            edges.append(edge)
-    graph = Graph(list(vertices.values()), edges)
-    offset, boxes, paths = 0.0, {}, []
-    for component in graph.C:  # each connected part side by side
-        sug = SugiyamaLayout(component)
-        sug.route_edge = route_with_lines
-        sug.init_all()
-        sug.draw()
-        xs = [v.view.xy[0] - v.view.w / 2 for v in component.sV]
-        shift = offset - min(xs)
-        for v in component.sV:
-            x, y = v.view.xy
-            boxes[v.data] = (x + shift, y, v.view.w, v.view.h)
-        for e in component.sE:
-            pts = getattr(e.view, "_pts", None) or [e.v[0].view.xy, e.v[1].view.xy]
-            paths.append([(px + shift, py) for px, py in pts])
-        offset = max(b[0] + b[2] / 2 for b in boxes.values()) + 40
+    index = {n.id: i for i, n in enumerate(g.nodes)}
+    sizes = [_box(g, n) for n in g.nodes]
+    drawn = [e for e in g.edges
+             if e.source in index and e.target in index and e.source != e.target]
+    ig = igraph.Graph(n=len(g.nodes), edges=[(index[e.source], index[e.target]) for e in drawn],
+                      directed=True)
+    lay = ig.layout_sugiyama()
+    # the layout's units: one column per node slot, one row per layer
+    col = max((w for w, _ in sizes), default=0.0) + 24.0
+    row = max((h for _, h in sizes), default=0.0) + 36.0
+    boxes = {n.id: (x * col, y * row, w, h)
+             for n, (x, y), (w, h) in zip(g.nodes, lay.coords, sizes)}
+    paths = []
+    for e, bends in zip(drawn, lay.edge_routing):
+        sx, sy, _, sh = boxes[e.source]
+        tx, ty, _, th = boxes[e.target]
+        paths.append([(sx, sy + sh / 2)] + [(x * col, y * row) for x, y in bends]
+                     + [(tx, ty - th / 2)])
     return {"boxes": boxes, "paths": paths}
 
 
@@ -158,11 +159,12 @@ def _svg_from_layout(g, lay: dict[str, Any]) -> str:
         d = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
         out.append(f'<polyline points="{d}" fill="none" stroke="#666" stroke-width="1" '
                    'marker-end="url(#ls-arrow)"/>')
-    for n in g.nodes:
+    for index, n in enumerate(g.nodes):
         x, y, w, h = boxes[n.id]
         fill = _colour(g, n, top)
         tip = html.escape(_tooltip(g, n))
-        out.append(f'<g class="ls-node" data-id="{html.escape(n.id)}"><title>{tip}</title>')
+        out.append(f'<g class="ls-node" id="{_svg_id(index)}" data-id="{html.escape(n.id)}">'
+                   f'<title>{tip}</title>')
         if is_op(n):
             out.append(f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" '
                        f'height="{h:.1f}" rx="5" fill="{fill}" stroke="#444"/>')
@@ -191,13 +193,30 @@ header p {{ margin: 4px 0; font-size: 13px; color: #333; }}
 #ls-view {{ width: 100vw; height: calc(100vh - 110px); overflow: hidden; cursor: grab; }}
 #ls-view svg {{ transform-origin: 0 0; }}
 .ls-node:hover rect, .ls-node:hover ellipse {{ stroke: #000; stroke-width: 2; }}
+.ls-group {{ cursor: pointer; }}
+#ls-groups {{ padding: 8px 16px; font-size: 13px; }}
+#ls-groups details {{ margin: 4px 0; }}
+#ls-groups table {{ border-collapse: collapse; margin: 4px 0 8px 16px; }}
+#ls-groups td, #ls-groups th {{ padding: 1px 8px; text-align: left; }}
+#ls-groups td.num {{ text-align: right; }}
 </style></head><body>
 <header><h1 style="font-size:18px;margin:0">{title}</h1>
 <p>{summary}</p>{notes}
 <p>Wheel to zoom, drag to pan, hover a node for its figures. For an interactive viewer of the
 ONNX file itself: <code>pip install netron &amp;&amp; netron FILE.onnx</code>.</p></header>
-<div id="ls-view">{svg}</div>
+<div id="ls-view">{svg}</div>{groups}
 <script>
+(function () {{
+  // a collapsed group: a click on its box opens its member list below the picture
+  document.querySelectorAll('[id^="ls-node-"]').forEach(function (node) {{
+    var list = document.getElementById('ls-members-' + node.id.slice(8));
+    if (!list) return;
+    node.classList.add('ls-group');
+    node.addEventListener('click', function () {{
+      list.open = true; list.scrollIntoView({{block: 'start'}});
+    }});
+  }});
+}})();
 (function () {{
   var view = document.getElementById('ls-view'), svg = view.querySelector('svg');
   var s = 1, x = 0, y = 0, drag = null;
@@ -220,14 +239,36 @@ ONNX file itself: <code>pip install netron &amp;&amp; netron FILE.onnx</code>.</
 """
 
 
+def _groups_html(g) -> str:
+    """One <details> per collapsed group: its members with their figures (click a box)."""
+    parts = []
+    for index, n in enumerate(g.nodes):
+        if not n.members:
+            continue
+        rows = "".join(f"<tr><td>{html.escape(m.name)}</td><td>{html.escape(m.shape)}</td>"
+                       f'<td class="num">{si(g.value(m))}</td></tr>' for m in n.members)
+        parts.append(f'<details id="ls-members-{index}"><summary>{html.escape(n.name)}: '
+                     f"{html.escape(n.type)} ×{n.count}, {g.metric} {si(g.value(n))} in all"
+                     f"</summary><table><tr><th>Node</th><th>Output shape</th>"
+                     f"<th>{html.escape(g.metric)}</th></tr>{rows}</table></details>")
+    if not parts:
+        return ""
+    return ('\n<section id="ls-groups"><h2 style="font-size:15px">Collapsed groups (click a '
+            "box with a count, or open a line)</h2>" + "".join(parts) + "</section>")
+
+
 def to_html(g) -> str:
     ops = [n for n in g.nodes if is_op(n)]
     total = sum(g.value(n) for n in ops)
-    summary = (f"{len(ops)} nodes, {len(g.edges)} edges ({g.frontend}); colour: {g.metric}, "
+    count = sum(n.count for n in ops)
+    drawn = (f"{count} operation nodes drawn as {len(ops)}" if count != len(ops)
+             else f"{count} nodes")
+    summary = (f"{drawn}, {len(g.edges)} edges ({g.frontend}); colour: {g.metric}, "
                f"total {si(total)}, white = 0, red = the largest node")
     notes = "".join(f"<p>Note: {html.escape(n)}</p>" for n in g.notes)
     return _PAGE.format(title=html.escape(f"layerscope graph: {g.model}"),
-                        summary=html.escape(summary), notes=notes, svg=to_svg(g))
+                        summary=html.escape(summary), notes=notes, svg=to_svg(g),
+                        groups=_groups_html(g))
 
 
 def to_text(g) -> str:

@@ -48,6 +48,7 @@ class LoopProfile(ResultDocument):
     batch_time: dict[str, Any]  # TimingStats of the batches' wall time
     layers: list[LoopLayer]
     coverage: float | None  # summed layer medians / forward-phase median
+    notes: list[str] = field(default_factory=list)  # how the batches were drawn, when it matters
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "loop"
@@ -63,14 +64,27 @@ def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in module.named_modules() if n and not any(True for _ in m.children())]
 
 
+def _batch_size(samples: int, wanted: int) -> tuple[int, list[str]]:
+    """The batch size the loop runs with: ``wanted``, or the whole data set when it is smaller
+    than one batch (said in a note)."""
+    if samples < 1:
+        raise UserError("the data set has no samples")
+    if samples >= wanted:
+        return wanted, []
+    return samples, [f"the data set has {samples} samples, fewer than --batch-size {wanted}: "
+                     f"every batch holds all {samples}"]
+
+
 def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
                  data_dir: str | None = None, batch_size: int | None = None,
                  batches: int | None = None, warmup: int = 1, device: str = "cpu",
                  num_workers: int = 0, threads: int | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  progress: Callable[[int, int], None] | None = None) -> LoopProfile:
-    """Inference over ``dataset``'s validation split (or ``batches`` of it), phases per batch
-    and forward time per leaf layer; the model's flags are restored afterwards."""
+    """Inference over ``dataset``'s validation split, phases per batch and forward time per
+    leaf layer; the model's flags are restored afterwards. ``warmup`` batches, then ``batches``
+    timed ones (default: the rest of one pass); when the data set has fewer, the loader is
+    iterated again, as a server keeps receiving requests, and the result's notes say so."""
     from layerscope.analysis.runtime import _prepare, check_device
     from layerscope.analysis.timing import ForwardTimer
 
@@ -84,16 +98,22 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         raise UserError("--warmup and --num-workers must be 0 or more")
     _, val_set, _ = datasets(dataset, synthetic=synthetic, data_dir=data_dir, download=False,
                              augment=False, seed=0)
-    batch_size = batch_size or DEFAULT_BATCH
+    batch_size, notes = _batch_size(len(val_set), batch_size or DEFAULT_BATCH)
     cuda = device == "cuda"
+    # full batches only: every timed batch holds batch_size samples
     loader = DataLoader(val_set, batch_size=batch_size, num_workers=num_workers,
-                        pin_memory=cuda)
+                        pin_memory=cuda, drop_last=True, persistent_workers=num_workers > 0)
     available = len(loader)
+    if len(val_set) % batch_size:
+        notes.append(f"each pass over the {len(val_set)} samples leaves out the last "
+                     f"{len(val_set) % batch_size} (fewer than a batch)")
     if batches is None:
         batches = max(available - warmup, 1)
-    if warmup + batches > available:
-        raise UserError(f"{dataset}: {available} batches of {batch_size}, fewer than --warmup "
-                        f"{warmup} + --runs {batches}; lower them or the batch size")
+    epochs = -(-(warmup + batches) // available)
+    if epochs > 1:  # as a server keeps receiving requests: the loader is iterated again
+        notes.append(f"{warmup} warm-up + {batches} timed batches need {epochs} passes over the "
+                     f"data set's {available} batches of {batch_size}: the loader was iterated "
+                     "again (a new epoch) when it ran out, so later batches repeat earlier data")
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -110,7 +130,11 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         with torch.no_grad():
             for i in range(warmup + batches):
                 timer.start()
-                x, y = next(it)
+                try:
+                    x, y = next(it)
+                except StopIteration:  # a new epoch, timed as the wait for this batch
+                    it = iter(loader)
+                    x, y = next(it)
                 timer.mark("data")
                 x = x.to(device, non_blocking=cuda)
                 y = y.to(device, non_blocking=cuda)
@@ -153,7 +177,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         device=device, batch_size=batch_size, batches=batches, warmup=warmup, phases=phases,
         batch_time=TimingStats.of(walls).to_dict(), layers=layers,
         coverage=(sum(r.time["median_s"] for r in layers) / forward_median
-                  if forward_median else None),
+                  if forward_median else None), notes=notes,
         settings={"threads": threads or old_threads, "num_workers": num_workers,
                   "synthetic": synthetic},
         environment=environment())

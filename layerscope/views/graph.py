@@ -27,6 +27,11 @@ def heading(g) -> tuple[str, str]:
             f"coloured by {g.metric}")
 
 
+def type_label(node) -> str:
+    """``MatMul``, or ``MatMul ×256`` for a collapsed group of 256."""
+    return f"{node.type} ×{node.count}" if node.count > 1 else node.type
+
+
 def facts(g) -> list[tuple[str, str]]:
     ops = ranked(g)
     return ([("Nodes", f"{len(ops)} operations, {len(g.nodes) - len(ops)} inputs/outputs"),
@@ -37,23 +42,23 @@ def facts(g) -> list[tuple[str, str]]:
 
 def tables(g) -> list[RowTable]:
     cols = [("Node", False), ("Type", False), ("Output shape", False), (g.metric, True)]
-    rows = [[cell(n.name), cell(n.type), cell(n.shape or "-"), Cell(si(g.value(n)), g.value(n))]
-            for n in ranked(g)]
+    rows = [[cell(n.name), cell(type_label(n)), cell(n.shape or "-"),
+             Cell(si(g.value(n)), g.value(n))] for n in ranked(g)]
     return [RowTable("nodes", f"Nodes by {g.metric}", cols, rows)]
 
 
 def csv(g) -> DataTable:
     metrics = list(dict.fromkeys(m for n in g.nodes for m in n.metrics))  # METRICS order
-    return DataTable(["id", "name", "type", "kind", "shape"] + metrics,
-                     [[n.id, n.name, n.type, n.kind, n.shape] + [n.metrics.get(m) for m in metrics]
-                      for n in g.nodes])
+    return DataTable(["id", "name", "type", "kind", "shape"] + metrics + ["count"],
+                     [[n.id, n.name, n.type, n.kind, n.shape]
+                      + [n.metrics.get(m) for m in metrics] + [n.count] for n in g.nodes])
 
 
 def text_lines(g) -> list[str]:
     """The top nodes by metric, for the terminal (the picture needs -o FILE)."""
     ops = ranked(g)
     lines = [f"{g.model}: {len(ops)} nodes, {len(g.edges)} edges; top by {g.metric}:"]
-    lines += [f"  {si(g.value(n)):>9}  {n.name} ({n.type})" for n in ops[:TOP_NODES]]
+    lines += [f"  {si(g.value(n)):>9}  {n.name} ({type_label(n)})" for n in ops[:TOP_NODES]]
     lines += [f"note: {n}" for n in g.notes]
     lines.append("draw it with -o FILE.svg, FILE.html or FILE.dot")
     return lines

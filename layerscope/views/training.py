@@ -136,7 +136,7 @@ def loop_facts(result) -> list[tuple[str, str]]:
             ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
                         "excluded)"),
             ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
-            ("Layer coverage", pct(result.coverage))]
+            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes]
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -490,6 +490,7 @@ def render_loop(result) -> Group:
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
+    lines += [f"note: {n}" for n in result.notes]
     return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
 
 
