@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow venv clean
+.PHONY: demo test test-slow docs venv clean
 
 venv: $(STAMP)
 
@@ -27,5 +27,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow tests
 
+# The manual (docs/, mkdocs.yml) as a static site in site/; --strict fails on a broken link or a
+# missing page. Installs the docs extra when mkdocs is missing (a venv made before it existed).
+docs: $(STAMP)
+	@$(PY) -c "import mkdocs, material, mkdocstrings" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	$(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
