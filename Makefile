@@ -31,7 +31,7 @@ test-slow: $(STAMP)
 # missing page. Installs the docs extra when mkdocs is missing (a venv made before it existed).
 docs: $(STAMP)
 	@$(PY) -c "import mkdocs, material, mkdocstrings" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
-	$(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build site *.egg-info
