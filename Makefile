@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow venv dist clean
+.PHONY: demo test test-slow docs dist venv clean
 
 venv: $(STAMP)
 
@@ -33,5 +33,11 @@ dist: $(STAMP)
 	rm -rf dist build
 	$(PY) -m build -o dist .
 
+# The manual (docs/, mkdocs.yml) as a static site in site/; --strict fails on a broken link or a
+# missing page. Installs the docs extra when mkdocs is missing (a venv made before it existed).
+docs: $(STAMP)
+	@$(PY) -c "import mkdocs, material, mkdocstrings" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info
