@@ -66,6 +66,21 @@ def add_report_files(p: argparse.ArgumentParser) -> None:
                    help="PNG size in pixels (default 1200x800)")
 
 
+def add_output_folder(p: argparse.ArgumentParser, *flags: str, **kwargs) -> argparse.Action:
+    """An option naming a folder the command creates and writes into (``train --out DIR``,
+    ``run --tensorboard DIR``). Declared here, once, so that ``check_outputs`` checks that the
+    folder can be created and accepts the command's other outputs inside it
+    (``--out runs/demo --html runs/demo/report.html``) before the folder exists."""
+    kwargs.setdefault("metavar", "DIR")
+    action = p.add_argument(*flags, **kwargs)
+    declared = p.get_default(OUTPUT_FOLDERS) or ()
+    p.set_defaults(**{OUTPUT_FOLDERS: (*declared, (action.option_strings[0], action.dest))})
+    return action
+
+
+OUTPUT_FOLDERS = "output_folders"  # the attribute listing (option, dest) of such folders
+
+
 def add_highlight(p: argparse.ArgumentParser) -> None:
     p.add_argument("--highlight", type=_highlight, default=None, metavar="SECONDS|top-N|SHARE%",
                    help="which layers the tables and charts highlight: a median at or above "
@@ -126,19 +141,27 @@ def _png_needs_a_file(fmt: str, output: str | None) -> None:
 
 
 def check_outputs(args, *extra: tuple[str, str]) -> None:
-    """Every output file of the command checked before any work (a missing folder found after
-    a training run or a scaling sweep wastes it): -o, --html, --plot and the ``extra``
-    (option, attribute) pairs; --format png needs -o."""
-    from layerscope.core.io import check_output
+    """Every output of the command checked before any work (a missing folder found after a
+    training run or a scaling sweep wastes it): the folders it creates (``add_output_folder``)
+    can be created, and -o, --html, --plot and the ``extra`` (option, attribute) files can be
+    written, in an existing folder or in one of those; --format png needs -o."""
+    from layerscope.core.io import check_dir, check_output, current
 
+    folders = tuple(getattr(args, OUTPUT_FOLDERS, None) or ())
+    created = [check_dir(getattr(args, dest), option)
+               for option, dest in folders if getattr(args, dest, None)]
+    tx = current()
+    for folder in created if tx is not None else ():
+        tx.creates(folder)  # the writer then makes an output's folders inside it
     fmt = getattr(args, "format", None)
     if fmt is not None:
         output = getattr(args, "output", None)
         _png_needs_a_file(pick_format(fmt, output), output)
+    skip = {dest for _, dest in folders}
     for option, attr in (("-o", "output"), ("--html", "html"), ("--plot", "plot"), *extra):
         path = getattr(args, attr, None)
-        if path:
-            check_output(path, option)
+        if path and attr not in skip:
+            check_output(path, option, within=created)
 
 
 def emit(report, args) -> None:

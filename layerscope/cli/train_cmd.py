@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from layerscope.cli.common import (
+    add_output_folder,
     add_report_files,
     check_outputs,
     write_output,
@@ -54,8 +55,10 @@ def register(sub) -> None:
                    help="one small batch (8 samples unless --batch-size) through training, "
                         "validation, checkpoint and outputs")
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
-    p.add_argument("--tensorboard", action="store_true")
+    add_output_folder(p, "--out", help="run directory (default runs/RECIPE-TIME); -o, --html "
+                                       "and --plot may go inside it")
+    p.add_argument("--tensorboard", action="store_true", help="TensorBoard scalars in "
+                                                               "RUN_DIR/tensorboard")
     p.add_argument("--seed", type=arg(seed), default=0)
     p.add_argument("--weights", help="ImageNet weights for cifar100-resnet50")
     p.add_argument("--threads", type=arg(thread_count), help="torch intra-op threads")
