@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.core import values
+from layerscope.core.display import Displayed
 from layerscope.core.errors import UserError, first_line
 from layerscope.frontends.inputs import real_inputs
 
@@ -24,7 +25,7 @@ class ActivationStat:
 
 
 @dataclass
-class ActivationCapture:
+class ActivationCapture(Displayed):
     model: str
     pattern: str
     stats: list[ActivationStat]
@@ -43,10 +44,6 @@ class ActivationCapture:
         """The statistics only; the arrays live in the .npz file."""
         return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
 
-    def _repr_html_(self) -> str:
-        from layerscope.core import display
-
-        return display.html(self)
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:

@@ -64,10 +64,6 @@ class SweepReport(ResultDocument):
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,

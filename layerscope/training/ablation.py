@@ -67,10 +67,6 @@ class AblationReport(ResultDocument):
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def usable_cores() -> int:

@@ -53,10 +53,6 @@ class LoopProfile(ResultDocument):
     kind: str = "loop"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

@@ -95,10 +95,6 @@ class TrainReport(ResultDocument):
             OpTable.from_dict(report.ops)
         return report
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 Callback = Callable[..., None]
 

@@ -87,10 +87,6 @@ class ScalingReport(ResultDocument):
     kind: str = "scaling"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def _train_at(recipe: str, nproc: int, flags: list[str], workdir: str) -> dict[str, Any]:
