@@ -38,7 +38,7 @@ def test_loop_cli_synthetic_json(tmp_path):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["profile", "mnist-cnn", "--loop", "imagenet", "--synthetic"], "unknown --loop dataset"),
+    (["profile", "mnist-cnn", "--loop", "imagenet", "--synthetic"], "unknown --loop 'imagenet'"),
     (["profile", "mnist-cnn", "--loop", "digits", "--runs", "100"], "fewer than --warmup"),
     (["profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--backward"], "do not apply"),
 ], ids=["unknown-dataset", "too-many-batches", "backward"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from layerscope.core.errors import UserError
@@ -9,9 +10,22 @@ from layerscope.core.io import STDOUT, outputs
 from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.renderers import FORMATS, pick_format, render
 
+OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage mistake as one line and exit code 2."""
+    """argparse that reports a usage mistake as one line and exit code 2, and leaves the
+    command's dest -> option table on the namespace (``in_flags`` reads it)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
+        namespace, extras = super().parse_known_args(args, namespace)
+        flags = dict(getattr(namespace, OPTION_FLAGS, None) or {})
+        for action in self._actions:  # a subcommand's own options were added first: they win
+            if action.option_strings and action.dest != argparse.SUPPRESS:
+                longest = max(action.option_strings, key=len)
+                flags.setdefault(action.dest, longest)
+        setattr(namespace, OPTION_FLAGS, flags)
+        return namespace, extras
 
     def error(self, message):  # noqa: D401 - argparse API
         # a core.values parser's message reads as a sentence about the option:
@@ -20,6 +34,27 @@ class Parser(argparse.ArgumentParser):
         if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
             message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
         raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+# the public API's argument names that differ from the dest of the option setting them
+API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop"}
+
+
+def in_flags(exc: UserError, args: argparse.Namespace) -> UserError:
+    """The CLI's words for an error the public API raised in its own: each argument the
+    message names (``UserError.arguments``; its first whole-word occurrence) becomes the
+    option that sets it (batch_size -> --batch-size), found in argparse's dest -> option table
+    of the command that ran. Arguments the command has no option for stay as they are."""
+    flags = getattr(args, OPTION_FLAGS, None) or {}
+    message = str(exc)
+    changed = False
+    for name in exc.arguments:
+        flag = flags.get(name) or flags.get(API_NAMES.get(name, ""))
+        if flag:
+            word = re.compile(rf"(?<![\w.'\"-]){re.escape(name)}(?![\w'\"-])")
+            message, n = word.subn(flag, message, count=1)
+            changed = changed or n > 0
+    return UserError(message) if changed else exc
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:

@@ -94,7 +94,7 @@ def _inside(folder: str, parents: Iterable[str]) -> bool:
     return any(folder == p or folder.startswith(p.rstrip(os.sep) + os.sep) for p in parents)
 
 
-def _creatable(folder: str, failing: str) -> None:
+def _creatable(folder: str, failing: str, arguments: tuple[str, ...] = ()) -> None:
     """A missing folder can be made when its nearest existing ancestor is a folder this
     process may write in; else a one-line UserError starting with ``failing``."""
     ancestor = folder
@@ -102,9 +102,10 @@ def _creatable(folder: str, failing: str) -> None:
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
         raise UserError(f"{failing}: {_short(ancestor)} is not a folder (give a path inside "
-                        "a folder)")
+                        "a folder)", arguments=arguments)
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"{failing}: no permission to create folders in {_short(ancestor)}")
+        raise UserError(f"{failing}: no permission to create folders in {_short(ancestor)}",
+                        arguments=arguments)
 
 
 def resolve(path: str) -> str:
@@ -305,15 +306,17 @@ def _unlink(path: str) -> None:
 def check_dir(path: str, what: str = "output folder") -> str:
     """Validate a folder to write into, before any work: an existing folder, or a new one that
     can be created (its nearest existing ancestor is a writable folder, not a file). Returns
-    its absolute path."""
+    its absolute path. ``what``: a description, an option (``--out``) or the API's argument
+    (``out``, recorded as the error's ``arguments``)."""
+    names = (what,) if what.isidentifier() else ()
     if not path:
-        raise UserError(f"{what}: empty name: give a folder name")
+        raise UserError(f"{what}: empty name: give a folder name", arguments=names)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path} exists and is not a folder: give a new or existing "
-                        "folder name")
+                        "folder name", arguments=names)
     full = os.path.abspath(path)
     if not os.path.isdir(full):
-        _creatable(full, f"cannot create {what} {_short(path)}")
+        _creatable(full, f"cannot create {what} {_short(path)}", names)
     return full
 
 
@@ -324,7 +327,8 @@ def make_dir(path: str, what: str = "output folder") -> str:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create {what} {path}: {_reason(exc)}") from exc
+        raise UserError(f"cannot create {what} {path}: {_reason(exc)}",
+                        arguments=(what,) if what.isidentifier() else ()) from exc
     return path
 
 

@@ -103,8 +103,8 @@ def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
         raise UserError(f"{spec.name} in {data_dir!r} could not be read: "
                         f"{first_line(exc)}") from exc
     except OSError as exc:  # --download without a network, unreadable files
-        raise UserError(f"{spec.name}: {first_line(exc)}; use --synthetic to run without the "
-                        "data") from exc
+        raise UserError(f"{spec.name}: {first_line(exc)}; use synthetic to run without the "
+                        "data", arguments="synthetic") from exc
     names = list(getattr(train, "classes", [str(i) for i in range(spec.classes)]))
     return train, val, names
 
