@@ -144,3 +144,12 @@ def test_the_parser_records_each_commands_options():
     assert args.option_flags["micro_batch"] == "--micro-batch"
     assert args.option_flags["gpu_memory"] == "--gpu-memory"
     assert args.option_flags["output"] == "--output" and args.option_flags["debug"] == "--debug"
+
+
+def test_a_ranks_error_reaches_the_launcher_in_the_cli_words(tmp_path, monkeypatch):
+    """Under --nproc-per-node each rank fails inside the command (torchrun's error file), not
+    in cli.main: the rank translates its own message."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("train", "digits-cnn", "--nproc-per-node", "2", "--device", "tpu",
+                           "--dry-run", "--synthetic")
+    assert code == 2 and "unknown --device 'tpu'" in err, err

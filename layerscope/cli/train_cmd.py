@@ -7,10 +7,12 @@ from layerscope.cli.common import (
     add_output_folder,
     add_report_files,
     check_outputs,
+    in_flags,
     write_output,
     write_report_files,
 )
 from layerscope.cli.progress import add_quiet, progress_bar
+from layerscope.core.errors import UserError
 from layerscope.core.values import (
     COMM_TIMEOUT_MAX,
     COMM_TIMEOUT_S,
@@ -153,7 +155,10 @@ def run(args) -> int:
             except Exception as exc:
                 if env is None:
                     raise
-                # one line for the launcher to show (torchrun's error file), not a traceback
+                # one line for the launcher to show (torchrun's error file), not a traceback,
+                # in the command's words (cli.main translates only what reaches it)
+                if isinstance(exc, UserError):
+                    exc = in_flags(exc, args)
                 return distributed.record_failure(env, exc, args.comm_timeout)
     if env is not None and env.rank != 0:
         return 0  # rank 0 reports for every rank
