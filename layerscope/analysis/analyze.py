@@ -59,7 +59,7 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     if (not loaded.inputs and not loaded.kwargs
             and needs_arguments(unwrap(loaded.module, loaded.name)[0])):
         raise UserError(f"{loaded.name}: no default input is known for this model; "
-                        "give one with --input, e.g. --input 1x3x224x224")
+                        "give one with inputs, e.g. 1x3x224x224", arguments="inputs")
     if batch_size is not None:
         loaded.inputs = with_batch_size(loaded.inputs, batch_size)
         loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)

@@ -20,6 +20,7 @@ its own) — exactly what a decode step with a KV cache executes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -113,9 +114,13 @@ def gpu_spec(spec: str | GPU) -> GPU:
     if key in GPUS:
         return GPUS[key]
     if not text.lower().endswith(".json"):
-        raise UserError(f"--gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
+        raise _gpu_error(f"gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
                         "file (name, bf16_flops, bandwidth_bytes_per_s, memory_bytes)")
     return _gpu_file(text)
+
+
+# an error about the ``gpu`` argument (the CLI shows --gpu)
+_gpu_error = functools.partial(UserError, arguments="gpu")
 
 
 def _gpu_file(path: str) -> GPU:
@@ -123,30 +128,30 @@ def _gpu_file(path: str) -> GPU:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
     except FileNotFoundError:
-        raise UserError(f"--gpu {path}: no such file") from None
+        raise _gpu_error(f"gpu {path}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"--gpu {path}: is a directory, not a JSON file") from None
+        raise _gpu_error(f"gpu {path}: is a directory, not a JSON file") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise UserError(f"--gpu {path}: not a JSON file") from None
+        raise _gpu_error(f"gpu {path}: not a JSON file") from None
     except OSError as exc:
-        raise UserError(f"--gpu {path}: cannot read it ({exc.strerror})") from None
+        raise _gpu_error(f"gpu {path}: cannot read it ({exc.strerror})") from None
     if not isinstance(d, dict):
-        raise UserError(f"--gpu {path}: expected a JSON object with name, bf16_flops, "
+        raise _gpu_error(f"gpu {path}: expected a JSON object with name, bf16_flops, "
                         "bandwidth_bytes_per_s, memory_bytes")
     unknown = sorted(set(d) - set(_GPU_FILE_KEYS))
     if unknown:
-        raise UserError(f"--gpu {path}: unknown key {unknown[0]!r}; the keys are "
+        raise _gpu_error(f"gpu {path}: unknown key {unknown[0]!r}; the keys are "
                         f"{', '.join(_GPU_FILE_KEYS)}")
     for key in ("bf16_flops", "bandwidth_bytes_per_s", "memory_bytes"):
         if key not in d:
-            raise UserError(f"--gpu {path}: {key} is missing")
+            raise _gpu_error(f"gpu {path}: {key} is missing")
     name = d.get("name", path)
     if not isinstance(name, str) or not name.strip():
-        raise UserError(f"--gpu {path}: name must be a non-empty string")
-    got = {k: values.finite_positive_float(d[k], f"--gpu {path}: {k}")
+        raise _gpu_error(f"gpu {path}: name must be a non-empty string")
+    got = {k: values.finite_positive_float(d[k], f"gpu {path}: {k}")
            for k in ("bf16_flops", "bandwidth_bytes_per_s", "fp8_flops", "fp32_flops")
            if d.get(k) is not None}
-    memory = values.byte_size(d["memory_bytes"], f"--gpu {path}: memory_bytes")
+    memory = values.byte_size(d["memory_bytes"], f"gpu {path}: memory_bytes")
     return GPU(name.strip(), got["bf16_flops"], got["bandwidth_bytes_per_s"], memory,
                fp8_flops=got.get("fp8_flops"), fp32_flops=got.get("fp32_flops"))
 

@@ -302,20 +302,20 @@ def bind_inputs(model: Any, specs: Sequence[str], batch_size: int | None, path: 
         dims = _dims(vi)
         if dims is None:
             raise UserError(f"{path}: input {vi.name!r} has no shape in the model; give one with "
-                            f"--input {vi.name}=SHAPE")
+                            f"inputs {vi.name}=SHAPE", arguments="inputs")
         if any(isinstance(d, int) and d < 0 for d in dims):
             example = "x".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in dims)
             raise UserError(f"{path}: input {vi.name!r} has a negative dimension (shape "
-                            f"{_shape_text(dims)}); give its shape with --input "
-                            f"{vi.name}={example}")
+                            f"{_shape_text(dims)}); give its shape with inputs "
+                            f"{vi.name}={example}", arguments="inputs")
         unbound = [d for d in dims if not isinstance(d, int)]
         if unbound:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
             which = ("an unnamed dimension" if unbound[0] == "?"
                      else f"symbolic dimension {unbound[0]!r}")
             raise UserError(f"{path}: input {vi.name!r} has {which} "
-                            f"(shape {_shape_text(dims)}); bind it with --input "
-                            f"{vi.name}={example}")
+                            f"(shape {_shape_text(dims)}); bind it with inputs "
+                            f"{vi.name}={example}", arguments="inputs")
 
 
 # ---------------------------------------------------------------- graph walk preparation

@@ -76,8 +76,9 @@ def _digits(seed: int) -> tuple[Dataset, Dataset, list[str]]:
 
 def _missing(spec: DataSpec, data_dir: str) -> UserError:
     return UserError(
-        f"{spec.name} not found in --data-dir {data_dir!r}: pass --download to fetch it there, "
-        f"point --data-dir at an existing copy, or use --synthetic for generated data")
+        f"{spec.name} not found in data_dir {data_dir!r}: pass download to fetch it there, "
+        f"point it at an existing copy, or use synthetic for generated data",
+        arguments=("data_dir", "download", "synthetic"))
 
 
 def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
