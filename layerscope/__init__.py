@@ -6,7 +6,31 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
-           "Totals", "__version__", "scaling"]
+           "Totals", "__version__", "scaling", "load"]
+
+
+def load(path):
+    """The result object of a JSON file layerscope saved, of any kind (``analyze ... -o
+    r.json``, ``--format json``, a run directory's ``report.json``): a ``Report``,
+    ``SweepReport``, ``TrainReport``, ... as the API call returned it, ready to show
+    (``rich.print(result)``, a notebook cell) or to render (``layerscope render`` does the same).
+
+    ``path`` is a str or ``os.PathLike``. A missing or unreadable file, a file that is not JSON,
+    and JSON that is not a layerscope result (or was written by a newer layerscope) raise
+    ``layerscope.errors.UserError`` with one line naming ``path``.
+    """
+    import os
+
+    from layerscope.core.errors import UserError
+    from layerscope.core.results import read_result
+
+    try:
+        name = os.fspath(path)
+    except TypeError:
+        raise UserError(f"path must be a file path (str or os.PathLike), got {path!r}") from None
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    return read_result(name)
 
 
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed

@@ -40,7 +40,7 @@ def test_loop_cli_synthetic_json(tmp_path):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["profile", "mnist-cnn", "--loop", "imagenet", "--synthetic"], "unknown --loop dataset"),
+    (["profile", "mnist-cnn", "--loop", "imagenet", "--synthetic"], "unknown --loop 'imagenet'"),
     (["profile", "mnist-cnn", "--loop", "digits", "--runs", "0"], "--runs must be at least 1"),
     (["profile", "mnist-cnn", "--loop", "digits", "--batch-size", "0"],
      "--batch-size must be at least 1"),

@@ -156,13 +156,13 @@ def test_moe_active_parameters():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"attention": "sparse"}, "--attention"),
-    ({"dtype": "int3"}, "--dtype"),
-    ({"kv_dtype": "x"}, "--kv-dtype"),
+    ({"attention": "sparse"}, "^attention must be"),
+    ({"dtype": "int3"}, "^dtype must be"),
+    ({"kv_dtype": "x"}, "^kv_dtype must be"),
     ({"gpu": "tpu-v5"}, "unknown GPU"),
-    ({"seq_len": 0}, "--seq-len"),
-    ({"context": -1}, "--context"),
-    ({"batch_size": 0}, "--batch-size"),
+    ({"seq_len": 0}, "^seq_len must be"),
+    ({"context": -1}, "^context must be"),
+    ({"batch_size": 0}, "^batch_size must be"),
 ], ids=["attention", "dtype", "kv-dtype", "gpu", "seq-len", "context", "batch"])
 def test_llm_bad_values(kwargs, message):
     with pytest.raises(UserError, match=message):
@@ -275,9 +275,10 @@ def test_plan_seq_equal_to_hidden_probe():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"gpus": 6, "tp": 4}, "multiple"), ({"gpus": 8, "pp": 8}, "pipeline stages"),
-    ({"gpus": 3, "tp": 3}, "heads"), ({"gpus": 8, "strategy": "zero4"}, "--strategy"),
-    ({"gpus": 8, "recompute": "some"}, "--recompute"), ({"gpus": 8, "dtype": "fp8"}, "--dtype"),
-    ({"gpus": 8, "gpu_memory": "80XB"}, "--gpu-memory"), ({"gpus": 0}, "--gpus"),
+    ({"gpus": 3, "tp": 3}, "heads"), ({"gpus": 8, "strategy": "zero4"}, "^strategy must"),
+    ({"gpus": 8, "recompute": "some"}, "^recompute must"),
+    ({"gpus": 8, "dtype": "fp8"}, "^dtype for training"),
+    ({"gpus": 8, "gpu_memory": "80XB"}, "^gpu_memory must"), ({"gpus": 0}, "^gpus must"),
 ], ids=["tp-pp-divide", "pp-layers", "tp-heads", "strategy", "recompute", "dtype", "memory",
         "gpus"])
 def test_plan_bad_values(kwargs, message):

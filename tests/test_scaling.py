@@ -89,11 +89,11 @@ def test_failure_line(stderr, expected):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"recipe": "no-such-recipe"}, "no-such-recipe"),
-    ({"nproc": []}, "--nproc"),
-    ({"nproc": [0]}, "--nproc"),
-    ({"steps": 0}, "--steps"),
-    ({"device": "tpu"}, "--device"),
-    ({"threads": 0}, "--threads"),
+    ({"nproc": []}, "^nproc: give at least one"),
+    ({"nproc": [0]}, "^nproc must be"),
+    ({"steps": 0}, "^steps must be"),
+    ({"device": "tpu"}, "^unknown device 'tpu'"),
+    ({"threads": 0}, "^threads must be"),
 ], ids=["recipe", "no-sizes", "zero", "steps", "device", "threads"])
 def test_bad_arguments_before_any_launch(kwargs, message):
     args = {"recipe": "digits-cnn", **kwargs}

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.core import values
+from layerscope.core.display import Displayed
 from layerscope.core.errors import UserError, first_line
 from layerscope.frontends.inputs import real_inputs
 
@@ -24,7 +25,7 @@ class ActivationStat:
 
 
 @dataclass
-class ActivationCapture:
+class ActivationCapture(Displayed):
     model: str
     pattern: str
     stats: list[ActivationStat]
@@ -43,10 +44,6 @@ class ActivationCapture:
         """The statistics only; the arrays live in the .npz file."""
         return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
 
-    def _repr_html_(self) -> str:
-        from layerscope.core import display
-
-        return display.html(self)
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
@@ -54,7 +51,8 @@ def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]
     try:
         rx = re.compile(pattern)
     except re.error as exc:
-        raise UserError(f"--layers {pattern!r} is not a valid regular expression: {exc}") from exc
+        raise UserError(f"layers {pattern!r} is not a valid regular expression: {exc}",
+                        arguments="layers") from exc
     return [(name, m) for name, m in model.named_modules()
             if name and (rx.fullmatch(name) or rx.fullmatch(type(m).__name__))]
 
@@ -68,7 +66,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     from layerscope.analysis.analyze_torch import normalize_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
-    seed = values.seed(seed, "--seed")
+    seed = values.seed(seed, "seed")
     loaded = resolve(model, seed=seed)
     if loaded.frontend == "torchscript":  # forward hooks are how layer outputs are kept
         raise UserError(f"{loaded.name}: activations need forward hooks, which TorchScript "
@@ -77,13 +75,15 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     if given:
         loaded.inputs = given
     if not loaded.inputs:
-        raise UserError(f"{loaded.name}: no default input is known; give one with --input")
+        raise UserError(f"{loaded.name}: no default input is known; give one with inputs",
+                        arguments="inputs")
     if batch_size is not None:
         loaded.inputs = with_batch_size(loaded.inputs, batch_size)
     module = loaded.module
     chosen = select_modules(module, layers)
     if not chosen:
-        raise UserError(f"--layers {layers!r} matches no layer name or type of {loaded.name}")
+        raise UserError(f"layers {layers!r} matches no layer name or type of {loaded.name}",
+                        arguments="layers")
     captured: dict[str, torch.Tensor] = {}
     types: dict[str, str] = {}
 

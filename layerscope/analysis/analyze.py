@@ -44,7 +44,8 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                         f"{' or '.join(ATTENTION_COUNTS)}")
     if detect(model).is_onnx:
         if seq_len is not None:
-            raise UserError("--seq-len: for an ONNX model give the inputs' shapes with --input")
+            raise UserError("seq_len: for an ONNX model give the inputs' shapes with inputs",
+                            arguments=("seq_len", "inputs"))
         from layerscope.analysis.static_onnx import analyze_onnx_spec
 
         return analyze_onnx_spec(model, inputs, batch_size, depth, dtype, mode)

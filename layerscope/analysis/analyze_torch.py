@@ -57,7 +57,7 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     if (not loaded.inputs and not loaded.kwargs
             and needs_arguments(unwrap(loaded.module, loaded.name)[0])):
         raise UserError(f"{loaded.name}: no default input is known for this model; "
-                        "give one with --input, e.g. --input 1x3x224x224")
+                        "give one with inputs, e.g. 1x3x224x224", arguments="inputs")
     if batch_size is not None:
         loaded.inputs = with_batch_size(loaded.inputs, batch_size)
         loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)
@@ -79,7 +79,7 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
         raise UserError(f"unknown optimizer {optimizer!r}: use one of "
                         f"{', '.join(static.OPTIMIZER_STATE_FACTOR)}")
     if depth is not None:
-        depth = values.non_negative_int(depth, "--depth")
+        depth = values.non_negative_int(depth, "depth")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)

@@ -152,11 +152,13 @@ def _keep(graph: ModelGraph, pattern: str) -> ModelGraph:
     try:
         rx = re.compile(pattern)
     except re.error as exc:
-        raise UserError(f"--nodes {pattern!r} is not a regular expression: {exc}") from exc
+        raise UserError(f"nodes {pattern!r} is not a regular expression: {exc}",
+                        arguments="nodes") from exc
     kept = {n.id for n in graph.nodes
             if n.kind != "op" or rx.search(n.name) or rx.search(n.type)}
     if not any(n.kind == "op" and n.id in kept for n in graph.nodes):
-        raise UserError(f"--nodes {pattern!r} matches no node name or type of {graph.model}")
+        raise UserError(f"nodes {pattern!r} matches no node name or type of {graph.model}",
+                        arguments="nodes")
     succ: dict[str, list[str]] = {}
     for e in graph.edges:
         succ.setdefault(e.source, []).append(e.target)

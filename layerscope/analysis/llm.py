@@ -20,6 +20,7 @@ its own) — exactly what a decode step with a KV cache executes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -86,12 +87,13 @@ _GPU_FILE_KEYS = {"name": str, "bf16_flops": float, "bandwidth_bytes_per_s": flo
                   "memory_bytes": int, "fp8_flops": float, "fp32_flops": float}
 
 
-def dtype_name(value: Any, name: str = "--dtype") -> str:
+def dtype_name(value: Any, name: str = "dtype") -> str:
     """'bf16', 'bfloat16', ... -> one of WEIGHT_DTYPES."""
     text = str(value).strip().lower().removeprefix("torch.")
     text = _DTYPE_ALIASES.get(text, text)
     if text not in DTYPE_BYTES:
-        raise UserError(f"{name} must be one of {', '.join(WEIGHT_DTYPES)}, got {value!r}")
+        raise UserError(f"{name} must be one of {', '.join(WEIGHT_DTYPES)}, got {value!r}",
+                        arguments=name)
     return text
 
 
@@ -112,9 +114,13 @@ def gpu_spec(spec: str | GPU) -> GPU:
     if key in GPUS:
         return GPUS[key]
     if not text.lower().endswith(".json"):
-        raise UserError(f"--gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
+        raise _gpu_error(f"gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
                         "file (name, bf16_flops, bandwidth_bytes_per_s, memory_bytes)")
     return _gpu_file(text)
+
+
+# an error about the ``gpu`` argument (the CLI shows --gpu)
+_gpu_error = functools.partial(UserError, arguments="gpu")
 
 
 def _gpu_file(path: str) -> GPU:
@@ -122,30 +128,30 @@ def _gpu_file(path: str) -> GPU:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
     except FileNotFoundError:
-        raise UserError(f"--gpu {path}: no such file") from None
+        raise _gpu_error(f"gpu {path}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"--gpu {path}: is a directory, not a JSON file") from None
+        raise _gpu_error(f"gpu {path}: is a directory, not a JSON file") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise UserError(f"--gpu {path}: not a JSON file") from None
+        raise _gpu_error(f"gpu {path}: not a JSON file") from None
     except OSError as exc:
-        raise UserError(f"--gpu {path}: cannot read it ({exc.strerror})") from None
+        raise _gpu_error(f"gpu {path}: cannot read it ({exc.strerror})") from None
     if not isinstance(d, dict):
-        raise UserError(f"--gpu {path}: expected a JSON object with name, bf16_flops, "
+        raise _gpu_error(f"gpu {path}: expected a JSON object with name, bf16_flops, "
                         "bandwidth_bytes_per_s, memory_bytes")
     unknown = sorted(set(d) - set(_GPU_FILE_KEYS))
     if unknown:
-        raise UserError(f"--gpu {path}: unknown key {unknown[0]!r}; the keys are "
+        raise _gpu_error(f"gpu {path}: unknown key {unknown[0]!r}; the keys are "
                         f"{', '.join(_GPU_FILE_KEYS)}")
     for key in ("bf16_flops", "bandwidth_bytes_per_s", "memory_bytes"):
         if key not in d:
-            raise UserError(f"--gpu {path}: {key} is missing")
+            raise _gpu_error(f"gpu {path}: {key} is missing")
     name = d.get("name", path)
     if not isinstance(name, str) or not name.strip():
-        raise UserError(f"--gpu {path}: name must be a non-empty string")
-    got = {k: values.finite_positive_float(d[k], f"--gpu {path}: {k}")
+        raise _gpu_error(f"gpu {path}: name must be a non-empty string")
+    got = {k: values.finite_positive_float(d[k], f"gpu {path}: {k}")
            for k in ("bf16_flops", "bandwidth_bytes_per_s", "fp8_flops", "fp32_flops")
            if d.get(k) is not None}
-    memory = values.byte_size(d["memory_bytes"], f"--gpu {path}: memory_bytes")
+    memory = values.byte_size(d["memory_bytes"], f"gpu {path}: memory_bytes")
     return GPU(name.strip(), got["bf16_flops"], got["bandwidth_bytes_per_s"], memory,
                fp8_flops=got.get("fp8_flops"), fp32_flops=got.get("fp32_flops"))
 
@@ -236,7 +242,8 @@ def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
         raise UserError(f"{what}: {batch:,} x {seq:,} tokens is too many to count: the model's "
                         f"widest tensor ({batch} x {seq} x {widest} fp32 values) would exceed "
                         "2**63-1 bytes, more than torch can describe; give fewer tokens (or a "
-                        "config with a smaller vocabulary or MLP)")
+                        "config with a smaller vocabulary or MLP)",
+                        arguments=tuple(what.split(" x ")))
 
 
 def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
@@ -342,28 +349,30 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     attends the whole cache.
     """
     if attention not in ATTENTION:
-        raise UserError(f"--attention must be causal or full, got {attention!r}")
+        raise UserError(f"attention must be causal or full, got {attention!r}",
+                        arguments="attention")
     dtype = dtype_name(dtype)
-    kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "--kv-dtype")
-    batch_size = values.positive_int(batch_size, "--batch-size")
+    kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "kv_dtype")
+    batch_size = values.positive_int(batch_size, "batch_size")
     gpu_obj = None if gpu is None else gpu_spec(gpu)
     source = resolve_llm(model)
     config = source.config
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
-                                                                                  "--seq-len")
+                                                                                  "seq_len")
     if context is None:  # the prompt's length; a learned position table caps it (decode
         # at context L runs position L + 1)
         context = min(seq_len, config.max_position - 1) if config.position == "learned" \
             else seq_len
     else:
-        context = values.positive_int(context, "--context")
-    check_tokens(config, batch_size, seq_len, "--batch-size x --seq-len")
-    check_tokens(config, 1, context + 1, "--context")
+        context = values.positive_int(context, "context")
+    check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
+    check_tokens(config, 1, context + 1, "context")
     notes = []
-    for what, value, n in (("--seq-len", seq_len, seq_len), ("--context", context, context + 1)):
+    for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
         if config.position == "learned" and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
-                            f"learned position table ({config.max_position} positions)")
+                            f"learned position table ({config.max_position} positions)",
+                            arguments=what)
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")

@@ -197,14 +197,15 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
     if exporter not in EXPORTERS:
         raise UserError(f"unknown exporter {exporter!r}: use {' or '.join(EXPORTERS)}")
     if not path.lower().endswith(".onnx"):
-        raise UserError(f"-o {path!r}: the output file name must end in .onnx")
+        raise UserError(f"path {path!r}: the output file name must end in .onnx",
+                        arguments="path")
     if opset is not None:
         low, high = opset_range(exporter)
         try:
-            opset = values.whole_number(opset, "--opset", minimum=low, maximum=high)
+            opset = values.whole_number(opset, "opset", minimum=low, maximum=high)
         except UserError as exc:
             raise UserError(f"{exc}; the {exporter} exporter writes opsets {low} to "
-                            f"{high}") from None
+                            f"{high}", arguments=exc.arguments) from None
     check_output(path)
     destination_dir = os.path.dirname(os.path.abspath(resolve(path)))
     loaded = load(model, inputs, batch_size, meta=False, seed=seed)

@@ -131,10 +131,10 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
 
     check_device(device)
     if sort not in SORTS:
-        raise UserError(f"unknown --sort {sort!r}: use self or total")
-    top = values.positive_int(top, "--top")
-    runs = values.positive_int(runs, "--runs")
-    warmup = values.non_negative_int(warmup, "--warmup")
+        raise UserError(f"unknown sort {sort!r}: use self or total", arguments="sort")
+    top = values.positive_int(top, "top")
+    runs = values.positive_int(runs, "runs")
+    warmup = values.non_negative_int(warmup, "warmup")
     if trace:
         from layerscope.core.io import check_output
 

@@ -103,11 +103,12 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
     from layerscope.analysis.analyze import analyze
 
     if optimization not in LEVELS:
-        raise UserError(f"unknown --optimization {optimization!r}: use {', '.join(LEVELS)}")
-    runs = 30 if runs is None else values.positive_int(runs, "--runs")
-    warmup = values.non_negative_int(warmup, "--warmup")
+        raise UserError(f"unknown optimization {optimization!r}: use {', '.join(LEVELS)}",
+                        arguments="optimization")
+    runs = 30 if runs is None else values.positive_int(runs, "runs")
+    warmup = values.non_negative_int(warmup, "warmup")
     if threads is not None:
-        threads = values.thread_count(threads, "--threads")
+        threads = values.thread_count(threads, "threads")
     machine = read_machine()  # before our own work adds to the load average
     report = analyze(path, inputs, batch_size=batch_size)
     check_input_bytes(f"profile {path}", [(spec["shape"], _dtype(spec).itemsize)

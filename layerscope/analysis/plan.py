@@ -204,35 +204,38 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     ``model`` on ``gpus`` devices (tensor-parallel ``tp``, pipeline-parallel ``pp``, the rest
     data-parallel), for one ``strategy`` or all of them, and whether each fits ``gpu_memory``.
     """
-    gpus = values.positive_int(gpus, "--gpus")
-    tp = values.positive_int(tp, "--tp")
-    pp = values.positive_int(pp, "--pp")
-    micro_batch = values.positive_int(micro_batch, "--micro-batch")
-    memory = values.byte_size(gpu_memory, "--gpu-memory")
+    gpus = values.positive_int(gpus, "gpus")
+    tp = values.positive_int(tp, "tp")
+    pp = values.positive_int(pp, "pp")
+    micro_batch = values.positive_int(micro_batch, "micro_batch")
+    memory = values.byte_size(gpu_memory, "gpu_memory")
     if strategy is not None and strategy not in STRATEGIES:
-        raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise UserError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
+                        arguments="strategy")
     if recompute not in RECOMPUTE:
-        raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}",
+                        arguments="recompute")
     dtype = dtype_name(dtype)
     if dtype not in TRAIN_DTYPES:
-        raise UserError(f"--dtype for training must be one of {', '.join(TRAIN_DTYPES)}, "
-                        f"got {dtype!r}")
+        raise UserError(f"dtype for training must be one of {', '.join(TRAIN_DTYPES)}, "
+                        f"got {dtype!r}", arguments="dtype")
     if gpus % (tp * pp):
-        raise UserError(f"--gpus {gpus} is not a multiple of --tp x --pp = {tp * pp}")
+        raise UserError(f"gpus {gpus} is not a multiple of tp x pp = {tp * pp}",
+                        arguments=("gpus", "tp", "pp"))
     source = resolve_llm(model)
     config = source.config
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
-                                                                                  "--seq-len")
+                                                                                  "seq_len")
     if config.position == "learned" and seq_len > config.max_position:
-        raise UserError(f"--seq-len {seq_len} is longer than {source.name}'s learned position "
-                        f"table ({config.max_position} positions)")
-    check_tokens(config, micro_batch, seq_len, "--micro-batch x --seq-len")
+        raise UserError(f"seq_len {seq_len} is longer than {source.name}'s learned position "
+                        f"table ({config.max_position} positions)", arguments="seq_len")
+    check_tokens(config, micro_batch, seq_len, "micro_batch x seq_len")
     if pp > config.num_layers:
-        raise UserError(f"--pp {pp} is more pipeline stages than {source.name} has layers "
-                        f"({config.num_layers})")
+        raise UserError(f"pp {pp} is more pipeline stages than {source.name} has layers "
+                        f"({config.num_layers})", arguments="pp")
     if config.num_heads % tp:
-        raise UserError(f"--tp {tp} does not divide {source.name}'s {config.num_heads} "
-                        "attention heads")
+        raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
+                        "attention heads", arguments="tp")
     dp = gpus // (tp * pp)
     params = param_count(source)
     measured = measure_activations(source, micro_batch, seq_len, dtype)

@@ -21,8 +21,9 @@ def profile(model: Any, inputs: Any = None, *, kwargs: dict[str, Any] | None = N
         from layerscope.analysis.ort_profile import profile_onnx
 
         if device != "cpu" or backward or depth is not None or dtype or kwargs:
-            raise UserError("ONNX models are profiled with onnxruntime on the CPU: --device, "
-                            "--backward, --depth and --dtype do not apply")
+            raise UserError("ONNX models are profiled with onnxruntime on the CPU: device, "
+                            "backward, depth and dtype do not apply",
+                            arguments=("device", "backward", "depth", "dtype"))
         return profile_onnx(model, inputs, batch_size=batch_size, runs=runs, warmup=warmup,
                             threads=threads, optimization=optimization, roofline=roofline,
                             progress=progress)

@@ -44,10 +44,11 @@ Progress = Callable[[int, int], None]
 
 def check_device(device: str) -> None:
     if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown --device {device!r}: use cpu or cuda")
+        raise UserError(f"unknown device {device!r}: use cpu or cuda", arguments="device")
     if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA GPU is available here "
-                        "(torch.cuda.is_available() is False); use --device cpu")
+        raise UserError("device cuda: no CUDA GPU is available here "
+                        "(torch.cuda.is_available() is False); use cpu",
+                        arguments="device")
 
 
 def _sync(device: str) -> None:
@@ -89,9 +90,9 @@ class _Runs:
 
     def __init__(self, runs: int | None, min_time: float | None):
         if runs is not None:
-            runs = values.positive_int(runs, "--runs")
+            runs = values.positive_int(runs, "runs")
         if min_time is not None:
-            min_time = values.finite_positive_float(min_time, "--min-time",
+            min_time = values.finite_positive_float(min_time, "min_time",
                                                     maximum=values.MIN_TIME_MAX)
         self.runs = runs if runs is not None else (None if min_time else 30)
         self.min_time = min_time
@@ -134,9 +135,9 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     from layerscope.frontends.inputs import parse_dtype
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
-    warmup = values.non_negative_int(warmup, "--warmup")
+    warmup = values.non_negative_int(warmup, "warmup")
     if threads is not None:
-        threads = values.thread_count(threads, "--threads")
+        threads = values.thread_count(threads, "threads")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     plan = _Runs(runs, min_time)
@@ -275,7 +276,8 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
     statistics are not updated."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
-        raise UserError(f"--backward: {report.model} has no parameter that requires grad")
+        raise UserError(f"backward: {report.model} has no parameter that requires grad",
+                        arguments="backward")
     timer = BackwardTimer(module, cuda=(device == "cuda"), clock=clock)
 
     def forward():

@@ -270,13 +270,15 @@ def analyze_onnx_spec(path: str, inputs: Any, batch_size: int | None, depth: int
     """``layerscope.analyze`` of an ONNX file, its arguments as the API and the CLI take them: one
     row per node, inference only (README "ONNX"); the options that need PyTorch are refused."""
     if mode != "inference":
-        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no --mode training)")
+        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no mode "
+                        "training)", arguments="mode")
     if depth is not None:
-        raise UserError(f"{path}: --depth needs a module hierarchy; ONNX rows are nodes "
-                        "(each row's 'scope' names the module the exporter recorded)")
+        raise UserError(f"{path}: depth needs a module hierarchy; ONNX rows are nodes "
+                        "(each row's 'scope' names the module the exporter recorded)",
+                        arguments="depth")
     if dtype is not None:
-        raise UserError(f"{path}: --dtype does not apply to ONNX models; their types are fixed "
-                        "in the graph")
+        raise UserError(f"{path}: dtype does not apply to ONNX models; their types are fixed "
+                        "in the graph", arguments="dtype")
     if isinstance(inputs, str):
         inputs = [inputs]
     elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):

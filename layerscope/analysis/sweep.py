@@ -64,10 +64,6 @@ class SweepReport(ResultDocument):
     kind: str = "sweep"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
@@ -151,10 +147,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
     dtype_objs = {d: parse_dtype(d) for d in dtypes}
     batch_sizes = _parse_list(batch_sizes, "batch size")
     threads = _parse_list(threads, "thread count")
-    batch_sizes = [values.positive_int(b, "batch size") for b in batch_sizes]
-    threads = [None if t is None else values.thread_count(t, "thread count") for t in threads]
-    runs = values.positive_int(runs, "--runs")
-    warmup = values.non_negative_int(warmup, "--warmup")
+    batch_sizes = [values.positive_int(b, "batch_sizes item") for b in batch_sizes]
+    threads = [None if t is None else values.thread_count(t, "threads item") for t in threads]
+    runs = values.positive_int(runs, "runs")
+    warmup = values.non_negative_int(warmup, "warmup")
     machine = read_machine()  # before our own work adds to the load average
     loaded = load(model, inputs, None, meta=False)
     base = loaded.module

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from layerscope.core.errors import UserError
@@ -9,9 +10,22 @@ from layerscope.core.io import STDOUT, outputs
 from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.renderers import FORMATS, pick_format, render
 
+OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage mistake as one line and exit code 2."""
+    """argparse that reports a usage mistake as one line and exit code 2, and leaves the
+    command's dest -> option table on the namespace (``in_flags`` reads it)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
+        namespace, extras = super().parse_known_args(args, namespace)
+        flags = dict(getattr(namespace, OPTION_FLAGS, None) or {})
+        for action in self._actions:  # a subcommand's own options were added first: they win
+            if action.option_strings and action.dest != argparse.SUPPRESS:
+                longest = max(action.option_strings, key=len)
+                flags.setdefault(action.dest, longest)
+        setattr(namespace, OPTION_FLAGS, flags)
+        return namespace, extras
 
     def error(self, message):  # noqa: D401 - argparse API
         # a core.values parser's message reads as a sentence about the option:
@@ -20,6 +34,27 @@ class Parser(argparse.ArgumentParser):
         if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
             message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
         raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+# the public API's argument names that differ from the dest of the option setting them
+API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop"}
+
+
+def in_flags(exc: UserError, args: argparse.Namespace) -> UserError:
+    """The CLI's words for an error the public API raised in its own: each argument the
+    message names (``UserError.arguments``; its first whole-word occurrence) becomes the
+    option that sets it (batch_size -> --batch-size), found in argparse's dest -> option table
+    of the command that ran. Arguments the command has no option for stay as they are."""
+    flags = getattr(args, OPTION_FLAGS, None) or {}
+    message = str(exc)
+    changed = False
+    for name in exc.arguments:
+        flag = flags.get(name) or flags.get(API_NAMES.get(name, ""))
+        if flag:
+            word = re.compile(rf"(?<![\w.'\"-]){re.escape(name)}(?![\w'\"-])")
+            message, n = word.subn(flag, message, count=1)
+            changed = changed or n > 0
+    return UserError(message) if changed else exc
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:
@@ -64,6 +99,21 @@ def add_report_files(p: argparse.ArgumentParser) -> None:
                    help="also write the charts as one PNG figure (matplotlib)")
     p.add_argument("--plot-size", type=_plot_size, default=(1200, 800), metavar="WxH",
                    help="PNG size in pixels (default 1200x800)")
+
+
+def add_output_folder(p: argparse.ArgumentParser, *flags: str, **kwargs) -> argparse.Action:
+    """An option naming a folder the command creates and writes into (``train --out DIR``,
+    ``run --tensorboard DIR``). Declared here, once, so that ``check_outputs`` checks that the
+    folder can be created and accepts the command's other outputs inside it
+    (``--out runs/demo --html runs/demo/report.html``) before the folder exists."""
+    kwargs.setdefault("metavar", "DIR")
+    action = p.add_argument(*flags, **kwargs)
+    declared = p.get_default(OUTPUT_FOLDERS) or ()
+    p.set_defaults(**{OUTPUT_FOLDERS: (*declared, (action.option_strings[0], action.dest))})
+    return action
+
+
+OUTPUT_FOLDERS = "output_folders"  # the attribute listing (option, dest) of such folders
 
 
 def add_highlight(p: argparse.ArgumentParser) -> None:
@@ -126,19 +176,27 @@ def _png_needs_a_file(fmt: str, output: str | None) -> None:
 
 
 def check_outputs(args, *extra: tuple[str, str]) -> None:
-    """Every output file of the command checked before any work (a missing folder found after
-    a training run or a scaling sweep wastes it): -o, --html, --plot and the ``extra``
-    (option, attribute) pairs; --format png needs -o."""
-    from layerscope.core.io import check_output
+    """Every output of the command checked before any work (a missing folder found after a
+    training run or a scaling sweep wastes it): the folders it creates (``add_output_folder``)
+    can be created, and -o, --html, --plot and the ``extra`` (option, attribute) files can be
+    written, in an existing folder or in one of those; --format png needs -o."""
+    from layerscope.core.io import check_dir, check_output, current
 
+    folders = tuple(getattr(args, OUTPUT_FOLDERS, None) or ())
+    created = [check_dir(getattr(args, dest), option)
+               for option, dest in folders if getattr(args, dest, None)]
+    tx = current()
+    for folder in created if tx is not None else ():
+        tx.creates(folder)  # the writer then makes an output's folders inside it
     fmt = getattr(args, "format", None)
     if fmt is not None:
         output = getattr(args, "output", None)
         _png_needs_a_file(pick_format(fmt, output), output)
+    skip = {dest for _, dest in folders}
     for option, attr in (("-o", "output"), ("--html", "html"), ("--plot", "plot"), *extra):
         path = getattr(args, attr, None)
-        if path:
-            check_output(path, option)
+        if path and attr not in skip:
+            check_output(path, option, within=created)
 
 
 def emit(report, args) -> None:

@@ -32,7 +32,7 @@ from layerscope.cli import (
     train_cmd,
     verify_cmd,
 )
-from layerscope.cli.common import Parser
+from layerscope.cli.common import Parser, in_flags
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import Terminated, outputs
 
@@ -163,6 +163,11 @@ def _run(argv: list[str], debug: bool) -> int:
     try:
         with outputs():  # every file the command writes through cli.common: all or none
             return args.run(args)
+    except UserError as exc:  # the API's argument names become the command's options
+        translated = in_flags(exc, args)
+        if translated is exc:
+            raise
+        raise translated from exc
     except Terminated:  # SIGTERM while a temporary existed: main reports it
         raise
     except SystemExit as exc:  # raised by user code (a factory, forward, an imported module)

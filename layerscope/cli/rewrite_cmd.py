@@ -11,7 +11,7 @@ from layerscope.core.values import arg, positive_int, seed
 
 
 def register(sub) -> None:
-    from layerscope.cli.common import Parser
+    from layerscope.cli.common import Parser, add_output_folder
     from layerscope.cli.verify_cmd import add_tolerances
     from layerscope.rewrite import PASSES
 
@@ -43,7 +43,8 @@ def register(sub) -> None:
     s.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
                    help="add a bias (default: yes)")
     s.add_argument("--weight-seed", type=arg(seed), default=0, help="seed of the random weights")
-    s.add_argument("-o", "--output", required=True, metavar="DIR")
+    add_output_folder(s, "-o", "--output", required=True,
+                      help="the folder to write both graphs into (created if missing)")
     s.add_argument("--verify", action="store_true", help="compare the two graphs (exit 1 on "
                                                          "mismatch)")
     add_tolerances(s)
@@ -84,12 +85,14 @@ def run_pass(args) -> int:
 
 
 def run_linear_subgraph(args) -> int:
+    from layerscope.cli.common import check_outputs
     from layerscope.core.io import make_dir
     from layerscope.rewrite import get_pass
     from layerscope.rewrite.base import summary
     from layerscope.rewrite.linear import linear_model
     from layerscope.rewrite.onnx_io import save_onnx
 
+    check_outputs(args)  # the folder can be made, before any work
     tile_pass = get_pass("tile-linear")
     tile_pass.check_options({"tile": args.tile})
     model = linear_model(args.m, args.k, args.n, bias=args.bias, seed=args.weight_seed)

@@ -19,6 +19,7 @@ from typing import Any
 
 from layerscope.cli.common import (
     add_output,
+    add_output_folder,
     check_outputs,
     write_output,
     write_report_files,
@@ -44,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--layers", action="store_true", help="forward time per layer")
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
-    p.add_argument("--tensorboard", metavar="DIR", help="per-step phase scalars for TensorBoard")
+    add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
     p.add_argument("--trace", metavar="FILE.json",
                    help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
     p.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
@@ -80,15 +81,12 @@ def _target(args) -> tuple[str, list[str], bool]:
 
 def _check_outputs(args) -> None:
     """Every output path is checked before the script runs (nothing half-done after)."""
-    from layerscope.core.io import check_dir
     from layerscope.renderers import pick_format
 
     if args.output == "-" and pick_format(args.format, args.output) == "png":
         # standard output is the script's: a PNG there would be mixed into its output
         raise UserError("--format png writes a binary file: give -o FILE.png")
     check_outputs(args, ("--trace", "trace"))
-    if args.tensorboard:
-        check_dir(args.tensorboard, "--tensorboard")
 
 
 def _exit_code(exc: SystemExit) -> int:

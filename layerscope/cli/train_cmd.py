@@ -4,12 +4,15 @@ from __future__ import annotations
 import sys
 
 from layerscope.cli.common import (
+    add_output_folder,
     add_report_files,
     check_outputs,
+    in_flags,
     write_output,
     write_report_files,
 )
 from layerscope.cli.progress import add_quiet, progress_bar
+from layerscope.core.errors import UserError
 from layerscope.core.values import (
     COMM_TIMEOUT_MAX,
     COMM_TIMEOUT_S,
@@ -54,8 +57,10 @@ def register(sub) -> None:
                    help="one small batch (8 samples unless --batch-size) through training, "
                         "validation, checkpoint and outputs")
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint or a run directory")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/RECIPE-TIME)")
-    p.add_argument("--tensorboard", action="store_true")
+    add_output_folder(p, "--out", help="run directory (default runs/RECIPE-TIME); -o, --html "
+                                       "and --plot may go inside it")
+    p.add_argument("--tensorboard", action="store_true", help="TensorBoard scalars in "
+                                                               "RUN_DIR/tensorboard")
     p.add_argument("--seed", type=arg(seed), default=0)
     p.add_argument("--weights", help="ImageNet weights for cifar100-resnet50")
     p.add_argument("--threads", type=arg(thread_count), help="torch intra-op threads")
@@ -150,7 +155,10 @@ def run(args) -> int:
             except Exception as exc:
                 if env is None:
                     raise
-                # one line for the launcher to show (torchrun's error file), not a traceback
+                # one line for the launcher to show (torchrun's error file), not a traceback,
+                # in the command's words (cli.main translates only what reaches it)
+                if isinstance(exc, UserError):
+                    exc = in_flags(exc, args)
                 return distributed.record_failure(env, exc, args.comm_timeout)
     if env is not None and env.rank != 0:
         return 0  # rank 0 reports for every rank

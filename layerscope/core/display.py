@@ -2,7 +2,9 @@
 (``_repr_html_``), without the layers that make records (core, analysis, training) importing the
 renderers above them.
 
-The renderers layer installs one drawing function per record class (``renderers/display.py``);
+Every result class takes both hooks from one mixin, ``Displayed``. The renderers layer installs
+the drawing functions (``renderers/display.py``) for every class of the kinds table
+(``core/results.py``), so a result kind that can be loaded can also be shown;
 ``layerscope/__init__.py`` installs them when the package is imported, which happens before any
 record can exist. A record's hooks look the drawing function up by class, the most derived first.
 """
@@ -28,6 +30,17 @@ def _drawer(table: dict[str, Callable[[Any], _T]], record: Any, hook: str) -> Ca
         if cls.__name__ in table:
             return table[cls.__name__]
     raise TypeError(f"no {hook} display is installed for {type(record).__name__}")
+
+
+class Displayed:
+    """Mixin of every result class: ``rich.print(result)`` draws its terminal view and Jupyter
+    its HTML table, through the drawing functions installed for its class."""
+
+    def __rich__(self) -> Any:
+        return rich(self)
+
+    def _repr_html_(self) -> str:
+        return html(self)
 
 
 def rich(record: Any) -> Any:

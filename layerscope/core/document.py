@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any, ClassVar, TypeVar, Union
 
+from layerscope.core.display import Displayed
+
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")
 
@@ -143,12 +145,9 @@ class DictRecord(Record, Mapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
 
-class ResultDocument(Record):
-    """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields."""
+class ResultDocument(Record, Displayed):
+    """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields; they show
+    themselves in a terminal and a notebook (``Displayed``)."""
 
     _json_first: ClassVar[tuple[str, ...]] = ("schema_version", "kind")
 
-    def _repr_html_(self) -> str:
-        from layerscope.core import display
-
-        return display.html(self)

@@ -3,7 +3,19 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """Bad input: the message names what was wrong and what to do."""
+    """Bad input: the message names what was wrong and what to do.
+
+    ``arguments``: the public API's arguments the message names, written in it as in Python
+    (``batch_size must be at least 1``). The CLI shows each as the option that sets it instead
+    (``--batch-size must be at least 1``): one translation, in ``cli.main``, from argparse's
+    own dest -> option table. The first whole-word occurrence of each listed name is that
+    argument (later ones are prose: "inputs 'y=1x8': the model has no input 'y'; its inputs
+    are x").
+    """
+
+    def __init__(self, *args: object, arguments: str | tuple[str, ...] = ()) -> None:
+        super().__init__(*args)
+        self.arguments = (arguments,) if isinstance(arguments, str) else tuple(arguments)
 
 
 _TORCH_TAIL = "(Could this error message be improved?"

@@ -29,7 +29,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Union
 
 from layerscope.core.errors import UserError
@@ -45,9 +45,13 @@ class Terminated(SystemExit):
 
 # ---------------------------------------------------------------- where a path leads
 
-def check_output(path: str, what: str = "output") -> str:
+def check_output(path: str, what: str = "output", *, within: Iterable[str] = ()) -> str:
     """Validate an output path before any work; returns its kind: "stdout", "special" (device,
-    FIFO, socket) or "file" (regular or new). Raises a one-line UserError otherwise."""
+    FIFO, socket) or "file" (regular or new). Raises a one-line UserError otherwise.
+
+    ``within``: absolute paths of folders the command creates itself (``train --out DIR``); a
+    file whose folder does not exist yet but lies in one of them is accepted when that folder
+    can be created (``Outputs.write`` makes it)."""
     if path == STDOUT:
         return "stdout"
     label = "" if what == "output" else f"{what} "
@@ -71,15 +75,37 @@ def check_output(path: str, what: str = "output") -> str:
     target = resolve(path)
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
-        problem = (f"{_short(folder)} is not a directory" if os.path.exists(folder)
-                   else f"no such directory {_short(folder)} (create it first)")
-        raise UserError(f"cannot write {label}{_short(path)}: {problem}")
+        if not os.path.exists(folder) and _inside(folder, within):
+            _creatable(folder, f"cannot write {label}{_short(path)}")
+        else:
+            problem = (f"{_short(folder)} is not a directory" if os.path.exists(folder)
+                       else f"no such directory {_short(folder)} (create it first)")
+            raise UserError(f"cannot write {label}{_short(path)}: {problem}")
     limit = _name_max(folder)
     name = os.path.basename(target)
     if len(os.fsencode(name)) > limit:
         raise UserError(f"cannot write {label}{_short(path)}: the file name is "
                         f"{len(os.fsencode(name))} bytes long; this file system allows {limit}")
     return "file"
+
+
+def _inside(folder: str, parents: Iterable[str]) -> bool:
+    """Whether ``folder`` (absolute) is one of ``parents`` or below one."""
+    return any(folder == p or folder.startswith(p.rstrip(os.sep) + os.sep) for p in parents)
+
+
+def _creatable(folder: str, failing: str, arguments: tuple[str, ...] = ()) -> None:
+    """A missing folder can be made when its nearest existing ancestor is a folder this
+    process may write in; else a one-line UserError starting with ``failing``."""
+    ancestor = folder
+    while not os.path.lexists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UserError(f"{failing}: {_short(ancestor)} is not a folder (give a path inside "
+                        "a folder)", arguments=arguments)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"{failing}: no permission to create folders in {_short(ancestor)}",
+                        arguments=arguments)
 
 
 def resolve(path: str) -> str:
@@ -277,13 +303,21 @@ def _unlink(path: str) -> None:
 
 # ---------------------------------------------------------------- folders
 
-def check_dir(path: str, what: str = "output folder") -> None:
-    """Validate a folder to write into, before any work: new or an existing folder."""
+def check_dir(path: str, what: str = "output folder") -> str:
+    """Validate a folder to write into, before any work: an existing folder, or a new one that
+    can be created (its nearest existing ancestor is a writable folder, not a file). Returns
+    its absolute path. ``what``: a description, an option (``--out``) or the API's argument
+    (``out``, recorded as the error's ``arguments``)."""
+    names = (what,) if what.isidentifier() else ()
     if not path:
-        raise UserError(f"{what}: empty name: give a folder name")
+        raise UserError(f"{what}: empty name: give a folder name", arguments=names)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{what} {path} exists and is not a folder: give a new or existing "
-                        "folder name")
+                        "folder name", arguments=names)
+    full = os.path.abspath(path)
+    if not os.path.isdir(full):
+        _creatable(full, f"cannot create {what} {_short(path)}", names)
+    return full
 
 
 def make_dir(path: str, what: str = "output folder") -> str:
@@ -293,7 +327,8 @@ def make_dir(path: str, what: str = "output folder") -> str:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create {what} {path}: {_reason(exc)}") from exc
+        raise UserError(f"cannot create {what} {path}: {_reason(exc)}",
+                        arguments=(what,) if what.isidentifier() else ()) from exc
     return path
 
 
@@ -337,9 +372,18 @@ class Outputs:
         self._streams: list[tuple[str, Data]] = []     # (path or "-", data)
         self._after: list[Callable[[], None]] = []
         self._guarded = False
+        self._creates: list[str] = []  # folders the command makes (absolute)
+        self._made: list[str] = []     # folders made here for an output, removed on rollback
+
+    def creates(self, folder: str) -> None:
+        """Declare a folder the command creates itself (``train --out DIR``): an output inside
+        it is accepted before the folder exists, and its missing folders are made when it is
+        written."""
+        self._creates.append(os.path.abspath(folder))
 
     def write(self, path: str, data: Data, *, fsync: bool = True) -> None:
-        if check_output(path) == "file":
+        if check_output(path, within=self._creates) == "file":
+            self._make_folders(os.path.dirname(os.path.abspath(resolve(path))))
             tmp, target = _write_temp(path, data, fsync)
             if self._guarded:
                 _guard_exit()  # one guard for the whole transaction
@@ -347,6 +391,20 @@ class Outputs:
             self._files.append((tmp, target, path))
         else:
             self._streams.append((path, data))
+
+    def _make_folders(self, folder: str) -> None:
+        missing = []
+        while not os.path.isdir(folder):
+            missing.append(folder)
+            folder = os.path.dirname(folder)
+        for new in reversed(missing):
+            try:
+                os.mkdir(new)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise UserError(f"cannot create folder {_short(new)}: {_reason(exc)}") from exc
+            self._made.append(new)
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` once everything is in place (e.g. print "wrote FILE")."""
@@ -379,6 +437,7 @@ class Outputs:
         for _, backup in done:
             if backup:
                 _unlink(backup)
+        self._made = []
         self._release()
         after, self._after = self._after, []
         for fn in after:
@@ -387,7 +446,10 @@ class Outputs:
     def rollback(self) -> None:
         for tmp, _, _ in self._files:
             _unlink(tmp)
-        self._files, self._streams, self._after = [], [], []
+        for folder in reversed(self._made):  # only the ones still empty
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        self._files, self._streams, self._after, self._made = [], [], [], []
         self._release()
 
     def _release(self) -> None:

@@ -36,12 +36,14 @@ def _gib(nbytes: int) -> str:
 
 
 def check_input_bytes(what: str, tensors: Iterable[tuple[Sequence[int], int]],
-                      smaller: str = "", noun: str = "its inputs") -> None:
+                      smaller: str = "", noun: str = "its inputs",
+                      arguments: tuple[str, ...] = ()) -> None:
     """Refuse before allocating: ``tensors`` are (shape, bytes per element) of one input set;
-    ``smaller`` names the options that give smaller shapes, if the command has any."""
+    ``smaller`` names the options (or API ``arguments``) that give smaller shapes, if any."""
     need = sum(math.prod(shape) * itemsize for shape, itemsize in tensors)
     limit = max_input_bytes()
     if need > limit:
         fix = f"give smaller shapes ({smaller}) or raise" if smaller else "raise"
         raise UserError(f"{what}: {noun} would need {_gib(need)}, over the {_gib(limit)} "
-                        f"limit; {fix} the limit with {ENV_MAX_INPUT_BYTES}=BYTES")
+                        f"limit; {fix} the limit with {ENV_MAX_INPUT_BYTES}=BYTES",
+                        arguments=arguments)

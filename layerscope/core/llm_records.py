@@ -86,10 +86,6 @@ class LLMReport(ResultDocument):
     kind: str = "llm"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self) -> Any:
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 @dataclass
@@ -148,7 +144,3 @@ class PlanReport(ResultDocument):
     kind: str = "plan"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self) -> Any:
-        from layerscope.core import display
-
-        return display.rich(self)

@@ -36,7 +36,3 @@ class OpTable(ResultDocument):
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self) -> Any:
-        from layerscope.core import display
-
-        return display.rich(self)

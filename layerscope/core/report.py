@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from layerscope.core.display import Displayed
 from layerscope.core.document import Record, build, omit_none
 from layerscope.core.records import (
     Achieved,
@@ -130,7 +131,7 @@ class UncountedOp(Record):
 
 
 @dataclass
-class Report(Record):
+class Report(Record, Displayed):
     """Header + rows + totals.
 
     ``op_coverage`` is the share of op calls that had a cost handler. Measured reports
@@ -179,12 +180,4 @@ class Report(Record):
         return build(cls, d)
 
     # Display hooks for terminals (rich) and notebooks; the formatting lives in renderers/.
-    def __rich__(self) -> Any:
-        from layerscope.core import display
 
-        return display.rich(self)
-
-    def _repr_html_(self) -> str:
-        from layerscope.core import display
-
-        return display.html(self)

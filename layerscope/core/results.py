@@ -28,6 +28,8 @@ _CLASSES = {
     "plan": ("layerscope.core.llm_records", "PlanReport"),
 }
 KINDS = tuple(_CLASSES)
+# the result classes' names, each once (what core/display draws)
+RESULT_CLASSES = tuple(dict.fromkeys(name for _, name in _CLASSES.values()))
 
 
 def _major(version: Any) -> int | None:
@@ -62,7 +64,8 @@ def load_result(d: Any, source: str = "result", validate: bool = True) -> Any:
                         f"'kind' and 'schema_version', got {type(d).__name__})")
     kind = d.get("kind")
     if kind not in _CLASSES:
-        raise UserError(f"{source}: unknown kind {kind!r}; layerscope results are "
+        what = f"unknown kind {kind!r}" if "kind" in d else "no 'kind' key"
+        raise UserError(f"{source}: not a layerscope result ({what}); layerscope results are "
                         f"{', '.join(KINDS)}")
     check_version(d, source)
     if validate:

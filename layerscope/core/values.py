@@ -2,10 +2,12 @@
 kind: whole numbers within int64, tensor shapes, finite floats, thread counts, seeds, lists.
 
 Each parser takes the raw value (text from the command line, or a number from Python) and an
-optional ``name`` (``"--batch-size"``) used to start the message of the ``UserError`` it
-raises, so the CLI prints one line naming the option and the accepted range. ``arg(parser,
-...)`` adapts a parser to argparse's ``type=``: argparse then prefixes the option itself
-("argument --batch-size: must be ...").
+optional ``name``, the public API's argument (``"batch_size"``), used to start the message of
+the ``UserError`` it raises and recorded as its ``arguments``: a Python caller reads
+"batch_size must be at least 1, got 0", and the CLI, which translates the name into the option
+that sets it, "--batch-size must be at least 1, got 0". ``arg(parser, ...)`` adapts a parser to
+argparse's ``type=``: argparse then prefixes the option itself ("argument --batch-size: must
+be ...").
 
 Why int64: every size ends up in a torch/numpy/onnx int64 field; a larger Python int raises an
 OverflowError deep inside a library (a traceback), so it is refused at the door. A shape's
@@ -39,8 +41,14 @@ _INT_TEXT = re.compile(r"[+-]?\d+")
 _SHAPE_TEXT = re.compile(r"\d+(x\d+)*")
 
 
+def _argument(name: str | None) -> tuple[str, ...]:
+    """The API argument a ``name`` such as "inputs" or "inputs dimensions" starts with."""
+    first = (name or "").split(" ")[0]
+    return (first,) if first.isidentifier() else ()
+
+
 def _fail(name: str | None, message: str) -> UserError:
-    return UserError(f"{name} {message}" if name else message)
+    return UserError(f"{name} {message}" if name else message, arguments=_argument(name))
 
 
 def _bound(number: int) -> str:
@@ -106,7 +114,7 @@ def derived_seed(seed_value: int, *parts: int, factor: int = 1000) -> int:
     return s % (SEED_MAX + 1)
 
 
-def thread_count(value: Any, name: str | None = "--threads") -> int:
+def thread_count(value: Any, name: str | None = "threads") -> int:
     """1 .. THREADS_MAX intra-op threads; more than the machine's CPUs is allowed (a sweep may
     want it) but warned about, since the timings are then oversubscribed."""
     import os
@@ -119,7 +127,7 @@ def thread_count(value: Any, name: str | None = "--threads") -> int:
     return n
 
 
-def width(value: Any, name: str | None = "--width") -> int:
+def width(value: Any, name: str | None = "width") -> int:
     """Table width in characters."""
     return whole_number(value, name, minimum=WIDTH_RANGE[0], maximum=WIDTH_RANGE[1])
 
@@ -183,7 +191,7 @@ def byte_size(value: Any, name: str | None = None) -> int:
 
 
 # ---------------------------------------------------------------- shapes
-def check_shape(dims: Any, name: str | None = "--input", *, itemsize: int = 1
+def check_shape(dims: Any, name: str | None = "inputs", *, itemsize: int = 1
                 ) -> tuple[int, ...]:
     """Every dimension 1 .. int64 max and the element count within int64 too; with the
     dtype's ``itemsize``, the bytes as well (torch keeps a tensor's byte size in an int64, even
@@ -207,7 +215,7 @@ def check_shape(dims: Any, name: str | None = "--input", *, itemsize: int = 1
 
 def _malformed(name: str | None, text: str, why: str) -> UserError:
     return UserError(f"malformed {name} {_shown(text)}: {why}" if name else
-                     f"{_shown(text)}: {why}")
+                     f"{_shown(text)}: {why}", arguments=_argument(name))
 
 
 def _parse_dims(shape_text: str) -> tuple[int, ...]:
@@ -221,7 +229,7 @@ def _parse_dims(shape_text: str) -> tuple[int, ...]:
     return check_shape((int(d) for d in shape_text.split("x")), None)
 
 
-def shape(text: str, name: str | None = "--input") -> tuple[tuple[int, ...], str | None]:
+def shape(text: str, name: str | None = "inputs") -> tuple[tuple[int, ...], str | None]:
     """'1x3x224x224' or '1x128:int64' -> ((1, 3, 224, 224), None) / ((1, 128), 'int64').
     The dtype is returned as written (lower case); the frontend knows which it supports."""
     shape_text, _, dtype = str(text).partition(":")
@@ -232,7 +240,7 @@ def shape(text: str, name: str | None = "--input") -> tuple[tuple[int, ...], str
     return dims, (dtype.strip().lower() or None)
 
 
-def named_shape(text: str, name: str | None = "--input"
+def named_shape(text: str, name: str | None = "inputs"
                 ) -> tuple[str | None, tuple[int, ...], str | None]:
     """ONNX inputs: 'x=1x3x224x224[:dtype]' or an unnamed '1x3x224x224' -> (name, dims, dtype)."""
     text = str(text)
@@ -244,7 +252,7 @@ def named_shape(text: str, name: str | None = "--input"
         dims = _parse_dims(shape_text)
     except UserError as exc:
         raise _malformed(name, text, f"{exc} (NAME= may be left out for the first input, e.g. "
-                                     "--input x=1x3x224x224)") from None
+                                     "x=1x3x224x224)") from None
     return (input_name.strip() if input_name else None), dims, (dtype.strip().lower() or None)
 
 

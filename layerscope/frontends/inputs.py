@@ -53,11 +53,11 @@ def parse_input(text: str) -> tuple[str | None, InputSpec]:
     if not eq:
         rest = str(text)
     elif not head.strip().isidentifier():
-        raise UserError(f"malformed --input {text!r}: a keyword input is NAME=SHAPE, e.g. "
-                        "attention_mask=1x128:int64")
-    dims, dtype_text = values.shape(rest, "--input")
+        raise UserError(f"malformed inputs {text!r}: a keyword input is NAME=SHAPE, e.g. "
+                        "attention_mask=1x128:int64", arguments="inputs")
+    dims, dtype_text = values.shape(rest, "inputs")
     dtype = parse_dtype(dtype_text) if dtype_text else torch.float32
-    spec = InputSpec(values.check_shape(dims, "--input", itemsize=dtype.itemsize), dtype)
+    spec = InputSpec(values.check_shape(dims, "inputs", itemsize=dtype.itemsize), dtype)
     return name, spec
 
 
@@ -167,8 +167,8 @@ def _check_size(values: list[Any], dtype: torch.dtype | None) -> None:
     """The bound ONNX inputs have (``core.limits``), before a declared shape is allocated: an
     --input of 1x3x100000x100000 would need 120 GB."""
     specs = [x for x in values if isinstance(x, InputSpec)]
-    check_input_bytes("--input", [(x.shape, _element_size(x, dtype)) for x in specs],
-                      "--input, --batch-size")
+    check_input_bytes("inputs", [(x.shape, _element_size(x, dtype)) for x in specs],
+                      "batch_size", arguments=("inputs", "batch_size"))
 
 
 def _element_size(x: InputSpec, dtype: torch.dtype | None) -> int:

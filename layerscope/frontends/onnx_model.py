@@ -76,7 +76,7 @@ class OnnxGraph:
 # ---------------------------------------------------------------- --input NAME=SHAPE[:DTYPE]
 def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
     """'x=1x3x224x224', '1x3x224x224' or 'ids=1x128:int64' -> (name, shape, dtype)."""
-    return values.named_shape(text, "--input")
+    return values.named_shape(text, "inputs")
 
 
 # ---------------------------------------------------------------- loading and checks
@@ -267,53 +267,55 @@ def bind_inputs(model: Any, specs: Sequence[str], batch_size: int | None, path: 
         if name is None:  # the next input not bound yet, in graph order
             vi = next((v for v in real if v.name not in bound), None)
             if vi is None:
-                raise UserError(f"--input {text!r}: every input of {path} already has a shape "
-                                f"(its inputs: {names}); one --input per input")
+                raise UserError(f"inputs {text!r}: every input of {path} already has a shape "
+                                f"(its inputs: {names}); one shape per input",
+                                arguments="inputs")
         elif name not in by_name:
-            raise UserError(f"--input {text!r}: {path} has no input {name!r}; its inputs are "
-                            f"{names}")
+            raise UserError(f"inputs {text!r}: {path} has no input {name!r}; its inputs are "
+                            f"{names}", arguments="inputs")
         elif name in bound:
-            raise UserError(f"--input {text!r}: input {name!r} is given twice; one --input per "
-                            f"input (its inputs: {names})")
+            raise UserError(f"inputs {text!r}: input {name!r} is given twice; one shape per "
+                            f"input (its inputs: {names})", arguments="inputs")
         else:
             vi = by_name[name]
         bound.add(vi.name)
         dims = _dims(vi)
         if dims is not None and len(dims) != len(shape):
-            raise UserError(f"--input {text!r}: input {vi.name!r} has rank {len(dims)} "
-                            f"({_shape_text(dims)}), the shape given has rank {len(shape)}")
+            raise UserError(f"inputs {text!r}: input {vi.name!r} has rank {len(dims)} "
+                            f"({_shape_text(dims)}), the shape given has rank {len(shape)}",
+                            arguments="inputs")
         elem = vi.type.tensor_type.elem_type
         if dtype and dtype_name(elem) != _ALIASES.get(dtype, dtype):
-            raise UserError(f"--input {text!r}: input {vi.name!r} is {dtype_name(elem)} in the "
-                            "model; leave the dtype out or give that one")
+            raise UserError(f"inputs {text!r}: input {vi.name!r} is {dtype_name(elem)} in the "
+                            "model; leave the dtype out or give that one", arguments="inputs")
         _set_dims(vi, shape)
     if batch_size is not None:
-        batch_size = values.positive_int(batch_size, "--batch-size")
+        batch_size = values.positive_int(batch_size, "batch_size")
         for vi in real:
             dims = _dims(vi)
             if dims:
                 if all(isinstance(d, int) and d > 0 for d in dims[1:]):
-                    values.check_shape((batch_size, *dims[1:]), "--batch-size")
+                    values.check_shape((batch_size, *dims[1:]), "batch_size")
                 vi.type.tensor_type.shape.dim[0].Clear()
                 vi.type.tensor_type.shape.dim[0].dim_value = batch_size
     for vi in real:
         dims = _dims(vi)
         if dims is None:
             raise UserError(f"{path}: input {vi.name!r} has no shape in the model; give one with "
-                            f"--input {vi.name}=SHAPE")
+                            f"inputs {vi.name}=SHAPE", arguments="inputs")
         if any(isinstance(d, int) and d < 0 for d in dims):
             example = "x".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in dims)
             raise UserError(f"{path}: input {vi.name!r} has a negative dimension (shape "
-                            f"{_shape_text(dims)}); give its shape with --input "
-                            f"{vi.name}={example}")
+                            f"{_shape_text(dims)}); give its shape with inputs "
+                            f"{vi.name}={example}", arguments="inputs")
         unbound = [d for d in dims if not isinstance(d, int)]
         if unbound:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
             which = ("an unnamed dimension" if unbound[0] == "?"
                      else f"symbolic dimension {unbound[0]!r}")
             raise UserError(f"{path}: input {vi.name!r} has {which} "
-                            f"(shape {_shape_text(dims)}); bind it with --input "
-                            f"{vi.name}={example}")
+                            f"(shape {_shape_text(dims)}); bind it with inputs "
+                            f"{vi.name}={example}", arguments="inputs")
 
 
 # ---------------------------------------------------------------- graph walk preparation

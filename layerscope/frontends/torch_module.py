@@ -38,7 +38,7 @@ class LoadedModel:
 
 def with_batch_size(inputs: list[Any], batch_size: int) -> list[Any]:
     """Replace the first dimension of every input by ``batch_size``."""
-    batch_size = values.positive_int(batch_size, "--batch-size")
+    batch_size = values.positive_int(batch_size, "batch_size")
     return [_batched(x, batch_size) for x in inputs]
 
 
@@ -48,10 +48,10 @@ def kwargs_with_batch_size(kwargs: dict[str, Any], batch_size: int) -> dict[str,
 
 def _batched(x: Any, batch_size: int) -> Any:
     if isinstance(x, InputSpec):
-        return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size",
+        return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "batch_size",
                                             itemsize=x.dtype.itemsize), x.dtype)
     if isinstance(x, torch.Tensor) and x.dim() > 0:
-        values.check_shape((batch_size,) + tuple(x.shape[1:]), "--batch-size",
+        values.check_shape((batch_size,) + tuple(x.shape[1:]), "batch_size",
                            itemsize=x.dtype.itemsize)
         reps = (batch_size + x.shape[0] - 1) // x.shape[0]
         return x.repeat(reps, *([1] * (x.dim() - 1)))[:batch_size]
@@ -63,21 +63,22 @@ def with_seq_len(inputs: list[Any], kwargs: dict[str, Any], seq_len: int, name: 
     """Set the sequence length: the second dimension of every 2-D input given by shape (token
     ids and attention masks, B x S). ``max_position``: the model's table of learned positions
     (GPT-2), which a longer sequence would index past."""
-    seq_len = values.positive_int(seq_len, "--seq-len")
+    seq_len = values.positive_int(seq_len, "seq_len")
     if max_position is not None and seq_len > max_position:
-        raise UserError(f"{name}: --seq-len {seq_len} is longer than the model's "
-                        f"{max_position} learned positions")
+        raise UserError(f"{name}: seq_len {seq_len} is longer than the model's "
+                        f"{max_position} learned positions", arguments="seq_len")
 
     def one(x: Any) -> Any:
         if isinstance(x, InputSpec) and len(x.shape) == 2:
-            return InputSpec(values.check_shape((x.shape[0], seq_len), "--seq-len",
+            return InputSpec(values.check_shape((x.shape[0], seq_len), "seq_len",
                                                 itemsize=x.dtype.itemsize), x.dtype)
         return x
 
     args, named = [one(x) for x in inputs], {k: one(x) for k, x in kwargs.items()}
     if args == inputs and named == kwargs:
-        raise UserError(f"{name}: --seq-len sets the S of inputs shaped B x S (token ids), and "
-                        f"this model's inputs have none; give --input instead")
+        raise UserError(f"{name}: seq_len sets the S of token-id tensors shaped B x S, and "
+                        "this model takes none; give inputs instead",
+                        arguments=("seq_len", "inputs"))
     return args, named
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layerscope.core import display
+from layerscope.core.results import RESULT_CLASSES
 
 
 def _later(module: str, function: str) -> Callable[[Any], Any]:
@@ -19,13 +20,11 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
     return draw
 
 
-# every record's terminal view is its view's layout (View.terminal), drawn by one renderer
-RICH = {name: _later("terminal", "render_table")
-        for name in ("Report", "OpTable", "SweepReport", "Comparison", "TrainReport",
-                     "AblationReport", "LoopProfile", "LLMReport", "PlanReport")}
-# every record's notebook view is the same HTML table renderer
-HTML = {name: _later("html_table", "render_html_table")
-        for name in ("Report", "ResultDocument", "ActivationCapture")}
+# every result class of the kinds table (core/results.py) is drawn, so none can be forgotten:
+# its terminal view is its view's layout (View.terminal), drawn by one renderer, and its
+# notebook view the same HTML table renderer for every kind
+RICH = {name: _later("terminal", "render_table") for name in RESULT_CLASSES}
+HTML = {name: _later("html_table", "render_html_table") for name in RESULT_CLASSES}
 
 
 def install() -> None:

@@ -91,10 +91,10 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
     graph as written (what is being verified) and creates sessions of big tiled graphs far
     faster (alexnet tiled by 64, 14,506 nodes: ~6 s against ~90 s at "all").
     """
-    runs = values.positive_int(runs, "--runs")
-    rtol = values.finite_non_negative_float(rtol, "--rtol")
-    atol = values.finite_non_negative_float(atol, "--atol")
-    seed = values.seed(seed, "--seed")
+    runs = values.positive_int(runs, "runs")
+    rtol = values.finite_non_negative_float(rtol, "rtol")
+    atol = values.finite_non_negative_float(atol, "atol")
+    seed = values.seed(seed, "seed")
     if optimization not in OPTIMIZATIONS:
         raise UserError(f"unknown optimization level {optimization!r}: use one of "
                         f"{', '.join(OPTIMIZATIONS)}")

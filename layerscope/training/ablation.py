@@ -67,10 +67,6 @@ class AblationReport(ResultDocument):
     kind: str = "ablate"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def usable_cores() -> int:
@@ -158,18 +154,19 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
 
     lookup(recipe)
     machine = read_machine()  # before our own work adds to the load average
-    steps = values.positive_int(steps, "--steps")
-    repeats = values.positive_int(repeats, "--repeats")
+    steps = values.positive_int(steps, "steps")
+    repeats = values.positive_int(repeats, "repeats")
     if warmup_steps is None:  # default: 5, but never more than half the steps
         warmup_steps = min(DEFAULT_WARMUP_STEPS, steps // 2)
-    warmup_steps = values.non_negative_int(warmup_steps, "--warmup-steps")
-    seed = values.seed(seed, "--seed")
+    warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
+    seed = values.seed(seed, "seed")
     if batch_size is not None:
-        batch_size = values.positive_int(batch_size, "--batch-size")
+        batch_size = values.positive_int(batch_size, "batch_size")
     if threads is not None:
-        threads = values.thread_count(threads, "--threads")
+        threads = values.thread_count(threads, "threads")
     if warmup_steps >= steps:
-        raise UserError(f"--warmup-steps ({warmup_steps}) must be below --steps ({steps})")
+        raise UserError(f"warmup_steps ({warmup_steps}) must be below steps ({steps})",
+                        arguments=("warmup_steps", "steps"))
     plan = []
     for v in variants:
         flags, parts = parse_variant(v, device)

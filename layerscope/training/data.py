@@ -76,8 +76,9 @@ def _digits(seed: int) -> tuple[Dataset, Dataset, list[str]]:
 
 def _missing(spec: DataSpec, data_dir: str) -> UserError:
     return UserError(
-        f"{spec.name} not found in --data-dir {data_dir!r}: pass --download to fetch it there, "
-        f"point --data-dir at an existing copy, or use --synthetic for generated data")
+        f"{spec.name} not found in data_dir {data_dir!r}: pass download to fetch it there, "
+        f"point it at an existing copy, or use synthetic for generated data",
+        arguments=("data_dir", "download", "synthetic"))
 
 
 def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
@@ -103,8 +104,8 @@ def _torchvision(spec: DataSpec, data_dir: str, download: bool, augment: bool,
         raise UserError(f"{spec.name} in {data_dir!r} could not be read: "
                         f"{first_line(exc)}") from exc
     except OSError as exc:  # --download without a network, unreadable files
-        raise UserError(f"{spec.name}: {first_line(exc)}; use --synthetic to run without the "
-                        "data") from exc
+        raise UserError(f"{spec.name}: {first_line(exc)}; use synthetic to run without the "
+                        "data", arguments="synthetic") from exc
     names = list(getattr(train, "classes", [str(i) for i in range(spec.classes)]))
     return train, val, names
 

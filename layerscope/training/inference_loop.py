@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from layerscope.core import values
 from layerscope.core.document import ResultDocument
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -54,10 +55,6 @@ class LoopProfile(ResultDocument):
     kind: str = "loop"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -90,12 +87,13 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
 
     check_device(device)
     if dataset not in DATASETS:
-        raise UserError(f"unknown --loop dataset {dataset!r}: use {', '.join(DATASETS)}")
-    for name, value in (("--batch-size", batch_size), ("--runs", batches)):
-        if value is not None and value < 1:
-            raise UserError(f"{name} must be at least 1, got {value}")
-    if warmup < 0 or num_workers < 0:
-        raise UserError("--warmup and --num-workers must be 0 or more")
+        raise UserError(f"unknown dataset {dataset!r}: use {', '.join(DATASETS)}",
+                        arguments="dataset")
+    for name, value in (("batch_size", batch_size), ("batches", batches)):
+        if value is not None:
+            values.positive_int(value, name)
+    values.non_negative_int(warmup, "warmup")
+    values.non_negative_int(num_workers, "num_workers")
     _, val_set, _ = datasets(dataset, synthetic=synthetic, data_dir=data_dir, download=False,
                              augment=False, seed=0)
     batch_size, notes = _batch_size(len(val_set), batch_size or DEFAULT_BATCH)

@@ -95,10 +95,6 @@ class TrainReport(ResultDocument):
             OpTable.from_dict(report.ops)
         return report
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 Callback = Callable[..., None]
 
@@ -147,29 +143,32 @@ class _Run:
         self.rank, self.world = (env.rank, env.world_size) if env else (0, 1)
         self.device = device or c.device
         if c.device not in ("cpu", "cuda"):
-            raise UserError(f"unknown --device {c.device!r}: use cpu or cuda")
+            raise UserError(f"unknown device {c.device!r}: use cpu or cuda", arguments="device")
         if c.device == "cuda" and not torch.cuda.is_available():
-            raise UserError("--device cuda: no CUDA GPU is available here; use --device cpu")
-        for name, value in (("--epochs", c.epochs), ("--steps", c.steps),
-                            ("--batch-size", c.batch_size)):
+            raise UserError("device cuda: no CUDA GPU is available here; use cpu",
+                            arguments="device")
+        for name, value in (("epochs", c.epochs), ("steps", c.steps),
+                            ("batch_size", c.batch_size)):
             if value is not None:
                 values.positive_int(value, name)
-        values.non_negative_int(c.num_workers, "--num-workers", maximum=values.WORKERS_MAX)
-        values.non_negative_int(c.warmup_steps, "--warmup-steps")
-        values.seed(c.seed, "--seed")
+        values.non_negative_int(c.num_workers, "num_workers", maximum=values.WORKERS_MAX)
+        values.non_negative_int(c.warmup_steps, "warmup_steps")
+        values.seed(c.seed, "seed")
         if c.lr is not None:
-            values.finite_positive_float(c.lr, "--lr", maximum=values.LR_MAX)
+            values.finite_positive_float(c.lr, "lr", maximum=values.LR_MAX)
         if c.threads is not None:
-            values.thread_count(c.threads, "--threads")
+            values.thread_count(c.threads, "threads")
         if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
-            raise UserError(f"unknown --profile {c.profile!r}: use cprofile, torch or pyinstrument")
+            raise UserError(f"unknown profile {c.profile!r}: use cprofile, torch or pyinstrument",
+                            arguments="profile")
         if c.strategy not in ("ddp", "fsdp"):
-            raise UserError(f"unknown --strategy {c.strategy!r}: use ddp or fsdp")
+            raise UserError(f"unknown strategy {c.strategy!r}: use ddp or fsdp",
+                            arguments="strategy")
         if c.checkpoint_every is not None:
-            values.positive_int(c.checkpoint_every, "--checkpoint-every")
+            values.positive_int(c.checkpoint_every, "checkpoint_every")
         if env and c.torchscript:
-            raise UserError("--torchscript cannot be trained by several processes (DDP and FSDP "
-                            "wrap the module); leave it out")
+            raise UserError("torchscript cannot be trained by several processes (DDP and FSDP "
+                            "wrap the module); leave it out", arguments="torchscript")
         self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)
         # a dry run checks that everything runs, not how fast: one small batch, unless asked
         self.batch_size = c.batch_size or (min(r.batch_size, DRY_RUN_BATCH) if c.dry_run
@@ -241,9 +240,9 @@ class _Run:
 
     def _check_recipe(self, state: dict[str, Any]) -> None:
         if state["config"].get("recipe") != self.recipe.name:
-            raise UserError("--resume: the checkpoint is of recipe "
+            raise UserError("resume: the checkpoint is of recipe "
                             f"{state['config'].get('recipe')!r}, "
-                            f"not {self.recipe.name!r}")
+                            f"not {self.recipe.name!r}", arguments="resume")
 
     def _restore(self, state: dict[str, Any]) -> None:
         """The training state beside the weights (loaded before the model was wrapped)."""
@@ -279,9 +278,10 @@ class _Run:
                                 {"loss_sum": 0.0, "correct": 0, "seen": 0})
                 self.resume_rng = state["rng"]
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise UserError(f"--resume {self.config.resume}: the checkpoint's training state "
+            raise UserError(f"resume {self.config.resume}: the checkpoint's training state "
                             f"does not fit this run ({type(exc).__name__}: "
-                            f"{(str(exc).strip().splitlines() or [''])[0]})") from exc
+                            f"{(str(exc).strip().splitlines() or [''])[0]})",
+                            arguments="resume") from exc
         if not self.config.out:
             self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
                 ckpt.resolve_checkpoint(self.config.resume))))
@@ -451,8 +451,8 @@ def _profiler(kind: str | None, run_dir: str):
     try:
         from pyinstrument import Profiler
     except ImportError:
-        raise UserError("--profile pyinstrument needs pyinstrument: "
-                        "pip install pyinstrument") from None
+        raise UserError("profile pyinstrument needs pyinstrument: "
+                        "pip install pyinstrument", arguments="profile") from None
 
     class _Pyinstrument:
         def __enter__(self):
@@ -501,7 +501,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
     if config.out:
-        check_dir(config.out, "--out")  # before any work: an existing file is not a run folder
+        check_dir(config.out, "out")  # before any work: an existing file is not a run folder
     if config.resume:
         config = _resumed_config(config)
     old_threads = torch.get_num_threads()
@@ -516,15 +516,16 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         device = config.device
         if env is not None:
             if config.device == "cuda" and not torch.cuda.is_available():
-                raise UserError("--device cuda: no CUDA GPU is available here; use --device cpu")
-            values.finite_positive_float(config.comm_timeout, "--comm-timeout",
+                raise UserError("device cuda: no CUDA GPU is available here; use cpu",
+                                arguments="device")
+            values.finite_positive_float(config.comm_timeout, "comm_timeout",
                                          maximum=values.COMM_TIMEOUT_MAX)
             joined = not torch.distributed.is_initialized()
             device = dist_run.init(env, config.device, config.comm_timeout)
         run = _Run(config, notes, env, device)
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:
-            make_dir(run.run_dir, "--out")
+            make_dir(run.run_dir, "out")
             make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
             _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
@@ -547,7 +548,8 @@ def _tensorboard_writer(run: _Run):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
+        raise UserError("tensorboard needs tensorboard: pip install tensorboard",
+                        arguments="tensorboard") from None
     writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
                                     "TensorBoard folder"))
     x, _ = run.train_set[0]

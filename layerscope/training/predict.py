@@ -25,13 +25,14 @@ def _image(path: str, data: str) -> torch.Tensor:
     try:
         from PIL import Image
     except ImportError:
-        raise UserError("--image needs Pillow: pip install pillow") from None
+        raise UserError("image needs Pillow: pip install pillow", arguments="image") from None
     spec = DATASETS[data]
     try:
         img = Image.open(path)
         img.load()
     except (OSError, ValueError) as exc:
-        raise UserError(f"--image {path}: not a readable image ({first_line(exc)})") from exc
+        raise UserError(f"image {path}: not a readable image ({first_line(exc)})",
+                        arguments="image") from exc
     channels, h, w = spec.shape
     img = img.convert("L" if channels == 1 else "RGB").resize((w, h))
     x = torch.tensor(list(img.getdata()), dtype=torch.float32).view(h, w, channels)
@@ -62,8 +63,8 @@ def predict(source: str, *, index: int | None = None, image: str | None = None,
                              if config.get("synthetic_size") else None)
         index = 0 if index is None else index
         if not 0 <= index < len(val):
-            raise UserError(f"--index {index} is out of range: the validation set has "
-                            f"{len(val)} samples")
+            raise UserError(f"index {index} is out of range: the validation set has "
+                            f"{len(val)} samples", arguments="index")
         x, label = val[index]
         label, where = int(label), f"validation sample {index}"
     with torch.no_grad():

@@ -161,16 +161,19 @@ def load_pretrained_resnet50(model: nn.Module, weights: str | None) -> str:
                       stacklevel=2)
         return "random initialisation (no pretrained weights found)"
     if not os.path.isfile(path):
-        raise UserError(f"--weights {path}: no such file")
+        raise UserError(f"weights {path}: no such file", arguments="weights")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise UserError(f"--weights {path} could not be loaded: {first_line(exc)}") from exc
+        raise UserError(f"weights {path} could not be loaded: {first_line(exc)}",
+                        arguments="weights") from exc
     if not is_state_dict(state):
-        raise UserError(f"--weights {path} holds a {type(state).__name__}, not a state dict "
-                        "(parameter names to tensors, as torch.save(model.state_dict()) writes)")
+        raise UserError(f"weights {path} holds a {type(state).__name__}, not a state dict "
+                        "(parameter names to tensors, as torch.save(model.state_dict()) writes)",
+                        arguments="weights")
     state = {k: v for k, v in state.items() if not k.startswith("fc.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("fc.") for k in missing):
-        raise UserError(f"--weights {path} does not hold torchvision resnet50 weights")
+        raise UserError(f"weights {path} does not hold torchvision resnet50 weights",
+                        arguments="weights")
     return f"ImageNet weights from {path} (new 100-way head)"

@@ -87,10 +87,6 @@ class ScalingReport(ResultDocument):
     kind: str = "scaling"
     schema_version: str = SCHEMA_VERSION
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
 
 
 def _train_at(recipe: str, nproc: int, flags: list[str], workdir: str) -> dict[str, Any]:
@@ -161,20 +157,20 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
 
     lookup(recipe)
     machine = read_machine()  # before our own processes add to the load average
-    steps = values.positive_int(steps, "--steps")
-    warmup = values.non_negative_int(warmup, "--warmup")
-    seed = values.seed(seed, "--seed")
-    threads = values.thread_count(threads, "--threads")
+    steps = values.positive_int(steps, "steps")
+    warmup = values.non_negative_int(warmup, "warmup")
+    seed = values.seed(seed, "seed")
+    threads = values.thread_count(threads, "threads")
     if batch_size is not None:
-        batch_size = values.positive_int(batch_size, "--batch-size")
-    sizes = sorted({values.positive_int(n, "--nproc", maximum=NPROC_MAX) for n in nproc})
+        batch_size = values.positive_int(batch_size, "batch_size")
+    sizes = sorted({values.positive_int(n, "nproc", maximum=NPROC_MAX) for n in nproc})
     if not sizes:
-        raise UserError("--nproc: give at least one world size, e.g. 1,2")
+        raise UserError("nproc: give at least one world size, e.g. 1,2", arguments="nproc")
     if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown --device {device!r}: use cpu or cuda")
+        raise UserError(f"unknown device {device!r}: use cpu or cuda", arguments="device")
     if device == "cuda" and sizes[-1] > torch.cuda.device_count():
-        raise UserError(f"--nproc {sizes[-1]}: {torch.cuda.device_count()} CUDA GPUs here; one "
-                        f"process per GPU")
+        raise UserError(f"nproc {sizes[-1]}: {torch.cuda.device_count()} CUDA GPUs here; one "
+                        f"process per GPU", arguments="nproc")
     cores = usable_cores()
     # train counts warm-up steps in --steps and leaves them out of its step times
     flags = ["--steps", str(steps + warmup), "--warmup-steps", str(warmup), "--device", device,

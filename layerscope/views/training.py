@@ -64,8 +64,10 @@ def ablate_heading(result) -> tuple[str, str]:
 
 
 def loop_heading(result) -> tuple[str, str]:
-    """The loop's own title has no generic heading yet: its kind names it."""
-    return f"{result.kind} result", ""
+    warm = f"{result.warmup} warm-up batch{'es' if result.warmup != 1 else ''} excluded"
+    return (f"{result.model} on {result.dataset} — inference loop",
+            f"device {result.device} · {result.batches} batches of {result.batch_size} "
+            f"({warm}) · ms per batch")
 
 
 def train_facts(result) -> list[tuple[str, str]]:

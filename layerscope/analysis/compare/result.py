@@ -105,7 +105,3 @@ class Comparison(ResultDocument):
     def differing_rows(self) -> list[CompareRow]:
         return [r for r in self.rows if r.diff]
 
-    def __rich__(self):
-        from layerscope.core import display
-
-        return display.rich(self)
