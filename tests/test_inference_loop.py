@@ -113,9 +113,9 @@ def test_loop_draws_warmup_and_runs_from_repeated_passes(monkeypatch, samples, w
 
 
 @pytest.mark.parametrize("kwargs,expected", [
-    ({"batches": 0}, "--runs must be at least 1, got 0"),
-    ({"batch_size": 0}, "--batch-size must be at least 1, got 0"),
-    ({"warmup": -1}, "--warmup and --num-workers must be 0 or more"),
+    ({"batches": 0}, "^batches must be at least 1, got 0"),
+    ({"batch_size": 0}, "^batch_size must be at least 1, got 0"),
+    ({"warmup": -1}, "^warmup must be 0 or more, got -1"),
 ], ids=["zero-runs", "zero-batch", "negative-warmup"])
 def test_loop_api_refuses_bad_counts_before_any_work(monkeypatch, kwargs, expected):
     def no_data(*a, **k):
