@@ -7,6 +7,9 @@ layerscope/schema/generate.py). Field metadata that shapes the JSON:
 
 - ``omit_none``: the key is left out when the value is None (fields added after 1.0, measured
   sections of an analyze report);
+- ``omit_empty``: the key is left out when the value is None or an empty list or dict (lists
+  added after 1.0 that are usually empty, so a result that has nothing to say is written as
+  earlier versions wrote it);
 - ``description``, ``minimum``, ``optional`` (not in the schema's ``required`` list although
   the dataclass needs it), ``schema`` (a hand-written schema for an open value): for the schema.
 
@@ -34,6 +37,17 @@ R = TypeVar("R", bound="Record")
 def omit_none(**metadata: Any) -> dict[str, Any]:
     """Metadata for a field whose key is absent from the JSON while it is None."""
     return {"omit_none": True, **metadata}
+
+
+def omit_empty(**metadata: Any) -> dict[str, Any]:
+    """Metadata for a field whose key is absent from the JSON while it is None, [] or {}."""
+    return {"omit_empty": True, **metadata}
+
+
+def _omitted(f: dataclasses.Field[Any], value: Any) -> bool:
+    if f.metadata.get("omit_empty"):
+        return value is None or (isinstance(value, (list, dict)) and not value)
+    return bool(f.metadata.get("omit_none")) and value is None
 
 
 def to_json_value(value: Any) -> Any:
@@ -108,7 +122,7 @@ class Record:
 
     def _keys(self) -> list[str]:
         names = [f.name for f in dataclasses.fields(self)  # type: ignore[arg-type]
-                 if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)]
+                 if not _omitted(f, getattr(self, f.name))]
         first = [k for k in self._json_first if k in names]
         return first + [k for k in names if k not in first] + list(self._computed)
 

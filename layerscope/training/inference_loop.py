@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument
+from layerscope.core.document import ResultDocument, omit_empty
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.report import SCHEMA_VERSION
@@ -49,7 +49,8 @@ class LoopProfile(ResultDocument):
     batch_time: dict[str, Any]  # TimingStats of the batches' wall time
     layers: list[LoopLayer]
     coverage: float | None  # summed layer medians / forward-phase median
-    notes: list[str] = field(default_factory=list)  # how the batches were drawn, when it matters
+    # how the batches were drawn, when it matters (absent from the JSON when there is none)
+    notes: list[str] = field(default_factory=list, metadata=omit_empty())
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     kind: str = "loop"
