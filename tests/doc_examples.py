@@ -41,7 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RUN_LANGS = ("sh", "python")
 DEFAULT_TIMEOUT_S = 300.0
-TAIL_LINES = 15
+HEAD_LINES = 3
+TAIL_LINES = 12
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _SKIP = re.compile(r"^<!--\s*example:\s*skip(?P<reason>.*?)-->$")
@@ -195,16 +196,25 @@ class Outcome:
         return self.code == 0
 
     def describe(self, timeout_s: float) -> str:
-        status = (f"timed out after {timeout_s:g} s" if self.code is None
-                  else f"exit code {self.code}")
+        status = (f"timed out: killed at the {timeout_s:g} s limit (LAYERSCOPE_EXAMPLE_TIMEOUT)"
+                  if self.code is None else f"exit code {self.code} after {self.seconds:.1f} s")
         lines = [f"{self.page}:{self.command.line} (block at line {self.fence_line}): "
-                 f"{self.shown}", f"  -> {status} after {self.seconds:.1f} s"]
+                 f"{self.shown}", f"  -> {status}"]
         for name, text in (("stderr", self.stderr), ("stdout", self.stdout)):
-            tail = text.rstrip().splitlines()[-TAIL_LINES:]
-            if tail:
-                lines.append(f"  last lines of {name}:")
-                lines += [f"    {t}" for t in tail]
+            shown = excerpt(text)
+            if shown:
+                lines += [f"  {name}:", *(f"    {t}" for t in shown)]
         return "\n".join(lines)
+
+
+def excerpt(text: str) -> list[str]:
+    """The output's first and last lines (the first often say what went wrong before a long
+    trace does)."""
+    out = text.rstrip().splitlines()
+    if len(out) > HEAD_LINES + TAIL_LINES:
+        out = [*out[:HEAD_LINES], f"[... {len(out) - HEAD_LINES - TAIL_LINES} lines ...]",
+               *out[-TAIL_LINES:]]
+    return out
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str],

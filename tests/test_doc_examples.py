@@ -17,6 +17,7 @@ from tests.doc_examples import (
     DocParseError,
     docs_root,
     example_env,
+    excerpt,
     pages,
     parse_blocks,
     run_page,
@@ -223,6 +224,14 @@ def test_runner_stops_at_the_first_failure_and_reports_it(tmp_path):
     assert "missing.txt: No such file or directory" in text and "one" in text
 
 
+def test_long_output_keeps_its_first_and_last_lines():
+    lines = [f"l{i}" for i in range(1, 21)]
+    assert excerpt("\n".join(lines) + "\n\n") == [
+        "l1", "l2", "l3", "[... 5 lines ...]", *lines[-12:]]
+    assert excerpt("a\n\nb\n") == ["a", "", "b"]
+    assert excerpt("") == []
+
+
 def test_runner_keeps_going_pipefail_python_and_timeout(tmp_path):
     page = ("```sh\nfalse | true\nsleep 30\n```\n"
             "```python\nimport os, sys\nprint(os.path.basename(sys.executable))\n```\n"
@@ -231,7 +240,7 @@ def test_runner_keeps_going_pipefail_python_and_timeout(tmp_path):
                    keep_going=True)
     assert [o.code for o in run.outcomes] == [1, None, 0]
     assert run.outcomes[2].shown == "python example_L5.py"
-    assert "timed out after 1 s" in run.outcomes[1].describe(1.0)
+    assert "timed out: killed at the 1 s limit" in run.outcomes[1].describe(1.0)
 
 
 def test_examples_see_this_checkout_and_a_private_home(tmp_path):
