@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from markdown_it import MarkdownIt
+from markdown_it import MarkdownIt  # rich's own dependency, so always installed
 
 from tests.doc_examples import (
     DEFAULT_TIMEOUT_S,
