@@ -236,11 +236,11 @@ def test_runner_keeps_going_pipefail_python_and_timeout(tmp_path):
     page = ("```sh\nfalse | true\nsleep 30\n```\n"
             "```python\nimport os, sys\nprint(os.path.basename(sys.executable))\n```\n"
             f"{SKIP}\n```sh\nfalse\n```\n")
-    run = run_page("p.md", parse_blocks(page), tmp_path, example_env(tmp_path), 1.0,
+    run = run_page("p.md", parse_blocks(page), tmp_path, example_env(tmp_path), 3.0,
                    keep_going=True)
     assert [o.code for o in run.outcomes] == [1, None, 0]
     assert run.outcomes[2].shown == "python example_L5.py"
-    assert "timed out: killed at the 1 s limit" in run.outcomes[1].describe(1.0)
+    assert "timed out: killed at the 3 s limit" in run.outcomes[1].describe(3.0)
 
 
 def test_examples_see_this_checkout_and_a_private_home(tmp_path):
