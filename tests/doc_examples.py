@@ -1,0 +1,273 @@
+"""Finding and running the examples in the documentation (README.md and docs/**/*.md).
+
+The convention, shared with whoever writes the docs:
+
+- A fence whose info string starts with ``sh`` is run. Each line is one command, run on its own
+  with ``bash -c`` (``set -o pipefail`` first): a trailing ``\\`` continues the command on the
+  next line; blank lines and lines starting with ``#`` are skipped; a trailing ``# comment``
+  stays (bash ignores it). As every command is its own bash, ``cd`` and ``export`` do not carry
+  over to the next line.
+- A fence whose info string starts with ``python`` is a complete script: it is written to a file
+  in the page's folder and run with the test's Python.
+- Every other fence (``text``, ``json``, ``toml``, none) is shown, not run.
+- The line right before an opening fence being ``<!-- example: skip REASON -->`` skips that
+  block; the reason is required and is reported.
+- All blocks of one page run in page order in one fresh folder; the commands find this
+  checkout's ``layerscope`` and ``python`` first on ``PATH``.
+
+Fences are found line by line, at any indentation (as mkdocs' superfences finds them inside list
+items, admonitions and tabs, where a CommonMark parser sees an indented paragraph): an opening
+fence is three or more backticks or tildes, its content loses up to the fence's own indentation,
+and it closes at a run of the same character at least as long with nothing after it.
+
+Environment variables: ``LAYERSCOPE_DOCS_ROOT`` (the folder holding README.md and docs/;
+default: this checkout), ``LAYERSCOPE_EXAMPLE_TIMEOUT`` (seconds per command, default 300),
+``LAYERSCOPE_DOCS_KEEP_GOING=1`` (run a page's remaining commands after a failure, to list every
+failing one), ``LAYERSCOPE_DOCS_LOG=FILE`` (append one JSON line per command run: page, line,
+command, exit code, seconds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_LANGS = ("sh", "python")
+DEFAULT_TIMEOUT_S = 300.0
+HEAD_LINES = 3
+TAIL_LINES = 12
+
+_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_SKIP = re.compile(r"^<!--\s*example:\s*skip(?P<reason>.*?)-->$")
+
+
+class DocParseError(ValueError):
+    """A page's fences or markers are malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int  # 1-based line of the command's first line in the page
+    text: str  # what bash runs (continuation lines joined by backslash-newline, as written)
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str  # the info string's first word ("" for none)
+    body: str  # the content, without the fence's indentation
+    skip_reason: str | None = None
+
+    @property
+    def runs(self) -> bool:
+        return self.lang in RUN_LANGS
+
+    def commands(self) -> list[Command]:
+        """The commands of an ``sh`` block; a ``python`` block is one command (its script)."""
+        if self.lang == "python":
+            return [Command(self.line + 1, self.body)]
+        return sh_commands(self.body, self.line + 1)
+
+
+def _info_word(info: str) -> str:
+    word = info.strip().split(maxsplit=1)
+    return word[0].lstrip("{.").rstrip("}") if word else ""
+
+
+def _strip_indent(line: str, indent: int) -> str:
+    n = 0
+    while n < indent and n < len(line) and line[n] in " \t":
+        n += 1
+    return line[n:]
+
+
+def parse_blocks(text: str, where: str = "<text>") -> list[Block]:
+    """Every fenced block of a markdown page, in order, with its skip marker.
+
+    Raises DocParseError for an unclosed fence, a skip marker without a reason, and a skip
+    marker that is not right above a block that would run."""
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    markers: dict[int, str] = {}  # 0-based line -> reason
+    i = 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        marker = _SKIP.match(stripped)
+        if marker:
+            reason = marker.group("reason").strip()
+            if not reason:
+                raise DocParseError(f"{where}:{i + 1}: a skip marker needs a reason: "
+                                    "<!-- example: skip REASON -->")
+            markers[i] = reason
+            i += 1
+            continue
+        opening = _OPEN.match(lines[i])
+        if not opening or (opening.group("fence")[0] == "`" and "`" in opening.group("info")):
+            i += 1
+            continue
+        indent = len(opening.group("indent"))
+        fence = opening.group("fence")
+        closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        end = i + 1
+        while end < len(lines) and not closing.match(lines[end]):
+            end += 1
+        if end == len(lines):
+            raise DocParseError(f"{where}:{i + 1}: the fence opened here is never closed")
+        body = "".join(_strip_indent(line, indent) + "\n" for line in lines[i + 1:end])
+        reason = markers.pop(i - 1, None)
+        block = Block(i + 1, _info_word(opening.group("info")), body, reason)
+        if reason is not None and not block.runs:
+            raise DocParseError(f"{where}:{i}: a skip marker above a '{block.lang}' block, "
+                                "which is never run")
+        blocks.append(block)
+        i = end + 1
+    if markers:
+        line = min(markers) + 1
+        raise DocParseError(f"{where}:{line}: a skip marker must be the line right above the "
+                            "opening fence of an sh or python block")
+    return blocks
+
+
+def sh_commands(body: str, first_line: int = 1) -> list[Command]:
+    """The commands of an ``sh`` block: one per line, ``\\`` continuing a line, blank lines and
+    ``#`` lines left out."""
+    commands: list[Command] = []
+    pending: list[str] = []
+    start = first_line
+    for offset, line in enumerate(body.splitlines()):
+        if not pending:
+            start = first_line + offset
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+        pending.append(line)
+        if line.rstrip().endswith("\\"):
+            continue
+        commands.append(Command(start, "\n".join(pending)))
+        pending = []
+    if pending:
+        commands.append(Command(start, "\n".join(pending).rstrip().rstrip("\\").rstrip()))
+    return commands
+
+
+def docs_root() -> Path:
+    return Path(os.environ.get("LAYERSCOPE_DOCS_ROOT") or REPO).resolve()
+
+
+def pages(root: Path) -> list[Path]:
+    """README.md and every docs/**/*.md under ``root``, as paths relative to it, sorted."""
+    found = [Path("README.md")] if (root / "README.md").is_file() else []
+    found += sorted(p.relative_to(root) for p in (root / "docs").rglob("*.md") if p.is_file())
+    return found
+
+
+def example_env(home: Path) -> dict[str, str]:
+    """The environment examples run in: this checkout's layerscope and the test's Python first,
+    a headless matplotlib, and ``home`` as HOME and cache folder (the roofline cache, data
+    downloads and matplotlib's font cache never touch the real home)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH")] if p)
+    env["MPLBACKEND"] = "Agg"
+    env["HOME"] = str(home)
+    env["XDG_CACHE_HOME"] = str(home / ".cache")
+    return env
+
+
+@dataclass
+class Outcome:
+    page: str
+    fence_line: int
+    command: Command
+    shown: str  # the command as reported ("python example_L65.py" for a script)
+    code: int | None  # None: timed out
+    seconds: float
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    def describe(self, timeout_s: float) -> str:
+        status = (f"timed out: killed at the {timeout_s:g} s limit (LAYERSCOPE_EXAMPLE_TIMEOUT)"
+                  if self.code is None else f"exit code {self.code} after {self.seconds:.1f} s")
+        lines = [f"{self.page}:{self.command.line} (block at line {self.fence_line}): "
+                 f"{self.shown}", f"  -> {status}"]
+        for name, text in (("stderr", self.stderr), ("stdout", self.stdout)):
+            shown = excerpt(text)
+            if shown:
+                lines += [f"  {name}:", *(f"    {t}" for t in shown)]
+        return "\n".join(lines)
+
+
+def excerpt(text: str) -> list[str]:
+    """The output's first and last lines (the first often say what went wrong before a long
+    trace does)."""
+    out = text.rstrip().splitlines()
+    if len(out) > HEAD_LINES + TAIL_LINES:
+        out = [*out[:HEAD_LINES], f"[... {len(out) - HEAD_LINES - TAIL_LINES} lines ...]",
+               *out[-TAIL_LINES:]]
+    return out
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str],
+         timeout_s: float) -> tuple[int | None, str, str]:
+    """Runs argv in its own session, killing the whole group when the time is up."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        code = None
+    return code, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+@dataclass
+class PageRun:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+
+def run_page(page: str, blocks: list[Block], workdir: Path, env: dict[str, str],
+             timeout_s: float, keep_going: bool = False, log: Path | None = None) -> PageRun:
+    """Runs the page's blocks that are not skipped, in order, in ``workdir``; stops at the first
+    failing command unless ``keep_going``."""
+    run = PageRun()
+    for block in blocks:
+        if not block.runs or block.skip_reason is not None:
+            continue
+        for command in block.commands():
+            if block.lang == "python":
+                script = workdir / f"example_L{block.line}.py"
+                script.write_text(command.text, encoding="utf-8")
+                argv, shown = [sys.executable, script.name], f"python {script.name}"
+            else:
+                argv = ["bash", "-c", "set -o pipefail\n" + command.text]
+                shown = command.text
+            start = time.perf_counter()
+            code, out, err = _run(argv, workdir, env, timeout_s)
+            outcome = Outcome(page, block.line, command, shown, code,
+                              time.perf_counter() - start, out, err)
+            run.outcomes.append(outcome)
+            if log is not None:
+                with log.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"page": page, "line": command.line, "command": shown,
+                                        "code": code, "seconds": round(outcome.seconds, 2)})
+                            + "\n")
+            if not outcome.ok and not keep_going:
+                return run
+    return run
