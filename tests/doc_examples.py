@@ -12,6 +12,10 @@ The convention, shared with whoever writes the docs:
 - Every other fence (``text``, ``json``, ``toml``, none) is shown, not run.
 - The line right before an opening fence being ``<!-- example: skip REASON -->`` skips that
   block; the reason is required and is reported.
+- An ``sh`` block made only of ``make`` commands is skipped with the reason ``MAKE_REASON``: the
+  Makefile's targets bootstrap a virtual environment of their own in the checkout, and .ci/run
+  runs the README's two (``make demo``, then ``make test``) on a clean clone. So the README can
+  open with its two commands and nothing above them.
 - All blocks of one page run in page order in one fresh folder; the commands find this
   checkout's ``layerscope`` and ``python`` first on ``PATH``.
 
@@ -46,6 +50,7 @@ TAIL_LINES = 12
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _SKIP = re.compile(r"^<!--\s*example:\s*skip(?P<reason>.*?)-->$")
+MAKE_REASON = "make targets bootstrap their own .venv: .ci/run runs them on a clean clone"
 
 
 class DocParseError(ValueError):
@@ -123,6 +128,8 @@ def parse_blocks(text: str, where: str = "<text>") -> list[Block]:
         body = "".join(_strip_indent(line, indent) + "\n" for line in lines[i + 1:end])
         reason = markers.pop(i - 1, None)
         block = Block(i + 1, _info_word(opening.group("info")), body, reason)
+        if reason is None and block.lang == "sh" and _only_make(block):
+            block = Block(block.line, block.lang, body, MAKE_REASON)
         if reason is not None and not block.runs:
             raise DocParseError(f"{where}:{i}: a skip marker above a '{block.lang}' block, "
                                 "which is never run")
@@ -133,6 +140,11 @@ def parse_blocks(text: str, where: str = "<text>") -> list[Block]:
         raise DocParseError(f"{where}:{line}: a skip marker must be the line right above the "
                             "opening fence of an sh or python block")
     return blocks
+
+
+def _only_make(block: Block) -> bool:
+    commands = block.commands()
+    return bool(commands) and all(c.text.split()[0] == "make" for c in commands)
 
 
 def sh_commands(body: str, first_line: int = 1) -> list[Command]:

@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt  # rich's own dependency, so always installed
 
 from tests.doc_examples import (
     DEFAULT_TIMEOUT_S,
+    MAKE_REASON,
     REPO,
     Block,
     Command,
@@ -150,6 +151,10 @@ PARSE_CASES = {
     "inline code is no fence": (
         "Run ```sh``` here and `ls`.\n```sh\nls\n```\n",
         [(2, "sh", None, "ls\n")]),
+    "a block of make commands is run by .ci/run": (
+        "```sh\nmake demo   # the demo\nmake test\n```\n```sh\nmake demo\nls\n```\n",
+        [(1, "sh", MAKE_REASON, "make demo   # the demo\nmake test\n"),
+         (5, "sh", None, "make demo\nls\n")]),
     "marker inside a fence is content": (
         f"```text\n{SKIP}\n```\n```sh\nls\n```\n",
         [(1, "text", None, f"{SKIP}\n"), (4, "sh", None, "ls\n")]),
