@@ -25,3 +25,17 @@ def check_golden(name: str, text: str, update: bool, golden: Path = GOLDEN) -> N
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"no golden file {path}; create it with --update-golden"
     assert text == path.read_text(encoding="utf-8"), f"{name} differs; rerun with --update-golden"
+
+
+class FakeClock:
+    """Time moves only when a model says so (``advance``): timing tests with hand-derived
+    numbers, never wall-clock time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds

@@ -7,20 +7,7 @@ import torch.nn as nn
 
 import layerscope
 from layerscope.analysis.roofline import Ceilings, place
-from tests.helpers import run_cli
-
-
-class FakeClock:
-    """Time moves only when a model says so."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
+from tests.helpers import FakeClock, run_cli
 
 
 class Sleep(nn.Module):

@@ -62,3 +62,33 @@ def test_core_tree_does_not_import_torch():
 
     code = "import sys, layerscope.core.tree; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# kids of a nanoGPT-shaped model: the root calls transformer.wte, the blocks in the
+# never-called ModuleDict/ModuleList, and lm_head; each block calls attn and mlp
+_GPT = ["", "transformer", "transformer.wte", "transformer.h", "transformer.h.0",
+        "transformer.h.0.attn", "transformer.h.1", "lm_head"]
+_GPT_CALLED = {"", "transformer.wte", "transformer.h.0", "transformer.h.0.attn",
+               "transformer.h.1", "lm_head"}
+_GPT_TIMES = {"": 10.0, "transformer.wte": 1.0, "transformer.h.0": 3.0,
+              "transformer.h.0.attn": 2.0, "transformer.h.1": 4.0, "lm_head": 0.5}
+
+NEAREST = [
+    # through the ModuleDict and the ModuleList to the blocks; not into a called block
+    ("root-skips-containers", "", _GPT_CALLED,
+     ["transformer.wte", "transformer.h.0", "transformer.h.1", "lm_head"], 10 - 1 - 3 - 4 - 0.5),
+    ("block", "transformer.h.0", _GPT_CALLED, ["transformer.h.0.attn"], 3.0 - 2.0),
+    ("leaf", "transformer.h.0.attn", _GPT_CALLED, [], 2.0),
+    # blocks whose calls were not timed: their timed children are the nearest
+    ("untimed-block", "", _GPT_CALLED - {"transformer.h.0"},
+     ["transformer.wte", "transformer.h.0.attn", "transformer.h.1", "lm_head"],
+     10 - 1 - 2 - 4 - 0.5),
+]
+
+
+@pytest.mark.parametrize("path,called,nearest,own", [c[1:] for c in NEAREST],
+                         ids=[c[0] for c in NEAREST])
+def test_own_time_subtracts_the_nearest_called_descendants(path, called, nearest, own):
+    kids = tree.children_map(_GPT)
+    assert tree.nearest_called(path, kids, called) == nearest
+    assert tree.own_time(path, _GPT_TIMES, kids, called) == pytest.approx(own)

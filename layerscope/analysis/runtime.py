@@ -4,7 +4,9 @@ Method (REFERENCES.md "Measuring time"):
 - warm-up runs, then bare and instrumented runs *alternate*, so drift and noise hit both alike;
 - end-to-end statistics come from the bare runs only (no hooks installed);
 - per-layer times come from the instrumented runs (``timing.ForwardTimer``), per run, then
-  reduced to statistics; containers' rows get their own-code time (inclusive minus children);
+  reduced to statistics; containers' rows get their own-code time (``tree.own_time``:
+  inclusive minus the nearest descendants that were called, so the blocks in a never-called
+  ``ModuleList`` are subtracted from the module whose code calls them);
 - self-measurement, in every output, each from quantities measured side by side (issue 10: a
   ratio of medians taken from different samples swung from 28% to 70% on a loaded machine):
   ``coverage`` = median over instrumented runs of (sum of the rows' times in that run / that
@@ -65,18 +67,19 @@ def _row_key(name: str) -> str:
 
 
 def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str, list[str]],
-                 subtree: bool) -> list[list[float]]:
-    """Per row, one sample per run: inclusive time, or own time for ``self_only`` rows.
+                 called: list[set[str]] | None = None) -> list[list[float]]:
+    """Per row, one sample per run: inclusive time, or own time for ``self_only`` rows
+    (``tree.own_time``: minus the nearest descendants ``called`` in that run).
 
-    ``subtree=False`` means ``per_run`` holds *exclusive* times per module (backward), which a
+    ``called=None`` means ``per_run`` holds *exclusive* times per module (backward), which a
     row sums over the modules it stands for."""
     out = []
     for row in report.layers:
         key = _row_key(row.name)
-        if subtree:
+        if called is not None:
             if row.self_only:
-                out.append([run.get(key, 0.0) - sum(run.get(c, 0.0) for c in kids.get(key, ()))
-                            for run in per_run])
+                out.append([tree.own_time(key, run, kids, ran)
+                            for run, ran in zip(per_run, called)])
             else:
                 out.append([run.get(key, 0.0) for run in per_run])
         else:
@@ -200,7 +203,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     except Exception as exc:
         raise UserError(f"{report.model} failed to run: {first_line(exc, with_type=True)}") \
             from exc
-    bare, instrumented, per_run = [], [], []
+    bare, instrumented, per_run, called = [], [], [], []
     done = 0
     while plan.more(done):
         # alternate which kind goes first, so neither always follows the other's clean-up
@@ -209,6 +212,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         with timer:
             instrumented.append(run())
         per_run.append(timer.result())
+        called.append(timer.called())
         if done % 2 == 1:
             bare.append(run())
         done += 1
@@ -218,7 +222,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
     kids = tree.children_map([n for n, _ in timed])
-    samples = _row_samples(report, per_run, kids, subtree=True)
+    samples = _row_samples(report, per_run, kids, called)
     keep = middle_runs(instrumented)
     row_stats = []
     for row, xs_row in zip(report.layers, samples):
@@ -316,7 +320,7 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
     kids = tree.children_map([n for n, _ in module.named_modules()])
-    samples = _row_samples(report, per_run, kids, subtree=False)
+    samples = _row_samples(report, per_run, kids)
     for row, xs_row in zip(report.layers, samples):
         row.backward_time = TimingStats.of(xs_row)
     ratio = median_of_ratios(instrumented, bare)

@@ -41,7 +41,8 @@ class _EventPool:
 
 
 class ForwardTimer:
-    """Inclusive forward time per module for one run (seconds, summed over calls).
+    """Inclusive forward time per module for one run (seconds, summed over calls), and which
+    modules were called (``called``: own time subtracts the nearest called descendants).
 
     Each timed module's ``forward`` is shadowed by an instance attribute that reads the clock
     around the original call. nn.Module's hook machinery costs ~10 us per module call (it leaves
@@ -58,10 +59,11 @@ class ForwardTimer:
         self._pool = _EventPool()
         n = len(modules)
         self._acc = [0.0] * n
+        self._calls = [0] * n
         self._pairs: list[list] = [[] for _ in range(n)]
 
     def _wrap(self, i: int, forward):
-        acc, clock = self._acc, self.clock
+        acc, calls, clock = self._acc, self._calls, self.clock
         if self.cuda:
             pairs, pool = self._pairs[i], self._pool
 
@@ -78,12 +80,14 @@ class ForwardTimer:
                 t0 = clock()
                 out = forward(*args, **kwargs)
                 acc[i] += clock() - t0
+                calls[i] += 1
                 return out
         return timed
 
     def __enter__(self):
         for i in range(len(self._acc)):
             self._acc[i] = 0.0
+            self._calls[i] = 0
             self._pairs[i].clear()
         self._pool.reset()
         try:
@@ -112,6 +116,13 @@ class ForwardTimer:
             return {name: sum(s.elapsed_time(e) for s, e in pairs) / 1e3
                     for name, pairs in zip(self.names, self._pairs)}
         return dict(zip(self.names, self._acc))
+
+    def called(self) -> set[str]:
+        """The timed modules whose ``forward`` ran in the last run (a ``ModuleList`` or
+        ``ModuleDict`` never does: its blocks are called from its parent's code)."""
+        if self.cuda:
+            return {name for name, pairs in zip(self.names, self._pairs) if pairs}
+        return {name for name, n in zip(self.names, self._calls) if n}
 
 
 _MISSING = object()

@@ -6,7 +6,7 @@ Pure functions of strings, no torch: the one place that knows how a path names i
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 ROOT = ""
 SEP = "."
@@ -75,3 +75,28 @@ def subtree(path: str, kids: dict[str, list[str]]) -> list[str]:
         out.append(p)
         todo.extend(kids.get(p, ()))
     return out
+
+
+def nearest_called(path: str, kids: dict[str, list[str]], called: Collection[str]) -> list[str]:
+    """The descendants of ``path`` in ``called`` that have no called module between them and
+    ``path``: the walk goes on through modules that never ran (an ``nn.ModuleList`` or
+    ``nn.ModuleDict`` is never called; its blocks are, from the container's own ``forward``)
+    and through modules whose calls were not recorded, and stops at each called one."""
+    out: list[str] = []
+    todo = list(reversed(kids.get(path, ())))
+    while todo:
+        p = todo.pop()
+        if p in called:
+            out.append(p)
+        else:
+            todo.extend(reversed(kids.get(p, ())))
+    return out
+
+
+def own_time(path: str, inclusive: Mapping[str, float], kids: dict[str, list[str]],
+             called: Collection[str]) -> float:
+    """A module's own time: its inclusive time minus the inclusive times of its nearest called
+    descendants (``nearest_called``), so a row for it never overlaps the rows below it. The one
+    rule for every timed table (``profile``, ``sweep``, ``run --layers``)."""
+    return inclusive.get(path, 0.0) - sum(inclusive.get(c, 0.0)
+                                          for c in nearest_called(path, kids, called))

@@ -166,8 +166,14 @@ class Watch:
         self._events: list[Any] = []
         self._marks: list[tuple[int, str]] = []  # (event index, phase from there on)
         self._mem: dict[str, dict[str, int]] = {}
-        self._layer_fwd: dict[int, list[Any]] = {}  # id(module) -> [name, type, calls, s]
-        self._layer_bwd: dict[str, float] = {}  # module name -> backward seconds
+        # per layer, over the measured steps: id(module) -> [name, type, calls, s], and module
+        # name -> backward seconds; the step in progress collects into _step_fwd/_step_bwd,
+        # added to these when it closes as a measured step (warm-up is left out, as for the
+        # phases, so a layer's time per step and the phases' are over the same steps)
+        self._layer_fwd: dict[int, list[Any]] = {}
+        self._layer_bwd: dict[str, float] = {}
+        self._step_fwd: dict[int, list[Any]] = {}
+        self._step_bwd: dict[str, float] = {}
         self._layer_stack: list[tuple[float, str]] = []
         self._names: dict[int, str] = {}
         self._cpu0 = time.process_time()
@@ -339,7 +345,21 @@ class Watch:
             self.step_seconds.append(wall)
             self.step_phases.append(phases)
             self.step_samples.append(self._samples)
+            self._keep_step_layers()
+        self._step_fwd.clear()
+        self._step_bwd.clear()
         self._begin(now)
+
+    def _keep_step_layers(self) -> None:
+        """Add the closing (measured) step's per-layer times to the totals."""
+        for key, (name, kind, calls, s) in self._step_fwd.items():
+            row = self._layer_fwd.get(key)
+            if row is None:
+                row = self._layer_fwd[key] = [name, kind, 0, 0.0]
+            row[2] += calls
+            row[3] += s
+        for name, s in self._step_bwd.items():
+            self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + s
 
     def _close_epoch(self) -> None:
         done = len(self.step_seconds)
@@ -492,9 +512,9 @@ class Watch:
         if not torch.is_grad_enabled():
             return  # evaluation, as for the phases
         tag_graph(output, name)  # its backward nodes are charged to it
-        row = self._layer_fwd.get(id(module))
+        row = self._step_fwd.get(id(module))
         if row is None:
-            row = self._layer_fwd[id(module)] = [name, type(module).__name__, 0, 0.0]
+            row = self._step_fwd[id(module)] = [name, type(module).__name__, 0, 0.0]
         row[2] += 1
         row[3] += t
 
@@ -515,7 +535,7 @@ class Watch:
                     h.remove()
                 for name, seconds in timer.result().items():
                     if name:
-                        self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + seconds
+                        self._step_bwd[name] = self._step_bwd.get(name, 0.0) + seconds
                 self._exit("backward")
         backward.__wrapped__ = engine  # type: ignore[attr-defined]
         return backward
@@ -531,8 +551,9 @@ class Watch:
 
     def layer_rows(self) -> list[dict[str, Any]]:
         """Per module: forward calls and seconds (inclusive of the modules inside it) and the
-        backward seconds of the autograd nodes its own code made, over every step seen."""
-        steps = max(self._count, 1)
+        backward seconds of the autograd nodes its own code made, over the measured steps (the
+        phases' steps: warm-up and a step left open are not counted)."""
+        steps = max(len(self.step_seconds), 1)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
                  "forward_s_per_step": s / steps,
                  "backward_s": self._layer_bwd.get(name, 0.0)}
