@@ -269,3 +269,26 @@ def test_watch_layers_leave_warmup_out_like_the_phases():
     assert root["forward_s"] == pytest.approx(r.breakdown["seconds"]["forward"])
     assert root["forward_s"] == pytest.approx(measured * TICK_WALL)
     assert root["forward_s_per_step"] == pytest.approx(TICK_WALL)
+
+
+def test_watch_layers_own_time_skips_never_called_containers():
+    """The root's own forward time is its own code only (0.2 ms a step), not the blocks that
+    sit in the never-called ModuleDict/ModuleList; own times of the called modules add up to
+    the root's inclusive time."""
+    clock = FakeClock()
+    model = TickGPT(clock)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with Watch(model, opt, warmup_steps=1, layers=True, clock=clock) as w:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+    r = w.report()
+    rows = {row["name"]: row for row in r.layers}
+    assert rows["TickGPT"]["own_s"] == pytest.approx(2 * 0.0002)
+    assert rows["transformer.h.1"]["own_s"] == pytest.approx(2 * 0.0005)
+    assert rows["transformer.h.1.mlp"]["own_s"] == pytest.approx(2 * 0.004)
+    assert sum(row["own_s"] for row in r.layers) == pytest.approx(rows["TickGPT"]["forward_s"])
+    assert "transformer" not in rows and "transformer.h" not in rows  # never called
+    from layerscope.renderers import render
+    assert "Own ms / step" in render(r, "table", width=200)

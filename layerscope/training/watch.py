@@ -52,7 +52,7 @@ from torch.utils.data import dataloader as _dataloader
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.timing import BackwardTimer
-from layerscope.core import values
+from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.training.loop import TrainReport
@@ -176,6 +176,10 @@ class Watch:
         self._step_bwd: dict[str, float] = {}
         self._layer_stack: list[tuple[float, str]] = []
         self._names: dict[int, str] = {}
+        # id(module) -> (id(root), its path under that root); id(root) -> every path under it
+        # (the never-called containers included): own time walks this tree
+        self._paths: dict[int, tuple[int, str]] = {}
+        self._trees: dict[int, list[str]] = {}
         self._cpu0 = time.process_time()
         self._wall0 = self.clock()
 
@@ -545,19 +549,48 @@ class Watch:
         if self.model is not None and not self._names:
             self._names.update({id(m): n or type(self.model).__name__
                                 for n, m in self.model.named_modules()})
+            self._remember_tree(self.model)
         prefix = type(root).__name__
         for n, m in root.named_modules():
             self._names.setdefault(id(m), f"{prefix}.{n}" if n else prefix)
+        self._remember_tree(root)
+
+    def _remember_tree(self, root: torch.nn.Module) -> None:
+        if id(root) in self._trees:
+            return
+        paths = []
+        for n, m in root.named_modules():
+            paths.append(n)
+            self._paths.setdefault(id(m), (id(root), n))
+        self._trees[id(root)] = paths
+
+    def _own_seconds(self) -> dict[int, float]:
+        """id(module) -> its forward own time over the measured steps (``tree.own_time``:
+        inclusive minus the nearest descendants that ran, through never-called containers)."""
+        inclusive: dict[int, dict[str, float]] = {}  # per root: path -> seconds
+        for key, (_, _, _, s) in self._layer_fwd.items():
+            if key in self._paths:
+                root, path = self._paths[key]
+                inclusive.setdefault(root, {})[path] = s
+        kids = {root: tree.children_map(self._trees[root]) for root in inclusive}
+        out = {}
+        for key in self._layer_fwd:
+            if key in self._paths:
+                root, path = self._paths[key]
+                out[key] = tree.own_time(path, inclusive[root], kids[root], inclusive[root])
+        return out
 
     def layer_rows(self) -> list[dict[str, Any]]:
-        """Per module: forward calls and seconds (inclusive of the modules inside it) and the
-        backward seconds of the autograd nodes its own code made, over the measured steps (the
-        phases' steps: warm-up and a step left open are not counted)."""
+        """Per module: forward calls and seconds (inclusive of the modules inside it), its own
+        forward seconds (without the modules it called) and the backward seconds of the
+        autograd nodes its own code made, over the measured steps (the phases' steps: warm-up
+        and a step left open are not counted)."""
         steps = max(len(self.step_seconds), 1)
+        own = self._own_seconds()
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
-                 "forward_s_per_step": s / steps,
+                 "forward_s_per_step": s / steps, "own_s": own.get(key, s),
                  "backward_s": self._layer_bwd.get(name, 0.0)}
-                for name, kind, calls, s in self._layer_fwd.values()]
+                for key, (name, kind, calls, s) in self._layer_fwd.items()]
         return sorted(rows, key=lambda r: -r["forward_s"])
 
     # ---- the result ---------------------------------------------------------------

@@ -251,19 +251,27 @@ def _rich_table(rt: RowTable) -> Table:
     return t
 
 
+def _own_cell(seconds: float | None, steps: int) -> Cell:
+    """Own forward ms per step; "-" in a report saved before the column existed."""
+    if seconds is None:
+        return Cell("-")
+    return Cell(f"{seconds / steps * 1e3:.3f}", seconds / steps * 1e3)
+
+
 def _watch_tables(r) -> list[RowTable]:
     """A watched script's --layers and --memory tables (none for a recipe's run)."""
     out = []
     if getattr(r, "layers", None):
         steps = max(r.breakdown.get("steps") or 0, 1)
         out.append(RowTable(
-            "layers", "Time per layer (forward inclusive of the layers inside it; backward: "
-                      "the autograd nodes of the layer's own code)",
+            "layers", "Time per layer (forward inclusive of the layers inside it; own: without "
+                      "the layers it called; backward: the autograd nodes of the layer's own code)",
             [("Layer", False), ("Type", False), ("Calls", True), ("Forward s", True),
-             ("Forward ms / step", True), ("Backward s", True)],
+             ("Forward ms / step", True), ("Own ms / step", True), ("Backward s", True)],
             [[cell(row["name"]), cell(row["type"]), Cell(str(row["calls"]), row["calls"]),
               Cell(f"{row['forward_s']:.4f}", row["forward_s"]),
               Cell(f"{row['forward_s'] / steps * 1e3:.3f}", row["forward_s"] / steps * 1e3),
+              _own_cell(row.get("own_s"), steps),
               Cell(num(row.get("backward_s"), ".4f"), row.get("backward_s"))]
              for row in r.layers]))
     if getattr(r, "phase_memory", None):
