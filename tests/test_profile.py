@@ -54,15 +54,18 @@ def test_forward_attribution_with_fake_clock():
     assert report.end_to_end["throughput_per_s"] == pytest.approx(1 / 0.0035)
 
 
+B_SCHEDULE = [i / 1000 for i in [*range(2, 11), 1]]
+
+
 def test_leaf_rows_and_percentiles_with_fake_clock():
     clock = FakeClock()
     net = Net(clock)
-    # b's i-th call (0-based) takes (i % 10) + 1 ms. Call 0 is the static analysis' fake pass,
-    # calls 1-4 the warm-up; then each round runs bare and instrumented, the first of the two
-    # alternating: bare, inst | inst, bare | bare, inst | inst, bare | bare, inst. So calls
-    # 6, 7, 10, 11, 14 are instrumented (b takes 7, 8, 1, 2, 5 ms) and 5, 8, 9, 12, 13 bare
-    # (6, 9, 10, 3, 4 ms).
-    net.b.schedule = [i / 1000 for i in range(1, 11)]
+    # b's i-th call (0-based) takes ((i + 1) % 10) + 1 ms (B_SCHEDULE). The static analysis'
+    # fake pass leaves the model as it was, its call counter too, so calls 0-3 are the warm-up;
+    # then each round runs bare and instrumented, the first of the two alternating: bare, inst |
+    # inst, bare | bare, inst | inst, bare | bare, inst. So calls 5, 6, 9, 10, 13 are
+    # instrumented (b takes 7, 8, 1, 2, 5 ms) and 4, 7, 8, 11, 12 bare (6, 9, 10, 3, 4 ms).
+    net.b.schedule = B_SCHEDULE
     report = layerscope.profile(net, inputs=(1, 4), runs=5, warmup=4, roofline=False, clock=clock)
     rows = {r.name: r for r in report.layers}
     b = rows["b.fc"]  # leaves: the Linear inside b takes no fake time; b's own code is a row
@@ -74,6 +77,7 @@ def test_leaf_rows_and_percentiles_with_fake_clock():
     assert own.time["p90_s"] == pytest.approx(0.007 + 0.6 * 0.001)  # rank 3.6
     bare = report.end_to_end  # median of 3,4,6,9,10 ms is 6 ms, + 1 ms (a) + 0.5 ms (root)
     assert bare["median_s"] == pytest.approx(0.006 + 0.0015)
+    assert net.b.calls == 0  # the caller's model is as it was
 
 
 class SlowGrad(torch.autograd.Function):
@@ -177,7 +181,7 @@ def _b_schedule_report(monkeypatch=None, **kw):
     (10, 1), (3, 2), (4, 5)); a takes 1 ms and the root's own code 0.5 ms in every run."""
     clock = FakeClock()
     net = Net(clock)
-    net.b.schedule = [i / 1000 for i in range(1, 11)]
+    net.b.schedule = B_SCHEDULE
     return layerscope.profile(net, inputs=(1, 4), runs=5, warmup=4, roofline=False,
                               clock=clock, **kw)
 

@@ -75,7 +75,7 @@ def materialized_copy(module: nn.Module, args: list[Any], kwargs: dict[str, Any]
 
     margs, mkwargs = map_inputs((tuple(args), kwargs), on_meta)
     try:
-        with swapped(work, meta_like), torch.no_grad():
+        with swapped(work, meta_like, keep_changes=True), torch.no_grad():
             work(*margs, **mkwargs)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -127,6 +127,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     """Per-operator time over ``runs`` profiled inferences (per-run figures)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from layerscope.analysis.capture import untouched
     from layerscope.analysis.runtime import _prepare, check_device
 
     check_device(device)
@@ -145,7 +146,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     try:
         module.eval()
-        with torch.no_grad():
+        with untouched(module), torch.no_grad():
             for _ in range(warmup):
                 module(*xs)
             with quiet_native_stderr(), profile(activities=activities,

@@ -135,6 +135,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             progress: Progress | None = None) -> Report:
     """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
     from layerscope.analysis.analyze import analyze
+    from layerscope.analysis.capture import untouched
     from layerscope.frontends.inputs import parse_dtype
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
@@ -154,10 +155,11 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
         report.model, report.frontend = loaded.name, loaded.frontend
         module.eval()
-        _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
-                         machine, kw)
-        if backward:
-            _measure_backward(report, module, xs, device, warmup, plan, clock, progress, kw)
+        with untouched(module):  # a forward caching into self leaves the caller's model as it was
+            _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
+                             machine, kw)
+            if backward:
+                _measure_backward(report, module, xs, device, warmup, plan, clock, progress, kw)
         if roofline:
             _place_on_roofline(report, device, dtype or torch.float32, torch.get_num_threads())
     finally:

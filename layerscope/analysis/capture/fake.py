@@ -1,7 +1,8 @@
 """The default capture: the model runs on *fake* copies of its parameters and inputs
 (``FakeTensorMode``), so no arithmetic is done and no weight memory is needed. Parameters on the
 meta device are analysed as CPU tensors, so the CPU kernels are chosen. A model that needs real
-values (data-dependent shapes) falls back to ``real.capture_real``."""
+values (data-dependent shapes), or reaches a tensor it could not replace, falls back to
+``real.capture_real``, with a note in ``Capture.warnings``."""
 from __future__ import annotations
 
 import contextlib
@@ -50,6 +51,28 @@ def _needs_real_values():
             ft.DataDependentOutputException)
 
 
+_REAL_TENSOR_SEEN = "convert all Tensors to FakeTensors"
+
+
+def real_run_reason(exc: BaseException) -> str | None:
+    """Why a failed fake run needs the real one, or None when the model itself failed: an op
+    needs real values (``.item()``, a tensor used as a Python number or bool, data-dependent
+    shapes), or the forward reached a tensor the fake run could not replace (one held inside
+    an object or a tuple, a global): FakeTensor refuses to mix it with fakes. The cause chain is
+    searched, as a model may wrap the error in its own."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, _needs_real_values()):
+            return (f"the forward needs real values ({type(exc).__name__}: data-dependent "
+                    "shapes, .item() or a tensor used as a Python number)")
+        if _REAL_TENSOR_SEEN in str(exc):
+            return ("the forward uses a tensor the fake run could not replace (one held "
+                    "inside an object or a tuple, or a global)")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
                  functions: bool = False, reuse_blocks: bool = True) -> Capture:
     """Run ``model`` once on fake tensors, charging ops to ``stats`` (from ``module_table``).
@@ -87,19 +110,20 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
             with fake_mode, (reuse.installed() if reuse else contextlib.nullcontext()):
                 output_bytes = run_model(lambda: model(*fake_args, **fake_kwargs), tracker, mode,
                                          training, functions)
-    except _needs_real_values() as exc:
-        # The model needs real values (data-dependent shapes); run it for real.
+    except Exception as exc:
+        reason = real_run_reason(exc)
+        if reason is None:  # the model's own error: shape mismatch and the like
+            raise model_error(exc) from exc
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
-            raise ModelRunError(f"{type(exc).__name__}: the model needs real values "
-                                "(data-dependent shapes) but its weights are on the meta device"
-                                ) from exc
+            raise ModelRunError(f"{reason} but its weights are on the meta device") from exc
         fresh, _ = module_table(model)
         stats.clear()
         stats.update(fresh)
-        return capture_real(model, inputs, kwargs, stats, order, training, dtype,
-                            functions=functions)
-    except Exception as exc:  # the model's own error: shape mismatch and the like
-        raise model_error(exc) from exc
+        cap = capture_real(model, inputs, kwargs, stats, order, training, dtype,
+                           functions=functions)
+        cap.warnings.append(f"the model ran for real (inputs given as shapes are zeros, the "
+                            f"weights private copies), not on fake tensors: {reason}")
+        return cap
     return Capture(stats, order, mode.op_calls, mode.uncounted, liveness.peak,
                    sum(map(tensor_nbytes, in_tensors)), output_bytes, training,
                    replayed_calls=reuse.replayed if reuse else 0)
