@@ -93,7 +93,7 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
             raise ModelRunError(f"{type(exc).__name__}: the model needs real values "
                                 "(data-dependent shapes) but its weights are on the meta device"
                                 ) from exc
-        fresh, _ = module_table(model)
+        fresh, _ = module_table(model, dtype)
         stats.clear()
         stats.update(fresh)
         return capture_real(model, inputs, kwargs, stats, order, training, dtype,
