@@ -86,3 +86,23 @@ def test_the_bound_sequence_length_is_used(bert):
                                          f"attention_mask=1x{s}:int64"])
     per_layer = 4 * s * H * H + 2 * s * H * I + 2 * HEADS * s * s * (H // HEADS)
     assert r.totals.macs == LAYERS * per_layer
+
+
+def test_shapes_left_unknown_write_no_file(tmp_path, monkeypatch):
+    """A custom op with no schema: its output stays unknown after both inferences, the nodes
+    are uncounted, and nothing is written in the working directory (onnxruntime's
+    infer_shapes saves sym_shape_infer_temp.onnx there when it cannot infer every shape)."""
+    from onnx import helper
+
+    from tests.onnx_graphs import model, save, tensor
+
+    nodes = [helper.make_node("Mystery", ["x"], ["c"], name="custom", domain="acme"),
+             helper.make_node("Relu", ["c"], ["y"], name="r")]
+    m = model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], extra_opsets=[("acme", 1)])
+    path = save(m, tmp_path)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    r = layerscope.analyze(path)
+    assert r.op_coverage == 0.0 and r.totals.layer_output_bytes is None
+    assert list(work.iterdir()) == []

@@ -465,13 +465,20 @@ def _fill_symbolic_shapes(model: Any, tensors: dict[str, TensorInfo], unknown: s
     bound input shapes. Only fully known shapes are taken; when it fails the shapes stay unknown
     and those nodes are reported as uncounted."""
     ssi = _symbolic_shape_inference()
-    if ssi is None:
+    if ssi is None or not any(o.domain in DEFAULT_DOMAINS and o.version >= 7
+                              for o in model.opset_import):
         return
+    # SymbolicShapeInference.infer_shapes's own loop, without its last step: where some shapes
+    # stay unknown it saves the model as sym_shape_infer_temp.onnx in the working directory and
+    # raises; here the shapes it did infer are taken.
     try:
-        out = ssi.infer_shapes(model, auto_merge=False, guess_output_rank=False)
+        inference = ssi(2**31 - 1, False, False, 0)  # int_max, auto_merge, guess_output_rank
+        inference._preprocess(model)
+        while inference.run_:
+            inference._infer_impl()
+        inference._update_output_from_vi()
+        out = inference.out_mp_
     except Exception:  # noqa: BLE001 - any failure of the fallback leaves the shapes unknown
-        return
-    if out is None:
         return
     for vi in list(out.graph.value_info) + list(out.graph.output):
         if vi.name not in unknown or not vi.type.HasField("tensor_type"):
