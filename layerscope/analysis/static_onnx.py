@@ -201,6 +201,22 @@ def walk_graph(g: OnnxGraph) -> Walk:
     return walk
 
 
+def node_output_bytes(g: OnnxGraph) -> int | None:
+    """The sum of node outputs: the bytes of every output of every node (views and Constant
+    nodes included, each output once), or None where a node output's shape is unknown. Unlike
+    activation_bytes, a view's output (Reshape, Flatten, Identity) counts again."""
+    total = 0
+    for node in g.nodes:
+        for o in node.output:
+            if not o:
+                continue
+            info = g.tensors.get(o)
+            if info is None or info.shape is None:
+                return None
+            total += info.nbytes
+    return total
+
+
 def _notes(g: OnnxGraph, walk: Walk) -> list[str]:
     notes = []
     if walk.unknown_shapes:
@@ -243,6 +259,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
         peak_activation_bytes=mem["peak_activation_bytes"],
         input_bytes=sum(g.tensors[n].nbytes for n in g.inputs if n in g.tensors),
         output_bytes=sum(g.tensors[n].nbytes for n in g.outputs if n in g.tensors),
+        layer_output_bytes=node_output_bytes(g),
     )
     missing = sum(walk.uncounted.values())
     model = g.model
