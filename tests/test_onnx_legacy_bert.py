@@ -105,4 +105,6 @@ def test_shapes_left_unknown_write_no_file(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     r = layerscope.analyze(path)
     assert r.op_coverage == 0.0 and r.totals.layer_output_bytes is None
+    assert ("1 node(s) have tensors whose shapes shape inference could not determine "
+            "('r'); they are uncounted") in r.notes
     assert list(work.iterdir()) == []

@@ -220,9 +220,10 @@ def node_output_bytes(g: OnnxGraph) -> int | None:
 def _notes(g: OnnxGraph, walk: Walk) -> list[str]:
     notes = []
     if walk.unknown_shapes:
+        named = ", ".join(repr(n) for n in walk.unknown_shapes[:5])
+        more = ", ..." if len(walk.unknown_shapes) > 5 else ""
         notes.append(f"{len(walk.unknown_shapes)} node(s) have tensors whose shapes shape "
-                     f"inference could not determine (e.g. {walk.unknown_shapes[0]!r}); they "
-                     "are uncounted")
+                     f"inference could not determine ({named}{more}); they are uncounted")
     notes += [f"could not cost {f}" for f in walk.failures[:5]]
     read = {x for reads, _ in walk.steps for x in reads}
     unread = [n for n in g.initializers if n not in read]
