@@ -448,6 +448,8 @@ def _symbolic_shape_inference() -> Any:
         if file is None or not os.path.isfile(file):
             return None
         spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            return None
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
