@@ -85,7 +85,7 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
     loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
     if not has_forward(module):
-        cap = capture.parameters_only(module, training=(mode == "training"))
+        cap = capture.parameters_only(module, training=(mode == "training"), dtype=dtype)
         notes.append(f"{type(module).__name__} has no forward(): no forward ran; the report "
                      "lists parameters and buffers only (no MACs, FLOPs or activations)")
     else:

@@ -201,12 +201,29 @@ def walk_graph(g: OnnxGraph) -> Walk:
     return walk
 
 
+def node_output_bytes(g: OnnxGraph) -> int | None:
+    """The sum of node outputs: the bytes of every output of every node (views and Constant
+    nodes included, each output once), or None where a node output's shape is unknown. Unlike
+    activation_bytes, a view's output (Reshape, Flatten, Identity) counts again."""
+    total = 0
+    for node in g.nodes:
+        for o in node.output:
+            if not o:
+                continue
+            info = g.tensors.get(o)
+            if info is None or info.shape is None:
+                return None
+            total += info.nbytes
+    return total
+
+
 def _notes(g: OnnxGraph, walk: Walk) -> list[str]:
     notes = []
     if walk.unknown_shapes:
+        named = ", ".join(repr(n) for n in walk.unknown_shapes[:5])
+        more = ", ..." if len(walk.unknown_shapes) > 5 else ""
         notes.append(f"{len(walk.unknown_shapes)} node(s) have tensors whose shapes shape "
-                     f"inference could not determine (e.g. {walk.unknown_shapes[0]!r}); they "
-                     "are uncounted")
+                     f"inference could not determine ({named}{more}); they are uncounted")
     notes += [f"could not cost {f}" for f in walk.failures[:5]]
     read = {x for reads, _ in walk.steps for x in reads}
     unread = [n for n in g.initializers if n not in read]
@@ -243,6 +260,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
         peak_activation_bytes=mem["peak_activation_bytes"],
         input_bytes=sum(g.tensors[n].nbytes for n in g.inputs if n in g.tensors),
         output_bytes=sum(g.tensors[n].nbytes for n in g.outputs if n in g.tensors),
+        layer_output_bytes=node_output_bytes(g),
     )
     missing = sum(walk.uncounted.values())
     model = g.model

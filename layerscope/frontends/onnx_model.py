@@ -422,6 +422,74 @@ def _constant_info(node: Any) -> TensorInfo | None:
     return None
 
 
+def _unknown_outputs(graph: Any, tensors: dict[str, TensorInfo]) -> set[str]:
+    """Node outputs whose shape is not fully known."""
+    return {o for n in graph.node for o in n.output
+            if o and (o not in tensors or tensors[o].shape is None)}
+
+
+def _symbolic_shape_inference() -> Any:
+    """onnxruntime's ``SymbolicShapeInference`` class, or None without onnxruntime. Its module
+    is loaded from its file: importing it as ``onnxruntime.tools.symbolic_shape_infer`` runs
+    ``onnxruntime/tools/__init__.py``, which imports torch when installed (seconds, and the ONNX
+    path never needs torch); the module itself imports only onnx, numpy, sympy and packaging."""
+    import importlib.util
+    import logging
+    import sys
+
+    name = "layerscope_ort_symbolic_shape_infer"
+    if name not in sys.modules:
+        try:
+            ort = importlib.util.find_spec("onnxruntime")
+        except (ImportError, ValueError):
+            ort = None
+        file = (os.path.join(os.path.dirname(ort.origin), "tools", "symbolic_shape_infer.py")
+                if ort is not None and ort.origin else None)
+        if file is None or not os.path.isfile(file):
+            return None
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError:  # sympy or packaging missing
+            return None
+        sys.modules[name] = module
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # its warnings are not the user's
+    return getattr(sys.modules[name], "SymbolicShapeInference", None)
+
+
+def _fill_symbolic_shapes(model: Any, tensors: dict[str, TensorInfo], unknown: set[str]) -> None:
+    """Shapes onnx's inference left unknown, from onnxruntime's symbolic shape inference, which
+    also folds shape computations (Shape -> Gather -> Unsqueeze -> Concat -> Slice/Reshape, the
+    position ids and attention masks of models from the legacy TorchScript exporter) given the
+    bound input shapes. Only fully known shapes are taken; when it fails the shapes stay unknown
+    and those nodes are reported as uncounted."""
+    ssi = _symbolic_shape_inference()
+    if ssi is None or not any(o.domain in DEFAULT_DOMAINS and o.version >= 7
+                              for o in model.opset_import):
+        return
+    # SymbolicShapeInference.infer_shapes's own loop, without its last step: where some shapes
+    # stay unknown it saves the model as sym_shape_infer_temp.onnx in the working directory and
+    # raises; here the shapes it did infer are taken.
+    try:
+        inference = ssi(2**31 - 1, False, False, 0)  # int_max, auto_merge, guess_output_rank
+        inference._preprocess(model)
+        while inference.run_:
+            inference._infer_impl()
+        inference._update_output_from_vi()
+        out = inference.out_mp_
+    except Exception:  # noqa: BLE001 - any failure of the fallback leaves the shapes unknown
+        return
+    for vi in list(out.graph.value_info) + list(out.graph.output):
+        if vi.name not in unknown or not vi.type.HasField("tensor_type"):
+            continue
+        dims = _dims(vi)
+        if dims is not None and all(isinstance(d, int) and d >= 0 for d in dims):
+            tensors[vi.name] = TensorInfo(tuple(dims), vi.type.tensor_type.elem_type)
+
+
 def load_onnx(path: str, inputs: Sequence[str] | None = None,
               batch_size: int | None = None) -> OnnxGraph:
     """Load ``path`` without its weights, validate it, bind ``inputs`` ('NAME=1x3x224x224') and
@@ -445,6 +513,9 @@ def load_onnx(path: str, inputs: Sequence[str] | None = None,
                         f"{first_line(exc)}") from exc
     graph = inferred.graph
     tensors = _tensor_infos(inferred)
+    unknown = _unknown_outputs(graph, tensors)
+    if unknown:
+        _fill_symbolic_shapes(model, tensors, unknown)
     resident = {t.name for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS and node.output:

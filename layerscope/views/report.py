@@ -70,8 +70,9 @@ def _cost_facts(r) -> list[tuple[str, str]]:
            ("Peak activation bytes", exact(t.peak_activation_bytes)),
            ("Input / output bytes", f"{si(t.input_bytes)} / {si(t.output_bytes)}")]
     if t.layer_output_bytes is not None:
-        out += [("Sum of layer outputs", exact(t.layer_output_bytes)),
-                ("Forward/backward pass (torchinfo)", exact(t.torchinfo_pass_bytes))]
+        out.append((_outputs_label(r), exact(t.layer_output_bytes)))
+    if t.torchinfo_pass_bytes is not None:
+        out.append(("Forward/backward pass (torchinfo)", exact(t.torchinfo_pass_bytes)))
     if t.backward_macs is not None:
         out += [("Backward MACs", exact(t.backward_macs)),
                 ("Backward FLOPs", exact(t.backward_flops)),
@@ -392,6 +393,11 @@ def _layer_table(report) -> Table:
     return table
 
 
+def _outputs_label(report) -> str:
+    """``layer_output_bytes`` is the sum of leaf-layer outputs, or of node outputs (ONNX)."""
+    return "Sum of node outputs" if report.frontend == "onnx" else "Sum of layer outputs"
+
+
 def footer_lines(report) -> list[str]:
     """torchinfo's summary, each size labelled with its definition. "Forward/backward pass size"
     is torchinfo's own (2 x the first output of every call of a leaf layer with parameters), so
@@ -417,9 +423,10 @@ def footer_lines(report) -> list[str]:
         "the forward creates, plus its gradient)",
     ]
     if t.layer_output_bytes is not None:
-        lines.append(f"Sum of layer outputs: {t.layer_output_bytes:,} B "
-                     f"({megabytes(t.layer_output_bytes)} MB)   (every call of every leaf layer, "
-                     "in-place outputs counted again)")
+        what = ("every output of every node, views counted again" if report.frontend == "onnx"
+                else "every call of every leaf layer, in-place outputs counted again")
+        lines.append(f"{_outputs_label(report)}: {t.layer_output_bytes:,} B "
+                     f"({megabytes(t.layer_output_bytes)} MB)   ({what})")
     lines += [
         f"Params size (MB): {megabytes(t.weight_bytes)}",
         f"Estimated Total Size (MB): {megabytes(t.input_bytes + pass_size + t.weight_bytes)}"

@@ -37,21 +37,26 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
     earlier call's record instead of tracing it again (``capture.reuse``: fake inference runs
     only; the figures are exactly the traced ones, False traces every call)."""
     kwargs = dict(kwargs or {})
-    stats, order = module_table(model)
+    stats, order = module_table(model, dtype)
     flags = _flags(model)
     try:
         model.train(training)
         if fake:
-            return capture_fake(model, list(inputs), kwargs, stats, order, training, dtype,
-                                functions=functions, reuse_blocks=reuse_blocks)
-        return capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned,
-                            functions=functions)
+            cap = capture_fake(model, list(inputs), kwargs, stats, order, training, dtype,
+                               functions=functions, reuse_blocks=reuse_blocks)
+        else:
+            cap = capture_real(model, list(inputs), kwargs, stats, order, training, dtype, owned,
+                               functions=functions)
+        cap.dtype = dtype
+        return cap
     finally:
         for m, flag in flags:
             m.training = flag
 
 
-def parameters_only(model: nn.Module, training: bool = False) -> Capture:
-    """A capture with no forward run (the model has none): parameters and buffers per module."""
-    stats, order = module_table(model)
-    return Capture(stats, order, 0, Counter(), 0, 0, 0, training)
+def parameters_only(model: nn.Module, training: bool = False,
+                    dtype: torch.dtype | None = None) -> Capture:
+    """A capture with no forward run (the model has none): parameters and buffers per module,
+    floating ones counted in ``dtype`` where given."""
+    stats, order = module_table(model, dtype)
+    return Capture(stats, order, 0, Counter(), 0, 0, 0, training, dtype=dtype)

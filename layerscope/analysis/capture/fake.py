@@ -116,7 +116,7 @@ def capture_fake(model, inputs, kwargs, stats, order, training, dtype,
             raise model_error(exc) from exc
         if device.type == "meta" or any(t.device.type == "meta" for t in model.parameters()):
             raise ModelRunError(f"{reason} but its weights are on the meta device") from exc
-        fresh, _ = module_table(model)
+        fresh, _ = module_table(model, dtype)
         stats.clear()
         stats.update(fresh)
         cap = capture_real(model, inputs, kwargs, stats, order, training, dtype,

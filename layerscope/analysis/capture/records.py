@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn as nn
 
 from layerscope.analysis.capture.tensors import tensor_nbytes
@@ -54,10 +55,14 @@ class Capture:
     training: bool
     warnings: list[str] = field(default_factory=list)  # what the caller should tell the user
     replayed_calls: int = 0  # module calls replayed from an earlier identical call (capture.reuse)
+    # the analysis' --dtype: floating parameters, buffers and their gradients count in it
+    dtype: torch.dtype | None = None
 
 
-def module_table(model: nn.Module) -> tuple[dict[str, ModuleStats], list[str]]:
-    """One entry per distinct module, parameters charged to the first module that owns them."""
+def module_table(model: nn.Module, dtype: torch.dtype | None = None
+                 ) -> tuple[dict[str, ModuleStats], list[str]]:
+    """One entry per distinct module, parameters charged to the first module that owns them;
+    floating parameters and buffers count in ``dtype`` where given (the model cast to it)."""
     stats: dict[str, ModuleStats] = {}
     order: list[str] = []
     seen: set[int] = set()
@@ -69,11 +74,11 @@ def module_table(model: nn.Module) -> tuple[dict[str, ModuleStats], list[str]]:
             if p is not None and id(p) not in seen:
                 seen.add(id(p))
                 s.params += p.numel()
-                s.weight_bytes += tensor_nbytes(p)
+                s.weight_bytes += tensor_nbytes(p, dtype)
         for b in module._buffers.values():
             if b is not None and id(b) not in seen:
                 seen.add(id(b))
-                s.buffer_bytes += tensor_nbytes(b)
+                s.buffer_bytes += tensor_nbytes(b, dtype)
         stats[name] = s
         order.append(name)
         if name:

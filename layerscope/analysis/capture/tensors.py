@@ -8,8 +8,12 @@ from torch.utils import _pytree as pytree
 from layerscope.ops.registry import T
 
 
-def tensor_nbytes(t: torch.Tensor) -> int:
-    """Bytes of ``t``'s elements (not of its storage: a view counts its own elements)."""
+def tensor_nbytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> int:
+    """Bytes of ``t``'s elements (not of its storage: a view counts its own elements); with
+    ``dtype`` (the analysis' --dtype), a floating tensor counts as if cast to it, as the run casts
+    the model's floating parameters and buffers."""
+    if dtype is not None and t.is_floating_point():
+        return t.numel() * dtype.itemsize
     return t.numel() * t.element_size()
 
 

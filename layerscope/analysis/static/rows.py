@@ -110,7 +110,7 @@ def totals(cap: Capture, model: nn.Module, optimizer: str = "adam") -> Totals:
                  **_summed(list(cap.modules.values()), cap.training))
     tot.layer_output_bytes, tot.torchinfo_pass_bytes = _layer_outputs(cap)
     if cap.training:
-        tot.gradient_bytes = sum(tensor_nbytes(p) for p in trainable)
+        tot.gradient_bytes = sum(tensor_nbytes(p, cap.dtype) for p in trainable)
         tot.optimizer_state_bytes = OPTIMIZER_STATE_FACTOR[optimizer] * tot.gradient_bytes
     return tot
 
