@@ -25,6 +25,7 @@ from layerscope.core.errors import UserError
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.results import load_result
 from layerscope.schema import errors as schema_errors
+from tests.doc_examples import docs_root
 from tests.helpers import run_cli
 from tests.onnx_graphs import init, model, save, tensor
 
@@ -165,6 +166,12 @@ def test_resnet50_against_dynamo_export(r50_dynamo):
     # max-pool indices: 64 x 56 x 56 int64 = 1,605,632 bytes written by PyTorch only
     assert t["bytes_written"].diff == -1_605_632
     assert set(t["activation_bytes"].rules) == {"in-place", "maxpool-indices"}
+    # the figures the compare and ONNX pages quote (1e6-byte MB, as written there)
+    acts = t["activation_bytes"]
+    compare_page = " ".join((docs_root() / "docs/compare.md").read_text().split())
+    assert f"activation bytes {(acts.b - acts.a) / 1e6:+.1f} MB" in compare_page
+    onnx_page = " ".join((docs_root() / "docs/onnx.md").read_text().split())
+    assert f"(resnet50: {acts.b / 1e6:.1f} MB vs {acts.a / 1e6:.1f} MB)" in onnx_page
     assert len(_rule_rows(c, "num-batches-tracked")) == 53
     assert len(_rule_rows(c, "in-place")) == 33
     assert _rows(c)["layer1.0"].a_type == "Bottleneck (own ops)"
