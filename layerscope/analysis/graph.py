@@ -191,8 +191,9 @@ def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
     become one node with their count and summed figures."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-    if detect(model).is_onnx:
-        g = _onnx_graph(model, inputs, batch_size, all_nodes)
+    ref = detect(model)
+    if ref.is_onnx:
+        g = _onnx_graph(ref.spec, inputs, batch_size, all_nodes)
     else:
         g = _torch_graph(model, inputs, batch_size)
     g.metric = metric
