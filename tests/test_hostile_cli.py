@@ -310,3 +310,58 @@ def test_a_failed_command_prints_its_error_line_only(user_file, tmp_path):
     # the model warns, then the run fails: the warning is not shown, the error is the one line
     code, out, err = run_cli("analyze", f"{user_file}:warns", "--input", "1x5")
     _one_line_error(code, err)
+
+
+# ------------------------------------------------------------------ patterns that backtrack
+
+LONG = "a" * 5000 + "b"  # what (a+)+$ backtracks on for minutes with Python's re
+
+
+def _long_named_onnx(t) -> str:
+    from onnx import helper
+
+    m = model([helper.make_node("Relu", ["x"], ["y"], name=LONG)], [tensor("x", [1, 4])],
+              [tensor("y", [1, 4])])
+    return save(m, t)
+
+
+def _long_named_module(t) -> str:
+    (t / "long.py").write_text(textwrap.dedent(f'''
+        import torch.nn as nn
+
+        def build():
+            m = nn.Sequential()
+            m.add_module("{LONG}", nn.Linear(4, 4))
+            return m, (nn.init.zeros_(__import__("torch").empty(1, 4)),)
+    '''))
+    return f"{t / 'long.py'}:build"
+
+
+PATTERNS = [
+    ("graph-nodes", lambda t: ["graph", _long_named_onnx(t), "--nodes", "(a+)+$",
+                               "-o", str(t / "g.json")], "--nodes '(a+)+$' takes too long"),
+    ("activations-layers", lambda t: ["activations", _long_named_module(t), "--layers",
+                                      "(a|aa)+"], "--layers '(a|aa)+' takes too long"),
+    ("op-type-invalid", lambda t: ["analyze", _long_named_onnx(t), "--view", "ops",
+                                   "--op-type", "("], "--op-type '(' is not a valid regular"),
+]
+
+
+@pytest.mark.parametrize("build,expected", [p[1:] for p in PATTERNS], ids=[p[0] for p in PATTERNS])
+def test_pattern_that_backtracks_is_one_line(tmp_path, build, expected):
+    """In a subprocess with a time limit (the pattern ran for minutes before): one line that
+    names the option and says to simplify the pattern; nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    argv = build(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "layerscope", *argv], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": root})
+    _one_line_error(run.returncode, run.stderr)
+    assert expected in run.stderr, run.stderr
+    assert "simplify the pattern" in run.stderr or "not a valid" in run.stderr
+    assert sorted(os.listdir(tmp_path)) == before
