@@ -98,7 +98,22 @@ HOSTILE = [
     ("empty-module-name", lambda t: ["analyze", ":factory"], "cannot import module ''"),
     ("no-command", lambda t: [], "give a command"),
     ("rewrite-no-pass", lambda t: ["rewrite"], "rewrite needs a pass"),
+    ("gpu-memory-negative-looking", lambda t: ["plan", "llama-3-8b", "--gpu-memory", "-1GB"],
+     "--gpu-memory expected a value, and -1GB reads as an option: give it as "
+     "--gpu-memory=-1GB"),
+    ("gpu-memory-attached-negative", lambda t: ["plan", "llama-3-8b", "--gpu-memory=-1GB"],
+     "--gpu-memory must be a size such as 80GB"),
+    ("loop-empty", lambda t: ["profile", "mnist-cnn", "--loop", ""], "unknown --loop ''"),
+    ("factory-error-in-colour", lambda t: ["analyze", _coloured_error(t)],
+     "the factory raised RuntimeError: Error: the exporter failed"),
 ]
+
+
+def _coloured_error(t) -> str:
+    """A factory raising an error coloured like torch.onnx's exporter colours its own."""
+    (t / "colour.py").write_text("def build():\n    raise RuntimeError("
+                                 "'\\x1b[1m\\x1b[31mError:\\x1b[0m the exporter failed')\n")
+    return f"{t / 'colour.py'}:build"
 
 
 @pytest.mark.parametrize("build,expected", [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
@@ -106,6 +121,7 @@ def test_hostile_value_is_one_line_exit_2(tmp_path, build, expected):
     code, out, err = run_cli(*build(tmp_path))
     _one_line_error(code, err)
     assert expected in err, err
+    assert "\x1b" not in err  # plain text, no terminal escape sequences
     assert out == ""
 
 

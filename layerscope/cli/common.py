@@ -19,6 +19,7 @@ class Parser(argparse.ArgumentParser):
     command's dest -> option table on the namespace (``in_flags`` reads it)."""
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
+        self._argv = list(sys.argv[1:] if args is None else args)  # error() quotes a value
         namespace, extras = super().parse_known_args(args, namespace)
         flags = dict(getattr(namespace, OPTION_FLAGS, None) or {})
         for action in self._actions:  # a subcommand's own options were added first: they win
@@ -40,6 +41,14 @@ class Parser(argparse.ArgumentParser):
         option, sep, rest = message.partition(": ")
         if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
             message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
+        elif option.startswith("argument -") and rest.startswith("expected one argument"):
+            # argparse reads a value such as -1GB as an option: say how to give it
+            flags = option.removeprefix("argument ").split("/")
+            argv = getattr(self, "_argv", [])
+            after = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags]
+            if after and after[0].startswith("-"):
+                message = (f"{flags[-1]} expected a value, and {after[0]} reads as an option: "
+                           f"give it as {flags[-1]}={after[0]}")
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
