@@ -104,9 +104,35 @@ HOSTILE = [
     ("gpu-memory-attached-negative", lambda t: ["plan", "llama-3-8b", "--gpu-memory=-1GB"],
      "--gpu-memory must be a size such as 80GB"),
     ("loop-empty", lambda t: ["profile", "mnist-cnn", "--loop", ""], "unknown --loop ''"),
+    ("profile-meta-parameters", lambda t: ["profile", _meta_model(t), "--runs", "1"],
+     "weight is on the meta device (a shape without values), so the model cannot run"),
+    ("ops-meta-parameters", lambda t: ["ops", _meta_model(t), "--runs", "1"],
+     "weight is on the meta device"),
     ("factory-error-in-colour", lambda t: ["analyze", _coloured_error(t)],
      "the factory raised RuntimeError: Error: the exporter failed"),
 ]
+
+
+def _meta_model(t) -> str:
+    """A factory building its model on the meta device, as large-model code does."""
+    (t / "meta.py").write_text("import torch\n\ndef build():\n"
+                               "    with torch.device('meta'):\n"
+                               "        return torch.nn.Linear(4, 4), (torch.zeros(1, 4),)\n")
+    return f"{t / 'meta.py'}:build"
+
+
+def test_api_profile_of_a_meta_model_is_a_user_error():
+    import torch
+
+    import layerscope
+    from layerscope.core.errors import UserError
+
+    with torch.device("meta"):
+        m = torch.nn.Linear(4, 4)
+    for call in (layerscope.profile, layerscope.ops):
+        with pytest.raises(UserError, match="weight is on the meta device"):
+            call(m, (1, 4), runs=1)
+    assert m.weight.is_meta  # the caller's module is as it was
 
 
 def _coloured_error(t) -> str:
