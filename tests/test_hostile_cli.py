@@ -407,3 +407,24 @@ def test_pattern_that_backtracks_is_one_line(tmp_path, build, expected):
     assert expected in run.stderr, run.stderr
     assert "simplify the pattern" in run.stderr or "not a valid" in run.stderr
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_huge_layer_name_is_cut_in_the_terminal_table(tmp_path):
+    """A layer named with a megabyte took the table's whole width (every other column cut to
+    '…') and grew with the name; the terminal table cuts it, JSON keeps it whole."""
+    import json
+
+    from onnx import helper
+
+    from layerscope.views.report import NAME_CHARS
+
+    name = "n" * 1_000_000
+    graph = save(model([helper.make_node("Relu", ["x"], ["y"], name=name)],
+                       [tensor("x", [1, 4])], [tensor("y", [1, 4])]), tmp_path)
+    code, out, err = run_cli("analyze", graph, "--width", "160")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "Relu" in line)
+    assert "n" * (NAME_CHARS - 1) + "…" in row and "n" * NAME_CHARS not in row
+    assert max(len(line) for line in out.splitlines()) <= 160
+    code, out, err = run_cli("analyze", graph, "--format", "json")
+    assert [r["name"] for r in json.loads(out)["layers"]] == [name]
