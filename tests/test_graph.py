@@ -145,7 +145,7 @@ def test_cli_writes_each_format(hand, tmp_path, ext, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["-o", "g.png"], ".svg, .html or .dot"),
     (["--nodes", "Conv"], "matches no node"),
-    (["--nodes", "("], "not a regular expression"),
+    (["--nodes", "("], "not a valid regular expression"),
     (["--metric", "speed"], "unknown metric"),
 ], ids=["bad-extension", "no-match", "bad-regex", "bad-metric"])
 def test_cli_errors_are_one_line(hand, tmp_path, monkeypatch, argv, message):

@@ -98,7 +98,48 @@ HOSTILE = [
     ("empty-module-name", lambda t: ["analyze", ":factory"], "cannot import module ''"),
     ("no-command", lambda t: [], "give a command"),
     ("rewrite-no-pass", lambda t: ["rewrite"], "rewrite needs a pass"),
+    ("gpu-memory-negative-looking", lambda t: ["plan", "llama-3-8b", "--gpu-memory", "-1GB"],
+     "--gpu-memory expected a value, and -1GB reads as an option: give it as "
+     "--gpu-memory=-1GB"),
+    ("gpu-memory-attached-negative", lambda t: ["plan", "llama-3-8b", "--gpu-memory=-1GB"],
+     "--gpu-memory must be a size such as 80GB"),
+    ("loop-empty", lambda t: ["profile", "mnist-cnn", "--loop", ""], "unknown --loop ''"),
+    ("profile-meta-parameters", lambda t: ["profile", _meta_model(t), "--runs", "1"],
+     "weight is on the meta device (a shape without values), so the model cannot run"),
+    ("ops-meta-parameters", lambda t: ["ops", _meta_model(t), "--runs", "1"],
+     "weight is on the meta device"),
+    ("factory-error-in-colour", lambda t: ["analyze", _coloured_error(t)],
+     "the factory raised RuntimeError: Error: the exporter failed"),
 ]
+
+
+def _meta_model(t) -> str:
+    """A factory building its model on the meta device, as large-model code does."""
+    (t / "meta.py").write_text("import torch\n\ndef build():\n"
+                               "    with torch.device('meta'):\n"
+                               "        return torch.nn.Linear(4, 4), (torch.zeros(1, 4),)\n")
+    return f"{t / 'meta.py'}:build"
+
+
+def test_api_profile_of_a_meta_model_is_a_user_error():
+    import torch
+
+    import layerscope
+    from layerscope.core.errors import UserError
+
+    with torch.device("meta"):
+        m = torch.nn.Linear(4, 4)
+    for call in (layerscope.profile, layerscope.ops):
+        with pytest.raises(UserError, match="weight is on the meta device"):
+            call(m, (1, 4), runs=1)
+    assert m.weight.is_meta  # the caller's module is as it was
+
+
+def _coloured_error(t) -> str:
+    """A factory raising an error coloured like torch.onnx's exporter colours its own."""
+    (t / "colour.py").write_text("def build():\n    raise RuntimeError("
+                                 "'\\x1b[1m\\x1b[31mError:\\x1b[0m the exporter failed')\n")
+    return f"{t / 'colour.py'}:build"
 
 
 @pytest.mark.parametrize("build,expected", [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
@@ -106,6 +147,7 @@ def test_hostile_value_is_one_line_exit_2(tmp_path, build, expected):
     code, out, err = run_cli(*build(tmp_path))
     _one_line_error(code, err)
     assert expected in err, err
+    assert "\x1b" not in err  # plain text, no terminal escape sequences
     assert out == ""
 
 
@@ -310,3 +352,79 @@ def test_a_failed_command_prints_its_error_line_only(user_file, tmp_path):
     # the model warns, then the run fails: the warning is not shown, the error is the one line
     code, out, err = run_cli("analyze", f"{user_file}:warns", "--input", "1x5")
     _one_line_error(code, err)
+
+
+# ------------------------------------------------------------------ patterns that backtrack
+
+LONG = "a" * 5000 + "b"  # what (a+)+$ backtracks on for minutes with Python's re
+
+
+def _long_named_onnx(t) -> str:
+    from onnx import helper
+
+    m = model([helper.make_node("Relu", ["x"], ["y"], name=LONG)], [tensor("x", [1, 4])],
+              [tensor("y", [1, 4])])
+    return save(m, t)
+
+
+def _long_named_module(t) -> str:
+    (t / "long.py").write_text(textwrap.dedent(f'''
+        import torch.nn as nn
+
+        def build():
+            m = nn.Sequential()
+            m.add_module("{LONG}", nn.Linear(4, 4))
+            return m, (nn.init.zeros_(__import__("torch").empty(1, 4)),)
+    '''))
+    return f"{t / 'long.py'}:build"
+
+
+PATTERNS = [
+    ("graph-nodes", lambda t: ["graph", _long_named_onnx(t), "--nodes", "(a+)+$",
+                               "-o", str(t / "g.json")], "--nodes '(a+)+$' takes too long"),
+    ("activations-layers", lambda t: ["activations", _long_named_module(t), "--layers",
+                                      "(a|aa)+"], "--layers '(a|aa)+' takes too long"),
+    ("op-type-invalid", lambda t: ["analyze", _long_named_onnx(t), "--view", "ops",
+                                   "--op-type", "("], "--op-type '(' is not a valid regular"),
+]
+
+
+@pytest.mark.parametrize("build,expected", [p[1:] for p in PATTERNS], ids=[p[0] for p in PATTERNS])
+def test_pattern_that_backtracks_is_one_line(tmp_path, build, expected):
+    """In a subprocess with a time limit (the pattern ran for minutes before): one line that
+    names the option and says to simplify the pattern; nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    argv = build(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "layerscope", *argv], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": root})
+    _one_line_error(run.returncode, run.stderr)
+    assert expected in run.stderr, run.stderr
+    assert "simplify the pattern" in run.stderr or "not a valid" in run.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_huge_layer_name_is_cut_in_the_terminal_table(tmp_path):
+    """A layer named with a megabyte took the table's whole width (every other column cut to
+    '…') and grew with the name; the terminal table cuts it, JSON keeps it whole."""
+    import json
+
+    from onnx import helper
+
+    from layerscope.views.report import NAME_CHARS
+
+    name = "n" * 1_000_000
+    graph = save(model([helper.make_node("Relu", ["x"], ["y"], name=name)],
+                       [tensor("x", [1, 4])], [tensor("y", [1, 4])]), tmp_path)
+    code, out, err = run_cli("analyze", graph, "--width", "160")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "Relu" in line)
+    assert "n" * (NAME_CHARS - 1) + "…" in row and "n" * NAME_CHARS not in row
+    assert max(len(line) for line in out.splitlines()) <= 160
+    code, out, err = run_cli("analyze", graph, "--format", "json")
+    assert [r["name"] for r in json.loads(out)["layers"]] == [name]

@@ -631,3 +631,209 @@ def test_pytorch_input_bound_follows_the_environment(monkeypatch):
         real_inputs([InputSpec((1, 8))])
     monkeypatch.setenv("LAYERSCOPE_MAX_INPUT_BYTES", "32")
     assert real_inputs([InputSpec((1, 8))])[0].shape == (1, 8)
+
+
+# ------------------------------------------------------------------ an output that is an input
+
+
+def _graph_and_result(tmp_path) -> tuple[str, str]:
+    """An ONNX graph and its saved analysis, both in tmp_path."""
+    graph = save(single("Relu", [tensor("x", [1, 4])], [1, 4]), tmp_path)
+    result = str(tmp_path / "r.json")
+    code, _, err = run_cli("analyze", graph, "--format", "json", "-o", result)
+    assert code == 0, err
+    return graph, result
+
+
+def _link(tmp_path, target: str) -> str:
+    os.symlink(target, tmp_path / "link")
+    return str(tmp_path / "link")
+
+
+def _hard_link(tmp_path, target: str) -> str:
+    os.link(target, tmp_path / "hard")
+    return str(tmp_path / "hard")
+
+
+# (id, argv builder(tmp_path, graph, result) -> argv, the option the message names)
+SELF_OVERWRITE = [
+    ("report-o-input", lambda t, g, r: ["report", r, "-o", r], "-o"),
+    ("render-html-o-input", lambda t, g, r: ["render", r, "-o", r, "--format", "html"], "-o"),
+    ("render-o-symlink-to-input", lambda t, g, r: ["render", r, "-o", _link(t, r),
+                                                   "--format", "json"], "-o"),
+    ("render-o-hard-link-to-input", lambda t, g, r: ["render", r, "-o", _hard_link(t, r),
+                                                     "--format", "json"], "-o"),
+    ("render-html-option-input", lambda t, g, r: ["render", r, "--html", r], "--html"),
+    ("compare-o-second-input", lambda t, g, r: ["compare", g, r, "-o", r], "-o"),
+    ("analyze-onnx-o-model", lambda t, g, r: ["analyze", g, "-o", g, "--format", "json"], "-o"),
+    ("graph-onnx-o-model", lambda t, g, r: ["graph", g, "-o", g], "-o"),
+    ("rewrite-o-input", lambda t, g, r: ["rewrite", "fold-identity", g, "-o", g], "-o"),
+]
+
+
+@pytest.mark.parametrize("build,option", [c[1:] for c in SELF_OVERWRITE],
+                         ids=[c[0] for c in SELF_OVERWRITE])
+def test_an_output_that_is_an_input_is_refused(tmp_path, build, option):
+    """Writing it would replace what the command reads (`report r.json -o r.json` lost the
+    saved result): refused before any work, whichever name (link, hard link) it has."""
+    graph, result = _graph_and_result(tmp_path)
+    argv = build(tmp_path, graph, result)
+    before = {name: (tmp_path / name).read_bytes() for name in ("m.onnx", "r.json")}
+    _one_line_error(argv, f"{option} ", tmp_path)
+    code, out, err = run_cli(*argv)
+    assert "is also one of the command's inputs" in err
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+
+
+def test_an_output_beside_its_input_is_written(tmp_path):
+    graph, result = _graph_and_result(tmp_path)
+    code, _, err = run_cli("render", result, "-o", str(tmp_path / "r.html"))
+    assert code == 0, err
+    assert (tmp_path / "r.html").read_text().startswith("<!")
+
+
+# ------------------------------------------------------------------ inputs that are not files
+
+
+def _fifo(tmp_path, name: str) -> str:
+    path = str(tmp_path / name)
+    os.mkfifo(path)
+    return path
+
+
+def _char_device(tmp_path, name: str) -> str:
+    """A character device like /dev/zero (1, 5), made in tmp_path: reading it never ends."""
+    import stat
+
+    path = str(tmp_path / name)
+    os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    return path
+
+
+def _external_fifo(tmp_path) -> str:
+    """A model whose external data file 'missing' is a FIFO."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.mkfifo(sub / "missing")
+    w = external_tensor("w", [4, 2], "missing")
+    return save(single("MatMul", [tensor("x", [1, 4]), "w"], [1, 2], [w]), sub)
+
+
+def _external_entry(tmp_path, key: str, value: str) -> str:
+    """A model whose external data entry ``key`` (offset, length, location) holds ``value``."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.bin").write_bytes(b"\0" * 64)
+    w = external_tensor("w", [4, 2], "w.bin")
+    next(e for e in w.external_data if e.key == key).value = value
+    return save(single("MatMul", [tensor("x", [1, 4]), "w"], [1, 2], [w]), tmp_path / "sub")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHAR = "is a character device, not"
+FIFO = "is a FIFO (named pipe), not"
+
+# (id, argv builder(tmp_path), the message's fragment); each ran out of memory, hung or was
+# "a bug in layerscope" before
+SPECIAL_INPUTS = [
+    ("analyze-char-device-model", lambda p: ["analyze", _char_device(p, "m.pt")],
+     f"{CHAR} a model file"),
+    ("analyze-fifo-model", lambda p: ["analyze", _fifo(p, "m.pt")], f"{FIFO} a model file"),
+    ("analyze-fifo-onnx", lambda p: ["analyze", _fifo(p, "m.onnx")], f"{FIFO} a model file"),
+    ("profile-char-device-onnx", lambda p: ["profile", _char_device(p, "m.onnx")],
+     f"{CHAR} a model file"),
+    ("render-fifo-result", lambda p: ["render", _fifo(p, "r.json")],
+     f"{FIFO} a saved result (.json)"),
+    ("report-char-device-result", lambda p: ["report", _char_device(p, "r.json")],
+     f"{CHAR} a saved result (.json)"),
+    ("compare-fifo-result", lambda p: ["compare", _fifo(p, "a.json"), _fifo(p, "b.json")],
+     FIFO),
+    ("hf-config-fifo", lambda p: ["analyze", "hf:" + _fifo(p, "config.json")],
+     f"{FIFO} a model config (config.json)"),
+    ("external-data-fifo", lambda p: ["analyze", _external_fifo(p)],
+     "external data file 'missing' of initializer 'w' is a FIFO (named pipe), not a data file"),
+    ("graph-external-data-fifo", lambda p: ["graph", _external_fifo(p), "-o",
+                                            str(p / "g.json")], "is a FIFO (named pipe)"),
+    ("external-data-negative-offset", lambda p: ["analyze", _external_entry(p, "offset", "-8")],
+     "the external data entry of initializer 'w' is malformed (External data offset must be "
+     "non-negative, got -8"),
+    ("profile-external-data-negative-length",
+     lambda p: ["profile", _external_entry(p, "length", "-32")], "got -32"),
+    ("external-data-nul-location",
+     lambda p: ["analyze", _external_entry(p, "location", "w.bin\0x")],
+     "external data location of initializer 'w' contains a NUL byte; the model is damaged"),
+    ("external-data-offset-not-a-number",
+     lambda p: ["analyze", _external_entry(p, "offset", "abc")],
+     "external data entry of initializer 'w' is malformed"),
+]
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in SPECIAL_INPUTS],
+                         ids=[c[0] for c in SPECIAL_INPUTS])
+def test_input_that_is_not_a_regular_file_is_refused_unopened(tmp_path, make, expected):
+    """Run in a subprocess with a time limit: before the fix these read /dev/zero-like
+    devices until memory ran out, or blocked forever on a FIFO."""
+    import subprocess
+    import sys
+
+    argv = make(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    run = subprocess.run([sys.executable, "-m", "layerscope", *argv], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path, env={**os.environ,
+                                                                   "PYTHONPATH": ROOT})
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("layerscope: error: ")
+    assert expected in run.stderr, run.stderr
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_hf_folder_without_config_says_so(tmp_path):
+    _one_line_error(["analyze", f"hf:{tmp_path}"],
+                    f"the folder {tmp_path} has no config.json", tmp_path)
+
+
+def test_hf_config_nested_deeply_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    _one_line_error(["analyze", f"hf:{tmp_path / 'config.json'}"],
+                    "is not a model config (JSON nested too deeply)", tmp_path)
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda p: 5, "model must be an nn.Module or a spec string (a built-in name, a file or "
+                  "file.py:factory), got int"),
+    (lambda p: _char_device(p, "m.pt"), CHAR),
+], ids=["int", "char-device"])
+def test_api_names_what_the_model_argument_is(tmp_path, make, expected):
+    import layerscope
+
+    with pytest.raises(UserError, match="^") as info:
+        layerscope.analyze(make(tmp_path))
+    assert expected in str(info.value)
+
+
+def test_api_takes_a_path_like_its_text(tmp_path):
+    from pathlib import Path
+
+    import layerscope
+
+    graph = Path(_relu(tmp_path, [1, 4]))
+    assert layerscope.analyze(graph).totals == layerscope.analyze(str(graph)).totals
+
+
+def _bomb(tmp_path, side: int) -> str:
+    """A PNG of side x side one-bit pixels: a few kilobytes on disk, side**2 pixels decoded."""
+    from PIL import Image
+
+    path = str(tmp_path / "bomb.png")
+    Image.new("1", (side, side)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("side", [10_000, 14_000], ids=["over-warning-limit", "over-error-limit"])
+def test_predict_refuses_a_decompression_bomb(tmp_path, side):
+    """PIL warns from about 89 million pixels (the warning went by and the image was decoded)
+    and refuses from twice that (DecompressionBombError was "a bug in layerscope")."""
+    import torch
+
+    torch.save(_final_model(), tmp_path / "model.pt")
+    _one_line_error(["predict", str(tmp_path / "model.pt"), "--image", _bomb(tmp_path, side)],
+                    "refused as a possible decompression bomb; give a smaller image", tmp_path)

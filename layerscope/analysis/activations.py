@@ -1,7 +1,6 @@
 """Activation capture: forward hooks save the outputs of matching layers (real run)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,11 +47,7 @@ class ActivationCapture(Displayed):
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
     """Modules whose name or type name matches ``pattern`` (a regular expression, re.fullmatch)."""
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise UserError(f"layers {pattern!r} is not a valid regular expression: {exc}",
-                        arguments="layers") from exc
+    rx = values.pattern(pattern, "layers")
     return [(name, m) for name, m in model.named_modules()
             if name and (rx.fullmatch(name) or rx.fullmatch(type(m).__name__))]
 

@@ -42,7 +42,9 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     if attention not in ATTENTION_COUNTS:
         raise UserError(f"unknown attention counting {attention!r}: use "
                         f"{' or '.join(ATTENTION_COUNTS)}")
-    if detect(model).is_onnx:
+    ref = detect(model)
+    if ref.is_onnx:
+        model = ref.spec  # a pathlib.Path as its text
         if seq_len is not None:
             raise UserError("seq_len: for an ONNX model give the inputs' shapes with inputs",
                             arguments=("seq_len", "inputs"))

@@ -14,11 +14,10 @@ count (analysis/graph_collapse.py). The result is data (core/graph_records.py);
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from layerscope.analysis.graph_collapse import collapse as collapse_repeats
-from layerscope.core import tree
+from layerscope.core import tree, values
 from layerscope.core.errors import UserError
 from layerscope.core.graph_records import METRICS, GraphEdge, GraphNode, ModelGraph
 from layerscope.frontends.detect import detect
@@ -149,11 +148,7 @@ def _torch_graph(model: Any, inputs: Any, batch_size: int | None) -> ModelGraph:
 def _keep(graph: ModelGraph, pattern: str) -> ModelGraph:
     """Keep the op nodes whose name or type matches ``pattern`` (plus inputs and outputs);
     an edge joins two kept nodes when a path of dropped nodes joined them."""
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise UserError(f"nodes {pattern!r} is not a regular expression: {exc}",
-                        arguments="nodes") from exc
+    rx = values.pattern(pattern, "nodes")
     kept = {n.id for n in graph.nodes
             if n.kind != "op" or rx.search(n.name) or rx.search(n.type)}
     if not any(n.kind == "op" and n.id in kept for n in graph.nodes):
@@ -191,8 +186,9 @@ def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
     become one node with their count and summed figures."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-    if detect(model).is_onnx:
-        g = _onnx_graph(model, inputs, batch_size, all_nodes)
+    ref = detect(model)
+    if ref.is_onnx:
+        g = _onnx_graph(ref.spec, inputs, batch_size, all_nodes)
     else:
         g = _torch_graph(model, inputs, batch_size)
     g.metric = metric

@@ -17,9 +17,11 @@ def profile(model: Any, inputs: Any = None, *, kwargs: dict[str, Any] | None = N
             **testing: Any):
     """``runtime.profile``; an ONNX file is profiled on the CPU with onnxruntime (``optimization``:
     its graph optimisation level, for ONNX models only; a fixed count of runs: no ``min_time``)."""
-    if detect(model).is_onnx:
+    ref = detect(model)
+    if ref.is_onnx:
         from layerscope.analysis.ort_profile import profile_onnx
 
+        model = ref.spec  # a pathlib.Path as its text
         if device != "cpu" or backward or depth is not None or dtype or kwargs:
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: device, "
                             "backward, depth and dtype do not apply",

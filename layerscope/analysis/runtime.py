@@ -116,6 +116,13 @@ def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
 
     loaded = load(model, inputs, batch_size, meta=False, kwargs=kwargs)
     module = loaded.module
+    meta = next((name for name, t in [*module.named_parameters(), *module.named_buffers()]
+                 if t.is_meta), None)
+    if meta is not None:  # moving it raises NotImplementedError; running it computes nothing
+        raise UserError(f"{loaded.name}: {meta} is on the meta device (a shape without values), "
+                        "so the model cannot run to be measured; load its weights first "
+                        "(module.to_empty(device=...) then load_state_dict), or count it "
+                        "without running: analyze")
     needs_move = any(t.device.type != device or (dtype is not None and t.is_floating_point()
                                                  and t.dtype != dtype)
                      for t in list(module.parameters()) + list(module.buffers()))

@@ -11,6 +11,7 @@ from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
 from layerscope.renderers import FORMATS, pick_format, render
 
 OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
+INPUT_FILES = "input_files"  # the attribute listing the dests that name files the command reads
 
 
 class Parser(argparse.ArgumentParser):
@@ -18,6 +19,7 @@ class Parser(argparse.ArgumentParser):
     command's dest -> option table on the namespace (``in_flags`` reads it)."""
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
+        self._argv = list(sys.argv[1:] if args is None else args)  # error() quotes a value
         namespace, extras = super().parse_known_args(args, namespace)
         flags = dict(getattr(namespace, OPTION_FLAGS, None) or {})
         for action in self._actions:  # a subcommand's own options were added first: they win
@@ -25,6 +27,12 @@ class Parser(argparse.ArgumentParser):
                 longest = max(action.option_strings, key=len)
                 flags.setdefault(action.dest, longest)
         setattr(namespace, OPTION_FLAGS, flags)
+        # every positional argument names something the command reads (a model, a saved
+        # result, a script); options that do are declared with ``input_options``
+        inputs = set(getattr(namespace, INPUT_FILES, None) or ())
+        inputs.update(a.dest for a in self._actions if not a.option_strings
+                      and not isinstance(a, argparse._SubParsersAction))
+        setattr(namespace, INPUT_FILES, tuple(sorted(inputs)))
         return namespace, extras
 
     def error(self, message):  # noqa: D401 - argparse API
@@ -33,6 +41,14 @@ class Parser(argparse.ArgumentParser):
         option, sep, rest = message.partition(": ")
         if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
             message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
+        elif option.startswith("argument -") and rest.startswith("expected one argument"):
+            # argparse reads a value such as -1GB as an option: say how to give it
+            flags = option.removeprefix("argument ").split("/")
+            argv = getattr(self, "_argv", [])
+            after = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags]
+            if after and after[0].startswith("-"):
+                message = (f"{flags[-1]} expected a value, and {after[0]} reads as an option: "
+                           f"give it as {flags[-1]}={after[0]}")
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
@@ -55,6 +71,45 @@ def in_flags(exc: UserError, args: argparse.Namespace) -> UserError:
             message, n = word.subn(flag, message, count=1)
             changed = changed or n > 0
     return UserError(message) if changed else exc
+
+
+def input_options(p: argparse.ArgumentParser, *dests: str) -> None:
+    """Declare options naming files the command reads (``predict --image``): no output of the
+    command may be one of them (see ``declare_inputs``)."""
+    p.set_defaults(**{INPUT_FILES: (*(p.get_default(INPUT_FILES) or ()), *dests)})
+
+
+OUTPUT_OPTIONS = (("-o", "output"), ("--html", "html"), ("--plot", "plot"), ("--trace", "trace"))
+
+
+def _paths(value) -> list[str]:
+    """The file names a model spec or an input value may stand for: ``hf:DIR/config.json``,
+    ``file.py:factory`` and lists (``report A.json B.json``, ``run SCRIPT ARGS``)."""
+    if isinstance(value, (list, tuple)):
+        return [p for item in value for p in _paths(item)]
+    if not isinstance(value, str) or not value:
+        return []
+    names = [value, value.removeprefix("hf:")]
+    if ":" in value:
+        names.append(value.rpartition(":")[0])
+    return names
+
+
+def declare_inputs(args) -> None:
+    """Tell the output transaction which files the command reads, then refuse at once an -o,
+    --html, --plot or --trace that is one of them (``report A.json -o A.json`` would replace
+    its own input): before any work, and again when any output is written."""
+    from layerscope.core.io import check_not_input, current
+
+    tx = current()
+    if tx is None:
+        return
+    for dest in getattr(args, INPUT_FILES, None) or ():
+        tx.reads(*_paths(getattr(args, dest, None)))
+    for option, attr in OUTPUT_OPTIONS:
+        path = getattr(args, attr, None)
+        if isinstance(path, str):
+            check_not_input(path, option)
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 bound of a decoder-only language model (a preset or hf:config.json), without its weights."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, check_outputs, emit
+from layerscope.cli.common import add_output, check_outputs, emit, input_options
 from layerscope.core.llm_records import ATTENTION, DTYPE_BYTES
 from layerscope.core.values import arg, positive_int
 
@@ -27,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--attention", choices=list(ATTENTION), default="causal",
                    help="count causal attention's lower triangle (default) or the full matrix")
     add_output(p)
+    input_options(p, "gpu")
     p.set_defaults(run=run)
 
 

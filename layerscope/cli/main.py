@@ -32,7 +32,7 @@ from layerscope.cli import (
     train_cmd,
     verify_cmd,
 )
-from layerscope.cli.common import Parser, in_flags
+from layerscope.cli.common import Parser, declare_inputs, in_flags
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import Terminated, outputs
 
@@ -162,6 +162,7 @@ def _run(argv: list[str], debug: bool) -> int:
                         "(see layerscope --help)")
     try:
         with outputs():  # every file the command writes through cli.common: all or none
+            declare_inputs(args)  # no output may replace one of them
             return args.run(args)
     except UserError as exc:  # the API's argument names become the command's options
         translated = in_flags(exc, args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from layerscope.cli.common import input_options
 from layerscope.core.values import arg, non_negative_int
 
 
@@ -16,6 +17,7 @@ def register(sub) -> None:
     which.add_argument("--image", help="an image file")
     p.add_argument("--data-dir")
     p.add_argument("--format", choices=["table", "json"], default="table")
+    input_options(p, "image")
     p.set_defaults(run=run)
 
 

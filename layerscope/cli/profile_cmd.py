@@ -63,7 +63,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.profiling import profile
 
-    if args.loop:
+    if args.loop is not None:  # --loop "" is refused by the loop, not ignored
         return _run_loop(args)
     if args.warmup is None:
         args.warmup = WARMUP_DEFAULT

@@ -8,6 +8,7 @@ from layerscope.cli.common import (
     add_report_files,
     check_outputs,
     in_flags,
+    input_options,
     write_output,
     write_report_files,
 )
@@ -63,6 +64,7 @@ def register(sub) -> None:
                                                                "RUN_DIR/tensorboard")
     p.add_argument("--seed", type=arg(seed), default=0)
     p.add_argument("--weights", help="ImageNet weights for cifar100-resnet50")
+    input_options(p, "resume", "weights")
     p.add_argument("--threads", type=arg(thread_count), help="torch intra-op threads")
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")

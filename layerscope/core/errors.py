@@ -1,6 +1,8 @@
 """Errors that mean "the user's input was wrong": the CLI prints them as one line, exit code 2."""
 from __future__ import annotations
 
+import re
+
 
 class UserError(Exception):
     """Bad input: the message names what was wrong and what to do.
@@ -19,13 +21,16 @@ class UserError(Exception):
 
 
 _TORCH_TAIL = "(Could this error message be improved?"
+# terminal escape sequences (colours, cursor moves): torch.onnx's exporter colours its errors
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 
 
 def first_line(exc: BaseException | str, *, with_type: bool = False) -> str:
     """The first non-blank line of an exception's message (library errors such as torch.load's
     weights_only refusal span many lines; a report line takes only the first), or the
-    exception's type name when the message is empty. ``with_type`` prefixes 'TypeName: '."""
-    text = exc if isinstance(exc, str) else str(exc)
+    exception's type name when the message is empty. ``with_type`` prefixes 'TypeName: '.
+    Terminal escape sequences (colour codes) are removed: the line is plain text."""
+    text = _ANSI.sub("", exc if isinstance(exc, str) else str(exc))
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     line = line.split(_TORCH_TAIL)[0].strip()  # PyTorch's plea, not part of the message
     if isinstance(exc, str):

@@ -70,6 +70,8 @@ def check_output(path: str, what: str = "output", *, within: Iterable[str] = ())
         raise UserError(f"cannot write {label}{path}: {_reason(exc)}") from exc
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{what} {path} is a directory: give a file name")
+    if st is not None:
+        _not_an_input(path, st, what)
     if st is not None and not stat.S_ISREG(st.st_mode):
         return "special"
     target = resolve(path)
@@ -303,6 +305,25 @@ def _unlink(path: str) -> None:
 
 # ---------------------------------------------------------------- folders
 
+def check_not_input(path: str, what: str = "output") -> None:
+    """Refuse an output that is one of the inputs declared with ``Outputs.reads`` (the same
+    file, also through a symbolic or hard link): writing it would replace what the command
+    reads (``report r.json -o r.json``). ``check_output`` does this too; this alone lets a
+    command refuse it before any work, whatever else it checks later."""
+    if path == STDOUT or not isinstance(path, str) or not path:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        _not_an_input(path, os.stat(path), what)
+
+
+def _not_an_input(path: str, st: os.stat_result, what: str) -> None:
+    tx = _current.get()
+    if tx is not None and (st.st_dev, st.st_ino) in tx.inputs:
+        raise UserError(f"{what} {path} is also one of the command's inputs "
+                        f"({tx.inputs[st.st_dev, st.st_ino]}): writing it would replace what "
+                        "the command reads; give another file name")
+
+
 def check_dir(path: str, what: str = "output folder") -> str:
     """Validate a folder to write into, before any work: an existing folder, or a new one that
     can be created (its nearest existing ancestor is a writable folder, not a file). Returns
@@ -374,6 +395,17 @@ class Outputs:
         self._guarded = False
         self._creates: list[str] = []  # folders the command makes (absolute)
         self._made: list[str] = []     # folders made here for an output, removed on rollback
+        self.inputs: dict[tuple[int, int], str] = {}  # (device, inode) -> the input as given
+
+    def reads(self, *paths: str) -> None:
+        """Declare files the command reads: ``check_output`` (and so ``write``) refuses an
+        output that is one of them (the same file, also through a link or a hard link)."""
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                continue  # not a file: nothing an output could replace
+            self.inputs.setdefault((st.st_dev, st.st_ino), path)
 
     def creates(self, folder: str) -> None:
         """Declare a folder the command creates itself (``train --out DIR``): an output inside
@@ -536,5 +568,6 @@ def _guard_exit() -> None:
             _guard_previous = None
 
 
-__all__ = ["STDOUT", "TEMP_PREFIX", "Outputs", "Terminated", "check_dir", "check_output", "current",
+__all__ = ["STDOUT", "TEMP_PREFIX", "Outputs", "Terminated", "check_dir", "check_not_input",
+           "check_output", "current",
            "make_dir", "outputs", "place", "resolve", "temp_dir", "write_file"]

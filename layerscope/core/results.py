@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.infiles import check_input_file
 from layerscope.core.report import SCHEMA_VERSION
 
 # kind -> (module, class); every class has from_dict() and a ``kind`` attribute
@@ -87,6 +88,7 @@ def load_result(d: Any, source: str = "result", validate: bool = True) -> Any:
 
 def read_result(path: str, validate: bool = True) -> Any:
     """Read a saved result file; every failure is one UserError line naming the file."""
+    check_input_file(path, "a saved result (.json)")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -319,3 +319,50 @@ def arg(parser: Callable[..., Any], **kwargs: Any) -> Callable[[str], Any]:
 def list_arg(item: Callable[..., Any]) -> Callable[[str], list[Any]]:
     """``type=`` for a comma-separated option (--batch-sizes 1,16,64)."""
     return arg(comma_list, item=item)
+
+
+# A user's regular expression is matched against every layer or node name; a pattern with
+# nested repetition such as (a+)+$ backtracks for minutes on a long name. All matches of one
+# pattern share this budget (regex's timeout=), then the command stops and says so.
+PATTERN_SECONDS = 1.0
+
+
+class Pattern:
+    """A user's regular expression (Python ``re`` syntax, matched by the ``regex`` package with
+    a time budget): ``search`` and ``fullmatch`` answer True or False, or raise a one-line
+    UserError naming the option once the budget is spent."""
+
+    def __init__(self, text: str, name: str | None = None) -> None:
+        import regex
+
+        self.text, self.name = text, name
+        try:
+            self._rx = regex.compile(text)
+        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+            raise _fail(name, f"{_shown(text)} is not a valid regular expression: "
+                              f"{exc}") from None
+        self._left = PATTERN_SECONDS
+
+    def _match(self, method: str, subject: str) -> bool:
+        import time
+
+        start = time.monotonic()
+        try:
+            return getattr(self._rx, method)(subject, timeout=max(self._left, 0.001)) is not None
+        except TimeoutError:
+            raise _fail(self.name, f"{_shown(self.text)} takes too long to match (over "
+                                   f"{PATTERN_SECONDS:g} s: it backtracks, e.g. nested "
+                                   "repetition such as (a+)+); simplify the pattern") from None
+        finally:
+            self._left -= time.monotonic() - start
+
+    def search(self, subject: str) -> bool:
+        return self._match("search", subject)
+
+    def fullmatch(self, subject: str) -> bool:
+        return self._match("fullmatch", subject)
+
+
+def pattern(text: str, name: str | None = None) -> Pattern:
+    """A user's regular expression, compiled: an invalid one is a one-line UserError."""
+    return Pattern(text, name)

@@ -16,6 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
+from layerscope.core.infiles import special_kind
 from layerscope.frontends import trained
 from layerscope.frontends.llm_configs import HF_PREFIX
 
@@ -52,8 +53,16 @@ def _is_module(ref: Any) -> bool:
 def detect(ref: Any) -> ModelRef:
     if _is_module(ref):
         return ModelRef("module", ref)
+    if isinstance(ref, os.PathLike):
+        ref = os.fspath(ref)  # a pathlib.Path names what its text names
+    if ref is not None and not isinstance(ref, str):
+        return ModelRef("unknown", ref, "model must be an nn.Module or a spec string (a "
+                        f"built-in name, a file or file.py:factory), got {type(ref).__name__}")
     if not isinstance(ref, str) or not ref.strip():
         return ModelRef("unknown", ref, NO_MODEL)
+    kind = special_kind(ref)
+    if kind is not None:  # opening it would block (a FIFO) or never end (/dev/zero)
+        return ModelRef("unknown", ref, f"{ref} is {kind}, not a model file")
     if is_onnx_path(ref):
         return ModelRef("onnx", ref)
     if ref.startswith(HF_PREFIX):

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from layerscope.core import values
 from layerscope.core.errors import UserError
+from layerscope.core.infiles import check_input_file
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 
 
@@ -337,12 +338,19 @@ def hf_config_dict(spec: str) -> tuple[str, dict[str, Any]]:
         raise UserError(f"{spec!r}: name a config, e.g. hf:path/to/config.json or "
                         "hf:meta-llama/Meta-Llama-3-8B")
     path = os.path.join(target, "config.json") if os.path.isdir(target) else target
+    check_input_file(path, "a model config (config.json)")
+    if os.path.isdir(target) and not os.path.isfile(path):
+        raise UserError(f"{spec}: the folder {target} has no config.json; name the folder that "
+                        "holds the model's config.json, or the file itself")
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, ValueError) as exc:
             raise UserError(f"{spec}: cannot read {path} as JSON ({exc})") from None
+        except RecursionError:
+            raise UserError(f"{spec}: {path} is not a model config (JSON nested too "
+                            "deeply)") from None
         if not isinstance(data, dict):
             raise UserError(f"{spec}: {path} is not a JSON object")
         return os.path.basename(os.path.dirname(os.path.abspath(path))) or target, data

@@ -15,6 +15,7 @@ from typing import Any
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.infiles import special_kind
 
 # Bits per element by TensorProto data type (sub-byte types are packed, onnx IR spec "int4").
 BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 8: 0, 9: 8, 10: 16, 11: 64, 12: 32,
@@ -171,9 +172,20 @@ def _check_external_data(model: Any, path: str) -> None:
     for what, tensor in _stored_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
-        info = ExternalDataInfo(tensor)
+        try:
+            info = ExternalDataInfo(tensor)
+        except ValueError as exc:  # an offset or length that is negative or not a number
+            raise UserError(f"{path}: the external data entry of {what} is malformed "
+                            f"({first_line(exc)}); the model is damaged") from None
+        if "\0" in info.location:
+            raise UserError(f"{path}: the external data location of {what} contains a NUL "
+                            "byte; the model is damaged")
         location = os.path.join(base, info.location)
         _check_data_location(info.location, location, base, what, path)
+        kind = special_kind(location) if info.location else None
+        if kind is not None:
+            raise UserError(f"{path}: external data file {info.location!r} of {what} is "
+                            f"{kind}, not a data file; give a regular file")
         if not info.location or not os.path.isfile(location):
             raise UserError(f"{path}: external data file {info.location!r} of {what} is missing "
                             f"(expected {location}); copy it beside the model")

@@ -220,6 +220,7 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
     ref = detect(spec)
     if ref.kind == "unknown":
         raise UserError(ref.problem or f"unknown model {spec!r}")
+    spec = ref.spec  # a pathlib.Path as its text
     if ref.kind == "onnx":
         raise UserError(f"{spec}: this command needs a PyTorch model; ONNX models are "
                         "analysed with 'layerscope analyze MODEL.onnx'")

@@ -44,16 +44,12 @@ def select_rows(report, op_type: str | None = None, skip_trivial: bool = False):
     regular expression), without Constant/Identity nodes when ``skip_trivial``. Totals are
     the whole graph's; ``settings["rows_selected"]`` says what was left out."""
     import dataclasses
-    import re
 
-    from layerscope.core.errors import UserError
+    from layerscope.core import values
 
     if op_type is None and not skip_trivial:
         return report
-    try:
-        rx = re.compile(op_type) if op_type is not None else None
-    except re.error as exc:
-        raise UserError(f"--op-type {op_type!r} is not a valid regular expression: {exc}") from exc
+    rx = values.pattern(op_type, "--op-type") if op_type is not None else None
     rows = [r for r in report.layers if (rx is None or rx.fullmatch(r.type))
             and not (skip_trivial and r.type in TRIVIAL_OPS)]
     what = []

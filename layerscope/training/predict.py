@@ -1,12 +1,14 @@
 """``layerscope predict``: top-1 and top-5 of one sample (validation index or image file)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.infiles import check_input_file
 from layerscope.training.data import DATASETS, datasets
 
 
@@ -27,9 +29,16 @@ def _image(path: str, data: str) -> torch.Tensor:
     except ImportError:
         raise UserError("image needs Pillow: pip install pillow", arguments="image") from None
     spec = DATASETS[data]
+    check_input_file(path, "an image file")
     try:
-        img = Image.open(path)
-        img.load()
+        with warnings.catch_warnings():  # PIL warns from 89 million pixels, refuses from 179
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(path)
+            img.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise UserError(f"image {path}: {first_line(exc)} (an image this large is refused "
+                        "as a possible decompression bomb; give a smaller image)",
+                        arguments="image") from exc
     except (OSError, ValueError) as exc:
         raise UserError(f"image {path}: not a readable image ({first_line(exc)})",
                         arguments="image") from exc

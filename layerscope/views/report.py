@@ -355,6 +355,19 @@ def profile_csv(report) -> DataTable:
 
 
 # ---- terminal ---------------------------------------------------------------------------
+NAME_CHARS = 48  # a longer layer name is cut in the terminal tables (JSON, CSV keep it whole)
+
+
+def _layer_label(row) -> Text:
+    """The Layer cell: the name indented by depth, cut to NAME_CHARS characters with '…' (a
+    name of megabytes took the whole width and minutes to lay out), then the own-ops note."""
+    name = row.name if len(row.name) <= NAME_CHARS else row.name[:NAME_CHARS - 1] + "…"
+    label = Text("  " * max(row.depth - 1, 0) + name)
+    if own_ops_suffix(row):
+        label.append(own_ops_suffix(row), style="dim")
+    return label
+
+
 def _layer_table(report) -> Table:
     training = report.totals.backward_macs is not None
     table = Table(title=f"{report.model} ({report.frontend}, "
@@ -370,12 +383,8 @@ def _layer_table(report) -> Table:
     if training:
         table.add_column("Bwd FLOPs", justify="right", no_wrap=True)
     for row in report.layers:
-        indent = "  " * max(row.depth - 1, 0)
-        label = Text(indent + row.name)
-        if own_ops_suffix(row):
-            label.append(own_ops_suffix(row), style="dim")
-        cells = [label, row.type, shape_str(row.input_shapes), shape_str(row.output_shapes),
-                 si(row.params), si(row.macs),
+        cells = [_layer_label(row), row.type, shape_str(row.input_shapes),
+                 shape_str(row.output_shapes), si(row.params), si(row.macs),
                  si(row.flops), si(row.bytes_read), si(row.bytes_written),
                  si(row.activation_bytes),
                  "-" if row.intensity is None else f"{row.intensity:.1f}"]
@@ -470,11 +479,9 @@ def _terminal_profile_table(report) -> Table:
     for row in report.layers:
         t = row.time or {}
         hot = is_hot(row)
-        label = Text("  " * max(row.depth - 1, 0) + row.name)
-        if own_ops_suffix(row):
-            label.append(own_ops_suffix(row), style="dim")
         roof = row.roofline or {}
-        cells = [label, row.type, si(row.macs), ms(t.get("median_s")), ms(t.get("mean_s")),
+        cells = [_layer_label(row), row.type, si(row.macs), ms(t.get("median_s")),
+                 ms(t.get("mean_s")),
                  f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",
                  "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
                  "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
