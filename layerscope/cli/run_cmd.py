@@ -39,7 +39,11 @@ def register(sub) -> None:
                     "loss, backward, optimizer, other. Options go before the script; "
                     "everything after it is the script's.")
     p.add_argument("--steps", type=arg(positive_int),
-                   help="stop the script cleanly after this many optimizer steps")
+                   help="stop the script cleanly after this many steps")
+    p.add_argument("--step-on", choices=("optimizer", "backward"), default="optimizer",
+                   help="what ends a step: optimizer.step() (default; a script that never "
+                        "steps an optimizer has its steps end at backward passes) or each "
+                        "backward() (manual updates)")
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--layers", action="store_true", help="forward time per layer")
@@ -286,7 +290,8 @@ def run(args) -> int:
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
-                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace))
+                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
+                  step_on=args.step_on)
     code = execute(target, script_args, is_module, watch)
     folder = os.environ.get(RANK_REPORTS_ENV)
     if folder:  # a rank of run --nproc-per-node: the parent merges and writes the report

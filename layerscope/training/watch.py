@@ -58,6 +58,7 @@ from layerscope.core.errors import UserError
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
+STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
 EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
@@ -123,14 +124,17 @@ class Watch:
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
                  name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
-                 clock: Callable[[], float] = time.perf_counter):
+                 step_on: str = "optimizer", clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
                             f"{type(model).__name__}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise UserError(f"watch(optimizer=...) must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
-        self.model, self.optimizer = model, optimizer
+        if step_on not in STEP_ON:
+            raise UserError(f"watch(step_on=...) must be one of {', '.join(STEP_ON)}, got "
+                            f"{step_on!r}")
+        self.model, self.optimizer, self.step_on = model, optimizer, step_on
         self.limit = None if steps is None else values.positive_int(steps, "steps")
         self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
         self.layers, self.memory, self.trace = layers, memory, trace
@@ -141,13 +145,17 @@ class Watch:
 
     # ---- state ----------------------------------------------------------------------
     def _reset(self) -> None:
-        self._count = 0  # steps completed, warm-up included
-        # every measured step (warm-up left out): the totals are summed from these when
-        # asked, so a step's end costs a few list appends
-        self.step_seconds: list[float] = []
-        self.step_phases: list[dict[str, float]] = []
-        self.step_samples: list[int] = []
-        self._epoch_ends: list[int] = []  # measured steps done when each epoch ended
+        # every completed step, warm-up included (the measured ones are those after the
+        # warm-up): the totals are summed from these when asked, so a step's end costs a few
+        # list appends, and steps found to be parts of one step are merged afterwards
+        self._seconds: list[float] = []
+        self._phases: list[dict[str, float]] = []
+        self._samples_of: list[int] = []
+        self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
+        self._opt_seen = False  # an optimizer step has started
+        self._marked = False  # the loop called mark_step() itself
+        self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
+        self._bwd_depth = 0
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -176,7 +184,22 @@ class Watch:
     @property
     def steps(self) -> int:
         """Steps completed so far (warm-up steps included)."""
-        return self._count
+        return len(self._seconds)
+
+    @property
+    def step_seconds(self) -> list[float]:
+        """Wall time of each measured step (the warm-up left out)."""
+        return self._seconds[self.warmup_steps:]
+
+    @property
+    def step_phases(self) -> list[dict[str, float]]:
+        """Seconds per phase of each measured step."""
+        return self._phases[self.warmup_steps:]
+
+    @property
+    def step_samples(self) -> list[int]:
+        """Samples (training batches' first dimension) of each measured step."""
+        return self._samples_of[self.warmup_steps:]
 
     # ---- install / remove ---------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -207,7 +230,7 @@ class Watch:
         if self._cuda and self._t0 is not None:
             torch.cuda.synchronize()  # no event left pending on the stream
         self._stack.clear()
-        self._depth = self._opt_depth = 0
+        self._depth = self._opt_depth = self._bwd_depth = 0
         if self in _ACTIVE:
             _ACTIVE.remove(self)
 
@@ -221,10 +244,8 @@ class Watch:
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
         for h in handles:
             self._installed.append(h.remove)
-        engine = torch.autograd._engine_run_backward
         self._patch(torch.autograd, "_engine_run_backward",
-                    self._layer_backward(engine) if self.layers
-                    else self._timed("backward", engine))
+                    self._backward(torch.autograd._engine_run_backward))
         iter_cls = _dataloader._BaseDataLoaderIter
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
         loader_cls = _dataloader.DataLoader
@@ -332,37 +353,55 @@ class Watch:
         for v in phases.values():
             named += v
         phases["other"] = wall - (named - phases["other"])
-        self._count += 1
+        self._seconds.append(wall)
+        self._phases.append(phases)
+        self._samples_of.append(self._samples)
         if self.trace:
-            self.step_spans.append((self._count, self._t0, now))
-        if self._count > self.warmup_steps:
-            self.step_seconds.append(wall)
-            self.step_phases.append(phases)
-            self.step_samples.append(self._samples)
+            self.step_spans.append((len(self._seconds), self._t0, now))
         self._begin(now)
 
+    def _merge_last(self, k: int) -> None:
+        """The last ``k`` completed steps become one step (they were parts of it: the steps
+        ended at backward passes before the first optimizer step)."""
+        first = len(self._seconds) - k
+        if k < 2 or first < 0:
+            return
+        phases = dict.fromkeys(PHASES, 0.0)
+        for row in self._phases[first:]:
+            for name, v in row.items():
+                phases[name] += v
+        self._seconds[first:] = [sum(self._seconds[first:])]
+        self._phases[first:] = [phases]
+        self._samples_of[first:] = [sum(self._samples_of[first:])]
+        if self.trace:
+            self.step_spans[first:] = [(first + 1, self.step_spans[first][1],
+                                        self.step_spans[-1][2])]
+        ends = [min(e, first + 1) for e in self._epoch_ends]
+        self._epoch_ends = sorted(set(ends))
+
     def _close_epoch(self) -> None:
-        done = len(self.step_seconds)
+        done = len(self._seconds)
         if done > (self._epoch_ends[-1] if self._epoch_ends else 0):
             self._epoch_ends.append(done)
 
     def _sum(self, start: int, stop: int) -> PhaseTotals:
         totals = PhaseTotals()
         for i in range(start, stop):
-            totals.add(self.step_phases[i], self.step_seconds[i], self.step_samples[i])
+            totals.add(self._phases[i], self._seconds[i], self._samples_of[i])
         return totals
 
     @property
     def totals(self) -> PhaseTotals:
         """The measured steps' phases summed."""
-        return self._sum(0, len(self.step_seconds))
+        return self._sum(min(self.warmup_steps, len(self._seconds)), len(self._seconds))
 
     def epoch_totals(self) -> list[PhaseTotals]:
         """The measured steps of each epoch (a training loader's end closes one; the steps
-        after the last end are the epoch in progress)."""
-        bounds = [0, *self._epoch_ends]
-        if len(self.step_seconds) > bounds[-1]:
-            bounds.append(len(self.step_seconds))
+        after the last end are the epoch in progress; an epoch all warm-up is left out)."""
+        first = self.warmup_steps
+        bounds = [first, *(e for e in self._epoch_ends if e > first)]
+        if len(self._seconds) > bounds[-1]:
+            bounds.append(len(self._seconds))
         return [self._sum(a, b) for a, b in zip(bounds, bounds[1:])]
 
     def _sample_memory(self, phase: str) -> None:
@@ -398,6 +437,7 @@ class Watch:
     def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.optimizer is not None and opt is not self.optimizer:
             return
+        self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
         if self._opt_depth == 1:
             self._enter("optimizer")
@@ -409,30 +449,44 @@ class Watch:
         if self._opt_depth:
             return
         self._exit("optimizer")
-        self.mark_step()
+        if self.step_on != "backward":
+            self._end_step()
+
+    def _backward_done(self) -> None:
+        """An outermost ``backward()`` returned: the end of a step when steps are on backward
+        passes, and, until an optimizer step is seen, the end of a provisional one (merged
+        into the first optimizer step if one comes)."""
+        if self.step_on == "backward":
+            self.mark_step()
+        elif not (self._opt_seen or self._marked) and self._t0 is not None:
+            self._close_step()
+            self._provisional += 1
 
     def mark_step(self) -> None:
         """End the current step here (loops without a ``torch.optim`` optimizer call this once
         per step; with one, the optimizer's step does it)."""
+        self._marked = True
         if self._t0 is None:
             self._begin(self.clock())
             return
+        self._end_step()
+
+    def _end_step(self) -> None:
+        """An optimizer step or ``mark_step()`` ends the step open now. The steps that ended at
+        backward passes before the first of these were parts of this one (gradient
+        accumulation): one step from the first event to here."""
+        parts, self._provisional = self._provisional, 0
         self._close_step()
-        if self.limit is not None and self._count >= self.limit:
+        self._merge_last(parts + 1)
+        self._check_limit()
+
+    def _check_limit(self) -> None:
+        done = len(self._seconds)
+        if self.limit is not None and done >= self.limit:
             if self.on_stop is not None:
                 self.on_stop(self)
             else:
-                raise StepLimit(f"{self._count} steps done")
-
-    def _timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            self._enter(phase)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._exit(phase)
-        timed.__wrapped__ = fn  # type: ignore[attr-defined]
-        return timed
+                raise StepLimit(f"{done} steps done")
 
     def _data_next(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def __next__(it: Any) -> Any:
@@ -498,25 +552,34 @@ class Watch:
         row[2] += 1
         row[3] += t
 
-    def _layer_backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
-        """The engine entry timed as ``backward``, and each autograd node's time charged to the
-        module whose forward made it (``analysis.timing.BackwardTimer``, as ``profile
-        --backward`` does); the node hooks live on this backward's graph only."""
+    def _backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
+        """The engine entry timed as ``backward``. With ``layers``, each autograd node's time is
+        charged to the module whose forward made it (``analysis.timing.BackwardTimer``, as
+        ``profile --backward`` does; the node hooks live on this backward's graph only). An
+        outermost call that fills ``.grad`` (``backward()``; not ``torch.autograd.grad``, which
+        returns the gradients) may end a step (``_backward_done``)."""
         def backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self._bwd_depth += 1
             self._enter("backward")
-            timer = BackwardTimer(self.model, cuda=self._cuda, clock=self.clock)
-            outs = [t for t in t_outputs if isinstance(t, torch.Tensor)]
-            handles = timer.instrument(outs)
-            timer.start()
+            timer, handles = None, []
+            if self.layers:
+                timer = BackwardTimer(self.model, cuda=self._cuda, clock=self.clock)
+                handles = timer.instrument([t for t in t_outputs if isinstance(t, torch.Tensor)])
+                timer.start()
             try:
-                return engine(t_outputs, *args, **kwargs)
+                result = engine(t_outputs, *args, **kwargs)
             finally:
                 for h in handles:
                     h.remove()
-                for name, seconds in timer.result().items():
-                    if name:
-                        self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + seconds
+                if timer is not None:
+                    for name, seconds in timer.result().items():
+                        if name:
+                            self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + seconds
                 self._exit("backward")
+                self._bwd_depth -= 1
+            if not self._bwd_depth and kwargs.get("accumulate_grad", True):
+                self._backward_done()
+            return result
         backward.__wrapped__ = engine  # type: ignore[attr-defined]
         return backward
 
@@ -532,7 +595,7 @@ class Watch:
     def layer_rows(self) -> list[dict[str, Any]]:
         """Per module: forward calls and seconds (inclusive of the modules inside it) and the
         backward seconds of the autograd nodes its own code made, over every step seen."""
-        steps = max(self._count, 1)
+        steps = max(len(self._seconds), 1)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
                  "forward_s_per_step": s / steps,
                  "backward_s": self._layer_bwd.get(name, 0.0)}
@@ -568,17 +631,29 @@ class Watch:
         if self.eval_seconds:
             notes.append(f"{self.eval_seconds:.3f} s of evaluation (forward passes and batches "
                          "without gradients) left out of the training steps")
-        if self._count and not totals.steps:
-            notes.append(f"all {self._count} steps were warm-up: nothing measured")
-        if not self._count:
-            notes.append("no training step seen: no optimizer.step() and no mark_step()")
+        done = len(self._seconds)
+        if done and not totals.steps:
+            notes.append(f"all {done} steps were warm-up: nothing measured")
+        if done and self._provisional and self.step_on == "optimizer":
+            notes.append("no optimizer.step() seen: each step ends where a backward() returns "
+                         "(steps on backward passes)")
+            if self.limit is not None:
+                notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
+                             "steps and none was seen (with steps on backward passes it counts "
+                             "those)")
+        if not done:
+            notes.append("no training step seen: no optimizer.step(), no backward() and no "
+                         "mark_step()" if self.step_on == "optimizer" else
+                         "no training step seen: no backward() and no mark_step()")
+            if self.limit is not None:
+                notes.append(f"the step limit ({self.limit}) did not act: no step ended")
         rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         return TrainReport(
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
-                    "layers": self.layers, "memory": self.memory},
+                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on},
             run_dir="", epochs=[], breakdown=totals.to_dict(), epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,

