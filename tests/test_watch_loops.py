@@ -146,3 +146,79 @@ def test_autograd_grad_ends_no_step():
 def test_step_on_is_checked():
     with pytest.raises(UserError, match="step_on"):
         layerscope.watch(step_on="epoch")
+
+
+# PyTorch examples' dcgan/main.py: per batch, D on real and fake, optimizerD.step(), then G,
+# optimizerG.step(); two epochs of 4 batches
+DCGAN = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    nz = 4
+    netG = nn.Sequential(nn.Linear(nz, 16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh())
+    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1), nn.Sigmoid())
+    criterion = nn.BCELoss()
+    optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    dataloader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=8)
+    for epoch in range(2):
+        for i, (real,) in enumerate(dataloader):
+            netD.zero_grad()
+            label = torch.full((real.size(0), 1), 1.0)
+            errD_real = criterion(netD(real), label)
+            errD_real.backward()
+            fake = netG(torch.randn(real.size(0), nz))
+            errD_fake = criterion(netD(fake.detach()), label.fill_(0.0))
+            errD_fake.backward()
+            optimizerD.step()
+            netG.zero_grad()
+            errG = criterion(netD(fake), label.fill_(1.0))
+            errG.backward()
+            optimizerG.step()
+            print(f"[{epoch}][{i}] Loss_D {(errD_real + errD_fake).item():.4f} "
+                  f"Loss_G {errG.item():.4f}")
+    """)
+
+
+@pytest.mark.parametrize("options,steps", [([], 8), (["--steps", "3"], 3)],
+                         ids=["all", "steps-3"])
+def test_dcgan_two_optimizers_one_step_per_iteration(tmp_path, options, steps):
+    bare, run, d = _run(tmp_path, DCGAN, *options)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    # stopped at the third iteration's optimizerG.step(): before its print
+    assert run.stdout == "".join(bare.stdout.splitlines(True)[:steps - 1 if options else 8])
+    b = d["breakdown"]
+    assert b["steps"] == steps
+    _sums(b)
+    assert [len(e) and e["steps"] for e in d["epoch_breakdown"]] == ([4, 4] if steps == 8 else [3])
+    note = [n for n in d["notes"] if "optimizers stepped" in n]
+    assert len(note) == 1, d["notes"]
+    assert note[0].startswith("2 optimizers stepped (optimizerD (Adam), optimizerG (Adam)): a "
+                              "step is one iteration, ending where optimizerG (Adam) steps")
+
+
+def test_optimizers_without_a_name_and_a_third_that_joins_later():
+    """Optimizers held in a list are named by class and first-step order; one that first
+    steps after the cycle is known (a scheduler-like extra every other iteration) ends no
+    step; the per-optimizer seconds sum to the optimizer phase."""
+    nets = [_net() for _ in range(3)]
+    opts = [torch.optim.Adam(n.parameters()) for n in nets[:2]] + [
+        torch.optim.SGD(nets[2].parameters(), 0.1)]
+    x = torch.randn(8, 4)
+    with layerscope.watch() as w:
+        for it in range(5):
+            for k, (net, opt) in enumerate(zip(nets, opts)):
+                if k == 2 and it % 2 == 0:
+                    continue
+                net(x).pow(2).mean().backward()
+                opt.step()
+    r = w.report()
+    assert w.steps == r.breakdown["steps"] == 5
+    _sums(r.breakdown)
+    note = next(n for n in r.notes if "optimizers stepped" in n)
+    assert note.startswith("3 optimizers stepped (Adam #1, Adam #2, SGD #3): a step is one "
+                           "iteration, ending where Adam #2 steps")
+    by_opt = [float(part.rsplit(" ", 2)[1]) for part in note.split(": ")[-1].split(", ")]
+    assert sum(by_opt) == pytest.approx(r.breakdown["seconds"]["optimizer"], abs=0.002)

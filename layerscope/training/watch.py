@@ -110,6 +110,25 @@ def _current_rss() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _optimizer_name(opt: torch.optim.Optimizer, number: int) -> tuple[str, str]:
+    """(the variable the code that called ``step()`` holds the optimizer in, its locals then
+    its module's globals, else "", and ``Class #number``: first-step order)."""
+    skip = (os.path.dirname(torch.__file__) + os.sep,
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+    frame = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            break
+        if not frame.f_code.co_filename.startswith(skip):
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in scope.items():
+                    if value is opt and not name.startswith("_"):
+                        return name, f"{type(opt).__name__} #{number}"
+            break
+        frame = frame.f_back
+    return "", f"{type(opt).__name__} #{number}"
+
+
 class Watch:
     """Measure the training steps of any loop run inside it; see the module docstring.
 
@@ -156,6 +175,16 @@ class Watch:
         self._marked = False  # the loop called mark_step() itself
         self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
         self._bwd_depth = 0
+        # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
+        # many step each iteration (known once the first one steps again)
+        self._opt_ids: list[int] = []
+        self._opt_names: list[tuple[str, str]] = []  # (by variable or "", by class)
+        self._cycle: int | None = None
+        self._opt_now = 0  # index of the optimizer stepping now
+        self._opt_mark = (0, 0.0)  # (step generation, optimizer seconds) at its step's start
+        self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
+        self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
+        self._opt_of: list[dict[int, float]] = []  # the same, per completed step
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -308,6 +337,8 @@ class Watch:
 
     def _begin(self, now: float) -> None:
         self._t0 = now
+        self._gen += 1
+        self._opt_step = {}
         self._acc = {}
         self._eval_in_step = 0.0
         self._samples = 0
@@ -356,6 +387,7 @@ class Watch:
         self._seconds.append(wall)
         self._phases.append(phases)
         self._samples_of.append(self._samples)
+        self._opt_of.append(self._opt_step)
         if self.trace:
             self.step_spans.append((len(self._seconds), self._t0, now))
         self._begin(now)
@@ -373,6 +405,11 @@ class Watch:
         self._seconds[first:] = [sum(self._seconds[first:])]
         self._phases[first:] = [phases]
         self._samples_of[first:] = [sum(self._samples_of[first:])]
+        by_opt: dict[int, float] = {}
+        for row in self._opt_of[first:]:
+            for i, v in row.items():
+                by_opt[i] = by_opt.get(i, 0.0) + v
+        self._opt_of[first:] = [by_opt]
         if self.trace:
             self.step_spans[first:] = [(first + 1, self.step_spans[first][1],
                                         self.step_spans[-1][2])]
@@ -440,7 +477,16 @@ class Watch:
         self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
         if self._opt_depth == 1:
+            key = id(opt)
+            if key in self._opt_ids:
+                if self._cycle is None:  # the first optimizer again: one iteration's set
+                    self._cycle = len(self._opt_ids)
+            else:
+                self._opt_ids.append(key)
+                self._opt_names.append(_optimizer_name(opt, len(self._opt_ids)))
+            self._opt_now = self._opt_ids.index(key)
             self._enter("optimizer")
+            self._opt_mark = (self._gen, self._acc.get("optimizer", 0.0))
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if (self.optimizer is not None and opt is not self.optimizer) or not self._opt_depth:
@@ -449,7 +495,18 @@ class Watch:
         if self._opt_depth:
             return
         self._exit("optimizer")
-        if self.step_on != "backward":
+        gen, before = self._opt_mark
+        spent = self._acc.get("optimizer", 0.0) - (before if gen == self._gen else 0.0)
+        i = self._opt_now
+        self._opt_step[i] = self._opt_step.get(i, 0.0) + spent
+        if self.step_on == "backward":
+            return
+        if self._cycle is None and i:
+            # a second (third...) optimizer in the first iteration: the iteration so far
+            # (ended at the first optimizer's step) runs on to here
+            self._close_step()
+            self._merge_last(2)
+        elif i == (self._cycle or 1) - 1:  # the iteration's last optimizer
             self._end_step()
 
     def _backward_done(self) -> None:
@@ -479,6 +536,26 @@ class Watch:
         self._close_step()
         self._merge_last(parts + 1)
         self._check_limit()
+
+    def _optimizers_note(self) -> str:
+        """Which optimizers stepped, where a step ends, and the optimizer phase by optimizer."""
+        by_var = [v for v, _ in self._opt_names]
+        # a variable name that two optimizers share (a loop's variable) names neither
+        names = [f"{v} ({c.split(' #')[0]})" if v and by_var.count(v) == 1 else c
+                 for v, c in self._opt_names]
+        cycle = self._cycle or len(names)
+        seconds = [0.0] * len(names)
+        for row in self._opt_of[self.warmup_steps:]:
+            for i, v in row.items():
+                seconds[i] += v
+        split = ", ".join(f"{n} {s:.3f} s" for n, s in zip(names, seconds))
+        if self.step_on == "backward":
+            where = "steps end at backward passes"
+        else:
+            where = (f"a step is one iteration, ending where {names[cycle - 1]} steps"
+                     if cycle > 1 else f"a step ends where {names[0]} steps")
+        return (f"{len(names)} optimizers stepped ({', '.join(names)}): {where}; the optimizer "
+                f"phase by optimizer{' (host time)' if self.cuda_used else ''}: {split}")
 
     def _check_limit(self) -> None:
         done = len(self._seconds)
@@ -641,6 +718,8 @@ class Watch:
                 notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
                              "steps and none was seen (with steps on backward passes it counts "
                              "those)")
+        if len(self._opt_names) > 1:
+            notes.append(self._optimizers_note())
         if not done:
             notes.append("no training step seen: no optimizer.step(), no backward() and no "
                          "mark_step()" if self.step_on == "optimizer" else
