@@ -222,3 +222,33 @@ def test_optimizers_without_a_name_and_a_third_that_joins_later():
                            "iteration, ending where Adam #2 steps")
     by_opt = [float(part.rsplit(" ", 2)[1]) for part in note.split(": ")[-1].split(", ")]
     assert sum(by_opt) == pytest.approx(r.breakdown["seconds"]["optimizer"], abs=0.002)
+
+
+CRASH = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    print("starting")
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 7)).sum().backward()  # the wrong input width: fails at once
+        opt.step()
+    """)
+
+
+@pytest.mark.parametrize("tail,ended", [
+    ("", "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x7 and 8x2)"),
+    ("import sys; sys.exit(3)\n", "exit code 3")], ids=["raises", "exits-3"])
+def test_a_script_that_fails_before_its_first_step_gets_one_line(tmp_path, tail, ended):
+    source = CRASH if not tail else CRASH.replace("for _ in range(3):", tail + "for _ in range(3):")
+    bare, run, d = _run(tmp_path, source)
+    assert run.returncode == bare.returncode != 0
+    assert run.stdout == bare.stdout == "starting\n"
+    assert d is None  # no report written
+    # python's traceback (torch's frames inside it differ while the hooks are in), then one line
+    tail = bare.stderr.splitlines(True)[-1:]  # its last line, or nothing
+    assert run.stderr.endswith(
+        "".join(tail) + f"layerscope: no training step was completed before the script ended "
+        f"with {ended}: no report\n")
