@@ -252,3 +252,58 @@ def test_a_script_that_fails_before_its_first_step_gets_one_line(tmp_path, tail,
     assert run.stderr.endswith(
         "".join(tail) + f"layerscope: no training step was completed before the script ended "
         f"with {ended}: no report\n")
+
+
+# PyTorch examples' mnist_hogwild: the model in shared memory, train() in child processes
+HOGWILD = textwrap.dedent("""\
+    import torch
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+
+    def train(rank, model):
+        torch.manual_seed(rank)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+
+    if __name__ == "__main__":
+        model = nn.Linear(4, 1)
+        model.share_memory()
+        processes = []
+        for rank in range(2):
+            p = mp.Process(target=train, args=(rank, model))
+            p.start()
+            processes.append(p)
+        for p in processes:
+            p.join()
+        mp.start_processes(train, args=(model,), nprocs=1, start_method="fork")
+        print("exit codes", [p.exitcode for p in processes])
+    """)
+
+
+def test_training_in_child_processes_is_named(tmp_path):
+    bare, run, d = _run(tmp_path, HOGWILD)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout == bare.stdout == "exit codes [0, 0]\n"
+    assert d["breakdown"]["steps"] == 0
+    assert d["notes"] == ["training ran in 3 child processes, which are not measured"]
+
+
+def test_dataloader_workers_are_not_children_and_start_is_restored():
+    import multiprocessing.process as mpp
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    start = mpp.BaseProcess.__dict__["start"]
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=8, num_workers=1)
+    with layerscope.watch() as w:
+        for (x,) in loader:
+            model(x).sum().backward()
+            opt.step()
+    assert w.children == 0 and w.steps == 2
+    assert not any("child" in n for n in w.report().notes)
+    assert mpp.BaseProcess.__dict__["start"] is start

@@ -37,6 +37,7 @@ recorded at every phase change and read after one synchronisation per step, as
 """
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import resource
 import sys
@@ -49,6 +50,7 @@ from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim
 from torch.utils.data import dataloader as _dataloader
+from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.timing import BackwardTimer
@@ -175,6 +177,7 @@ class Watch:
         self._marked = False  # the loop called mark_step() itself
         self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
         self._bwd_depth = 0
+        self.children = 0  # processes the script started (not DataLoader workers)
         # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
         # many step each iteration (known once the first one steps again)
         self._opt_ids: list[int] = []
@@ -279,6 +282,8 @@ class Watch:
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
         loader_cls = _dataloader.DataLoader
         self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
+        process_cls = multiprocessing.process.BaseProcess
+        self._patch(process_cls, "start", self._child_start(process_cls.start))
         if torch.cuda.is_available():
             self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
             self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
@@ -591,6 +596,17 @@ class Watch:
         __iter__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __iter__
 
+    def _child_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``multiprocessing`` processes the script starts (``Process.start``; also what
+        ``torch.multiprocessing.spawn`` calls) are counted: their training is not measured
+        here. DataLoader workers are the loader's, not the script's."""
+        def start(process: Any) -> Any:
+            if getattr(process, "_target", None) is not _worker_loop:
+                self.children += 1
+            return fn(process)
+        start.__wrapped__ = fn  # type: ignore[attr-defined]
+        return start
+
     def _h2d(self, fn: Callable[..., Any], always: bool) -> Callable[..., Any]:
         """``Tensor.cuda`` (``always``) or ``Tensor.to`` timed as ``h2d`` when it moves a CPU
         tensor to a device; a dtype cast or a CPU tensor staying on the CPU is not a copy."""
@@ -720,7 +736,14 @@ class Watch:
                              "those)")
         if len(self._opt_names) > 1:
             notes.append(self._optimizers_note())
-        if not done:
+        if self.children:
+            notes.append(f"training ran in {self.children} child process"
+                         f"{'es' if self.children > 1 else ''}, which "
+                         f"{'are' if self.children > 1 else 'is'} not measured"
+                         if not done else
+                         f"{self.children} child process{'es' if self.children > 1 else ''} "
+                         "started by the script (multiprocessing) not measured")
+        elif not done:
             notes.append("no training step seen: no optimizer.step(), no backward() and no "
                          "mark_step()" if self.step_on == "optimizer" else
                          "no training step seen: no backward() and no mark_step()")
