@@ -307,3 +307,43 @@ def test_dataloader_workers_are_not_children_and_start_is_restored():
     assert w.children == 0 and w.steps == 2
     assert not any("child" in n for n in w.report().notes)
     assert mpp.BaseProcess.__dict__["start"] is start
+
+
+class NormalizedImages(torch.utils.data.Dataset):
+    """A Dataset in the torchvision shape: each sample through transforms that are modules."""
+
+    def __init__(self, transform):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.rand(16, 1, 6, 6, generator=g)
+        self.y = torch.randint(0, 3, (16,), generator=g)
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.transform(self.x[i]), self.y[i]
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["transforms", "transforms-v2"])
+def test_transforms_that_are_modules_are_data_not_layers(v2):
+    tv = pytest.importorskip("torchvision.transforms.v2" if v2 else "torchvision.transforms")
+    transform = tv.Compose([tv.Normalize([0.5], [0.25]), tv.RandomHorizontalFlip(0.5)])
+    loader = torch.utils.data.DataLoader(NormalizedImages(transform), batch_size=4)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(36, 3))
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    with layerscope.watch(layers=True, trace=True) as w:
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    b = w.report().breakdown
+    assert w.steps == b["steps"] == 4
+    _sums(b)
+    assert {r["type"] for r in w.layer_rows()} == {"Sequential", "Flatten", "Linear"}
+    assert all(r["calls"] == 4 for r in w.layer_rows())
+    data = [(a, z) for phase, a, z in w.intervals if phase == "data"]
+    forward = [(a, z) for phase, a, z in w.intervals if phase == "forward"]
+    assert len(forward) == 4  # one model call a step, none inside a batch's loading
+    assert not any(a <= f0 < z for f0, _ in forward for a, z in data)

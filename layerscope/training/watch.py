@@ -10,7 +10,9 @@ through, and splits the time between consecutive optimizer steps into the phases
   script's own set-up (building the model, the loaders) is no step.
 - ``forward``: the global module forward pre/post hooks; only the outermost module call counts
   (a depth counter: a nested call costs one attribute test and an increment). An outermost call
-  of a loss module (``nn.modules.loss._Loss``) is ``loss``; a functional loss is ``other``.
+  of a loss module (``nn.modules.loss._Loss``) is ``loss``; a functional loss is ``other``. A
+  module called while a batch is loading (a torchvision transform in ``Dataset.__getitem__``)
+  is part of ``data``, and no layer.
 - ``backward``: ``torch.autograd._engine_run_backward``, the one Python function that
   ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad`` all call to
   enter the C++ engine (torch/autograd/__init__.py). Hooks on tensors or graph nodes would
@@ -194,7 +196,8 @@ class Watch:
         self.eval_seconds = 0.0
         self.cuda_used = False
         self._depth = 0  # module call depth inside the outermost counted call
-        self._fwd_phase = "forward"  # what the outermost call in progress counts as
+        # what the outermost call in progress counts as (None: part of a batch's loading)
+        self._fwd_phase: str | None = "forward"
         self._opt_depth = 0
         self._stack: list[list[Any]] = []  # [phase, start] of the phases in progress
         self._acc: dict[str, float] = {}
@@ -208,7 +211,7 @@ class Watch:
         self._mem: dict[str, dict[str, int]] = {}
         self._layer_fwd: dict[int, list[Any]] = {}  # id(module) -> [name, type, calls, s]
         self._layer_bwd: dict[str, float] = {}  # module name -> backward seconds
-        self._layer_stack: list[tuple[float, str]] = []
+        self._layer_stack: list[tuple[float, str | None]] = []
         self._names: dict[int, str] = {}
         self._cpu0 = time.process_time()
         self._wall0 = self.clock()
@@ -462,6 +465,9 @@ class Watch:
         if self.model is not None and module is not self.model:
             return
         self._depth = 1
+        if self._stack and self._stack[-1][0] == "data":
+            self._fwd_phase = None  # a transform in Dataset.__getitem__: the batch's own time
+            return
         if not torch.is_grad_enabled():
             self._fwd_phase = EVAL
         else:
@@ -474,7 +480,8 @@ class Watch:
             self._depth = depth - 1
         elif depth == 1:
             self._depth = 0
-            self._exit(self._fwd_phase)
+            if self._fwd_phase is not None:
+                self._exit(self._fwd_phase)
 
     def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.optimizer is not None and opt is not self.optimizer:
@@ -624,6 +631,9 @@ class Watch:
     # ---- per layer (--layers) -----------------------------------------------------
     def _layer_pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._layer_stack
+        if (stack[-1][1] is None if stack else self._stack and self._stack[-1][0] == "data"):
+            stack.append((0.0, None))  # a transform loading a batch: no layer of the model
+            return
         if not stack and id(module) not in self._names:
             self._name_tree(module)  # an outermost call: name its modules from it
         if stack and torch.is_grad_enabled():
@@ -636,7 +646,7 @@ class Watch:
             return
         t0, name = self._layer_stack.pop()
         t = self.clock() - t0
-        if not torch.is_grad_enabled():
+        if name is None or not torch.is_grad_enabled():
             return  # evaluation, as for the phases
         tag_graph(output, name)  # its backward nodes are charged to it
         row = self._layer_fwd.get(id(module))
