@@ -347,3 +347,48 @@ def test_transforms_that_are_modules_are_data_not_layers(v2):
     forward = [(a, z) for phase, a, z in w.intervals if phase == "forward"]
     assert len(forward) == 4  # one model call a step, none inside a batch's loading
     assert not any(a <= f0 < z for f0, _ in forward for a, z in data)
+
+
+class Clock:
+    """A clock that moves only when the test moves it: the phases are exact sums."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("as_kwarg", [False, True], ids=["step(closure)", "step(closure=...)"])
+def test_closure_work_is_not_optimizer_time(as_kwarg):
+    """Lightning's shape: optimizer.step(closure=...) whose closure runs forward and backward
+    and its own bookkeeping. 3 s of bookkeeping, 1 s of forward, 2 s in the optimizer's own
+    update, per step: the optimizer phase is the update's 2 s, the bookkeeping is other."""
+    clock = Clock()
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    opt.register_step_post_hook(lambda *a: setattr(clock, "t", clock.t + 2))  # the update
+
+    def closure():
+        clock.t += 3  # the trainer's own work (logging, hooks, precision plugins)
+        opt.zero_grad()
+        out = model(torch.randn(8, 4))
+        loss = out.pow(2).mean()
+        loss.backward()
+        return loss
+
+    model.register_forward_pre_hook(lambda *a: setattr(clock, "t", clock.t + 1))
+    with layerscope.watch(clock=clock) as w:
+        for _ in range(4):
+            opt.step(closure=closure) if as_kwarg else opt.step(closure)
+    r = w.report()
+    b = r.breakdown
+    assert w.steps == b["steps"] == 4
+    _sums(b)
+    assert b["seconds"]["forward"] == 4 * 1
+    assert b["seconds"]["optimizer"] == 4 * 2
+    assert b["seconds"]["other"] == 4 * 3
+    assert b["wall_s"] == 4 * 6
+    assert ("12.000 s (50% of the steps) ran in optimizer.step(closure)'s closure outside "
+            "forward, loss and backward (the trainer's own work): counted in other, not "
+            "optimizer") in r.notes

@@ -63,7 +63,10 @@ from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
-EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
+EVAL = "eval"
+# the stack's name for an optimizer closure's own code (a trainer's work around forward and
+# backward): no phase, so it lands in ``other``, and a note names it
+CLOSURE = "closure"  # the stack's name for no-grad forwards and batches: left out of the steps
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
 
@@ -190,6 +193,7 @@ class Watch:
         self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
         self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
         self._opt_of: list[dict[int, float]] = []  # the same, per completed step
+        self._closure_of: list[float] = []  # closure's own seconds, per completed step
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -376,6 +380,7 @@ class Watch:
             self._add(stack[-1][0], stack[-1][1], now)
             stack[-1][1] = now
         phases = dict.fromkeys(PHASES, 0.0)
+        self._closure_of.append(self._acc.pop(CLOSURE, 0.0))
         for k, v in self._acc.items():
             phases[k] = phases.get(k, 0.0) + v
         if self._cuda:
@@ -418,6 +423,7 @@ class Watch:
             for i, v in row.items():
                 by_opt[i] = by_opt.get(i, 0.0) + v
         self._opt_of[first:] = [by_opt]
+        self._closure_of[first:] = [sum(self._closure_of[first:])]
         if self.trace:
             self.step_spans[first:] = [(first + 1, self.step_spans[first][1],
                                         self.step_spans[-1][2])]
@@ -483,11 +489,12 @@ class Watch:
             if self._fwd_phase is not None:
                 self._exit(self._fwd_phase)
 
-    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self.optimizer is not None and opt is not self.optimizer:
-            return
+            return None
         self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
+        new = None
         if self._opt_depth == 1:
             key = id(opt)
             if key in self._opt_ids:
@@ -499,6 +506,23 @@ class Watch:
             self._opt_now = self._opt_ids.index(key)
             self._enter("optimizer")
             self._opt_mark = (self._gen, self._acc.get("optimizer", 0.0))
+            if len(args) > 1 and callable(args[1]):  # (the optimizer, its closure)
+                new = (args[0], self._closure(args[1]), *args[2:]), kwargs
+            elif callable(kwargs.get("closure")):
+                new = args, {**kwargs, "closure": self._closure(kwargs["closure"])}
+        return new
+
+    def _closure(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The closure given to ``optimizer.step``, its own code timed apart (forward, loss and
+        backward inside it stay theirs): a trainer's work, not the optimizer's."""
+        def closure(*args: Any, **kwargs: Any) -> Any:
+            self._enter(CLOSURE)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._exit(CLOSURE)
+        closure.__wrapped__ = fn  # type: ignore[attr-defined]
+        return closure
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if (self.optimizer is not None and opt is not self.optimizer) or not self._opt_depth:
@@ -746,6 +770,11 @@ class Watch:
                              "those)")
         if len(self._opt_names) > 1:
             notes.append(self._optimizers_note())
+        closure = sum(self._closure_of[self.warmup_steps:])
+        if closure > 0 and totals.wall > 0:
+            notes.append(f"{closure:.3f} s ({100 * closure / totals.wall:.0f}% of the steps) "
+                         "ran in optimizer.step(closure)'s closure outside forward, loss and "
+                         "backward (the trainer's own work): counted in other, not optimizer")
         if self.children:
             notes.append(f"training ran in {self.children} child process"
                          f"{'es' if self.children > 1 else ''}, which "
