@@ -283,8 +283,10 @@ HOGWILD = textwrap.dedent("""\
     """)
 
 
-def test_training_in_child_processes_is_named(tmp_path):
-    bare, run, d = _run(tmp_path, HOGWILD)
+@pytest.mark.parametrize("options", [[], ["--steps", "1"]], ids=["plain", "steps-1"])
+def test_training_in_child_processes_is_named(tmp_path, options):
+    """The children run with the hooks off: a step limit does not stop them."""
+    bare, run, d = _run(tmp_path, HOGWILD, *options)
     assert run.returncode == bare.returncode == 0, run.stderr
     assert run.stdout == bare.stdout == "exit codes [0, 0]\n"
     assert d["breakdown"]["steps"] == 0

@@ -808,6 +808,17 @@ class Watch:
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None)
 
 
+def _forked_child() -> None:
+    """A forked child (a hogwild worker, a DataLoader worker) runs with the hooks off: its
+    steps are not this process's, and a step limit must not stop it. CUDA is not touched."""
+    for w in list(_ACTIVE):
+        w._cuda = False
+        w.stop()
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
 def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           **kwargs: Any) -> Watch:
     """``with layerscope.watch() as w: <training loop>`` then ``w.report()``."""
