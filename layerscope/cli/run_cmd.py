@@ -39,7 +39,11 @@ def register(sub) -> None:
                     "loss, backward, optimizer, other. Options go before the script; "
                     "everything after it is the script's.")
     p.add_argument("--steps", type=arg(positive_int),
-                   help="stop the script cleanly after this many optimizer steps")
+                   help="stop the script cleanly after this many steps")
+    p.add_argument("--step-on", choices=("optimizer", "backward"), default="optimizer",
+                   help="what ends a step: optimizer.step() (default; a script that never "
+                        "steps an optimizer has its steps end at backward passes) or each "
+                        "backward() (manual updates)")
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--layers", action="store_true", help="forward time per layer")
@@ -186,8 +190,16 @@ def _run_script(path: str, code: Any) -> None:
             sys.modules["__main__"] = saved
 
 
-def execute(target: str, script_args: list[str], is_module: bool, watch: Any) -> int:
-    """Run the script under ``watch`` as python would; returns its exit code."""
+def _ended_with(exc: BaseException) -> str:
+    """``Type: first line of the message`` (or the type alone)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
+            failure: list[str] | None = None) -> int:
+    """Run the script under ``watch`` as python would; returns its exit code. How a failed
+    script ended (its exception, or its exit code) is appended to ``failure``."""
     import runpy
 
     from layerscope.training.watch import StepLimit
@@ -200,7 +212,7 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
-    code, started = 0, False
+    code, started, ended = 0, False, ""
     try:
         if is_module:  # before the watch: a script that cannot start has no report
             _check_module(target)
@@ -217,22 +229,26 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
             raise
         _print_script_traceback(exc)  # the script's own (it uses layerscope's API)
         code = 1
+        ended = _ended_with(exc)
     except StepLimit:
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc)
+        ended = f"exit code {code}" if code else ""
     except KeyboardInterrupt as exc:
         _print_script_traceback(exc)
-        code = 130
+        code, ended = 130, "KeyboardInterrupt"
     except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as python
         _print_script_traceback(exc)
-        code = 1
+        code, ended = 1, _ended_with(exc)
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
         sys.stdout.flush()
         sys.stderr.flush()
+    if ended and failure is not None:
+        failure.append(ended)
     return code
 
 
@@ -286,9 +302,16 @@ def run(args) -> int:
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
-                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace))
-    code = execute(target, script_args, is_module, watch)
+                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
+                  step_on=args.step_on)
+    failure: list[str] = []
+    code = execute(target, script_args, is_module, watch, failure)
     folder = os.environ.get(RANK_REPORTS_ENV)
+    if failure and not watch.steps and not folder:
+        # a zero table would blame the loop for the script's own failure
+        print(f"layerscope: no training step was completed before the script ended with "
+              f"{failure[0]}: no report", file=sys.stderr)
+        return code
     if folder:  # a rank of run --nproc-per-node: the parent merges and writes the report
         import json
 

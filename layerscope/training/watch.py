@@ -10,7 +10,9 @@ through, and splits the time between consecutive optimizer steps into the phases
   script's own set-up (building the model, the loaders) is no step.
 - ``forward``: the global module forward pre/post hooks; only the outermost module call counts
   (a depth counter: a nested call costs one attribute test and an increment). An outermost call
-  of a loss module (``nn.modules.loss._Loss``) is ``loss``; a functional loss is ``other``.
+  of a loss module (``nn.modules.loss._Loss``) is ``loss``; a functional loss is ``other``. A
+  module called while a batch is loading (a torchvision transform in ``Dataset.__getitem__``)
+  is part of ``data``, and no layer.
 - ``backward``: ``torch.autograd._engine_run_backward``, the one Python function that
   ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad`` all call to
   enter the C++ engine (torch/autograd/__init__.py). Hooks on tensors or graph nodes would
@@ -37,6 +39,7 @@ recorded at every phase change and read after one synchronisation per step, as
 """
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import resource
 import sys
@@ -49,6 +52,7 @@ from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim
 from torch.utils.data import dataloader as _dataloader
+from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.timing import BackwardTimer
@@ -58,7 +62,11 @@ from layerscope.core.errors import UserError
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
-EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
+STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
+EVAL = "eval"
+# the stack's name for an optimizer closure's own code (a trainer's work around forward and
+# backward): no phase, so it lands in ``other``, and a note names it
+CLOSURE = "closure"  # the stack's name for no-grad forwards and batches: left out of the steps
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
 
@@ -109,6 +117,25 @@ def _current_rss() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _optimizer_name(opt: torch.optim.Optimizer, number: int) -> tuple[str, str]:
+    """(the variable the code that called ``step()`` holds the optimizer in, its locals then
+    its module's globals, else "", and ``Class #number``: first-step order)."""
+    skip = (os.path.dirname(torch.__file__) + os.sep,
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+    frame = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            break
+        if not frame.f_code.co_filename.startswith(skip):
+            for scope in (frame.f_locals, frame.f_globals):
+                for name, value in scope.items():
+                    if value is opt and not name.startswith("_"):
+                        return name, f"{type(opt).__name__} #{number}"
+            break
+        frame = frame.f_back
+    return "", f"{type(opt).__name__} #{number}"
+
+
 class Watch:
     """Measure the training steps of any loop run inside it; see the module docstring.
 
@@ -123,14 +150,17 @@ class Watch:
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
                  name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
-                 clock: Callable[[], float] = time.perf_counter):
+                 step_on: str = "optimizer", clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
                             f"{type(model).__name__}")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise UserError(f"watch(optimizer=...) must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
-        self.model, self.optimizer = model, optimizer
+        if step_on not in STEP_ON:
+            raise UserError(f"watch(step_on=...) must be one of {', '.join(STEP_ON)}, got "
+                            f"{step_on!r}")
+        self.model, self.optimizer, self.step_on = model, optimizer, step_on
         self.limit = None if steps is None else values.positive_int(steps, "steps")
         self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
         self.layers, self.memory, self.trace = layers, memory, trace
@@ -141,20 +171,37 @@ class Watch:
 
     # ---- state ----------------------------------------------------------------------
     def _reset(self) -> None:
-        self._count = 0  # steps completed, warm-up included
-        # every measured step (warm-up left out): the totals are summed from these when
-        # asked, so a step's end costs a few list appends
-        self.step_seconds: list[float] = []
-        self.step_phases: list[dict[str, float]] = []
-        self.step_samples: list[int] = []
-        self._epoch_ends: list[int] = []  # measured steps done when each epoch ended
+        # every completed step, warm-up included (the measured ones are those after the
+        # warm-up): the totals are summed from these when asked, so a step's end costs a few
+        # list appends, and steps found to be parts of one step are merged afterwards
+        self._seconds: list[float] = []
+        self._phases: list[dict[str, float]] = []
+        self._samples_of: list[int] = []
+        self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
+        self._opt_seen = False  # an optimizer step has started
+        self._marked = False  # the loop called mark_step() itself
+        self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
+        self._bwd_depth = 0
+        self.children = 0  # processes the script started (not DataLoader workers)
+        # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
+        # many step each iteration (known once the first one steps again)
+        self._opt_ids: list[int] = []
+        self._opt_names: list[tuple[str, str]] = []  # (by variable or "", by class)
+        self._cycle: int | None = None
+        self._opt_now = 0  # index of the optimizer stepping now
+        self._opt_mark = (0, 0.0)  # (step generation, optimizer seconds) at its step's start
+        self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
+        self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
+        self._opt_of: list[dict[int, float]] = []  # the same, per completed step
+        self._closure_of: list[float] = []  # closure's own seconds, per completed step
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
         self.eval_seconds = 0.0
         self.cuda_used = False
         self._depth = 0  # module call depth inside the outermost counted call
-        self._fwd_phase = "forward"  # what the outermost call in progress counts as
+        # what the outermost call in progress counts as (None: part of a batch's loading)
+        self._fwd_phase: str | None = "forward"
         self._opt_depth = 0
         self._stack: list[list[Any]] = []  # [phase, start] of the phases in progress
         self._acc: dict[str, float] = {}
@@ -166,15 +213,16 @@ class Watch:
         self._events: list[Any] = []
         self._marks: list[tuple[int, str]] = []  # (event index, phase from there on)
         self._mem: dict[str, dict[str, int]] = {}
-        # per layer, over the measured steps: id(module) -> [name, type, calls, s], and module
-        # name -> backward seconds; the step in progress collects into _step_fwd/_step_bwd,
-        # added to these when it closes as a measured step (warm-up is left out, as for the
-        # phases, so a layer's time per step and the phases' are over the same steps)
-        self._layer_fwd: dict[int, list[Any]] = {}
-        self._layer_bwd: dict[str, float] = {}
+        # per layer: the step in progress collects forward rows (id(module) -> [name, type,
+        # calls, s]) and backward seconds (module name -> s) into _step_fwd/_step_bwd; a closed
+        # step's go to _fwd_of/_bwd_of beside _seconds (merged with it, warm-up left out when
+        # read, as for the phases, so a layer's time per step and the phases' are over the same
+        # steps)
         self._step_fwd: dict[int, list[Any]] = {}
         self._step_bwd: dict[str, float] = {}
-        self._layer_stack: list[tuple[float, str]] = []
+        self._fwd_of: list[dict[int, list[Any]]] = []
+        self._bwd_of: list[dict[str, float]] = []
+        self._layer_stack: list[tuple[float, str | None]] = []
         self._names: dict[int, str] = {}
         # id(module) -> (id(root), its path under that root); id(root) -> every path under it
         # (the never-called containers included): own time walks this tree
@@ -186,7 +234,22 @@ class Watch:
     @property
     def steps(self) -> int:
         """Steps completed so far (warm-up steps included)."""
-        return self._count
+        return len(self._seconds)
+
+    @property
+    def step_seconds(self) -> list[float]:
+        """Wall time of each measured step (the warm-up left out)."""
+        return self._seconds[self.warmup_steps:]
+
+    @property
+    def step_phases(self) -> list[dict[str, float]]:
+        """Seconds per phase of each measured step."""
+        return self._phases[self.warmup_steps:]
+
+    @property
+    def step_samples(self) -> list[int]:
+        """Samples (training batches' first dimension) of each measured step."""
+        return self._samples_of[self.warmup_steps:]
 
     # ---- install / remove ---------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -217,7 +280,7 @@ class Watch:
         if self._cuda and self._t0 is not None:
             torch.cuda.synchronize()  # no event left pending on the stream
         self._stack.clear()
-        self._depth = self._opt_depth = 0
+        self._depth = self._opt_depth = self._bwd_depth = 0
         if self in _ACTIVE:
             _ACTIVE.remove(self)
 
@@ -231,14 +294,14 @@ class Watch:
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
         for h in handles:
             self._installed.append(h.remove)
-        engine = torch.autograd._engine_run_backward
         self._patch(torch.autograd, "_engine_run_backward",
-                    self._layer_backward(engine) if self.layers
-                    else self._timed("backward", engine))
+                    self._backward(torch.autograd._engine_run_backward))
         iter_cls = _dataloader._BaseDataLoaderIter
         self._patch(iter_cls, "__next__", self._data_next(iter_cls.__next__))
         loader_cls = _dataloader.DataLoader
         self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
+        process_cls = multiprocessing.process.BaseProcess
+        self._patch(process_cls, "start", self._child_start(process_cls.start))
         if torch.cuda.is_available():
             self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
             self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
@@ -297,6 +360,8 @@ class Watch:
 
     def _begin(self, now: float) -> None:
         self._t0 = now
+        self._gen += 1
+        self._opt_step = {}
         self._acc = {}
         self._eval_in_step = 0.0
         self._samples = 0
@@ -326,6 +391,7 @@ class Watch:
             self._add(stack[-1][0], stack[-1][1], now)
             stack[-1][1] = now
         phases = dict.fromkeys(PHASES, 0.0)
+        self._closure_of.append(self._acc.pop(CLOSURE, 0.0))
         for k, v in self._acc.items():
             phases[k] = phases.get(k, 0.0) + v
         if self._cuda:
@@ -342,51 +408,67 @@ class Watch:
         for v in phases.values():
             named += v
         phases["other"] = wall - (named - phases["other"])
-        self._count += 1
+        self._seconds.append(wall)
+        self._phases.append(phases)
+        self._samples_of.append(self._samples)
+        self._opt_of.append(self._opt_step)
         if self.trace:
-            self.step_spans.append((self._count, self._t0, now))
-        if self._count > self.warmup_steps:
-            self.step_seconds.append(wall)
-            self.step_phases.append(phases)
-            self.step_samples.append(self._samples)
-            self._keep_step_layers()
-        self._step_fwd.clear()
-        self._step_bwd.clear()
+            self.step_spans.append((len(self._seconds), self._t0, now))
+        self._fwd_of.append(self._step_fwd)
+        self._bwd_of.append(self._step_bwd)
+        self._step_fwd, self._step_bwd = {}, {}
         self._begin(now)
 
-    def _keep_step_layers(self) -> None:
-        """Add the closing (measured) step's per-layer times to the totals."""
-        for key, (name, kind, calls, s) in self._step_fwd.items():
-            row = self._layer_fwd.get(key)
-            if row is None:
-                row = self._layer_fwd[key] = [name, kind, 0, 0.0]
-            row[2] += calls
-            row[3] += s
-        for name, s in self._step_bwd.items():
-            self._layer_bwd[name] = self._layer_bwd.get(name, 0.0) + s
+    def _merge_last(self, k: int) -> None:
+        """The last ``k`` completed steps become one step (they were parts of it: the steps
+        ended at backward passes before the first optimizer step)."""
+        first = len(self._seconds) - k
+        if k < 2 or first < 0:
+            return
+        phases = dict.fromkeys(PHASES, 0.0)
+        for row in self._phases[first:]:
+            for name, v in row.items():
+                phases[name] += v
+        self._seconds[first:] = [sum(self._seconds[first:])]
+        self._phases[first:] = [phases]
+        self._samples_of[first:] = [sum(self._samples_of[first:])]
+        by_opt: dict[int, float] = {}
+        for row in self._opt_of[first:]:
+            for i, v in row.items():
+                by_opt[i] = by_opt.get(i, 0.0) + v
+        self._opt_of[first:] = [by_opt]
+        self._closure_of[first:] = [sum(self._closure_of[first:])]
+        fwd, bwd = _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
+        self._fwd_of[first:], self._bwd_of[first:] = [fwd], [bwd]
+        if self.trace:
+            self.step_spans[first:] = [(first + 1, self.step_spans[first][1],
+                                        self.step_spans[-1][2])]
+        ends = [min(e, first + 1) for e in self._epoch_ends]
+        self._epoch_ends = sorted(set(ends))
 
     def _close_epoch(self) -> None:
-        done = len(self.step_seconds)
+        done = len(self._seconds)
         if done > (self._epoch_ends[-1] if self._epoch_ends else 0):
             self._epoch_ends.append(done)
 
     def _sum(self, start: int, stop: int) -> PhaseTotals:
         totals = PhaseTotals()
         for i in range(start, stop):
-            totals.add(self.step_phases[i], self.step_seconds[i], self.step_samples[i])
+            totals.add(self._phases[i], self._seconds[i], self._samples_of[i])
         return totals
 
     @property
     def totals(self) -> PhaseTotals:
         """The measured steps' phases summed."""
-        return self._sum(0, len(self.step_seconds))
+        return self._sum(min(self.warmup_steps, len(self._seconds)), len(self._seconds))
 
     def epoch_totals(self) -> list[PhaseTotals]:
         """The measured steps of each epoch (a training loader's end closes one; the steps
-        after the last end are the epoch in progress)."""
-        bounds = [0, *self._epoch_ends]
-        if len(self.step_seconds) > bounds[-1]:
-            bounds.append(len(self.step_seconds))
+        after the last end are the epoch in progress; an epoch all warm-up is left out)."""
+        first = self.warmup_steps
+        bounds = [first, *(e for e in self._epoch_ends if e > first)]
+        if len(self._seconds) > bounds[-1]:
+            bounds.append(len(self._seconds))
         return [self._sum(a, b) for a, b in zip(bounds, bounds[1:])]
 
     def _sample_memory(self, phase: str) -> None:
@@ -405,6 +487,9 @@ class Watch:
         if self.model is not None and module is not self.model:
             return
         self._depth = 1
+        if self._stack and self._stack[-1][0] == "data":
+            self._fwd_phase = None  # a transform in Dataset.__getitem__: the batch's own time
+            return
         if not torch.is_grad_enabled():
             self._fwd_phase = EVAL
         else:
@@ -417,14 +502,43 @@ class Watch:
             self._depth = depth - 1
         elif depth == 1:
             self._depth = 0
-            self._exit(self._fwd_phase)
+            if self._fwd_phase is not None:
+                self._exit(self._fwd_phase)
 
-    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self.optimizer is not None and opt is not self.optimizer:
-            return
+            return None
+        self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
+        new = None
         if self._opt_depth == 1:
+            key = id(opt)
+            if key in self._opt_ids:
+                if self._cycle is None:  # the first optimizer again: one iteration's set
+                    self._cycle = len(self._opt_ids)
+            else:
+                self._opt_ids.append(key)
+                self._opt_names.append(_optimizer_name(opt, len(self._opt_ids)))
+            self._opt_now = self._opt_ids.index(key)
             self._enter("optimizer")
+            self._opt_mark = (self._gen, self._acc.get("optimizer", 0.0))
+            if len(args) > 1 and callable(args[1]):  # (the optimizer, its closure)
+                new = (args[0], self._closure(args[1]), *args[2:]), kwargs
+            elif callable(kwargs.get("closure")):
+                new = args, {**kwargs, "closure": self._closure(kwargs["closure"])}
+        return new
+
+    def _closure(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The closure given to ``optimizer.step``, its own code timed apart (forward, loss and
+        backward inside it stay theirs): a trainer's work, not the optimizer's."""
+        def closure(*args: Any, **kwargs: Any) -> Any:
+            self._enter(CLOSURE)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._exit(CLOSURE)
+        closure.__wrapped__ = fn  # type: ignore[attr-defined]
+        return closure
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if (self.optimizer is not None and opt is not self.optimizer) or not self._opt_depth:
@@ -433,30 +547,75 @@ class Watch:
         if self._opt_depth:
             return
         self._exit("optimizer")
-        self.mark_step()
+        gen, before = self._opt_mark
+        spent = self._acc.get("optimizer", 0.0) - (before if gen == self._gen else 0.0)
+        i = self._opt_now
+        self._opt_step[i] = self._opt_step.get(i, 0.0) + spent
+        if self.step_on == "backward":
+            return
+        if self._cycle is None and i:
+            # a second (third...) optimizer in the first iteration: the iteration so far
+            # (ended at the first optimizer's step) runs on to here
+            self._close_step()
+            self._merge_last(2)
+        elif i == (self._cycle or 1) - 1:  # the iteration's last optimizer
+            self._end_step()
+
+    def _backward_done(self) -> None:
+        """An outermost ``backward()`` returned: the end of a step when steps are on backward
+        passes, and, until an optimizer step is seen, the end of a provisional one (merged
+        into the first optimizer step if one comes)."""
+        if self.step_on == "backward":
+            self.mark_step()
+        elif not (self._opt_seen or self._marked) and self._t0 is not None:
+            self._close_step()
+            self._provisional += 1
 
     def mark_step(self) -> None:
         """End the current step here (loops without a ``torch.optim`` optimizer call this once
         per step; with one, the optimizer's step does it)."""
+        self._marked = True
         if self._t0 is None:
             self._begin(self.clock())
             return
+        self._end_step()
+
+    def _end_step(self) -> None:
+        """An optimizer step or ``mark_step()`` ends the step open now. The steps that ended at
+        backward passes before the first of these were parts of this one (gradient
+        accumulation): one step from the first event to here."""
+        parts, self._provisional = self._provisional, 0
         self._close_step()
-        if self.limit is not None and self._count >= self.limit:
+        self._merge_last(parts + 1)
+        self._check_limit()
+
+    def _optimizers_note(self) -> str:
+        """Which optimizers stepped, where a step ends, and the optimizer phase by optimizer."""
+        by_var = [v for v, _ in self._opt_names]
+        # a variable name that two optimizers share (a loop's variable) names neither
+        names = [f"{v} ({c.split(' #')[0]})" if v and by_var.count(v) == 1 else c
+                 for v, c in self._opt_names]
+        cycle = self._cycle or len(names)
+        seconds = [0.0] * len(names)
+        for row in self._opt_of[self.warmup_steps:]:
+            for i, v in row.items():
+                seconds[i] += v
+        split = ", ".join(f"{n} {s:.3f} s" for n, s in zip(names, seconds))
+        if self.step_on == "backward":
+            where = "steps end at backward passes"
+        else:
+            where = (f"a step is one iteration, ending where {names[cycle - 1]} steps"
+                     if cycle > 1 else f"a step ends where {names[0]} steps")
+        return (f"{len(names)} optimizers stepped ({', '.join(names)}): {where}; the optimizer "
+                f"phase by optimizer{' (host time)' if self.cuda_used else ''}: {split}")
+
+    def _check_limit(self) -> None:
+        done = len(self._seconds)
+        if self.limit is not None and done >= self.limit:
             if self.on_stop is not None:
                 self.on_stop(self)
             else:
-                raise StepLimit(f"{self._count} steps done")
-
-    def _timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            self._enter(phase)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._exit(phase)
-        timed.__wrapped__ = fn  # type: ignore[attr-defined]
-        return timed
+                raise StepLimit(f"{done} steps done")
 
     def _data_next(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def __next__(it: Any) -> Any:
@@ -484,6 +643,17 @@ class Watch:
         __iter__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __iter__
 
+    def _child_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``multiprocessing`` processes the script starts (``Process.start``; also what
+        ``torch.multiprocessing.spawn`` calls) are counted: their training is not measured
+        here. DataLoader workers are the loader's, not the script's."""
+        def start(process: Any) -> Any:
+            if getattr(process, "_target", None) is not _worker_loop:
+                self.children += 1
+            return fn(process)
+        start.__wrapped__ = fn  # type: ignore[attr-defined]
+        return start
+
     def _h2d(self, fn: Callable[..., Any], always: bool) -> Callable[..., Any]:
         """``Tensor.cuda`` (``always``) or ``Tensor.to`` timed as ``h2d`` when it moves a CPU
         tensor to a device; a dtype cast or a CPU tensor staying on the CPU is not a copy."""
@@ -501,6 +671,9 @@ class Watch:
     # ---- per layer (--layers) -----------------------------------------------------
     def _layer_pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._layer_stack
+        if (stack[-1][1] is None if stack else self._stack and self._stack[-1][0] == "data"):
+            stack.append((0.0, None))  # a transform loading a batch: no layer of the model
+            return
         if not stack and id(module) not in self._names:
             self._name_tree(module)  # an outermost call: name its modules from it
         if stack and torch.is_grad_enabled():
@@ -513,7 +686,7 @@ class Watch:
             return
         t0, name = self._layer_stack.pop()
         t = self.clock() - t0
-        if not torch.is_grad_enabled():
+        if name is None or not torch.is_grad_enabled():
             return  # evaluation, as for the phases
         tag_graph(output, name)  # its backward nodes are charged to it
         row = self._step_fwd.get(id(module))
@@ -522,25 +695,34 @@ class Watch:
         row[2] += 1
         row[3] += t
 
-    def _layer_backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
-        """The engine entry timed as ``backward``, and each autograd node's time charged to the
-        module whose forward made it (``analysis.timing.BackwardTimer``, as ``profile
-        --backward`` does); the node hooks live on this backward's graph only."""
+    def _backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
+        """The engine entry timed as ``backward``. With ``layers``, each autograd node's time is
+        charged to the module whose forward made it (``analysis.timing.BackwardTimer``, as
+        ``profile --backward`` does; the node hooks live on this backward's graph only). An
+        outermost call that fills ``.grad`` (``backward()``; not ``torch.autograd.grad``, which
+        returns the gradients) may end a step (``_backward_done``)."""
         def backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            self._bwd_depth += 1
             self._enter("backward")
-            timer = BackwardTimer(self.model, cuda=self._cuda, clock=self.clock)
-            outs = [t for t in t_outputs if isinstance(t, torch.Tensor)]
-            handles = timer.instrument(outs)
-            timer.start()
+            timer, handles = None, []
+            if self.layers:
+                timer = BackwardTimer(self.model, cuda=self._cuda, clock=self.clock)
+                handles = timer.instrument([t for t in t_outputs if isinstance(t, torch.Tensor)])
+                timer.start()
             try:
-                return engine(t_outputs, *args, **kwargs)
+                result = engine(t_outputs, *args, **kwargs)
             finally:
                 for h in handles:
                     h.remove()
-                for name, seconds in timer.result().items():
-                    if name:
-                        self._step_bwd[name] = self._step_bwd.get(name, 0.0) + seconds
+                if timer is not None:
+                    for name, seconds in timer.result().items():
+                        if name:
+                            self._step_bwd[name] = self._step_bwd.get(name, 0.0) + seconds
                 self._exit("backward")
+                self._bwd_depth -= 1
+            if not self._bwd_depth and kwargs.get("accumulate_grad", True):
+                self._backward_done()
+            return result
         backward.__wrapped__ = engine  # type: ignore[attr-defined]
         return backward
 
@@ -564,17 +746,22 @@ class Watch:
             self._paths.setdefault(id(m), (id(root), n))
         self._trees[id(root)] = paths
 
-    def _own_seconds(self) -> dict[int, float]:
-        """id(module) -> its forward own time over the measured steps (``tree.own_time``:
-        inclusive minus the nearest descendants that ran, through never-called containers)."""
+    def _layer_totals(self) -> tuple[dict[int, list[Any]], dict[str, float]]:
+        """The per-layer forward rows and backward seconds summed over the measured steps."""
+        first = self.warmup_steps
+        return _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
+
+    def _own_seconds(self, fwd: dict[int, list[Any]]) -> dict[int, float]:
+        """id(module) -> its forward own time in ``fwd`` (``tree.own_time``: inclusive minus
+        the nearest descendants that ran, through never-called containers)."""
         inclusive: dict[int, dict[str, float]] = {}  # per root: path -> seconds
-        for key, (_, _, _, s) in self._layer_fwd.items():
+        for key, (_, _, _, s) in fwd.items():
             if key in self._paths:
                 root, path = self._paths[key]
                 inclusive.setdefault(root, {})[path] = s
         kids = {root: tree.children_map(self._trees[root]) for root in inclusive}
         out = {}
-        for key in self._layer_fwd:
+        for key in fwd:
             if key in self._paths:
                 root, path = self._paths[key]
                 out[key] = tree.own_time(path, inclusive[root], kids[root], inclusive[root])
@@ -586,11 +773,12 @@ class Watch:
         autograd nodes its own code made, over the measured steps (the phases' steps: warm-up
         and a step left open are not counted)."""
         steps = max(len(self.step_seconds), 1)
-        own = self._own_seconds()
+        fwd, bwd = self._layer_totals()
+        own = self._own_seconds(fwd)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
                  "forward_s_per_step": s / steps, "own_s": own.get(key, s),
-                 "backward_s": self._layer_bwd.get(name, 0.0)}
-                for key, (name, kind, calls, s) in self._layer_fwd.items()]
+                 "backward_s": bwd.get(name, 0.0)}
+                for key, (name, kind, calls, s) in fwd.items()]
         return sorted(rows, key=lambda r: -r["forward_s"])
 
     # ---- the result ---------------------------------------------------------------
@@ -622,17 +810,43 @@ class Watch:
         if self.eval_seconds:
             notes.append(f"{self.eval_seconds:.3f} s of evaluation (forward passes and batches "
                          "without gradients) left out of the training steps")
-        if self._count and not totals.steps:
-            notes.append(f"all {self._count} steps were warm-up: nothing measured")
-        if not self._count:
-            notes.append("no training step seen: no optimizer.step() and no mark_step()")
+        done = len(self._seconds)
+        if done and not totals.steps:
+            notes.append(f"all {done} steps were warm-up: nothing measured")
+        if done and self._provisional and self.step_on == "optimizer":
+            notes.append("no optimizer.step() seen: each step ends where a backward() returns "
+                         "(steps on backward passes)")
+            if self.limit is not None:
+                notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
+                             "steps and none was seen (with steps on backward passes it counts "
+                             "those)")
+        if len(self._opt_names) > 1:
+            notes.append(self._optimizers_note())
+        closure = sum(self._closure_of[self.warmup_steps:])
+        if closure > 0 and totals.wall > 0:
+            notes.append(f"{closure:.3f} s ({100 * closure / totals.wall:.0f}% of the steps) "
+                         "ran in optimizer.step(closure)'s closure outside forward, loss and "
+                         "backward (the trainer's own work): counted in other, not optimizer")
+        if self.children:
+            notes.append(f"training ran in {self.children} child process"
+                         f"{'es' if self.children > 1 else ''}, which "
+                         f"{'are' if self.children > 1 else 'is'} not measured"
+                         if not done else
+                         f"{self.children} child process{'es' if self.children > 1 else ''} "
+                         "started by the script (multiprocessing) not measured")
+        elif not done:
+            notes.append("no training step seen: no optimizer.step(), no backward() and no "
+                         "mark_step()" if self.step_on == "optimizer" else
+                         "no training step seen: no backward() and no mark_step()")
+            if self.limit is not None:
+                notes.append(f"the step limit ({self.limit}) did not act: no step ended")
         rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         return TrainReport(
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
-                    "layers": self.layers, "memory": self.memory},
+                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on},
             run_dir="", epochs=[], breakdown=totals.to_dict(), epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
@@ -644,6 +858,34 @@ class Watch:
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None)
+
+
+def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float]]
+                ) -> tuple[dict[int, list[Any]], dict[str, float]]:
+    """Per-step layer rows (id(module) -> [name, type, calls, s]) and backward seconds (module
+    name -> s) added up over the steps given."""
+    fwd: dict[int, list[Any]] = {}
+    for step in fwd_of:
+        for key, (name, kind, calls, s) in step.items():
+            row = fwd.setdefault(key, [name, kind, 0, 0.0])
+            row[2] += calls
+            row[3] += s
+    bwd: dict[str, float] = {}
+    for step in bwd_of:
+        for name, s in step.items():
+            bwd[name] = bwd.get(name, 0.0) + s
+    return fwd, bwd
+
+
+def _forked_child() -> None:
+    """A forked child (a hogwild worker, a DataLoader worker) runs with the hooks off: its
+    steps are not this process's, and a step limit must not stop it. CUDA is not touched."""
+    for w in list(_ACTIVE):
+        w._cuda = False
+        w.stop()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
