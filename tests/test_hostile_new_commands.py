@@ -83,14 +83,17 @@ def test_run_of_a_script_that_cannot_start_is_one_line(tmp_path, monkeypatch, bu
 
 
 def test_run_of_a_script_that_raises_usererror_keeps_its_traceback(tmp_path, monkeypatch):
-    # the script's own failure (here through layerscope's API) stays the script's: traceback,
-    # exit 1 and the report of the steps done, as for any exception the script raises
+    # the script's own failure (here through layerscope's API) stays the script's: traceback
+    # and exit 1, as for any exception the script raises; no step was done, so one line says
+    # there is no report (not a zero table blaming the loop)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.py").write_text("from layerscope.errors import UserError\n"
                                    "raise UserError('from the script')\n")
     code, _, err = run_cli("run", "--format", "json", "s.py")
     assert code == 1 and "Traceback" in err and "from the script" in err, err
-    assert '"steps"' in err
+    assert err.endswith("layerscope: no training step was completed before the script ended "
+                        "with UserError: from the script: no report\n"), err
+    assert '"steps"' not in err
 
 
 # ---------------------------------------------------------------- hf: configs
