@@ -89,6 +89,20 @@ def _check_outputs(args) -> None:
     check_outputs(args, ("--trace", "trace"))
 
 
+# every option naming a file or folder the command writes after the script has run
+OUTPUT_OPTIONS = ("output", "html", "plot", "trace", "tensorboard")
+
+
+def _absolute_outputs(args) -> None:
+    """Output paths resolved against the working directory the command started in: a script
+    that changes directory (``os.chdir``) must not make ``-o r.json`` overwrite a file of its
+    new folder."""
+    for dest in OUTPUT_OPTIONS:
+        path = getattr(args, dest, None)
+        if path and path != "-":
+            setattr(args, dest, os.path.abspath(path))
+
+
 def _exit_code(exc: SystemExit) -> int:
     """What the interpreter makes of ``sys.exit(code)``: None is 0, an int itself, anything
     else is printed to stderr and exits 1."""
@@ -186,11 +200,48 @@ def _run_script(path: str, code: Any) -> None:
             sys.modules["__main__"] = saved
 
 
+class _Streams:
+    """The command's own standard output and error, kept from before the script runs: a
+    script may close them (``sys.stdout.close()``) or drop them (``sys.stderr = None``), as
+    python allows; the report and the command's messages then go to the file descriptors the
+    command started with (duplicated at the start), and the script's exit code stays its own."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[Any, int | None, str]] = {}
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            try:
+                fd: int | None = os.dup(stream.fileno())
+            except (AttributeError, OSError, ValueError):  # no descriptor (a StringIO)
+                fd = None
+            self.kept[name] = (stream, fd, getattr(stream, "encoding", None) or "utf-8")
+
+    def restore(self) -> None:
+        """Make ``sys.stdout`` and ``sys.stderr`` writable again where the script closed or
+        dropped them; a stream the script replaced with a working one stays."""
+        import io
+
+        for name, (stream, fd, encoding) in self.kept.items():
+            if not _usable(getattr(sys, name)):
+                if _usable(stream):
+                    setattr(sys, name, stream)
+                elif fd is not None:
+                    setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w"), encoding=encoding,
+                                                        errors="backslashreplace",
+                                                        line_buffering=True))
+                    continue
+            if fd is not None:
+                os.close(fd)
+        self.kept = {}
+
+
+def _usable(stream: Any) -> bool:
+    return stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", True)
+
+
 def execute(target: str, script_args: list[str], is_module: bool, watch: Any) -> int:
     """Run the script under ``watch`` as python would; returns its exit code."""
     import runpy
-
-    from layerscope.training.watch import StepLimit
 
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = [target, *script_args]
@@ -200,40 +251,46 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
-    code, started = 0, False
+    failure: BaseException | None = None
+    streams = None
     try:
         if is_module:  # before the watch: a script that cannot start has no report
             _check_module(target)
         else:
             compiled = _compiled(target)
-        started = True
+        streams = _Streams()
         with watch:
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
                 _run_script(target, compiled)
-    except UserError as exc:
-        if not started:
+    except BaseException as exc:  # noqa: BLE001 - the script's own end, handled below
+        if streams is None:  # it never started: the command's own error
             raise
-        _print_script_traceback(exc)  # the script's own (it uses layerscope's API)
-        code = 1
-    except StepLimit:
-        code = 0
-    except SystemExit as exc:
-        code = _exit_code(exc)
-    except KeyboardInterrupt as exc:
-        _print_script_traceback(exc)
-        code = 130
-    except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as python
-        _print_script_traceback(exc)
-        code = 1
+        failure = exc
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-        sys.stdout.flush()
-        sys.stderr.flush()
-    return code
+        if streams is not None:
+            streams.restore()
+        for stream in (sys.stdout, sys.stderr):
+            if _usable(stream):
+                stream.flush()
+    return _script_code(failure)
+
+
+def _script_code(failure: BaseException | None) -> int:
+    """The exit code python gives a script that ended with ``failure`` (None: it returned),
+    with the traceback python prints."""
+    from layerscope.training.watch import StepLimit
+
+    if failure is None or isinstance(failure, StepLimit):
+        return 0
+    if isinstance(failure, SystemExit):
+        return _exit_code(failure)
+    _print_script_traceback(failure)  # a UserError too: the script's own (it uses our API)
+    return 130 if isinstance(failure, KeyboardInterrupt) else 1
 
 
 def rank_report(watch: Any):
@@ -280,6 +337,7 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
+    _absolute_outputs(args)
     _check_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
         _check_startable(target, is_module)  # once here, not one error line per rank
@@ -287,7 +345,12 @@ def run(args) -> int:
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace))
+    starter = os.getpid()
     code = execute(target, script_args, is_module, watch)
+    if os.getpid() != starter:
+        # a child the script forked (os.fork) and that returned here: the report is the
+        # starting process's; the child ends with its code and writes nothing
+        return code
     folder = os.environ.get(RANK_REPORTS_ENV)
     if folder:  # a rank of run --nproc-per-node: the parent merges and writes the report
         import json

@@ -1,0 +1,120 @@
+"""layerscope run against scripts that do what real scripts do to the process around them:
+change directory, fork, close their standard streams, stop their own watch. Each script runs
+as ``python SCRIPT.py`` and as ``layerscope run SCRIPT.py``: the same standard output, the
+same exit code, the report where the command line said, and no traceback of ours."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# two optimizer steps of a tiny model, as every script below trains
+TRAIN = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    def train(steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+    """)
+
+
+def _python(*argv: str, cwd, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _both(tmp_path, body: str, *options: str):
+    """(bare python run, layerscope run) of a script made of TRAIN and ``body``."""
+    (tmp_path / "script.py").write_text(TRAIN + textwrap.dedent(body))
+    bare = _python("script.py", cwd=tmp_path)
+    run = _python("-m", "layerscope", "run", *options, "script.py", cwd=tmp_path)
+    return bare, run
+
+
+def _steps(path) -> int:
+    return json.loads(path.read_text())["breakdown"]["steps"]
+
+
+def test_outputs_are_where_the_command_started_not_where_the_script_went(tmp_path):
+    # the script changes directory into a folder holding files of the same names
+    sub = tmp_path / "elsewhere"
+    sub.mkdir()
+    names = ("r.json", "t.json", "h.html")
+    for name in names:
+        (sub / name).write_text("keep me")
+    bare, run = _both(tmp_path, """\
+        import os
+        os.chdir("elsewhere")
+        train(2)
+        print("cwd", os.path.basename(os.getcwd()))
+        """, "-o", "r.json", "--trace", "t.json", "--html", "h.html", "--tensorboard", "tb")
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout == bare.stdout
+    for name in names:
+        assert (sub / name).read_text() == "keep me", name
+    assert _steps(tmp_path / "r.json") == 2
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert (tmp_path / "h.html").read_text().startswith("<!")
+    assert os.listdir(tmp_path / "tb") and not (sub / "tb").exists()
+
+
+def test_a_forked_child_writes_no_report(tmp_path):
+    # the child outlives the parent and trains one more step: its report would replace the
+    # parent's (2 steps) if it wrote one
+    bare, run = _both(tmp_path, """\
+        import os, sys, time
+        train(2)
+        print("parent", flush=True)
+        if os.fork() == 0:
+            time.sleep(0.5)
+            train(1)
+            sys.exit(0)
+        """, "-o", "r.json")
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout == bare.stdout == "parent\n"
+    assert _steps(tmp_path / "r.json") == 2
+    assert run.stderr.count("wrote") == 1, run.stderr
+
+
+# (id, what the script does to its streams at the end, layerscope options)
+STREAMS = [
+    ("stdout-closed", "print('out'); sys.stdout.close()", ["-o", "r.json"]),
+    ("stdout-closed-report-on-stderr", "print('out'); sys.stdout.close()", []),
+    ("stderr-none", "print('out'); sys.stderr = None", []),
+    ("stderr-closed", "print('out'); sys.stderr.close()", ["-o", "r.json"]),
+    ("both-none", "print('out', flush=True); sys.stdout = sys.stderr = None", ["-o", "r.json"]),
+    ("stdout-closed-report-on-stdout", "print('out'); sys.stdout.close()",
+     ["--format", "json", "-o", "-"]),
+    ("exit-code-kept", "print('out'); sys.stdout.close(); sys.exit(3)", ["-o", "r.json"]),
+]
+
+
+@pytest.mark.parametrize("body,options", [s[1:] for s in STREAMS], ids=[s[0] for s in STREAMS])
+def test_a_script_that_closes_its_streams_still_gets_its_report(tmp_path, body, options):
+    bare, run = _both(tmp_path, "import sys\ntrain(2)\n" + body + "\n", *options)
+    assert run.returncode == bare.returncode, run.stderr
+    assert "Traceback" not in run.stderr and "layerscope: error" not in run.stderr, run.stderr
+    if "-" in options:  # the report follows the script's output on the original stdout
+        assert run.stdout.startswith(bare.stdout)
+        assert json.loads(run.stdout[len(bare.stdout):])["breakdown"]["steps"] == 2
+    else:
+        assert run.stdout == bare.stdout
+    if "r.json" in options:
+        assert _steps(tmp_path / "r.json") == 2
+        assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"
+    elif not options:
+        assert "script.py — training" in run.stderr, run.stderr
