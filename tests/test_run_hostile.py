@@ -118,3 +118,111 @@ def test_a_script_that_closes_its_streams_still_gets_its_report(tmp_path, body, 
         assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"
     elif not options:
         assert "script.py — training" in run.stderr, run.stderr
+
+
+# rank 0 trains one step and finishes; rank 1 waits for rank 0's report, says so, then sleeps
+# until the launcher is stopped
+SLEEPER = textwrap.dedent("""\
+    import os, time
+    if os.environ["RANK"] == "0":
+        train(1)
+    else:
+        done = os.path.join(os.environ["LAYERSCOPE_RANK_REPORTS"], "rank-0.json")
+        while not os.path.exists(done):
+            time.sleep(0.05)
+        open("rank1-waiting", "w").close()
+        time.sleep(120)
+    """)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,code,word", [(15, 143, "terminated"), (2, 130, "interrupted")],
+                         ids=["sigterm", "sigint"])
+def test_a_stopped_launch_exits_as_a_signal_and_keeps_the_finished_ranks(tmp_path, signum, code,
+                                                                          word):
+    import time
+
+    (tmp_path / "script.py").write_text(TRAIN + SLEEPER)
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "layerscope", "run", "--nproc-per-node", "2",
+                             "-o", "r.json", "script.py"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if (tmp_path / "rank1-waiting").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "rank1-waiting").exists(), proc.communicate()[1]
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert f"layerscope: {word}: the ranks were stopped" in err
+    # (on SIGINT the sleeping rank prints its KeyboardInterrupt, as the script does under
+    # torchrun; no traceback or error line of layerscope's)
+    assert "unexpected" not in err and "SignalException" not in err, err
+    assert "layerscope: error" not in err and "layerscope/" not in err, err
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["breakdown"]["steps"] == 1
+
+
+def test_watch_steps_ends_its_with_block_and_stops_counting():
+    import torch
+
+    import layerscope
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    done = 0
+    with layerscope.watch(steps=2) as w:  # the limit ends the block here, nothing escapes
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            done += 1
+    assert done == 1 and w.steps == 2  # the second step's optimizer hook ended the block
+    w.mark_step()
+    w.mark_step()
+    opt.step()
+    assert w.steps == 2 and w.report().breakdown["steps"] == 2
+
+
+# (id, script body, layerscope options, steps in the report)
+WATCHING = [
+    ("own-watch-joins-the-run", """\
+        import layerscope
+        with layerscope.watch(steps=50) as w:
+            train(3)
+        print("inside", w.steps)
+        """, [], 3),
+    ("own-watch-after-the-run-limit", """\
+        import layerscope
+        with layerscope.watch() as w:
+            train(5)
+        print("after")
+        """, ["--steps", "2"], 2),
+    ("training-in-a-thread", """\
+        import threading
+        t = threading.Thread(target=train, args=(5,))
+        t.start()
+        t.join()
+        print("joined")
+        """, ["--steps", "2"], 2),
+]
+
+
+@pytest.mark.parametrize("body,options,steps", [w[1:] for w in WATCHING],
+                         ids=[w[0] for w in WATCHING])
+def test_the_scripts_own_watch_and_threads_under_run(tmp_path, body, options, steps):
+    bare, run = _both(tmp_path, body, "-o", "r.json", *options)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "StepLimit" not in run.stderr, run.stderr
+    if not options:
+        assert run.stdout == bare.stdout
+    else:  # stopped at the limit: the script goes on after its with block or its thread
+        assert run.stdout.splitlines()[-1] == bare.stdout.splitlines()[-1]
+    assert _steps(tmp_path / "r.json") == steps
+    assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"

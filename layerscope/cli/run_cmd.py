@@ -321,6 +321,9 @@ def _launch(args) -> int:
         except distributed.RankFailed as exc:
             print(f"layerscope: error: {exc}", file=sys.stderr)
             code = exc.code
+        except distributed.Stopped as exc:  # the report of the ranks that finished follows
+            print(f"layerscope: {exc}", file=sys.stderr)
+            code = exc.code
         finally:
             del os.environ[RANK_REPORTS_ENV]
         reports = []
