@@ -226,3 +226,25 @@ def test_the_scripts_own_watch_and_threads_under_run(tmp_path, body, options, st
         assert run.stdout.splitlines()[-1] == bare.stdout.splitlines()[-1]
     assert _steps(tmp_path / "r.json") == steps
     assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"
+
+
+# (id, launcher variables left in the environment)
+STALE = [
+    ("rank-alone", {"RANK": "3"}),
+    ("rank-and-world-size-without-local-rank", {"RANK": "3", "WORLD_SIZE": "4"}),
+    ("world-size-one", {"RANK": "1", "WORLD_SIZE": "1", "LOCAL_RANK": "1"}),
+]
+
+
+@pytest.mark.parametrize("variables", [s[1] for s in STALE], ids=[s[0] for s in STALE])
+def test_a_stale_rank_does_not_suppress_the_report(tmp_path, variables, monkeypatch):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "script.py").write_text(TRAIN + "train(2)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "layerscope", "run", "-o", "r.json",
+                          "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert f"RANK={variables['RANK']} in the environment but no launcher's" in run.stderr
+    assert _steps(tmp_path / "r.json") == 2

@@ -299,7 +299,18 @@ def rank_report(watch: Any):
 
 
 def _is_writer() -> bool:
-    return os.environ.get("RANK", "0") in ("", "0")
+    """Rank 0 writes the report. RANK is trusted only with the rest of a launcher's
+    environment (WORLD_SIZE above 1 and LOCAL_RANK, as torchrun sets them): a RANK left over
+    in a shell must not silently suppress the report."""
+    rank = os.environ.get("RANK", "0")
+    if rank in ("", "0"):
+        return True
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1 and "LOCAL_RANK" in os.environ:
+        return False
+    print(f"layerscope: RANK={rank} in the environment but no launcher's WORLD_SIZE and "
+          "LOCAL_RANK: writing the report anyway", file=sys.stderr)
+    return True
 
 
 def _launch(args) -> int:
