@@ -248,3 +248,18 @@ def test_a_stale_rank_does_not_suppress_the_report(tmp_path, variables, monkeypa
     assert run.returncode == 0, run.stderr
     assert f"RANK={variables['RANK']} in the environment but no launcher's" in run.stderr
     assert _steps(tmp_path / "r.json") == 2
+
+
+def test_a_compiled_model_gets_no_warning_about_our_hooks(tmp_path):
+    # torch.compile warns about global module hooks, which are layerscope's, not the script's
+    bare, run = _both(tmp_path, """\
+        import warnings
+        model = torch.compile(model, backend="eager")
+        train(2)
+        warnings.warn("the script's own")
+        """, "-o", "r.json")
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert "global hooks" not in run.stderr
+    assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"
+    assert "UserWarning: the script's own" in run.stderr
+    assert _steps(tmp_path / "r.json") == 2

@@ -42,6 +42,7 @@ import resource
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,8 @@ from layerscope.core.errors import UserError
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
+# torch.compile's OptimizedModule warns on every call while global module hooks exist
+_COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
@@ -257,6 +260,21 @@ class Watch:
         loader_cls = _dataloader.DataLoader
         self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
         self._patch(threading, "excepthook", _quiet_step_limit(threading.excepthook))
+        self._ignore_warning(_COMPILE_HOOKS_WARNING)
+
+    def _ignore_warning(self, message: str) -> None:
+        """Ignore torch's warning ``message`` (a regular expression) while the hooks are
+        installed: it is about our hooks, not the script's code."""
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        entry = warnings.filters[0]
+
+        def undo() -> None:
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+                mutated = getattr(warnings, "_filters_mutated", None)
+                if mutated is not None:  # cached "ignore" decisions are forgotten
+                    mutated()
+        self._installed.append(undo)
         if torch.cuda.is_available():
             self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
             self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
