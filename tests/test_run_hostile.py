@@ -263,3 +263,48 @@ def test_a_compiled_model_gets_no_warning_about_our_hooks(tmp_path):
     assert run.stderr == bare.stderr + f"wrote {tmp_path / 'r.json'}\n"
     assert "UserWarning: the script's own" in run.stderr
     assert _steps(tmp_path / "r.json") == 2
+
+
+def test_a_dataloader_worker_that_exits_is_the_scripts_error(tmp_path):
+    # the worker's exit reaches the main process as a signal at any moment, also after the
+    # script has ended: every run ends as the script's own error, with its report
+    (tmp_path / "script.py").write_text(TRAIN + textwrap.dedent("""\
+        import sys
+        from torch.utils.data import DataLoader, Dataset
+        class Data(Dataset):
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                if i == 5:
+                    sys.exit(3)
+                return torch.randn(4)
+        for x in DataLoader(Data(), batch_size=2, num_workers=1):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        """))
+    for _ in range(4):
+        run = _python("-m", "layerscope", "run", "-o", "r.json", "script.py", cwd=tmp_path)
+        assert run.returncode == 1, run.stderr
+        assert "layerscope: error" not in run.stderr, run.stderr
+        # the script's traceback (the worker's death as torch raises it), then the report
+        assert "Traceback" in run.stderr and run.stderr.endswith("r.json\n"), run.stderr
+        assert _steps(tmp_path / "r.json") >= 1
+
+
+def test_a_child_that_exits_after_the_script_ended_is_not_an_error(tmp_path):
+    # torch's DataLoader raises from its SIGCHLD handler when a worker exits; one exiting
+    # while layerscope writes the report (--plot takes a while) is no error of the run's
+    bare, run = _both(tmp_path, """\
+        import os, signal, time
+        def worker_failed(signum, frame):
+            raise RuntimeError("worker exited")
+        signal.signal(signal.SIGCHLD, worker_failed)
+        train(2)
+        if os.fork() == 0:
+            time.sleep(0.3)
+            os._exit(3)
+        """, "-o", "r.json", "--plot", "p.png", "--html", "h.html")
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert "layerscope: error" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert _steps(tmp_path / "r.json") == 2 and (tmp_path / "p.png").exists()

@@ -235,6 +235,17 @@ class _Streams:
         self.kept = {}
 
 
+def _quiet_children() -> None:
+    """Once the script has ended, a child it started that exits (a DataLoader worker that
+    called sys.exit) is no longer the script's error: torch's SIGCHLD handler would raise it
+    in the middle of writing the report. A script still running raises it as its own."""
+    import signal
+    import threading
+
+    if hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def _usable(stream: Any) -> bool:
     return stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", True)
 
@@ -269,6 +280,7 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any) ->
             raise
         failure = exc
     finally:
+        _quiet_children()
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
