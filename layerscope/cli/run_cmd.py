@@ -93,6 +93,20 @@ def _check_outputs(args) -> None:
     check_outputs(args, ("--trace", "trace"))
 
 
+# every option naming a file or folder the command writes after the script has run
+OUTPUT_OPTIONS = ("output", "html", "plot", "trace", "tensorboard")
+
+
+def _absolute_outputs(args) -> None:
+    """Output paths resolved against the working directory the command started in: a script
+    that changes directory (``os.chdir``) must not make ``-o r.json`` overwrite a file of its
+    new folder."""
+    for dest in OUTPUT_OPTIONS:
+        path = getattr(args, dest, None)
+        if path and path != "-":
+            setattr(args, dest, os.path.abspath(path))
+
+
 def _exit_code(exc: SystemExit) -> int:
     """What the interpreter makes of ``sys.exit(code)``: None is 0, an int itself, anything
     else is printed to stderr and exits 1."""
@@ -196,13 +210,61 @@ def _ended_with(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
+class _Streams:
+    """The command's own standard output and error, kept from before the script runs: a
+    script may close them (``sys.stdout.close()``) or drop them (``sys.stderr = None``), as
+    python allows; the report and the command's messages then go to the file descriptors the
+    command started with (duplicated at the start), and the script's exit code stays its own."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[Any, int | None, str]] = {}
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            try:
+                fd: int | None = os.dup(stream.fileno())
+            except (AttributeError, OSError, ValueError):  # no descriptor (a StringIO)
+                fd = None
+            self.kept[name] = (stream, fd, getattr(stream, "encoding", None) or "utf-8")
+
+    def restore(self) -> None:
+        """Make ``sys.stdout`` and ``sys.stderr`` writable again where the script closed or
+        dropped them; a stream the script replaced with a working one stays."""
+        import io
+
+        for name, (stream, fd, encoding) in self.kept.items():
+            if not _usable(getattr(sys, name)):
+                if _usable(stream):
+                    setattr(sys, name, stream)
+                elif fd is not None:
+                    setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w"), encoding=encoding,
+                                                        errors="backslashreplace",
+                                                        line_buffering=True))
+                    continue
+            if fd is not None:
+                os.close(fd)
+        self.kept = {}
+
+
+def _quiet_children() -> None:
+    """Once the script has ended, a child it started that exits (a DataLoader worker that
+    called sys.exit) is no longer the script's error: torch's SIGCHLD handler would raise it
+    in the middle of writing the report. A script still running raises it as its own."""
+    import signal
+    import threading
+
+    if hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _usable(stream: Any) -> bool:
+    return stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", True)
+
+
 def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
             failure: list[str] | None = None) -> int:
     """Run the script under ``watch`` as python would; returns its exit code. How a failed
     script ended (its exception, or its exit code) is appended to ``failure``."""
     import runpy
-
-    from layerscope.training.watch import StepLimit
 
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = [target, *script_args]
@@ -212,44 +274,51 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
-    code, started, ended = 0, False, ""
+    ended: BaseException | None = None
+    streams = None
     try:
         if is_module:  # before the watch: a script that cannot start has no report
             _check_module(target)
         else:
             compiled = _compiled(target)
-        started = True
+        streams = _Streams()
         with watch:
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
                 _run_script(target, compiled)
-    except UserError as exc:
-        if not started:
+    except BaseException as exc:  # noqa: BLE001 - the script's own end, handled below
+        if streams is None:  # it never started: the command's own error
             raise
-        _print_script_traceback(exc)  # the script's own (it uses layerscope's API)
-        code = 1
-        ended = _ended_with(exc)
-    except StepLimit:
-        code = 0
-    except SystemExit as exc:
-        code = _exit_code(exc)
-        ended = f"exit code {code}" if code else ""
-    except KeyboardInterrupt as exc:
-        _print_script_traceback(exc)
-        code, ended = 130, "KeyboardInterrupt"
-    except BaseException as exc:  # noqa: BLE001 - the script's own failure, reported as python
-        _print_script_traceback(exc)
-        code, ended = 1, _ended_with(exc)
+        ended = exc
     finally:
+        _quiet_children()
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-        sys.stdout.flush()
-        sys.stderr.flush()
-    if ended and failure is not None:
-        failure.append(ended)
+        if streams is not None:
+            streams.restore()
+        for stream in (sys.stdout, sys.stderr):
+            if _usable(stream):
+                stream.flush()
+    code = _script_code(ended)
+    if code and ended is not None and failure is not None:
+        failure.append(f"exit code {code}" if isinstance(ended, SystemExit) else
+                       _ended_with(ended))
     return code
+
+
+def _script_code(failure: BaseException | None) -> int:
+    """The exit code python gives a script that ended with ``failure`` (None: it returned),
+    with the traceback python prints."""
+    from layerscope.training.watch import StepLimit
+
+    if failure is None or isinstance(failure, StepLimit):
+        return 0
+    if isinstance(failure, SystemExit):
+        return _exit_code(failure)
+    _print_script_traceback(failure)  # a UserError too: the script's own (it uses our API)
+    return 130 if isinstance(failure, KeyboardInterrupt) else 1
 
 
 def rank_report(watch: Any):
@@ -258,7 +327,18 @@ def rank_report(watch: Any):
 
 
 def _is_writer() -> bool:
-    return os.environ.get("RANK", "0") in ("", "0")
+    """Rank 0 writes the report. RANK is trusted only with the rest of a launcher's
+    environment (WORLD_SIZE above 1 and LOCAL_RANK, as torchrun sets them): a RANK left over
+    in a shell must not silently suppress the report."""
+    rank = os.environ.get("RANK", "0")
+    if rank in ("", "0"):
+        return True
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1 and "LOCAL_RANK" in os.environ:
+        return False
+    print(f"layerscope: RANK={rank} in the environment but no launcher's WORLD_SIZE and "
+          "LOCAL_RANK: writing the report anyway", file=sys.stderr)
+    return True
 
 
 def _launch(args) -> int:
@@ -280,6 +360,9 @@ def _launch(args) -> int:
         except distributed.RankFailed as exc:
             print(f"layerscope: error: {exc}", file=sys.stderr)
             code = exc.code
+        except distributed.Stopped as exc:  # the report of the ranks that finished follows
+            print(f"layerscope: {exc}", file=sys.stderr)
+            code = exc.code
         finally:
             del os.environ[RANK_REPORTS_ENV]
         reports = []
@@ -296,6 +379,7 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
+    _absolute_outputs(args)
     _check_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
         _check_startable(target, is_module)  # once here, not one error line per rank
@@ -305,7 +389,12 @@ def run(args) -> int:
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
                   step_on=args.step_on)
     failure: list[str] = []
+    starter = os.getpid()
     code = execute(target, script_args, is_module, watch, failure)
+    if os.getpid() != starter:
+        # a child the script forked (os.fork) and that returned here: the report is the
+        # starting process's; the child ends with its code and writes nothing
+        return code
     folder = os.environ.get(RANK_REPORTS_ENV)
     if failure and not watch.steps and not folder:
         # a zero table would blame the loop for the script's own failure

@@ -127,6 +127,9 @@ def _launch(args) -> int:
     except distributed.RankFailed as exc:
         print(f"layerscope: error: {exc}", file=sys.stderr)
         return exc.code
+    except distributed.Stopped as exc:
+        print(f"layerscope: {exc}", file=sys.stderr)
+        return exc.code
 
 
 def run(args) -> int:

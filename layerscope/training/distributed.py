@@ -197,6 +197,7 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     import logging
 
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0"]
@@ -222,9 +223,25 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
         rank, failure = exc.get_first_failure()
         raise RankFailed(rank, describe_failure(failure),
                          2 if failure.exitcode == 2 else 1) from None
+    except SignalException as exc:  # torchrun stopped the ranks on SIGINT / SIGTERM
+        raise Stopped(exc.sigval) from None
     finally:
         elastic.setLevel(level)
     return 0
+
+
+class Stopped(Exception):
+    """The launcher got SIGINT or SIGTERM and stopped the ranks: the CLI prints ``message``
+    and exits with ``code`` as a shell does for a process a signal ended (128 + the signal:
+    130, 143)."""
+
+    def __init__(self, sigval: int):
+        import signal
+
+        name = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}.get(
+            sigval, f"stopped by signal {int(sigval)}")
+        super().__init__(f"{name}: the ranks were stopped")
+        self.code = 128 + int(sigval)
 
 
 class RankFailed(Exception):

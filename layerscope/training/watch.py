@@ -43,7 +43,9 @@ import multiprocessing.process
 import os
 import resource
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,16 +65,20 @@ from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
-EVAL = "eval"
+# torch.compile's OptimizedModule warns on every call while global module hooks exist
+_COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
 # the stack's name for an optimizer closure's own code (a trainer's work around forward and
 # backward): no phase, so it lands in ``other``, and a note names it
-CLOSURE = "closure"  # the stack's name for no-grad forwards and batches: left out of the steps
+CLOSURE = "closure"
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
 
 class StepLimit(BaseException):
     """Raised from the optimizer hook once ``steps`` steps are done (and no ``on_stop`` was
-    given): a BaseException, so the script's ``except Exception`` does not swallow it."""
+    given): a BaseException, so the script's ``except Exception`` does not swallow it. The
+    ``with`` block of the Watch ends there (its exit swallows it), and a thread it ends
+    ends quietly."""
 
 
 def active() -> Watch | None:
@@ -107,6 +113,16 @@ def _to_device(args: tuple, kwargs: dict) -> bool:
         if isinstance(a, torch.Tensor):
             return not a.is_cpu
     return False
+
+
+def _quiet_step_limit(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``threading.excepthook`` that lets a thread the step limit ended end quietly (a
+    training loop run in a thread): python would print its traceback."""
+    def excepthook(args: Any) -> None:
+        if not issubclass(args.exc_type, StepLimit):
+            hook(args)
+    excepthook.__wrapped__ = hook  # type: ignore[attr-defined]
+    return excepthook
 
 
 def _current_rss() -> int:
@@ -167,6 +183,8 @@ class Watch:
         self.name, self.argv = name, list(argv) if argv is not None else None
         self.on_stop, self.clock = on_stop, clock
         self._installed: list[Callable[[], None]] = []  # undo actions, run in reverse
+        self._running = False
+        self._nested = 0  # with blocks entered again while running (a script's own watch())
         self._reset()
 
     # ---- state ----------------------------------------------------------------------
@@ -256,16 +274,23 @@ class Watch:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
         self.stop()
+        return isinstance(exc, StepLimit)  # the step limit ends the block, nothing more
 
     def start(self) -> None:
-        """Install every hook (and start counting from here)."""
+        """Install every hook (and start counting from here). Starting the Watch that is
+        running already (``layerscope.watch()`` under ``layerscope run`` returns the run's)
+        joins it: nothing is reset, and the matching ``stop`` leaves it running."""
+        if self._running:
+            self._nested += 1
+            return
         if _ACTIVE:
             raise RuntimeError("a layerscope watch is already measuring this process; "
                                "stop it first (layerscope.training.watch.active())")
         _ACTIVE.append(self)
         self._reset()
+        self._running = True
         self._cuda_here = torch.cuda.is_available()  # once: it asks the driver
         try:
             self._install()
@@ -274,7 +299,12 @@ class Watch:
             raise
 
     def stop(self) -> None:
-        """Remove every hook and patched attribute (also after an exception)."""
+        """Remove every hook and patched attribute (also after an exception); steps marked
+        afterwards are not counted."""
+        if self._nested:
+            self._nested -= 1
+            return
+        self._running = False
         while self._installed:
             self._installed.pop()()
         if self._cuda and self._t0 is not None:
@@ -302,6 +332,22 @@ class Watch:
         self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
         process_cls = multiprocessing.process.BaseProcess
         self._patch(process_cls, "start", self._child_start(process_cls.start))
+        self._patch(threading, "excepthook", _quiet_step_limit(threading.excepthook))
+        self._ignore_warning(_COMPILE_HOOKS_WARNING)
+
+    def _ignore_warning(self, message: str) -> None:
+        """Ignore torch's warning ``message`` (a regular expression) while the hooks are
+        installed: it is about our hooks, not the script's code."""
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        entry = warnings.filters[0]
+
+        def undo() -> None:
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+                mutated = getattr(warnings, "_filters_mutated", None)
+                if mutated is not None:  # cached "ignore" decisions are forgotten
+                    mutated()
+        self._installed.append(undo)
         if torch.cuda.is_available():
             self._patch(torch.Tensor, "to", self._h2d(torch.Tensor.to, always=False))
             self._patch(torch.Tensor, "cuda", self._h2d(torch.Tensor.cuda, always=True))
@@ -574,6 +620,8 @@ class Watch:
     def mark_step(self) -> None:
         """End the current step here (loops without a ``torch.optim`` optimizer call this once
         per step; with one, the optimizer's step does it)."""
+        if not self._running:  # the Watch has stopped: nothing more is measured
+            return
         self._marked = True
         if self._t0 is None:
             self._begin(self.clock())
@@ -890,5 +938,10 @@ os.register_at_fork(after_in_child=_forked_child)
 
 def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           **kwargs: Any) -> Watch:
-    """``with layerscope.watch() as w: <training loop>`` then ``w.report()``."""
+    """``with layerscope.watch() as w: <training loop>`` then ``w.report()``. One Watch
+    measures a process: while one runs (under ``layerscope run``) this returns that one, and
+    its ``with`` block joins it (the arguments given here then do not apply)."""
+    running = active()
+    if running is not None:
+        return running
     return Watch(model, optimizer, **kwargs)
