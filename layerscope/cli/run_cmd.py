@@ -379,8 +379,8 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
+    _check_outputs(args)  # in the words the user typed
     _absolute_outputs(args)
-    _check_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
         _check_startable(target, is_module)  # once here, not one error line per rank
         return _launch(args)
