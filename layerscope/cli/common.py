@@ -230,11 +230,11 @@ def _png_needs_a_file(fmt: str, output: str | None) -> None:
         raise UserError("--format png writes a binary file: give -o FILE.png")
 
 
-def check_outputs(args, *extra: tuple[str, str]) -> None:
+def check_outputs(args) -> None:
     """Every output of the command checked before any work (a missing folder found after a
     training run or a scaling sweep wastes it): the folders it creates (``add_output_folder``)
-    can be created, and -o, --html, --plot and the ``extra`` (option, attribute) files can be
-    written, in an existing folder or in one of those; --format png needs -o."""
+    can be created, and the -o, --html, --plot and --trace files can be written, in an existing
+    folder or in one of those; --format png needs -o."""
     from layerscope.core.io import check_dir, check_output, current
 
     folders = tuple(getattr(args, OUTPUT_FOLDERS, None) or ())
@@ -248,7 +248,7 @@ def check_outputs(args, *extra: tuple[str, str]) -> None:
         output = getattr(args, "output", None)
         _png_needs_a_file(pick_format(fmt, output), output)
     skip = {dest for _, dest in folders}
-    for option, attr in (("-o", "output"), ("--html", "html"), ("--plot", "plot"), *extra):
+    for option, attr in OUTPUT_OPTIONS:
         path = getattr(args, attr, None)
         if path and attr not in skip:
             check_output(path, option, within=created)

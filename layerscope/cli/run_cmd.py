@@ -90,7 +90,7 @@ def _check_outputs(args) -> None:
     if args.output == "-" and pick_format(args.format, args.output) == "png":
         # standard output is the script's: a PNG there would be mixed into its output
         raise UserError("--format png writes a binary file: give -o FILE.png")
-    check_outputs(args, ("--trace", "trace"))
+    check_outputs(args)
 
 
 # every option naming a file or folder the command writes after the script has run
