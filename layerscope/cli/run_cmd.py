@@ -18,6 +18,8 @@ import traceback
 from typing import Any
 
 from layerscope.cli.common import (
+    OUTPUT_FOLDERS,
+    OUTPUT_OPTIONS,
     add_output,
     add_output_folder,
     check_outputs,
@@ -93,15 +95,13 @@ def _check_outputs(args) -> None:
     check_outputs(args)
 
 
-# every option naming a file or folder the command writes after the script has run
-OUTPUT_OPTIONS = ("output", "html", "plot", "trace", "tensorboard")
-
-
 def _absolute_outputs(args) -> None:
-    """Output paths resolved against the working directory the command started in: a script
+    """Output paths (every file option and every folder the command creates, as cli.common
+    declares them) resolved against the working directory the command started in: a script
     that changes directory (``os.chdir``) must not make ``-o r.json`` overwrite a file of its
     new folder."""
-    for dest in OUTPUT_OPTIONS:
+    folders = getattr(args, OUTPUT_FOLDERS, None) or ()
+    for _, dest in (*OUTPUT_OPTIONS, *folders):
         path = getattr(args, dest, None)
         if path and path != "-":
             setattr(args, dest, os.path.abspath(path))
