@@ -412,8 +412,23 @@ def run(args) -> int:
         if _is_writer():
             _write_files(watch, args)
     elif _is_writer():
-        _write(rank_report(watch), watch, args)
+        report = rank_report(watch)
+        report.notes.extend(_own_processes_advice(report.process_group))
+        _write(report, watch, args)
     return code
+
+
+def _own_processes_advice(group: dict | None) -> list[str]:
+    """A process group of several that formed without ``--nproc-per-node`` (the script's own
+    launcher: torchrun, a trainer that starts its own processes) leaves the other ranks out of
+    the report: say so, and how to measure them all."""
+    if not group or group["world_size"] < 2:
+        return []
+    n = group["world_size"]
+    return [f"the script's {n} processes were launched outside layerscope (by torchrun, or by "
+            f"the script or its trainer): only this process (rank {group['rank']}) is measured; "
+            f"use layerscope run --nproc-per-node {n} SCRIPT so layerscope launches and merges "
+            "every rank"]
 
 
 def _write(report, watch, args) -> None:

@@ -76,6 +76,11 @@ class TrainReport(ResultDocument):
     ranks: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
     communication: dict[str, Any] | None = field(default=None, metadata=omit_none())
     straggler: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    # a watched script: the process group it formed (rank, world_size, backend), if any
+    process_group: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    # several processes: every process's samples over the job's measured time
+    # (ranks.job_throughput)
+    job: dict[str, Any] | None = field(default=None, metadata=omit_none())
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
@@ -729,7 +734,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         extra = {"world_size": run.world, "ranks": entries,
                  "communication": comm.summary(run.gradient_bytes,
                                                param_bytes=run.param_bytes),
-                 "straggler": rank_table.straggler(entries)}
+                 "straggler": rank_table.straggler(entries),
+                 "job": rank_table.job_throughput(entries)}
         if run.rank == 0:
             from layerscope.training.dist_trace import write_trace
 

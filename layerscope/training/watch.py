@@ -61,6 +61,7 @@ from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.training.distributed import process_group
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
@@ -201,6 +202,8 @@ class Watch:
         self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
         self._bwd_depth = 0
         self.children = 0  # processes the script started (not DataLoader workers)
+        # the process group the script formed (torch.distributed), seen at a step's end
+        self.process_group: dict[str, Any] | None = None
         # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
         # many step each iteration (known once the first one steps again)
         self._opt_ids: list[int] = []
@@ -463,6 +466,8 @@ class Watch:
         self._fwd_of.append(self._step_fwd)
         self._bwd_of.append(self._step_bwd)
         self._step_fwd, self._step_bwd = {}, {}
+        if self.process_group is None:
+            self.process_group = process_group()
         self._begin(now)
 
     def _merge_last(self, k: int) -> None:
@@ -888,7 +893,12 @@ class Watch:
                          "no training step seen: no backward() and no mark_step()")
             if self.limit is not None:
                 notes.append(f"the step limit ({self.limit}) did not act: no step ended")
+        group = self.process_group
+        if group and group["world_size"] > 1:
+            notes.append(process_group_note(group))
         rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if group and not (rank and world):  # a group a trainer formed (no launcher's env)
+            rank, world = str(group["rank"]), str(group["world_size"])
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         return TrainReport(
             recipe=self.name,
@@ -905,7 +915,17 @@ class Watch:
             rank=int(rank) if rank and rank.isdigit() else None,
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
-            phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None)
+            phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
+            process_group=group)
+
+
+def process_group_note(group: dict[str, Any]) -> str:
+    """What a watched step of a process in a group of several holds: the hooks see backward
+    and the optimizer, not the collectives DDP runs inside backward."""
+    return (f"the script formed a process group (rank {group['rank']} of "
+            f"{group['world_size']}, {group['backend']}): backward includes the gradient "
+            "all-reduce that DDP overlaps with it; communication is not timed separately, and "
+            "the ranks' waits for each other are not measured")
 
 
 def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float]]

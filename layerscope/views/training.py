@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import si
+from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
@@ -28,12 +29,51 @@ RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward":
                      "exposed_communication": "Exposed communication",
                      "optimizer": "Optimizer", "wait": "Wait (barrier)", "other": "Other"}
 COMMUNICATION_LABEL = "Communication (overlaps backward; not in the total)"
+# a watched script in a process group of several: DDP's all-reduce runs inside backward
+BACKWARD_WITH_ALLREDUCE = "Backward (incl. all-reduce)"
+STRAGGLER_NOT_MEASURED = ("not measured (the ranks' waits for each other are not timed: a "
+                          "rank's step holds its wait inside backward's all-reduce)")
 
 
-def _label(phase: str) -> str:
+def _label(phase: str, labels: dict[str, str] | None = None) -> str:
+    if labels and phase in labels:
+        return labels[phase]
     if phase == "communication":
         return COMMUNICATION_LABEL
     return PHASE_LABELS.get(phase) or RANK_PHASE_LABELS.get(phase, phase)
+
+
+def phase_labels(result, base: dict[str, str]) -> dict[str, str]:
+    """``base`` as ``result``'s tables label it. Only ``train --nproc-per-node`` times
+    communication apart (its backward is compute); a watched script's backward is the whole
+    backward, and in a process group of several it holds the gradient all-reduce."""
+    if not getattr(result, "script", None):
+        return base
+    return {**base, "backward": BACKWARD_WITH_ALLREDUCE if _in_group(result)
+            else PHASE_LABELS["backward"]}
+
+
+def _in_group(result) -> bool:
+    """A watched script that formed a process group of several processes."""
+    return ((getattr(result, "process_group", None) or {}).get("world_size") or 1) > 1
+
+
+def _straggler_text(result) -> str | None:
+    """The straggler, or why none is named: a watched script's ranks' waits are not measured;
+    independent processes (no process group) have none to wait for."""
+    if result.straggler:
+        return straggler_line(result.straggler)
+    if waits_measured(result.ranks):
+        return None
+    return STRAGGLER_NOT_MEASURED if _in_group(result) else None
+
+
+def _rank_phases(result) -> dict[str, str]:
+    """The per-rank tables' columns: the phases some rank measured, as ``result`` labels
+    them (a watched script measures no wait and no communication)."""
+    labels = phase_labels(result, {**RANK_PHASE_LABELS, "communication": "Communication"})
+    return {p: label for p, label in labels.items()
+            if any(p in e["phases"] for e in result.ranks)}
 
 
 def _ordered(seconds: dict[str, float]) -> list[tuple[str, float]]:
@@ -97,8 +137,11 @@ def _distributed_facts(result) -> list[tuple[str, str]]:
     if not result.ranks:
         return []
     out = [("Processes", f"{result.world_size} ({(result.config or {}).get('strategy', 'ddp')})")]
-    if result.straggler:
-        out.append(("Straggler", straggler_line(result.straggler)))
+    straggler = _straggler_text(result)
+    if straggler:
+        out.append(("Straggler", straggler))
+    if getattr(result, "job", None):
+        out.append(("Job throughput", job_line(result)))
     c = result.communication
     if c:
         out.append(("Gradient communication", communication_line(c)))
@@ -111,6 +154,14 @@ def straggler_line(s: dict) -> str:
             f"waiting), {s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
             f"{s['median_busy_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
             f"({s['phase_excess_s'] * 1e3:+.2f} ms)")
+
+
+def job_line(result) -> str:
+    """The job's samples/s beside rank 0's (the Throughput figure is rank 0's alone)."""
+    j = result.job
+    return (f"{num(j.get('throughput_per_s'), '.1f')} samples/s: {j['samples']} samples of "
+            f"{j['processes']} processes in {j['wall_s']:.3f} s (the longest one's measured "
+            f"steps); rank 0 alone {num(result.breakdown.get('throughput_per_s'), '.1f')}")
 
 
 def communication_line(c: dict) -> str:
@@ -171,11 +222,12 @@ def phase_title(warmup_steps: int) -> str:
     return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
 
 
-def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
+def _phase_table(b: dict, warmup_steps: int = 0,
+                 labels: dict[str, str] | None = None) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
-    rows = [[Cell(_label(p), p), Cell(f"{s:.3f}", s),
+    rows = [[Cell(_label(p, labels), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
              Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in _ordered(b["seconds"])]
     return RowTable("phases", phase_title(warmup_steps), cols, rows,
@@ -219,9 +271,11 @@ def _ablate_table(a) -> RowTable:
 
 def _ranks_table(r) -> RowTable:
     """One row per rank: ms per step of each phase; the additive ones sum to the step."""
-    phases = list(RANK_PHASE_LABELS) + ["communication"]
+    labels = _rank_phases(r)
+    phases = list(labels)
     cols = [("Rank", True), ("Step ms", True)] + [
-        (RANK_PHASE_LABELS.get(p, "Communication (overlaps)"), True) for p in phases]
+        ("Communication (overlaps)" if p == "communication" else labels[p], True)
+        for p in phases]
     slow = (r.straggler or {}).get("rank")
     rows, hot = [], []
     for e in r.ranks:
@@ -286,7 +340,8 @@ def _watch_tables(r) -> list[RowTable]:
 
 
 def train_tables(r) -> list[RowTable]:
-    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0,
+                           phase_labels(r, {}))]
     if r.epochs or not getattr(r, "script", None):
         tables.insert(0, _epochs_table(r))
     if r.ranks:
@@ -307,6 +362,8 @@ def loop_tables(r) -> list[RowTable]:
 # ---- charts -----------------------------------------------------------------------------
 def train_charts(r) -> list[Chart]:
     out = []
+    additive = {p: label for p, label in (_rank_phases(r) if r.ranks else {}).items()
+                if p != "communication"}
     cats, per, tips = [], [], []
     for i, b in enumerate(r.epoch_breakdown):
         steps = b.get("steps") or 0
@@ -316,14 +373,15 @@ def train_charts(r) -> list[Chart]:
                     f"ms per step")
     if cats:
         out.append(phase_stack("train-phases", "Time per phase, per epoch", cats, per, tips,
-                                "epoch", RANK_PHASE_LABELS if r.ranks else None))
+                                "epoch", additive if r.ranks else phase_labels(r, PHASE_LABELS)))
     if r.ranks:
         out.append(phase_stack(
             "rank-phases", "Time per phase, per rank", [f"rank {e['rank']}" for e in r.ranks],
-            [{p: e["phases"].get(p, 0.0) * 1e3 for p in RANK_PHASE_LABELS} for e in r.ranks],
-            [f"{e['step_s'] * 1e3:.2f} ms per step; communication "
-             f"{e['phases'].get('communication', 0.0) * 1e3:.2f} ms (overlaps backward)"
-             for e in r.ranks], "rank", RANK_PHASE_LABELS))
+            [{p: e["phases"].get(p, 0.0) * 1e3 for p in additive} for e in r.ranks],
+            [f"{e['step_s'] * 1e3:.2f} ms per step"
+             + (f"; communication {e['phases']['communication'] * 1e3:.2f} ms (overlaps "
+                "backward)" if "communication" in e["phases"] else "")
+             for e in r.ranks], "rank", additive))
     epochs = [e["epoch"] for e in r.epochs]
     if r.epochs:
         loss = []
@@ -385,7 +443,7 @@ def epoch_line(row: dict) -> str:
     return " | ".join(parts)
 
 
-def breakdown_table(breakdown: dict, title: str) -> Table:
+def breakdown_table(breakdown: dict, title: str, labels: dict[str, str] | None = None) -> Table:
     t = Table(title=title, header_style="bold", pad_edge=False)
     for name, justify in [("Phase", "left"), ("Seconds", "right"), ("Share", "right"),
                           ("ms / step", "right")]:
@@ -393,7 +451,7 @@ def breakdown_table(breakdown: dict, title: str) -> Table:
     wall = breakdown["wall_s"] or 0.0
     steps = breakdown["steps"] or 1
     for phase, seconds in _ordered(breakdown["seconds"]):
-        t.add_row(_label(phase), f"{seconds:.3f}",
+        t.add_row(_label(phase, labels), f"{seconds:.3f}",
                   f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
     t.add_section()
     t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
@@ -417,7 +475,7 @@ def render_train(report) -> Group:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
     title = phase_title((report.config or {}).get("warmup_steps") or 0)
-    parts = [breakdown_table(b, title), Text("\n".join(lines))]
+    parts = [breakdown_table(b, title, phase_labels(report, {})), Text("\n".join(lines))]
     if report.ranks:
         parts += [Text(""), ranks_table(report)]
     for extra in _watch_tables(report):
@@ -432,19 +490,26 @@ def render_train(report) -> Group:
 
 def ranks_table(report) -> Table:
     """The per-rank table and the straggler line, for the terminal."""
-    lines = [f"{report.world_size} processes; "
-             + (f"straggler {straggler_line(report.straggler)}" if report.straggler else
-                "no straggler (one process)")]
+    straggler = _straggler_text(report)
+    if straggler:
+        lines = [f"{report.world_size} processes; straggler {straggler}"]
+    elif waits_measured(report.ranks):
+        lines = [f"{report.world_size} processes; no straggler (one process)"]
+    else:
+        lines = [f"{report.world_size} processes, trained independently (no process group)"]
+    if getattr(report, "job", None):
+        lines.append("job throughput " + job_line(report))
     if report.communication:
         lines.append("gradient communication: " + communication_line(report.communication))
     t = Table(title=f"Per rank, ms per step ({report.world_size} processes)",
               caption="\n".join(lines), caption_justify="left", header_style="bold",
               pad_edge=False)
-    phases = list(RANK_PHASE_LABELS) + ["communication"]
+    labels = _rank_phases(report)
+    phases = list(labels)
     t.add_column("Rank", justify="right")
     t.add_column("Step", justify="right")
     for p in phases:
-        t.add_column(RANK_PHASE_LABELS.get(p, "Comm. (overlaps)"), justify="right")
+        t.add_column("Comm. (overlaps)" if p == "communication" else labels[p], justify="right")
     slow = (report.straggler or {}).get("rank")
     for e in report.ranks:
         t.add_row(str(e["rank"]), ms(e["step_s"], 2),
