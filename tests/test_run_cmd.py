@@ -203,6 +203,9 @@ def test_torchrun_each_rank_measures_rank0_writes(tmp_path):
     assert d["rank"] == 0 and d["world_size"] == 2
     assert d["breakdown"]["steps"] == 5
     assert d["breakdown"]["seconds"]["backward"] > 0
+    # launched by the user's torchrun: recorded, and only rank 0's steps are in the report
+    assert d["process_group"] == {"rank": 0, "world_size": 2, "backend": "gloo"}
+    assert any("use layerscope run --nproc-per-node 2" in n for n in d["notes"])
 
 
 def test_the_scripts_warnings_and_logs_are_its_own(tmp_path):
