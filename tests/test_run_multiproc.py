@@ -118,9 +118,11 @@ def _rank_report(rank: int, wall: float, group: bool) -> dict:
 # (id, formed a process group, backward's label, a line the report has, lines it must not have)
 MERGES = [
     ("ddp", True, "Backward (incl. all-reduce)",
-     "straggler not measured", ("(not waiting)", "Wait (barrier)", "independently")),
+     "straggler not measured", ("(not waiting)", "Wait (barrier)", "independently",
+                                "Per process")),
     ("independent", False, "Backward",
-     "trained independently", ("(not waiting)", "Wait (barrier)", "Straggler", "all-reduce")),
+     "trained independently", ("(not waiting)", "Wait (barrier)", "Straggler", "all-reduce",
+                               "Per rank", "rank 1")),
 ]
 
 
@@ -144,7 +146,7 @@ def test_merged_ranks_claim_only_what_was_measured(group, label, says, never):
     for fmt in ("table", "html"):
         text = " ".join(render(report, fmt, width=250).split())
         assert label in text and "(compute)" not in text, fmt
-        assert "2909.1 samples/s" in text and "rank 0 alone 1777.8" in text, fmt
+        assert "2909.1 samples/s" in text and "0 alone 1777.8" in text, fmt
         assert not [w for w in never if w in text], fmt
     assert says in " ".join(render(report, "table", width=250).split())
 

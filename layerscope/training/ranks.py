@@ -134,7 +134,7 @@ def merge_rank_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         config["strategy"] = "independent"
         note = (f"{n} processes trained independently (none formed a process group: no "
                 "gradients were exchanged, so this is no data-parallel run): the phase table "
-                "is process 0's; every process's is in the per-rank table")
+                "is process 0's; every process's is in the per-process table")
     merged["config"] = config
     merged["notes"] = list(merged.get("notes") or []) + [note]
     return merged

@@ -58,6 +58,14 @@ def _in_group(result) -> bool:
     return ((getattr(result, "process_group", None) or {}).get("world_size") or 1) > 1
 
 
+def _who(result) -> str:
+    """What a report calls its processes: ranks, unless they trained independently (a watched
+    script's processes that formed no process group)."""
+    if getattr(result, "script", None) and result.ranks and not _in_group(result):
+        return "process"
+    return "rank"
+
+
 def _straggler_text(result) -> str | None:
     """The straggler, or why none is named: a watched script's ranks' waits are not measured;
     independent processes (no process group) have none to wait for."""
@@ -89,7 +97,7 @@ def train_heading(result) -> tuple[str, str]:
     script = getattr(result, "script", None)
     if script:  # a watched script: what ran, as it was called
         world = getattr(result, "world_size", None)
-        rank = f" · rank {result.rank} of {world}" if world else ""
+        rank = f" · {_who(result)} {result.rank} of {world}" if world else ""
         return (f"{' '.join([script['name'], *script['argv']])} — training",
                 f"{b['steps']} measured steps · device {result.config.get('device')}{rank}")
     return (f"{result.recipe} — training",
@@ -157,11 +165,13 @@ def straggler_line(s: dict) -> str:
 
 
 def job_line(result) -> str:
-    """The job's samples/s beside rank 0's (the Throughput figure is rank 0's alone)."""
+    """The job's samples/s beside rank 0's (the Throughput figure is rank 0's alone; the
+    report holds rank 0's breakdown)."""
     j = result.job
     return (f"{num(j.get('throughput_per_s'), '.1f')} samples/s: {j['samples']} samples of "
             f"{j['processes']} processes in {j['wall_s']:.3f} s (the longest one's measured "
-            f"steps); rank 0 alone {num(result.breakdown.get('throughput_per_s'), '.1f')}")
+            f"steps); {_who(result)} 0 alone "
+            f"{num(result.breakdown.get('throughput_per_s'), '.1f')}")
 
 
 def communication_line(c: dict) -> str:
@@ -273,7 +283,7 @@ def _ranks_table(r) -> RowTable:
     """One row per rank: ms per step of each phase; the additive ones sum to the step."""
     labels = _rank_phases(r)
     phases = list(labels)
-    cols = [("Rank", True), ("Step ms", True)] + [
+    cols = [(_who(r).capitalize(), True), ("Step ms", True)] + [
         ("Communication (overlaps)" if p == "communication" else labels[p], True)
         for p in phases]
     slow = (r.straggler or {}).get("rank")
@@ -283,8 +293,9 @@ def _ranks_table(r) -> RowTable:
         cells += [Cell(ms(e["phases"].get(p), 2), e["phases"].get(p)) for p in phases]
         rows.append(cells)
         hot.append(e["rank"] == slow)
-    return RowTable("ranks", "Per rank (ms per step; communication overlaps backward and is not "
-                    "part of the step)", cols, rows, hot=hot)
+    title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "
+                                             "of the step)" if "communication" in labels else ")")
+    return RowTable("ranks", title, cols, rows, hot=hot)
 
 
 def _buckets_table(c: dict) -> RowTable:
@@ -376,7 +387,8 @@ def train_charts(r) -> list[Chart]:
                                 "epoch", additive if r.ranks else phase_labels(r, PHASE_LABELS)))
     if r.ranks:
         out.append(phase_stack(
-            "rank-phases", "Time per phase, per rank", [f"rank {e['rank']}" for e in r.ranks],
+            "rank-phases", f"Time per phase, per {_who(r)}",
+            [f"{_who(r)} {e['rank']}" for e in r.ranks],
             [{p: e["phases"].get(p, 0.0) * 1e3 for p in additive} for e in r.ranks],
             [f"{e['step_s'] * 1e3:.2f} ms per step"
              + (f"; communication {e['phases']['communication'] * 1e3:.2f} ms (overlaps "
@@ -501,12 +513,12 @@ def ranks_table(report) -> Table:
         lines.append("job throughput " + job_line(report))
     if report.communication:
         lines.append("gradient communication: " + communication_line(report.communication))
-    t = Table(title=f"Per rank, ms per step ({report.world_size} processes)",
+    t = Table(title=f"Per {_who(report)}, ms per step ({report.world_size} processes)",
               caption="\n".join(lines), caption_justify="left", header_style="bold",
               pad_edge=False)
     labels = _rank_phases(report)
     phases = list(labels)
-    t.add_column("Rank", justify="right")
+    t.add_column(_who(report).capitalize(), justify="right")
     t.add_column("Step", justify="right")
     for p in phases:
         t.add_column("Comm. (overlaps)" if p == "communication" else labels[p], justify="right")
