@@ -136,3 +136,19 @@ def test_llm_with_the_devices_own_gpu(tmp_path, figures):
     assert r["peak_flops"] == GPUS[key].bf16_flops
     assert r["bandwidth_bytes_per_s"] == GPUS[key].bandwidth
     assert r["decode_bound"] == "memory" and r["decode_tokens_per_s"] > 0
+
+
+def test_profile_loop_on_cuda(tmp_path, device, figures):
+    """Inference over a data loader (pinned memory on CUDA): per-phase times, host-to-device
+    copies included, summing to the wall time."""
+    from gpu_helpers import step_phase_sum
+    d = cli_json(tmp_path, "loop", "profile", "mnist-cnn", "--loop", "mnist", "--synthetic",
+                 "--device", device, "--runs", "10", "-q", "--no-roofline")
+    p = d["phases"]
+    figures.update(phases=p, batch_time=d["batch_time"], coverage=d.get("coverage"),
+                   device=d["device"])
+    assert d["device"] == device and p["steps"] == 10
+    assert step_phase_sum(p["seconds"]) == pytest.approx(p["wall_s"], rel=0.1)
+    assert p["seconds"]["forward"] > 0
+    if device == "cuda":
+        assert p["seconds"]["h2d"] > 0
