@@ -65,7 +65,8 @@ def test_a_failing_test_is_written_with_its_message(tmp_path):
     message, and pytest's exit status is kept."""
     here = tmp_path / "suite"
     here.mkdir()
-    shutil.copy(GPU / "conftest.py", here / "conftest.py")
+    for name in ("conftest.py", "gpu_helpers.py"):
+        shutil.copy(GPU / name, here / name)
     (here / "test_two.py").write_text(
         "def test_good(figures):\n    figures['x'] = 1.5\n\n"
         "def test_bad(figures):\n    figures['y'] = 2\n    assert 1 == 2, 'one is not two'\n")

@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from gpu_helpers import DRY_RUN, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-DRY_RUN = os.environ.get("LAYERSCOPE_GPU_CHECK_DRYRUN", "") not in ("", "0")
 _FIGURES: dict[str, dict] = {}
 _RESULTS: dict[str, dict] = {}
 _STARTED = time.time()

@@ -57,11 +57,6 @@ def subprocess_cli(*argv: str, timeout: int = TIMEOUT, cwd: Path | None = None,
                     f"{(exc.stderr or b'')[-2000:]!r}")
 
 
-def on_gpu_only(what: str) -> bool:
-    """True on CUDA; in a dry run False, noted as an assertion left out."""
-    return not DRY_RUN
-
-
 def datasheet_key(name: str | None, memory_bytes: int | None = None) -> str | None:
     """layerscope's datasheet GPU (``layerscope.analysis.llm.GPUS``) for a CUDA device name as
     torch.cuda.get_device_name gives it, or None when layerscope has none for it."""
