@@ -47,6 +47,7 @@ class PhaseTimer:
         self._last = 0.0
         self._host: dict[str, float] = {}
         self._events: list = []
+        self._marked: list[str] = []  # the device phases marked this step, in order
         if cuda:
             self._events = [torch.cuda.Event(enable_timing=True)
                             for _ in range(len(DEVICE_PHASES) + 1)]
@@ -55,6 +56,7 @@ class PhaseTimer:
         """Step start: before waiting for the batch."""
         self._t0 = self._last = self.clock()
         self._host = {}
+        self._marked = []
 
     def mark(self, phase: str) -> None:
         """End of ``phase``."""
@@ -66,6 +68,7 @@ class PhaseTimer:
                 self._events[0].record()
         else:
             self._events[DEVICE_PHASES.index(phase) + 1].record()
+            self._marked.append(phase)
 
     def stop(self) -> tuple[dict[str, float], float]:
         """Step end: one synchronisation on CUDA; returns (phase seconds, step wall time)."""
@@ -74,7 +77,13 @@ class PhaseTimer:
         wall = self.clock() - self._t0
         phases = dict(self._host)
         if self.cuda:
-            for i, name in enumerate(DEVICE_PHASES):
-                phases[name] = self._events[i].elapsed_time(self._events[i + 1]) / 1e3
+            # Each marked phase runs from the previous mark (the data mark first) to its own:
+            # a loop that marks only some phases (inference: no loss, backward or optimizer)
+            # times those, and a phase never marked has no event to read.
+            prev = self._events[0]
+            for name in self._marked:
+                end = self._events[DEVICE_PHASES.index(name) + 1]
+                phases[name] = prev.elapsed_time(end) / 1e3
+                prev = end
         phases["other"] = wall - sum(phases.get(p, 0.0) for p in PHASES if p != "other")
         return phases, wall
