@@ -13,6 +13,8 @@ from layerscope.views.common import (
     exact,
     layer_bars,
     layer_tip,
+    mean_mark_legend,
+    mean_ms,
     ms,
     ms_cell,
     noise_facts,
@@ -173,7 +175,8 @@ def profile_table(r) -> RowTable:
         roof = row.roofline or {}
         cells = [Cell(row_label(row), row.name), cell(row.type), cell(shape_str(row.input_shapes)),
                  cell(shape_str(row.output_shapes)), cell(row.macs), cell(row.flops),
-                 ms_cell(t.get("median_s")), ms_cell(t.get("mean_s")), ms_cell(t.get("p10_s")),
+                 ms_cell(t.get("median_s")), Cell(mean_ms(t), ms_cell(t.get("mean_s")).sort),
+                 ms_cell(t.get("p10_s")),
                  ms_cell(t.get("p90_s")),
                  Cell(pct(row.share), row.share), Cell(str(row.rank or "-"), row.rank),
                  Cell(num(a.get("gflops_per_s"), ".1f"), a.get("gflops_per_s")),
@@ -191,8 +194,9 @@ def profile_table(r) -> RowTable:
             pct(r.coverage) + " covered", "", "", "", "", "", ""]
     if backward:
         foot.append(ms(r.backward["end_to_end"]["median_s"]))
-    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))})", cols, rows,
-                    foot, hot)
+    legend = mean_mark_legend(row.time for row in r.layers)
+    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))}"
+                              f"{'; ' + legend if legend else ''})", cols, rows, foot, hot)
 
 
 def type_table(r) -> RowTable:
@@ -461,10 +465,13 @@ def render_analyze(report) -> Group:
 
 def _terminal_profile_table(report) -> Table:
     backward = report.backward is not None
+    legend = mean_mark_legend(row.time for row in report.layers)
+    legend = f"; {legend}" if legend else ""
     table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
                         f"batch {report.settings.get('batch_size')}, "
                         f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
-                  caption=f"red rows: {describe(rule_of(report))}", caption_justify="left",
+                  caption=f"red rows: {describe(rule_of(report))}{legend}",
+                  caption_justify="left",
                   header_style="bold", pad_edge=False)
     is_hot = hot_predicate(rule_of(report))
     cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
@@ -481,7 +488,7 @@ def _terminal_profile_table(report) -> Table:
         hot = is_hot(row)
         roof = row.roofline or {}
         cells = [_layer_label(row), row.type, si(row.macs), ms(t.get("median_s")),
-                 ms(t.get("mean_s")),
+                 mean_ms(t),
                  f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",
                  "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
                  "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
