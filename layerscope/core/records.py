@@ -104,8 +104,8 @@ class TypeTiming(DictRecord):
 @dataclass(eq=False)
 class Noise(DictRecord):
     """core.noise.noise_section: spread of the end-to-end samples (profile: bare runs; sweep: its
-    noisiest cell; ablate: the baseline's steps) and the machine at the start; absent in results
-    saved before it."""
+    noisiest cell; ablate: the baseline's steps; ops: the profiled runs; profile --loop: the
+    batches) and the machine at the start; absent in results saved before it."""
 
     n: int = field(metadata=_COUNT)
     p90_over_p10: float | None
