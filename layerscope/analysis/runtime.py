@@ -362,3 +362,5 @@ def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) ->
         if row.time:
             row.roofline = rl.place(row.flops, row.bytes_read + row.bytes_written,
                                     row.time["median_s"], ceil)
+    report.above_roof = rl.above_roof((row.roofline for row in report.layers if row.roofline),
+                                      ceil)
