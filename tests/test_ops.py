@@ -50,3 +50,56 @@ def test_ops_bad_trace_directory(tmp_path):
     code, _, err = run_cli("ops", "mnist-cnn", "--runs", "1", "--trace",
                            str(tmp_path / "missing" / "t.json"))
     assert code == 2 and "cannot write trace" in err
+
+
+def _fake_clock(walls):
+    """A clock read twice per profiled run (start, end): the runs take ``walls`` seconds."""
+    ticks, now = [], 0.0
+    for w in walls:
+        ticks += [now, now + w]
+        now += w + 1.0
+    it = iter(ticks)
+    return lambda: next(it)
+
+
+def test_ops_threads_and_noise_section(monkeypatch):
+    from layerscope.analysis import op_profile
+    from layerscope.core.noise import MachineReading
+
+    monkeypatch.setattr(op_profile, "read_machine", lambda: MachineReading((0.2, 0.2, 0.2), 8, 8))
+    before = torch.get_num_threads()
+    # runs of 1, 1, 1, 4 s: median 1, mean 1.75, p10 1, p90 = 1 + 0.7 x 3 = 3.1
+    table = ops("mnist-cnn", runs=4, warmup=0, threads=1, clock=_fake_clock([1, 1, 1, 4]))
+    assert torch.get_num_threads() == before  # restored
+    assert table.settings["threads"] == 1
+    noise = table.noise
+    assert noise["n"] == 4 and noise["threads"] == 1
+    assert noise["p90_over_p10"] == pytest.approx(3.1)
+    assert noise["mean_over_median"] == pytest.approx(1.75)
+    assert [w.split(" ")[0] for w in noise["warnings"]] == ["Noisy", "Mean"]
+    # the terminal table and the saved JSON carry it, as profile's do
+    from layerscope.core.optable import OpTable
+    from layerscope.renderers.terminal import to_text
+
+    again = OpTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    assert again.noise == noise
+    text = to_text(again, width=150)
+    assert "Noise: p90/p10 3.10" in text and "Warning: Noisy measurement" in text
+    assert "1 threads" in text
+
+
+@pytest.mark.parametrize("argv, expected", [
+    pytest.param(["--threads", "0"], "--threads", id="zero"),
+    pytest.param(["--threads", "x"], "--threads", id="not-a-number"),
+])
+def test_ops_threads_refused(argv, expected):
+    code, _, err = run_cli("ops", "mnist-cnn", *argv)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_ops_cli_threads_json():
+    code, out, _ = run_cli("ops", "mnist-cnn", "--threads", "1", "--runs", "2", "--warmup", "0",
+                           "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and d["settings"]["threads"] == 1
+    assert d["noise"]["n"] == 2 and d["noise"]["threads"] == 1

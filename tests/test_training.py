@@ -169,7 +169,8 @@ def test_ablate_marks_cuda_only_variants_na_on_cpu():
     report = layerscope.ablate("digits-cnn", steps=4, warmup_steps=1,
                                variants=["baseline", "pin-memory", "channels-last"])
     by = {v.variant: v for v in report.variants}
-    assert by["pin-memory"].status == "n/a" and by["pin-memory"].reason == "n/a on cpu"
+    assert by["pin-memory"].status == "n/a"
+    assert by["pin-memory"].reason == "n/a on cpu: pin-memory needs a CUDA device"
     assert by["baseline"].status == "ok" and by["baseline"].speedup == 1.0
     assert by["channels-last"].status == "ok" and by["channels-last"].phases_ms["forward"] > 0
     assert set(by["baseline"].phases_ms) == set(PHASES)
@@ -288,3 +289,46 @@ def test_train_profile_torch_prints_operator_table_and_no_kineto_lines(tmp_path)
     assert "ERROR" not in err and "gpuGetDeviceCount" not in err and "profiler_start" not in err
     report = json.loads((out / "report.json").read_text())
     assert report["ops"]["runs"] == 2 and report["ops"]["rows"]
+
+
+# What a run records of the CUDA-only settings (pinned memory, cudnn.benchmark) and of amp,
+# by device: off and named in a note without a CUDA device; as asked with one.
+@pytest.mark.parametrize("asked, device, recorded, notes", [
+    pytest.param({"pin_memory": True}, "cpu", {"pin_memory": False},
+                 ["pin_memory (--pin-memory) not applied: no CUDA device (device cpu)"],
+                 id="pin-memory-cpu"),
+    pytest.param({"pin_memory": True, "cudnn_benchmark": True}, "cpu",
+                 {"pin_memory": False, "cudnn_benchmark": False},
+                 ["pin_memory (--pin-memory) and cudnn_benchmark (--cudnn-benchmark) not "
+                  "applied: no CUDA device"], id="both-cpu"),
+    pytest.param({"amp": True, "channels_last": True}, "cpu",
+                 {"amp": True, "channels_last": True},
+                 ["amp on cpu: autocast to bfloat16"], id="amp-applies-on-cpu"),
+    pytest.param({"pin_memory": True, "cudnn_benchmark": True, "amp": True}, "cuda:0",
+                 {"pin_memory": True, "cudnn_benchmark": True, "amp": True}, [],
+                 id="cuda-applies-all"),
+    pytest.param({}, "cpu", {"pin_memory": False, "cudnn_benchmark": False}, [],
+                 id="nothing-asked"),
+])
+def test_settings_that_do_not_apply_are_recorded_off_and_named(asked, device, recorded, notes):
+    from layerscope.training.config import TrainConfig
+    from layerscope.training.loop import not_applied
+
+    config, got = not_applied(TrainConfig(**asked), device)
+    assert {k: getattr(config, k) for k in recorded} == recorded
+    assert len(got) == len(notes) and all(g.startswith(n) for g, n in zip(got, notes)), got
+
+
+def test_train_pin_memory_on_cpu_is_not_recorded_as_applied(tmp_path):
+    before = torch.backends.cudnn.benchmark
+    code, _, err = run_cli("train", "digits-cnn", "--synthetic", "--dry-run", "--pin-memory",
+                           "--cudnn-benchmark", "--out", str(tmp_path / "d"), "--format", "json",
+                           "-o", str(tmp_path / "r.json"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["config"]["pin_memory"] is False
+    assert report["config"]["cudnn_benchmark"] is False
+    assert any("not applied: no CUDA device" in n for n in report["notes"])
+    saved = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert saved["pin_memory"] is False and saved["cudnn_benchmark"] is False
+    assert torch.backends.cudnn.benchmark == before

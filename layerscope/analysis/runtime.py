@@ -25,7 +25,8 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -51,6 +52,20 @@ def check_device(device: str) -> None:
         raise UserError("device cuda: no CUDA GPU is available here "
                         "(torch.cuda.is_available() is False); use cpu",
                         arguments="device")
+
+
+@contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[int]:
+    """torch's intra-op threads set to ``threads`` (validated by the caller with
+    ``values.thread_count``; None leaves them as they are) inside the block and restored after
+    it; yields the count before."""
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield old
+    finally:
+        torch.set_num_threads(old)
 
 
 def _sync(device: str) -> None:
@@ -152,27 +167,27 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
     plan = _Runs(runs, min_time)
-    old_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
-    kw = real_kwargs(loaded.kwargs, device, dtype)
-    flags = [(m, m.training) for m in module.modules()]
-    try:
-        report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
-        report.model, report.frontend = loaded.name, loaded.frontend
-        module.eval()
-        with untouched(module):  # a forward caching into self leaves the caller's model as it was
-            _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
-                             machine, kw)
-            if backward:
-                _measure_backward(report, module, xs, device, warmup, plan, clock, progress, kw)
-        if roofline:
-            _place_on_roofline(report, device, dtype or torch.float32, torch.get_num_threads())
-    finally:
-        for m, flag in flags:
-            m.training = flag
-        torch.set_num_threads(old_threads)
+    with intra_op_threads(threads) as old_threads:
+        loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
+        kw = real_kwargs(loaded.kwargs, device, dtype)
+        flags = [(m, m.training) for m in module.modules()]
+        try:
+            report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
+            report.model, report.frontend = loaded.name, loaded.frontend
+            module.eval()
+            # a forward caching into self leaves the caller's model as it was
+            with untouched(module):
+                _measure_forward(report, module, xs, device, depth, warmup, plan, clock,
+                                 progress, machine, kw)
+                if backward:
+                    _measure_backward(report, module, xs, device, warmup, plan, clock,
+                                      progress, kw)
+            if roofline:
+                _place_on_roofline(report, device, dtype or torch.float32,
+                                   torch.get_num_threads())
+        finally:
+            for m, flag in flags:
+                m.training = flag
     report.kind = "profile"
     report.settings.update({"device": device, "threads": threads or old_threads,
                             "warmup": warmup, "runs": report.end_to_end["n"],
@@ -347,3 +362,5 @@ def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) ->
         if row.time:
             row.roofline = rl.place(row.flops, row.bytes_read + row.bytes_written,
                                     row.time["median_s"], ceil)
+    report.above_roof = rl.above_roof((row.roofline for row in report.layers if row.roofline),
+                                      ceil)

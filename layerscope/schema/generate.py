@@ -38,6 +38,7 @@ GENERATED: dict[str, type[Record]] = {
     "achieved": r.Achieved,
     "roofline_point": r.RooflinePoint,
     "ceilings": r.Ceilings,
+    "above_roof": r.AboveRoof,
     "backward": r.BackwardTiming,
     "type_timing": r.TypeTiming,
     "noise": r.Noise,

@@ -501,6 +501,33 @@ def _resumed_config(config: TrainConfig) -> TrainConfig:
     return TrainConfig(**merged)
 
 
+# settings that act only on a CUDA device: pinned host memory makes the copies to a GPU
+# asynchronous; cudnn.benchmark picks cuDNN's (GPU) convolution algorithms
+CUDA_ONLY_SETTINGS = ("pin_memory", "cudnn_benchmark")
+
+
+def not_applied(config: TrainConfig, device: str) -> tuple[TrainConfig, list[str]]:
+    """The config the run really uses on ``device``, and notes naming what was asked but not
+    applied. Without a CUDA device the CUDA-only settings do nothing: they are recorded as off
+    (in the report's config and the run's config.json) and named in a note, not refused, so the
+    same command runs on a laptop and on a GPU machine. ``amp`` does apply on the CPU, with
+    bfloat16 (float16 autocast is CUDA's): a note says which."""
+    if device.startswith("cuda"):
+        return config, []
+    asked = [name for name in CUDA_ONLY_SETTINGS if getattr(config, name)]
+    notes = []
+    if asked:
+        names = " and ".join(f"{n} (--{n.replace('_', '-')})" for n in asked)
+        notes.append(f"{names} not applied: no CUDA device (device {device}); they act only "
+                     "on copies to a GPU and on cuDNN, so the run used neither and records "
+                     f"{'them' if len(asked) > 1 else 'it'} as off")
+        config = dataclasses.replace(config, **{n: False for n in asked})
+    if config.amp:
+        notes.append(f"amp on {device}: autocast to bfloat16 (float16 autocast is for CUDA "
+                     "devices)")
+    return config, notes
+
+
 def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None,
           progress: Callback | None = None, **overrides: Any) -> TrainReport:
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
@@ -516,7 +543,6 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     env = dist_run.detect()
     joined = False
     try:
-        torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         notes: list[str] = []
         device = config.device
         if env is not None:
@@ -527,6 +553,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
                                          maximum=values.COMM_TIMEOUT_MAX)
             joined = not torch.distributed.is_initialized()
             device = dist_run.init(env, config.device, config.comm_timeout)
+        config, notes = not_applied(config, device)
+        torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         run = _Run(config, notes, env, device)
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:

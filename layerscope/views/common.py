@@ -2,6 +2,7 @@
 line, layer bars coloured by type and phase stacks. Plain formatting only; no analysis."""
 from __future__ import annotations
 
+from layerscope.core.noise import MEAN_LIMIT, ROW_MARK, mean_far_above_median
 from layerscope.core.units import shape_str, si
 from layerscope.views.sections import PALETTE, PHASE_COLORS, Cell, Chart, Point, Series
 
@@ -80,6 +81,22 @@ def noise_lines(result) -> list[str]:
         return []
     return [f"Noise: {noise_summary(noise)}"] + [f"Warning: {w}" for w in noise.get("warnings")
                                                   or []]
+
+
+def mean_ms(t) -> str:
+    """A row's mean in ms, marked with ``ROW_MARK`` when it is far above the row's median
+    (core.noise.mean_far_above_median: the test the noise section counts rows by)."""
+    t = t or {}
+    marked = mean_far_above_median(t.get("median_s"), t.get("mean_s"))
+    return ms(t.get("mean_s")) + (ROW_MARK if marked else "")
+
+
+def mean_mark_legend(times) -> str:
+    """What the mark beside a mean says, when some row of ``times`` carries it; else ''."""
+    if not any(mean_far_above_median((t or {}).get("median_s"), (t or {}).get("mean_s"))
+               for t in times):
+        return ""
+    return f"{ROW_MARK} mean above {MEAN_LIMIT:g}x the median (a few much slower calls)"
 
 
 def noise_facts(result) -> list[tuple[str, str]]:

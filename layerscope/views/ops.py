@@ -8,14 +8,21 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import si
-from layerscope.views.common import cell, ms, ms_cell, pct
+from layerscope.views.common import cell, ms, ms_cell, noise_facts, noise_lines, pct
 from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
 
 
 def heading(result) -> tuple[str, str]:
     return (f"{result.model} — operators",
-            f"device {result.device} · {result.runs} runs · top {len(result.rows)} of "
+            f"device {result.device}{_threads(result, ' · ')} · {result.runs} runs · top "
+            f"{len(result.rows)} of "
             f"{result.ops_total} by {result.sort} time")
+
+
+def _threads(result, sep: str) -> str:
+    """The intra-op threads the runs used (saved before they were recorded: nothing)."""
+    n = result.settings.get("threads")
+    return f"{sep}{n} threads" if n else ""
 
 
 def facts(result) -> list[tuple[str, str]]:
@@ -24,7 +31,7 @@ def facts(result) -> list[tuple[str, str]]:
            ("Runs", str(result.runs)), ("Sorted by", f"{result.sort} time")]
     if result.trace:
         out.append(("Trace", result.trace))
-    return out
+    return out + noise_facts(result)
 
 
 def _ops_table(t) -> RowTable:
@@ -74,7 +81,8 @@ def csv(table) -> DataTable:
 def render_ops(table) -> Group:
     unit = table.settings.get("unit", "run")  # "step" for a training run's table
     t = Table(title=f"{table.model}: top {len(table.rows)} of {table.ops_total} operators by "
-                    f"{table.sort} time ({table.device}, per {unit}, {table.runs} {unit}s)",
+                    f"{table.sort} time ({table.device}{_threads(table, ', ')}, per {unit}, "
+                    f"{table.runs} {unit}s)",
               header_style="bold", pad_edge=False)
     memory = table.settings.get("memory")
     shapes = table.settings.get("group_by_shape")
@@ -92,7 +100,7 @@ def render_ops(table) -> Group:
     foot = f"All operators: {ms(table.total_self_s)} ms self time per {unit}"
     if table.trace:
         foot += f"; trace written to {table.trace} (open in ui.perfetto.dev or chrome://tracing)"
-    return Group(t, Text(foot))
+    return Group(t, Text("\n".join([foot] + noise_lines(table))))
 
 
 VIEW = View(heading=heading, terminal=render_ops, facts=facts, tables=tables, charts=charts,

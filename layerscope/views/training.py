@@ -12,6 +12,8 @@ from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
+    mean_mark_legend,
+    mean_ms,
     median,
     ms,
     ms_cell,
@@ -199,7 +201,8 @@ def loop_facts(result) -> list[tuple[str, str]]:
             ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
                         "excluded)"),
             ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
-            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes]
+            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes] \
+        + noise_facts(result)
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -251,12 +254,15 @@ def variant_label(v) -> str:
 
 
 def _loop_layers_table(r) -> RowTable:
-    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("p10 ms", True),
-            ("p90 ms", True), ("Share of forward", True)]
+    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("Mean ms", True),
+            ("p10 ms", True), ("p90 ms", True), ("Share of forward", True)]
     rows = [[cell(row.name), cell(row.type), ms_cell(row.time["median_s"]),
+             Cell(mean_ms(row.time), ms_cell(row.time.get("mean_s")).sort),
              ms_cell(row.time["p10_s"]), ms_cell(row.time["p90_s"]),
              Cell(pct(row.share), row.share)] for row in r.layers]
-    return RowTable("layers", "Forward time per layer, per batch", cols, rows)
+    legend = mean_mark_legend(row.time for row in r.layers)
+    return RowTable("layers", "Forward time per layer, per batch"
+                    + (f" ({legend})" if legend else ""), cols, rows)
 
 
 def _ablate_table(a) -> RowTable:
@@ -566,18 +572,23 @@ def render_loop(result) -> Group:
     t = Table(title=f"Slowest layers (forward ms per batch; top {LOOP_TOP_LAYERS})",
               header_style="bold", pad_edge=False)
     for name, justify in [("Layer", "left"), ("Type", "left"), ("Median", "right"),
-                          ("p10", "right"), ("p90", "right"), ("Share of forward", "right")]:
+                          ("Mean", "right"), ("p10", "right"), ("p90", "right"),
+                          ("Share of forward", "right")]:
         t.add_column(name, justify=justify)
+    legend = mean_mark_legend(row.time for row in result.layers[:LOOP_TOP_LAYERS])
+    if legend:
+        t.caption, t.caption_justify = legend, "left"
     for row in result.layers[:LOOP_TOP_LAYERS]:
         s = row.time
-        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", f"{s['p10_s'] * 1e3:.3f}",
-                  f"{s['p90_s'] * 1e3:.3f}", "-" if row.share is None else f"{row.share:.1%}")
+        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", mean_ms(s),
+                  f"{s['p10_s'] * 1e3:.3f}", f"{s['p90_s'] * 1e3:.3f}",
+                  "-" if row.share is None else f"{row.share:.1%}")
     lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
              f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
-    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
     return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
 
 
