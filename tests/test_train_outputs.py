@@ -284,3 +284,20 @@ def test_a_cpu_run_has_no_host_to_device_and_no_cuda_rows(tmp_path):
     text = str(layerscope.load(tmp_path / "r.json"))
     assert "Peak RSS" in text
     assert "Host-to-device" not in text and "CUDA" not in text, text
+
+
+def test_a_cuda_run_keeps_its_host_to_device_and_cuda_rows():
+    """The rows a CPU run leaves out stay where CUDA was used (the report of a CUDA run as the
+    Watch writes it: an h2d phase, CUDA peaks per phase)."""
+    from tests.sample_results import train_report
+
+    report = train_report()  # its breakdown has an h2d phase
+    report.config["device"] = "cuda"
+    report.peak_cuda_bytes = 68_000_000
+    report.script = {"name": "g.py", "argv": []}
+    report.phase_memory = {"h2d": {"peak_rss_bytes": 1_000_000, "peak_cuda_bytes": 2_000_000},
+                           "forward": {"peak_rss_bytes": 1_000_000,
+                                       "peak_cuda_bytes": 3_000_000}}
+    text = str(report)
+    assert "Host-to-device" in text and "peak CUDA 68.00MB" in text and "Peak CUDA" in text
+    assert "3.00MB" in text, text
