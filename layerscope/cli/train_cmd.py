@@ -86,8 +86,11 @@ def register(sub) -> None:
     g.add_argument("--comm-timeout", type=arg(finite_positive_float, maximum=COMM_TIMEOUT_MAX),
                    default=COMM_TIMEOUT_S, metavar="SECONDS",
                    help="a collective waiting longer ends the run (a hung or dead rank)")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                   help="table (default), json, or csv: one row per phase of the run, each "
+                        "epoch and each rank")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here (JSON; CSV with --format csv)")
     add_report_files(p)
     add_quiet(p)
     p.set_defaults(run=run)
@@ -170,11 +173,17 @@ def run(args) -> int:
     for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if args.format == "csv":
+        from layerscope.renderers import render
+
+        text = render(report, "csv")
+    else:
+        text = json.dumps(report.to_dict(), indent=2) + "\n"
     if args.output:
-        write_output(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
+        write_output(args.output, text)
     if table:
         Console(highlight=False).print(report)
     elif not args.output:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        sys.stdout.write(text)
     write_report_files(report, args)
     return 0

@@ -48,7 +48,7 @@ RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
-@dataclass
+@dataclass(repr=False)  # print() shows its tables (core.display); repr() is one line
 class TrainReport(ResultDocument):
     recipe: str
     config: dict[str, Any]
@@ -87,6 +87,11 @@ class TrainReport(ResultDocument):
     @property
     def final(self) -> dict[str, Any] | None:
         return self.epochs[-1] if self.epochs else None
+
+    def __repr__(self) -> str:
+        b = self.breakdown
+        return (f"TrainReport({self.recipe!r}, steps={b.get('steps')}, "
+                f"samples={b.get('samples')}, wall_s={b.get('wall_s', 0.0):.3f})")
 
     @classmethod
     def from_dict(cls, d):  # type: ignore[override]

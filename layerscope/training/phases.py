@@ -25,18 +25,25 @@ class PhaseTotals:
     steps: int = 0
     samples: int = 0
     wall: float = 0.0
+    tokens: int = 0  # language models: B x T of the token-id inputs (0: none seen)
 
-    def add(self, phases: dict[str, float], wall: float, samples: int) -> None:
+    def add(self, phases: dict[str, float], wall: float, samples: int, tokens: int = 0) -> None:
         for k, v in phases.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + v
         self.steps += 1
         self.samples += samples
+        self.tokens += tokens
         self.wall += wall
 
     def to_dict(self) -> dict:
-        return {"seconds": dict(self.seconds), "steps": self.steps, "samples": self.samples,
-                "wall_s": self.wall,
-                "throughput_per_s": self.samples / self.wall if self.wall else None}
+        """``tokens`` and ``tokens_per_s`` only where token ids were seen."""
+        out = {"seconds": dict(self.seconds), "steps": self.steps, "samples": self.samples,
+               "wall_s": self.wall,
+               "throughput_per_s": self.samples / self.wall if self.wall else None}
+        if self.tokens:
+            out.update(tokens=self.tokens,
+                       tokens_per_s=self.tokens / self.wall if self.wall else None)
+        return out
 
 
 class PhaseTimer:

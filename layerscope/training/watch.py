@@ -21,6 +21,11 @@ through, and splits the time between consecutive optimizer steps into the phases
 - ``data``: ``_BaseDataLoaderIter.__next__`` (the class attribute, restored afterwards); a new
   pass (``DataLoader.__iter__``, with gradients on) over a loader that gave training batches
   ends an epoch.
+- samples (and tokens): a training batch counts in the step whose forward takes it (the
+  model's outermost forward takes the oldest batch fetched and not yet taken), so a batch a
+  loader fetched ahead and no step took is not counted; with no DataLoader at all, the batch
+  is the forward's first tensor argument. Tokens are B x T of a batch of token ids (an
+  integer tensor [B, T]).
 - ``h2d``: ``Tensor.to`` and ``Tensor.cuda`` of CPU tensors, wrapped only where CUDA is
   available (on a CPU-only machine there is no host-to-device copy and nothing is wrapped).
 - ``other``: the step's wall time minus the phases, so the phases sum to the step exactly.
@@ -39,6 +44,7 @@ recorded at every phase change and read after one synchronisation per step, as
 """
 from __future__ import annotations
 
+import collections
 import multiprocessing.process
 import os
 import resource
@@ -87,18 +93,24 @@ def active() -> Watch | None:
     return _ACTIVE[0] if _ACTIVE else None
 
 
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor (0 if none)."""
+def _batch_size(batch: Any) -> tuple[int, int]:
+    """(samples, tokens) of a batch (a loader's, or a forward's arguments): the first
+    dimension of its first tensor, and B x T where that tensor holds token ids (integers of
+    shape [B, T], a language model's input); (0, 0) if there is no tensor."""
     for _ in range(4):  # tuple/list/dict nesting of (inputs, targets) batches
         if isinstance(batch, torch.Tensor):
-            return int(batch.shape[0]) if batch.dim() else 1
+            if not batch.dim():
+                return 1, 0
+            ids = batch.dim() == 2 and not (batch.is_floating_point() or batch.is_complex()
+                                            or batch.dtype == torch.bool)
+            return int(batch.shape[0]), int(batch.numel()) if ids else 0
         if isinstance(batch, (list, tuple)) and batch:
             batch = batch[0]
         elif isinstance(batch, dict) and batch:
             batch = next(iter(batch.values()))
         else:
-            return 0
-    return 0
+            return 0, 0
+    return 0, 0
 
 
 def _to_device(args: tuple, kwargs: dict) -> bool:
@@ -196,6 +208,15 @@ class Watch:
         self._seconds: list[float] = []
         self._phases: list[dict[str, float]] = []
         self._samples_of: list[int] = []
+        self._tokens_of: list[int] = []
+        # training batches fetched and not yet taken by a forward, (samples, tokens) each: a
+        # batch counts in the step whose forward takes it, so one a loader fetched ahead and
+        # no step took (accelerate's loaders fetch one batch ahead) is not counted
+        self._fetched: collections.deque[tuple[int, int]] = collections.deque()
+        self._loader_seen = False  # a training batch came from a DataLoader
+        # the module whose training forwards take the batches: the first called (the model)
+        self._sample_module: tuple[int, str] | None = None
+        self._samples_from_forward = False  # no loader: counted from its arguments
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
         self._opt_seen = False  # an optimizer step has started
         self._marked = False  # the loop called mark_step() itself
@@ -228,7 +249,7 @@ class Watch:
         self._acc: dict[str, float] = {}
         self._t0: float | None = None  # current step's start (None: no step open)
         self._eval_in_step = 0.0
-        self._samples = 0
+        self._samples = self._tokens = 0
         self._cuda = False
         self._cuda_here = False
         self._events: list[Any] = []
@@ -272,6 +293,11 @@ class Watch:
     def step_samples(self) -> list[int]:
         """Samples (training batches' first dimension) of each measured step."""
         return self._samples_of[self.warmup_steps:]
+
+    @property
+    def step_tokens(self) -> list[int]:
+        """Tokens (B x T of token-id batches; 0 for other models) of each measured step."""
+        return self._tokens_of[self.warmup_steps:]
 
     # ---- install / remove ---------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -414,7 +440,7 @@ class Watch:
         self._opt_step = {}
         self._acc = {}
         self._eval_in_step = 0.0
-        self._samples = 0
+        self._samples = self._tokens = 0
         # CUDA timing once the script has initialised CUDA itself (never initialise it here)
         self._cuda = self._cuda_here and torch.cuda.is_initialized()
         if self._cuda:
@@ -460,7 +486,13 @@ class Watch:
         phases["other"] = wall - (named - phases["other"])
         self._seconds.append(wall)
         self._phases.append(phases)
+        if self._sample_module is None:  # no module forward seen: the batches fetched count
+            while self._fetched:
+                samples, tokens = self._fetched.popleft()
+                self._samples += samples
+                self._tokens += tokens
         self._samples_of.append(self._samples)
+        self._tokens_of.append(self._tokens)
         self._opt_of.append(self._opt_step)
         if self.trace:
             self.step_spans.append((len(self._seconds), self._t0, now))
@@ -484,6 +516,7 @@ class Watch:
         self._seconds[first:] = [sum(self._seconds[first:])]
         self._phases[first:] = [phases]
         self._samples_of[first:] = [sum(self._samples_of[first:])]
+        self._tokens_of[first:] = [sum(self._tokens_of[first:])]
         by_opt: dict[int, float] = {}
         for row in self._opt_of[first:]:
             for i, v in row.items():
@@ -506,7 +539,8 @@ class Watch:
     def _sum(self, start: int, stop: int) -> PhaseTotals:
         totals = PhaseTotals()
         for i in range(start, stop):
-            totals.add(self._phases[i], self._seconds[i], self._samples_of[i])
+            totals.add(self._phases[i], self._seconds[i], self._samples_of[i],
+                       self._tokens_of[i])
         return totals
 
     @property
@@ -549,6 +583,28 @@ class Watch:
         else:
             self._fwd_phase = "loss" if isinstance(module, _Loss) else "forward"
         self._enter(self._fwd_phase)
+        if self._fwd_phase == "forward":
+            self._take_batch(module, args)
+
+    def _take_batch(self, module: torch.nn.Module, args: Any) -> None:
+        """A training forward of the model (the first module called outermost) takes one
+        batch: the oldest training batch fetched and not taken yet. A forward that finds none
+        (a second call on the same batch) takes nothing; with no DataLoader batch seen at all
+        (batches made by the script: nanoGPT's ``get_batch``), its batch is its first tensor
+        argument's."""
+        if self._sample_module is None:
+            self._sample_module = (id(module), type(module).__name__)
+        elif self._sample_module[0] != id(module):
+            return
+        if self._fetched:
+            samples, tokens = self._fetched.popleft()
+        elif self._loader_seen:
+            return
+        else:
+            samples, tokens = _batch_size(args)
+            self._samples_from_forward = self._samples_from_forward or bool(samples)
+        self._samples += samples
+        self._tokens += tokens
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         depth = self._depth
@@ -682,7 +738,8 @@ class Watch:
             finally:
                 self._exit(phase)
             if phase == "data":
-                self._samples += _batch_len(batch)
+                self._loader_seen = True
+                self._fetched.append(_batch_size(batch))
                 self._train_data.add(id(it._dataset))
             return batch
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -860,7 +917,11 @@ class Watch:
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
         totals = self.totals
+        breakdown = totals.to_dict()
         epochs = [t.to_dict() for t in self.epoch_totals()]
+        if not self.cuda_used:  # no device in use: no host-to-device phase to report
+            for b in (breakdown, *epochs):
+                b["seconds"].pop("h2d", None)
         wall = self.clock() - self._wall0
         notes = []
         if self.eval_seconds:
@@ -876,6 +937,11 @@ class Watch:
                 notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
                              "steps and none was seen (with steps on backward passes it counts "
                              "those)")
+        if self._samples_from_forward and not self._loader_seen and totals.samples:
+            notes.append(f"no DataLoader batch seen: samples are the batch dimension (dim 0) of "
+                         f"the first tensor argument of each training forward of "
+                         f"{self._sample_module[1] if self._sample_module else 'the model'}"
+                         + (", tokens its B x T token ids" if totals.tokens else ""))
         if len(self._opt_names) > 1:
             notes.append(self._optimizers_note())
         closure = sum(self._closure_of[self.warmup_steps:])
@@ -908,7 +974,7 @@ class Watch:
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
                     "layers": self.layers, "memory": self.memory, "step_on": self.step_on},
-            run_dir="", epochs=[], breakdown=totals.to_dict(), epoch_breakdown=epochs,
+            run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -112,7 +112,7 @@ class View:
     facts     result -> [(name, value)]: key figures, titled ``facts_title``
     tables    result -> [RowTable] (HTML report, notebook)
     charts    result -> [Chart] (HTML report's SVG, --plot's PNG)
-    csv       result -> DataTable, or None: the result has no row table (CSV falls back to JSON)
+    csv       result -> DataTable: the CSV's raw values (every kind has one)
     """
     heading: Callable[[Any], tuple[str, str]]
     terminal: Callable[..., Any]

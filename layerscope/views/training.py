@@ -23,7 +23,16 @@ from layerscope.views.common import (
     pct,
     phase_stack,
 )
-from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    DataTable,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 # the phases of a distributed step (training.ranks.ADDITIVE, then the overlapping one)
 RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
@@ -122,10 +131,14 @@ def loop_heading(result) -> tuple[str, str]:
 
 def train_facts(result) -> list[tuple[str, str]]:
     b = result.breakdown
-    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples)"),
+    tokens = b.get("tokens")
+    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples"
+                              + (f", {tokens} tokens)" if tokens else ")")),
            ("Step time", f"{ms(b['wall_s'] / b['steps'] if b['steps'] else None, 2)} ms "
                          f"(median {ms(median(result.step_seconds), 2)} ms)"),
-           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"
+                          + (f", {num(b.get('tokens_per_s'), '.1f')} tokens/s" if tokens
+                             else "")),
            ("CPU utilisation", f"{num(result.cpu_utilisation)} cores"),
            ("Peak RSS", f"{si(result.peak_rss_bytes)}B")]
     if result.peak_cuda_bytes:
@@ -346,13 +359,15 @@ def _watch_tables(r) -> list[RowTable]:
               Cell(num(row.get("backward_s"), ".4f"), row.get("backward_s"))]
              for row in r.layers]))
     if getattr(r, "phase_memory", None):
+        # a CPU run has no CUDA column (no phase recorded CUDA memory)
+        cuda = any("peak_cuda_bytes" in m for m in r.phase_memory.values())
         rows = [[Cell(PHASE_LABELS.get(p, p), p),
-                 Cell(f"{si(m.get('peak_rss_bytes'))}B", m.get("peak_rss_bytes")),
-                 Cell(f"{si(m['peak_cuda_bytes'])}B" if m.get("peak_cuda_bytes") else "-",
-                      m.get("peak_cuda_bytes"))]
+                 Cell(f"{si(m.get('peak_rss_bytes'))}B", m.get("peak_rss_bytes"))]
+                + ([Cell(f"{si(m['peak_cuda_bytes'])}B" if m.get("peak_cuda_bytes") else "-",
+                         m.get("peak_cuda_bytes"))] if cuda else [])
                 for p, m in r.phase_memory.items()]
-        out.append(RowTable("memory", "Peak memory at the end of each phase",
-                            [("Phase", False), ("Peak RSS", True), ("Peak CUDA", True)], rows))
+        cols = [("Phase", False), ("Peak RSS", True)] + ([("Peak CUDA", True)] if cuda else [])
+        out.append(RowTable("memory", "Peak memory at the end of each phase", cols, rows))
     return out
 
 
@@ -374,6 +389,50 @@ def ablate_tables(a) -> list[RowTable]:
 
 def loop_tables(r) -> list[RowTable]:
     return [_phase_table(r.phases), _loop_layers_table(r)]
+
+
+# ---- CSV --------------------------------------------------------------------------------
+# train and loop: one row per phase of each scope (the run's measured steps, each epoch, each
+# rank), then the scope's total; the scope's steps, samples and tokens on each of its rows
+PHASE_CSV = ["scope", "phase", "seconds", "share", "ms_per_step", "steps", "samples", "tokens"]
+
+
+def _phase_csv_rows(scope: str, b: dict) -> list[list]:
+    wall, steps = b.get("wall_s") or 0.0, b.get("steps") or 0
+    counts = [steps, b.get("samples"), b.get("tokens")]
+    return [[scope, phase, s, s / wall if wall else None, s / steps * 1e3 if steps else None,
+             *counts] for phase, s in [*_ordered(b["seconds"]), ("total", wall)]]
+
+
+def train_csv(r) -> DataTable:
+    rows = _phase_csv_rows("run", r.breakdown)
+    for i, b in enumerate(r.epoch_breakdown):
+        rows += _phase_csv_rows(f"epoch {r.epochs[i]['epoch'] if i < len(r.epochs) else i + 1}",
+                                b)
+    for e in r.ranks or []:  # per step in the entry: the rank's seconds are per step x steps
+        steps = e.get("steps") or 0
+        rows += _phase_csv_rows(f"rank {e['rank']}", {
+            "seconds": {p: v * steps for p, v in e["phases"].items()}, "steps": steps,
+            "wall_s": e["step_s"] * steps})
+    return DataTable(PHASE_CSV, rows)
+
+
+def loop_csv(r) -> DataTable:
+    return DataTable(PHASE_CSV, _phase_csv_rows("batches", r.phases))
+
+
+def ablate_csv(a) -> DataTable:
+    """One row per variant: its ms per step in each phase, then the step's."""
+    cols = (["variant", "status"] + [f"{p}_ms" for p in PHASE_LABELS]
+            + ["step_ms", "speedup", "beyond_noise", "reason"])
+    rows = []
+    for v in a.variants:
+        ms_of = v.phases_ms or {}
+        step = (v.step or {}).get("median_s")
+        rows.append([variant_label(v), v.status] + [ms_of.get(p) for p in PHASE_LABELS]
+                    + [None if step is None else step * 1e3, v.speedup, v.beyond_noise,
+                       v.reason])
+    return DataTable(cols, rows)
 
 
 # ---- charts -----------------------------------------------------------------------------
@@ -480,7 +539,9 @@ def render_train(report) -> Group:
     b = report.breakdown
     lines = [
         f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
-        f"throughput {b['throughput_per_s'] or 0:.1f} samples/s",
+        + (f"{b['tokens']} tokens, " if b.get("tokens") else "")
+        + f"throughput {b['throughput_per_s'] or 0:.1f} samples/s"
+        + (f", {b.get('tokens_per_s') or 0:.1f} tokens/s" if b.get("tokens") else ""),
         f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
         f"{si(report.peak_rss_bytes)}B"
         + (f"; peak CUDA {si(report.peak_cuda_bytes)}B" if report.peak_cuda_bytes else ""),
@@ -593,8 +654,8 @@ def render_loop(result) -> Group:
 
 
 TRAIN = View(heading=train_heading, terminal=render_train, facts=train_facts,
-             tables=train_tables, charts=train_charts)
+             tables=train_tables, charts=train_charts, csv=train_csv)
 ABLATE = View(heading=ablate_heading, terminal=render_ablation, facts=ablate_facts,
-              tables=ablate_tables, charts=ablate_charts)
+              tables=ablate_tables, charts=ablate_charts, csv=ablate_csv)
 LOOP = View(heading=loop_heading, terminal=render_loop, facts=loop_facts, tables=loop_tables,
-            charts=loop_charts)
+            charts=loop_charts, csv=loop_csv)
