@@ -523,6 +523,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             joined = not torch.distributed.is_initialized()
             device = dist_run.init(env, config.device, config.comm_timeout)
         run = _Run(config, notes, env, device)
+        if config.resume:
+            _check_work_left(run)  # before anything in the run folder is written
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:
             make_dir(run.run_dir, "out")
@@ -571,6 +573,35 @@ def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
     if run.rank == 0:
         for name in (f"step-{run.global_step:06d}.pt", "last.pt"):
             ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
+
+
+class AlreadyFinished(Exception):
+    """A resumed run with nothing left to do: the checkpoint has ``done`` of ``total``
+    ``unit`` ("epochs" or "steps") behind it. Nothing is trained and nothing in ``run_dir``
+    is written (its report stays the finished run's)."""
+
+    def __init__(self, run_dir: str, done: int, total: int, unit: str):
+        self.run_dir, self.done, self.total, self.unit = run_dir, done, total, unit
+        super().__init__(f"{run_dir}: the run {self.finished}; nothing to do (to train more, "
+                         f"resume with {unit} above {done})")
+
+    @property
+    def finished(self) -> str:
+        """'already finished 3 of 3 epochs' ('already finished 23 steps, more than 5' when a
+        step limit below the steps done was given)."""
+        if self.done == self.total:
+            return f"already finished {self.done} of {self.total} {self.unit}"
+        return f"already finished {self.done} {self.unit}, more than {self.total}"
+
+
+def _check_work_left(run: _Run) -> None:
+    """``AlreadyFinished`` when a resumed run has no batch left: every epoch done (no epoch
+    stopped part-way), or ``steps`` optimizer steps already taken."""
+    steps = run.config.steps
+    if steps is not None and run.global_step >= steps:
+        raise AlreadyFinished(run.run_dir, run.global_step, steps, "steps")
+    if run.start_epoch >= run.epochs and not run.skip_batches:
+        raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
 
 
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
@@ -749,4 +780,4 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         notes=run.notes, environment=environment(), **extra)
 
 
-__all__ = ["TrainConfig", "TrainReport", "train", "PHASES"]
+__all__ = ["AlreadyFinished", "TrainConfig", "TrainReport", "train", "PHASES"]
