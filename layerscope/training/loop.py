@@ -18,7 +18,7 @@ import random
 import resource
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -435,6 +435,19 @@ def _profiler(kind: str | None, run_dir: str):
                         place(raw, os.path.join(run_dir, "trace.json"))
                 return False
 
+            @contextmanager
+            def paused(self):
+                """Work that is no training step (validation, the TensorBoard graph's trace)
+                runs unrecorded, so the per-step table divides training steps' ops only."""
+                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+                with quiet_native_stderr():
+                    self.p.toggle_collection_dynamic(False, acts)
+                try:
+                    yield
+                finally:
+                    with quiet_native_stderr():
+                        self.p.toggle_collection_dynamic(True, acts)
+
             def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
                 """The top operators per training step (torch.profiler's key averages)."""
                 from layerscope.core.optable import OpTable
@@ -445,7 +458,9 @@ def _profiler(kind: str | None, run_dir: str):
                                sort="self", runs=steps, rows=rows, total_self_s=total,
                                ops_total=n, trace=os.path.join(run_dir, "trace.json"),
                                settings={"unit": "step", "top": OP_TABLE_TOP,
-                                         "includes": "validation, when it ran"}).to_dict()
+                                         "includes": "training steps only (validation and "
+                                                     "the TensorBoard graph left out)"}
+                               ).to_dict()
 
         return _Torch()
     try:
@@ -532,7 +547,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
-            report = _train(run, on_epoch if writes else None, progress if writes else None)
+            report = _train(run, on_epoch if writes else None, progress if writes else None,
+                            getattr(profiler, "paused", nullcontext))
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
@@ -604,10 +620,14 @@ def _check_work_left(run: _Run) -> None:
         raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
 
 
-def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
+def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
+           unprofiled: Callable[[], Any] = nullcontext) -> TrainReport:
+    """The epochs; ``unprofiled()``: a context for work that is not a training step (the
+    profiler's pause), so a per-step operator table counts training steps only."""
     c, r = run.config, run.recipe
     device = run.device
-    writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
+    with unprofiled():
+        writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []
@@ -719,10 +739,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
                "lr": lr}
         if c.evaluate:
-            val = run.val_loader()
-            if c.dry_run:
-                val = [next(iter(val))]
-            row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
+            with unprofiled():
+                val = run.val_loader()
+                if c.dry_run:
+                    val = [next(iter(val))]
+                row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         epoch_breakdown.append(epoch_totals.to_dict())
         if writer is not None:
