@@ -75,7 +75,8 @@ def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str
     row sums over the modules it stands for."""
     out = []
     for row in report.layers:
-        key = _row_key(row.name)
+        fn = row.function()
+        key = _row_key(row.name) if fn is None else tree.function_path(*fn)
         if called is not None:
             if row.self_only:
                 out.append([tree.own_time(key, run, kids, ran)
@@ -139,8 +140,10 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             min_time: float | None = None, warmup: int = 5, depth: int | None = None,
             backward: bool = False, dtype: str | torch.dtype | None = None,
             roofline: bool = True, clock: Clock = time.perf_counter,
-            progress: Progress | None = None) -> Report:
-    """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
+            progress: Progress | None = None, functions: bool = False) -> Report:
+    """Measured latency per layer (median, p10, p90, mean, n), with the static columns.
+    ``functions``: each container's own-code row is split into one row per torch function
+    it calls (as ``analyze(functions=True)`` splits it), each timed; forward only."""
     from layerscope.analysis.analyze import analyze
     from layerscope.analysis.capture import untouched
     from layerscope.frontends.inputs import parse_dtype
@@ -151,6 +154,10 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         threads = values.thread_count(threads, "threads")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
+    if functions and backward:
+        raise UserError("functions splits the forward pass only: leave out backward (time "
+                        "the backward pass in a run of its own)",
+                        arguments=("functions", "backward"))
     plan = _Runs(runs, min_time)
     old_threads = torch.get_num_threads()
     if threads:
@@ -159,7 +166,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     kw = real_kwargs(loaded.kwargs, device, dtype)
     flags = [(m, m.training) for m in module.modules()]
     try:
-        report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
+        report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype, functions=functions)
         report.model, report.frontend = loaded.name, loaded.frontend
         module.eval()
         with untouched(module):  # a forward caching into self leaves the caller's model as it was
@@ -175,6 +182,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         torch.set_num_threads(old_threads)
     report.kind = "profile"
     report.settings.update({"device": device, "threads": threads or old_threads,
+                            **({"functions": True} if functions else {}),
                             "warmup": warmup, "runs": report.end_to_end["n"],
                             "min_time": min_time, "backward": backward,
                             "batch_size": _batch_of(xs, kw)})
@@ -197,7 +205,8 @@ def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.M
 def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
                      machine: MachineReading, kw=None) -> None:
     timed = _timed_modules(module, depth)
-    timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock)
+    pairs = [fn for fn in (row.function() for row in report.layers) if fn is not None]
+    timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock, functions=pairs)
 
     def run() -> float:
         t0 = clock()
@@ -230,7 +239,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
 
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
-    kids = tree.children_map([n for n, _ in timed])
+    kids = tree.children_map(timer.names)  # functions timed: children of their modules
     samples = _row_samples(report, per_run, kids, called)
     keep = middle_runs(instrumented)
     row_stats = []
@@ -271,7 +280,8 @@ def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
     same per-run times as the rows, so a type's share is the sum of its rows' shares."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(report.layers):
-        groups[row.type + (" (own ops)" if row.self_only else "")].append(i)
+        own = row.self_only and row.function() is None
+        groups[row.type + (" (own ops)" if own else "")].append(i)
     out = []
     for type_name, idx in groups.items():
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
