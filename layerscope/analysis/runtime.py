@@ -37,7 +37,7 @@ from layerscope.core import tree, values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
-from layerscope.core.report import Report
+from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.frontends.inputs import real_inputs, real_kwargs
 
@@ -167,6 +167,8 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     flags = [(m, m.training) for m in module.modules()]
     try:
         report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype, functions=functions)
+        if functions:
+            _add_own_rows(report, module)
         report.model, report.frontend = loaded.name, loaded.frontend
         module.eval()
         with untouched(module):  # a forward caching into self leaves the caller's model as it was
@@ -187,6 +189,28 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                             "min_time": min_time, "backward": backward,
                             "batch_size": _batch_of(xs, kw)})
     return report
+
+
+def _add_own_rows(report: Report, module: nn.Module) -> None:
+    """``functions``: a container whose own ops all ran inside torch functions has no
+    "(own ops)" row in the static table (nothing is left to count), but its own time is not
+    nothing (its Python between the calls, its call itself): it gets a zero-cost own row after
+    its function rows, so that the timed rows still tile the run. Its calls are measured."""
+    mods = dict(module.named_modules())
+    have = {_row_key(r.name) for r in report.layers if r.self_only and r.function() is None}
+    rows = report.layers
+    out = []
+    for i, row in enumerate(rows):
+        out.append(row)
+        fn = row.function()
+        nxt = rows[i + 1].function() if i + 1 < len(rows) else None
+        if fn is None or (nxt is not None and nxt[0] == fn[0]) or fn[0] in have \
+                or fn[0] not in mods:
+            continue
+        out.append(LayerRow(name=row.name[:-len(f" ({fn[1]})")], type=type(mods[fn[0]]).__name__,
+                            depth=row.depth, self_only=True))
+        have.add(fn[0])
+    report.layers = out
 
 
 def _batch_of(xs, kw) -> int | None:
@@ -239,6 +263,10 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
 
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
+    counts = timer.calls()  # of the last run: the own rows _add_own_rows made have none yet
+    for row in report.layers:
+        if row.self_only and not row.calls:
+            row.calls = counts.get(_row_key(row.name), 0)
     kids = tree.children_map(timer.names)  # functions timed: children of their modules
     samples = _row_samples(report, per_run, kids, called)
     keep = middle_runs(instrumented)
