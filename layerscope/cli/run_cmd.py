@@ -49,6 +49,10 @@ def register(sub) -> None:
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--layers", action="store_true", help="forward time per layer")
+    p.add_argument("--functions", action="store_true",
+                   help="with --layers: also one row per torch function a container's own "
+                        "code calls (F.relu, the residual add, torch.cat), as analyze "
+                        "--functions counts them; forward only")
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
     add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
@@ -379,6 +383,8 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
+    if args.functions and not args.layers:
+        raise UserError("--functions splits the --layers rows: add --layers")
     _check_outputs(args)  # in the words the user typed
     _absolute_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
@@ -386,6 +392,7 @@ def run(args) -> int:
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
+                  functions=args.functions,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
                   step_on=args.step_on)
     failure: list[str] = []

@@ -135,6 +135,14 @@ def _launch(args) -> int:
         return exc.code
 
 
+def _finished_line(done) -> str:
+    """The one line for a resumed run with nothing left to do, naming the option that gives
+    it more (``AlreadyFinished`` from ``training.loop``)."""
+    flag = "--steps" if done.unit == "steps" else "--epochs"
+    return (f"layerscope: {done.run_dir} {done.finished}; nothing to do (to train more: "
+            f"--resume {done.run_dir} {flag} {done.done + 1} or more)")
+
+
 def run(args) -> int:
     import json
     import warnings
@@ -142,7 +150,7 @@ def run(args) -> int:
     from rich.console import Console
 
     from layerscope.training import distributed
-    from layerscope.training.loop import train
+    from layerscope.training.loop import AlreadyFinished, train
     from layerscope.views.training import epoch_line
 
     check_outputs(args)
@@ -160,6 +168,10 @@ def run(args) -> int:
             try:
                 report = train(config_from(args), progress=progress,
                                on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+            except AlreadyFinished as done:
+                if env is None or env.rank == 0:
+                    print(_finished_line(done), file=sys.stdout if table else sys.stderr)
+                return 0
             except Exception as exc:
                 if env is None:
                     raise

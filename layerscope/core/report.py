@@ -80,6 +80,16 @@ class LayerRow(Record):
         moved = self.bytes_read + self.bytes_written
         return self.flops / moved if moved else None
 
+    def function(self) -> tuple[str, str] | None:
+        """(module path, function) for a row of the ops one torch function ran in a
+        container's own code (``--functions``: named "MODULE (FUNCTION)", typed FUNCTION, the
+        root's module path ""); None for every other row."""
+        tail = f" ({self.type})"
+        if not self.self_only or not self.name.endswith(tail):
+            return None
+        module = self.name[:-len(tail)]
+        return ("" if module == "(root)" else module), self.type
+
 
 @dataclass
 class Totals(Record):

@@ -18,7 +18,7 @@ import random
 import resource
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -445,6 +445,19 @@ def _profiler(kind: str | None, run_dir: str):
                         place(raw, os.path.join(run_dir, "trace.json"))
                 return False
 
+            @contextmanager
+            def paused(self):
+                """Work that is no training step (validation, the TensorBoard graph's trace)
+                runs unrecorded, so the per-step table divides training steps' ops only."""
+                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+                with quiet_native_stderr():
+                    self.p.toggle_collection_dynamic(False, acts)
+                try:
+                    yield
+                finally:
+                    with quiet_native_stderr():
+                        self.p.toggle_collection_dynamic(True, acts)
+
             def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
                 """The top operators per training step (torch.profiler's key averages)."""
                 from layerscope.core.optable import OpTable
@@ -455,7 +468,9 @@ def _profiler(kind: str | None, run_dir: str):
                                sort="self", runs=steps, rows=rows, total_self_s=total,
                                ops_total=n, trace=os.path.join(run_dir, "trace.json"),
                                settings={"unit": "step", "top": OP_TABLE_TOP,
-                                         "includes": "validation, when it ran"}).to_dict()
+                                         "includes": "training steps only (validation and "
+                                                     "the TensorBoard graph left out)"}
+                               ).to_dict()
 
         return _Torch()
     try:
@@ -561,6 +576,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         config, notes = not_applied(config, device)
         torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         run = _Run(config, notes, env, device)
+        if config.resume:
+            _check_work_left(run)  # before anything in the run folder is written
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:
             make_dir(run.run_dir, "out")
@@ -568,7 +585,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
-            report = _train(run, on_epoch if writes else None, progress if writes else None)
+            report = _train(run, on_epoch if writes else None, progress if writes else None,
+                            getattr(profiler, "paused", nullcontext))
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
@@ -611,10 +629,43 @@ def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
             ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
 
 
-def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
+class AlreadyFinished(Exception):
+    """A resumed run with nothing left to do: the checkpoint has ``done`` of ``total``
+    ``unit`` ("epochs" or "steps") behind it. Nothing is trained and nothing in ``run_dir``
+    is written (its report stays the finished run's)."""
+
+    def __init__(self, run_dir: str, done: int, total: int, unit: str):
+        self.run_dir, self.done, self.total, self.unit = run_dir, done, total, unit
+        super().__init__(f"{run_dir}: the run {self.finished}; nothing to do (to train more, "
+                         f"resume with {unit} above {done})")
+
+    @property
+    def finished(self) -> str:
+        """'already finished 3 of 3 epochs' ('already finished 23 steps, more than 5' when a
+        step limit below the steps done was given)."""
+        if self.done == self.total:
+            return f"already finished {self.done} of {self.total} {self.unit}"
+        return f"already finished {self.done} {self.unit}, more than {self.total}"
+
+
+def _check_work_left(run: _Run) -> None:
+    """``AlreadyFinished`` when a resumed run has no batch left: every epoch done (no epoch
+    stopped part-way), or ``steps`` optimizer steps already taken."""
+    steps = run.config.steps
+    if steps is not None and run.global_step >= steps:
+        raise AlreadyFinished(run.run_dir, run.global_step, steps, "steps")
+    if run.start_epoch >= run.epochs and not run.skip_batches:
+        raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
+
+
+def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
+           unprofiled: Callable[[], Any] = nullcontext) -> TrainReport:
+    """The epochs; ``unprofiled()``: a context for work that is not a training step (the
+    profiler's pause), so a per-step operator table counts training steps only."""
     c, r = run.config, run.recipe
     device = run.device
-    writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
+    with unprofiled():
+        writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []
@@ -726,10 +777,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
                "lr": lr}
         if c.evaluate:
-            val = run.val_loader()
-            if c.dry_run:
-                val = [next(iter(val))]
-            row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
+            with unprofiled():
+                val = run.val_loader()
+                if c.dry_run:
+                    val = [next(iter(val))]
+                row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         epoch_breakdown.append(epoch_totals.to_dict())
         if writer is not None:
@@ -788,4 +840,4 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         notes=run.notes, environment=environment(), **extra)
 
 
-__all__ = ["TrainConfig", "TrainReport", "train", "PHASES"]
+__all__ = ["AlreadyFinished", "TrainConfig", "TrainReport", "train", "PHASES"]

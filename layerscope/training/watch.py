@@ -59,10 +59,13 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
+from layerscope.analysis.capture.functions import function_name
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
@@ -79,6 +82,10 @@ EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of 
 # backward): no phase, so it lands in ``other``, and a note names it
 CLOSURE = "closure"
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
+
+
+# a layer row's key: id(module), or (id(module), function) for a function's row (``functions``)
+LayerKey = int | tuple[int, str]
 
 
 class StepLimit(BaseException):
@@ -170,14 +177,16 @@ class Watch:
 
     ``steps``: after that many steps (warm-up included) call ``on_stop(watch)``, or raise
     ``StepLimit`` when no ``on_stop`` is given. ``warmup_steps``: the first steps are left out
-    of the breakdown. ``layers``: forward (and backward) time per module. ``memory``: peak RSS
+    of the breakdown. ``layers``: forward (and backward) time per module; ``functions``: also
+    per torch function a container's own code calls (``F.relu``, the residual add), each a
+    row "MODULE (FUNCTION)" (forward only: its backward stays the module's). ``memory``: peak RSS
     and CUDA memory per phase. ``trace``: keep every phase interval for a Chrome trace.
     """
 
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None, *, steps: int | None = None,
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
-                 name: str = "watch", argv: list[str] | None = None,
+                 functions: bool = False, name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
                  step_on: str = "optimizer", clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -192,7 +201,11 @@ class Watch:
         self.model, self.optimizer, self.step_on = model, optimizer, step_on
         self.limit = None if steps is None else values.positive_int(steps, "steps")
         self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
+        if functions and not layers:
+            raise UserError("watch(functions=True) splits the layers' rows: set layers=True "
+                            "too")
         self.layers, self.memory, self.trace = layers, memory, trace
+        self.functions = functions
         self.name, self.argv = name, list(argv) if argv is not None else None
         self.on_stop, self.clock = on_stop, clock
         self._installed: list[Callable[[], None]] = []  # undo actions, run in reverse
@@ -261,15 +274,17 @@ class Watch:
         # step's go to _fwd_of/_bwd_of beside _seconds (merged with it, warm-up left out when
         # read, as for the phases, so a layer's time per step and the phases' are over the same
         # steps)
-        self._step_fwd: dict[int, list[Any]] = {}
+        self._step_fwd: dict[LayerKey, list[Any]] = {}
         self._step_bwd: dict[str, float] = {}
-        self._fwd_of: list[dict[int, list[Any]]] = []
+        self._fwd_of: list[dict[LayerKey, list[Any]]] = []
         self._bwd_of: list[dict[str, float]] = []
-        self._layer_stack: list[tuple[float, str | None]] = []
+        # (start, name, module) of the module calls in progress, innermost last
+        self._layer_stack: list[tuple[float, str | None, torch.nn.Module]] = []
+        self._containers: dict[int, bool] = {}  # id(module) -> it has children
         self._names: dict[int, str] = {}
         # id(module) -> (id(root), its path under that root); id(root) -> every path under it
         # (the never-called containers included): own time walks this tree
-        self._paths: dict[int, tuple[int, str]] = {}
+        self._paths: dict[LayerKey, tuple[int, str]] = {}
         self._trees: dict[int, list[str]] = {}
         self._cpu0 = time.process_time()
         self._wall0 = self.clock()
@@ -352,6 +367,10 @@ class Watch:
         if self.layers:
             handles += [_module.register_module_forward_pre_hook(self._layer_pre),
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
+        if self.functions:
+            mode = _FunctionMode(self)
+            mode.__enter__()
+            self._installed.append(lambda: mode.__exit__(None, None, None))
         for h in handles:
             self._installed.append(h.remove)
         self._patch(torch.autograd, "_engine_run_backward",
@@ -785,19 +804,19 @@ class Watch:
     def _layer_pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._layer_stack
         if (stack[-1][1] is None if stack else self._stack and self._stack[-1][0] == "data"):
-            stack.append((0.0, None))  # a transform loading a batch: no layer of the model
+            stack.append((0.0, None, module))  # a transform loading a batch: no layer
             return
         if not stack and id(module) not in self._names:
             self._name_tree(module)  # an outermost call: name its modules from it
         if stack and torch.is_grad_enabled():
             # nodes not tagged yet were made by the enclosing module's own code
             tag_graph(args, stack[-1][1])
-        stack.append((self.clock(), self._names.get(id(module), type(module).__name__)))
+        stack.append((self.clock(), self._names.get(id(module), type(module).__name__), module))
 
     def _layer_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._layer_stack:
             return
-        t0, name = self._layer_stack.pop()
+        t0, name, _ = self._layer_stack.pop()
         t = self.clock() - t0
         if name is None or not torch.is_grad_enabled():
             return  # evaluation, as for the phases
@@ -807,6 +826,40 @@ class Watch:
             row = self._step_fwd[id(module)] = [name, type(module).__name__, 0, 0.0]
         row[2] += 1
         row[3] += t
+
+    def _function_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``functions``: a torch function call, timed as a row "MODULE (FUNCTION)" when a
+        container's own forward code makes it (with gradients on, as for the layers) and it
+        returns tensors (``x.size()``, ``x.shape``, ``t.grad_fn`` compute nothing: no row, as
+        ``analyze --functions`` has none for them): a child of the module in the tree, so the
+        module's own time leaves it out."""
+        stack = self._layer_stack
+        if (not stack or stack[-1][1] is None or not torch.is_grad_enabled()
+                or getattr(func, "__name__", None) == "__get__"):
+            return func(*args, **kwargs)
+        _, name, module = stack[-1]
+        container = self._containers.get(id(module))
+        if container is None:
+            container = self._containers[id(module)] = next(module.children(), None) is not None
+        if not container:
+            return func(*args, **kwargs)
+        t0 = self.clock()
+        out = func(*args, **kwargs)
+        t = self.clock() - t0
+        if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(out)):
+            return out
+        fn = function_name(func)
+        key = (id(module), fn)
+        row = self._step_fwd.get(key)
+        if row is None:
+            row = self._step_fwd[key] = [f"{name} ({fn})", fn, 0, 0.0]
+            if key not in self._paths and id(module) in self._paths:
+                root, path = self._paths[id(module)]
+                self._paths[key] = (root, tree.function_path(path, fn))
+                self._trees[root].append(self._paths[key][1])
+        row[2] += 1
+        row[3] += t
+        return out
 
     def _backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
         """The engine entry timed as ``backward``. With ``layers``, each autograd node's time is
@@ -859,12 +912,12 @@ class Watch:
             self._paths.setdefault(id(m), (id(root), n))
         self._trees[id(root)] = paths
 
-    def _layer_totals(self) -> tuple[dict[int, list[Any]], dict[str, float]]:
+    def _layer_totals(self) -> tuple[dict[LayerKey, list[Any]], dict[str, float]]:
         """The per-layer forward rows and backward seconds summed over the measured steps."""
         first = self.warmup_steps
         return _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
 
-    def _own_seconds(self, fwd: dict[int, list[Any]]) -> dict[int, float]:
+    def _own_seconds(self, fwd: dict[LayerKey, list[Any]]) -> dict[LayerKey, float]:
         """id(module) -> its forward own time in ``fwd`` (``tree.own_time``: inclusive minus
         the nearest descendants that ran, through never-called containers)."""
         inclusive: dict[int, dict[str, float]] = {}  # per root: path -> seconds
@@ -973,7 +1026,8 @@ class Watch:
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
-                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on},
+                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
+                    **({"functions": True} if self.functions else {})},
             run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
@@ -998,11 +1052,11 @@ def process_group_note(group: dict[str, Any]) -> str:
             "the ranks' waits for each other are not measured")
 
 
-def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float]]
-                ) -> tuple[dict[int, list[Any]], dict[str, float]]:
+def _sum_layers(fwd_of: list[dict[LayerKey, list[Any]]], bwd_of: list[dict[str, float]]
+                ) -> tuple[dict[LayerKey, list[Any]], dict[str, float]]:
     """Per-step layer rows (id(module) -> [name, type, calls, s]) and backward seconds (module
     name -> s) added up over the steps given."""
-    fwd: dict[int, list[Any]] = {}
+    fwd: dict[LayerKey, list[Any]] = {}
     for step in fwd_of:
         for key, (name, kind, calls, s) in step.items():
             row = fwd.setdefault(key, [name, kind, 0, 0.0])
@@ -1013,6 +1067,19 @@ def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float
         for name, s in step.items():
             bwd[name] = bwd.get(name, 0.0) + s
     return fwd, bwd
+
+
+class _FunctionMode(TorchFunctionMode):
+    """Sees the outermost torch function calls (``F.relu``, ``Tensor.__add__``, ``torch.cat``;
+    while it runs the mode is off, so nested calls are not seen) for ``Watch._function_call``."""
+
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        return self.watch._function_call(func, args, kwargs or {})
 
 
 def _forked_child() -> None:

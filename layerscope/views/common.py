@@ -52,7 +52,7 @@ def median(xs):
 def own_ops_suffix(row) -> str:
     """" (own ops)" for a container's own-ops row; nothing for other rows, nor for an
     ``analyze --functions`` row, whose name "MODULE (FUNCTION)" already says it."""
-    if not row.self_only or row.name.endswith(f" ({row.type})"):
+    if not row.self_only or row.function() is not None:
         return ""
     return " (own ops)"
 
