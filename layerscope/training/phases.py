@@ -3,7 +3,8 @@
 CPU: the clock is read at each phase boundary. CUDA: the data wait is host time (the host is
 blocked on the loader); the other phases are bounded by CUDA events recorded on the stream, read
 after the one synchronisation per step at its end. ``other`` is the step's wall time minus the
-phases, so the phases always sum to the measured step time.
+phases, so the phases always sum to the measured step time. The phases are declared once, in
+``core.phases.STEP_PHASES``.
 """
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-PHASES = ("data", "h2d", "forward", "loss", "backward", "optimizer", "other")
-DEVICE_PHASES = ("h2d", "forward", "loss", "backward", "optimizer")
+from layerscope.core.phases import STEP_PHASES, shown
+
+# a single process's phases (a data-parallel run adds its own: training.ranks), in step order
+PHASES = tuple(p.name for p in STEP_PHASES if not p.distributed)
+# the phases every breakdown has (the others only when some step spent time in them)
+ALWAYS = tuple(p.name for p in STEP_PHASES if not p.distributed and not p.when_spent)
+DEVICE_PHASES = tuple(p.name for p in STEP_PHASES if p.device)  # CUDA events bound these
+# the device phases PhaseTimer's loop marks, in this order, every step
+_MARKED = tuple(p.name for p in STEP_PHASES if p.device and not p.when_spent)
 
 
 @dataclass
@@ -34,7 +42,7 @@ class PhaseTotals:
         self.wall += wall
 
     def to_dict(self) -> dict:
-        return {"seconds": dict(self.seconds), "steps": self.steps, "samples": self.samples,
+        return {"seconds": shown(self.seconds), "steps": self.steps, "samples": self.samples,
                 "wall_s": self.wall,
                 "throughput_per_s": self.samples / self.wall if self.wall else None}
 
@@ -49,7 +57,7 @@ class PhaseTimer:
         self._events: list = []
         if cuda:
             self._events = [torch.cuda.Event(enable_timing=True)
-                            for _ in range(len(DEVICE_PHASES) + 1)]
+                            for _ in range(len(_MARKED) + 1)]
 
     def start(self) -> None:
         """Step start: before waiting for the batch."""
@@ -65,7 +73,7 @@ class PhaseTimer:
             if phase == "data" and self.cuda:
                 self._events[0].record()
         else:
-            self._events[DEVICE_PHASES.index(phase) + 1].record()
+            self._events[_MARKED.index(phase) + 1].record()
 
     def stop(self) -> tuple[dict[str, float], float]:
         """Step end: one synchronisation on CUDA; returns (phase seconds, step wall time)."""
@@ -74,7 +82,7 @@ class PhaseTimer:
         wall = self.clock() - self._t0
         phases = dict(self._host)
         if self.cuda:
-            for i, name in enumerate(DEVICE_PHASES):
+            for i, name in enumerate(_MARKED):
                 phases[name] = self._events[i].elapsed_time(self._events[i + 1]) / 1e3
         phases["other"] = wall - sum(phases.get(p, 0.0) for p in PHASES if p != "other")
         return phases, wall
