@@ -447,3 +447,34 @@ def test_trainer_phase_in_every_output(tmp_path):
     assert "Trainer" in text
     assert "Trainer" in render(w.report(), "html")
 
+
+class Accelerating:
+    """A clock that moves one tick more at every read than at the read before: time passes
+    between any two hooks, the more the later (as when the process is descheduled there)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self) -> float:
+        self.n += 1
+        return float(self.n * self.n)
+
+
+def test_layer_time_is_within_its_phase():
+    """--layers: a module's forward time is read inside its forward phase (the phase starts
+    before the layer and ends after it), so no layer takes more than 100% of the forward phase
+    and the layers' own times add up to at most the phase, however time passes between the
+    hooks. (The layer's end was read after the phase's, and the outermost module came out
+    above 100% of forward on a loaded machine.)"""
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    with layerscope.watch(layers=True, clock=Accelerating()) as w:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+    forward = w.report().breakdown["seconds"]["forward"]
+    rows = w.layer_rows()
+    assert [r["name"] for r in rows][0] == "Sequential"
+    assert all(0 < r["forward_s"] <= forward for r in rows)
+    assert sum(r["own_s"] for r in rows) <= forward

@@ -317,11 +317,13 @@ class Watch:
     def _install(self) -> None:
         handles = [_optim.register_optimizer_step_pre_hook(self._opt_pre),
                    _optim.register_optimizer_step_post_hook(self._opt_post),
-                   _module.register_module_forward_pre_hook(self._fwd_pre),
-                   _module.register_module_forward_hook(self._fwd_post, always_call=True)]
+                   _module.register_module_forward_pre_hook(self._fwd_pre)]
+        # global hooks run in the order registered: a layer's time starts after its phase's and
+        # ends before it, so a layer's time is within the phase's (never above 100% of it)
         if self.layers:
             handles += [_module.register_module_forward_pre_hook(self._layer_pre),
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
+        handles.append(_module.register_module_forward_hook(self._fwd_post, always_call=True))
         for h in handles:
             self._installed.append(h.remove)
         self._patch(torch.autograd, "_engine_run_backward",
