@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow docs dist venv clean
+.PHONY: demo test test-slow test-gpu docs dist venv clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ test: $(STAMP)
 # The tests marked slow (sweeps over every torchvision classifier; minutes).
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow tests
+
+# The CUDA code paths (tests/gpu, marker cuda) on this machine's GPU; every figure they measure
+# goes to gpu-check.json (LAYERSCOPE_GPU_CHECK). Without a CUDA device: one line, exit 0.
+test-gpu: $(STAMP)
+	@PY=$(PY) bash .ci/gpu-check
 
 # The sdist and the wheel in dist/, built as a user's pip would (an isolated build environment).
 dist: $(STAMP)

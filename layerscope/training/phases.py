@@ -21,8 +21,6 @@ PHASES = tuple(p.name for p in STEP_PHASES if not p.distributed)
 # the phases every breakdown has (the others only when some step spent time in them)
 ALWAYS = tuple(p.name for p in STEP_PHASES if not p.distributed and not p.when_spent)
 DEVICE_PHASES = tuple(p.name for p in STEP_PHASES if p.device)  # CUDA events bound these
-# the device phases PhaseTimer's loop marks, in this order, every step
-_MARKED = tuple(p.name for p in STEP_PHASES if p.device and not p.when_spent)
 
 
 @dataclass
@@ -55,14 +53,16 @@ class PhaseTimer:
         self._last = 0.0
         self._host: dict[str, float] = {}
         self._events: list = []
+        self._marked: list[str] = []  # the device phases marked this step, in order
         if cuda:
             self._events = [torch.cuda.Event(enable_timing=True)
-                            for _ in range(len(_MARKED) + 1)]
+                            for _ in range(len(DEVICE_PHASES) + 1)]
 
     def start(self) -> None:
         """Step start: before waiting for the batch."""
         self._t0 = self._last = self.clock()
         self._host = {}
+        self._marked = []
 
     def mark(self, phase: str) -> None:
         """End of ``phase``."""
@@ -73,7 +73,8 @@ class PhaseTimer:
             if phase == "data" and self.cuda:
                 self._events[0].record()
         else:
-            self._events[_MARKED.index(phase) + 1].record()
+            self._events[DEVICE_PHASES.index(phase) + 1].record()
+            self._marked.append(phase)
 
     def stop(self) -> tuple[dict[str, float], float]:
         """Step end: one synchronisation on CUDA; returns (phase seconds, step wall time)."""
@@ -82,7 +83,13 @@ class PhaseTimer:
         wall = self.clock() - self._t0
         phases = dict(self._host)
         if self.cuda:
-            for i, name in enumerate(_MARKED):
-                phases[name] = self._events[i].elapsed_time(self._events[i + 1]) / 1e3
+            # Each marked phase runs from the previous mark (the data mark first) to its own:
+            # a loop that marks only some phases (inference: no loss, backward or optimizer)
+            # times those, and a phase never marked has no event to read.
+            prev = self._events[0]
+            for name in self._marked:
+                end = self._events[DEVICE_PHASES.index(name) + 1]
+                phases[name] = prev.elapsed_time(end) / 1e3
+                prev = end
         phases["other"] = wall - sum(phases.get(p, 0.0) for p in PHASES if p != "other")
         return phases, wall

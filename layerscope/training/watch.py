@@ -231,6 +231,7 @@ class Watch:
         self._events: list[Any] = []
         self._marks: list[tuple[int, str]] = []  # (event index, phase from there on)
         self._mem: dict[str, dict[str, int]] = {}
+        self._cuda_peak = 0  # the run's CUDA peak across the per-phase resets
         # per layer: the step in progress collects forward rows (id(module) -> [name, type,
         # calls, s]) and backward seconds (module name -> s) into _step_fwd/_step_bwd; a closed
         # step's go to _fwd_of/_bwd_of beside _seconds (merged with it, warm-up left out when
@@ -521,8 +522,10 @@ class Watch:
         row = self._mem.setdefault(phase, {"peak_rss_bytes": 0})
         row["peak_rss_bytes"] = max(row["peak_rss_bytes"], _current_rss())
         if self._cuda:
-            row["peak_cuda_bytes"] = max(row.get("peak_cuda_bytes", 0),
-                                         torch.cuda.max_memory_allocated())
+            peak = torch.cuda.max_memory_allocated()
+            row["peak_cuda_bytes"] = max(row.get("peak_cuda_bytes", 0), peak)
+            # the per-phase peaks reset the device's statistic: the run's peak is kept here
+            self._cuda_peak = max(self._cuda_peak, peak)
             torch.cuda.reset_peak_memory_stats()
 
     # ---- the hooks (hot path first) -----------------------------------------------
@@ -894,7 +897,8 @@ class Watch:
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            peak_cuda_bytes=torch.cuda.max_memory_allocated() if self.cuda_used else None,
+            peak_cuda_bytes=max(self._cuda_peak, torch.cuda.max_memory_allocated())
+            if self.cuda_used else None,
             notes=notes, environment=environment(),
             script={"name": self.name, "argv": argv},
             rank=int(rank) if rank and rank.isdigit() else None,
