@@ -27,6 +27,7 @@ from layerscope.cli.common import (
     write_report_files,
 )
 from layerscope.core.errors import UserError
+from layerscope.core.phases import STEP_PHASES
 from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
 
 # set by the parent of ``run --nproc-per-node``: the folder where each rank leaves its report
@@ -37,8 +38,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "run", help="run your own training script and break its steps into phases",
         description="Run SCRIPT.py (or -m MODULE) unmodified, as python would, and measure "
-                    "every training step through torch's global hooks: data, h2d, forward, "
-                    "loss, backward, optimizer, other. Options go before the script; "
+                    "every training step through torch's global hooks: "
+                    f"{', '.join(p.name for p in STEP_PHASES if not p.distributed)}. "
+                    "Options go before the script; "
                     "everything after it is the script's.")
     p.add_argument("--steps", type=arg(positive_int),
                    help="stop the script cleanly after this many steps")

@@ -238,8 +238,9 @@ def _summarise(results: list[VariantResult]) -> None:
             continue
         per_step = [b["wall_s"] / b["steps"] for b in res.repeats if b["steps"]]
         res.step = TimingStats.of(per_step).to_dict()
-        res.phases_ms = {p: TimingStats.of([b["seconds"][p] / b["steps"] * 1e3
-                                            for b in res.repeats]).median_s for p in PHASES}
+        res.phases_ms = {p: TimingStats.of([b["seconds"].get(p, 0.0) / b["steps"] * 1e3
+                                            for b in res.repeats]).median_s
+                         for p in PHASES if any(p in b["seconds"] for b in res.repeats)}
     base = next((r for r in results if r.variant == "baseline" and r.step), None)
     if base is None:
         return

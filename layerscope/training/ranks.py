@@ -1,10 +1,10 @@
 """Per-rank phase tables of a data-parallel run and the straggler among the ranks.
 
-The additive phases of a distributed step are the single-process ones with backward split in
-two, plus the wait at the end-of-step barrier:
+The additive phases of a distributed step (``core.phases.STEP_PHASES``, all of them) are the
+single-process ones with backward split in two, plus the wait at the end-of-step barrier:
 
-    data + h2d + forward + loss + backward + exposed_communication + optimizer + wait + other
-    = the step's wall time
+    data + h2d + forward + loss + backward + exposed_communication + optimizer (+ trainer)
+    + wait + other = the step's wall time
 
 ``backward`` is backward's compute; ``exposed_communication`` is the part of the gradient
 all-reduce that backward could not hide (the time from backward's last gradient to the last
@@ -16,8 +16,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-ADDITIVE = ("data", "h2d", "forward", "loss", "backward", "exposed_communication", "optimizer",
-            "wait", "other")
+from layerscope.core.phases import STEP_PHASES, shown
+
+ADDITIVE = tuple(p.name for p in STEP_PHASES)  # core.phases: every phase is additive
 OVERLAPPING = ("communication",)
 # a rank is slow because of its own work; waiting for the others and the communication it shares
 # with them are where the fast ranks pay for the slow one
@@ -50,7 +51,7 @@ def rank_entry(rank: int, breakdown: dict[str, Any]) -> dict[str, Any]:
             "step_s": wall / steps if steps else 0.0,
             "samples": samples, "wall_s": wall,
             "throughput_per_s": samples / wall if wall else None,
-            "phases": {p: per_step.get(p, 0.0) for p in ADDITIVE + OVERLAPPING}}
+            "phases": shown({p: per_step.get(p, 0.0) for p in ADDITIVE + OVERLAPPING})}
 
 
 def job_throughput(entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     slow = max(ranks, key=lambda r: (busy[r["rank"]], -r["rank"]))
     excess = {p: slow["phases"].get(p, 0.0)
               - statistics.median(r["phases"].get(p, 0.0) for r in ranks)
-              for p in ADDITIVE if p not in NOT_A_CAUSE}
+              for p in ADDITIVE if p not in NOT_A_CAUSE and p in slow["phases"]}
     phase = max(excess, key=lambda p: excess[p])
     mine = busy[slow["rank"]]
     return {"rank": slow["rank"], "step_s": slow["step_s"], "busy_s": mine,

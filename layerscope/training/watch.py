@@ -28,6 +28,8 @@ through, and splits the time between consecutive optimizer steps into the phases
   integer tensor [B, T]).
 - ``h2d``: ``Tensor.to`` and ``Tensor.cuda`` of CPU tensors, wrapped only where CUDA is
   available (on a CPU-only machine there is no host-to-device copy and nothing is wrapped).
+- ``trainer``: the code of the closure given to ``optimizer.step(closure)`` (Lightning's
+  automatic optimisation, LBFGS) outside the phases nested in it: the trainer's own work.
 - ``other``: the step's wall time minus the phases, so the phases sum to the step exactly.
 
 Phases nest (Lightning and closure optimizers run forward and backward *inside*
@@ -78,9 +80,8 @@ STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
 # torch.compile's OptimizedModule warns on every call while global module hooks exist
 _COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
-# the stack's name for an optimizer closure's own code (a trainer's work around forward and
-# backward): no phase, so it lands in ``other``, and a note names it
-CLOSURE = "closure"
+# the phase of an optimizer closure's own code (a trainer's work around forward and backward)
+CLOSURE = "trainer"
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 
 
@@ -248,7 +249,6 @@ class Watch:
         self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
         self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
         self._opt_of: list[dict[int, float]] = []  # the same, per completed step
-        self._closure_of: list[float] = []  # closure's own seconds, per completed step
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -362,8 +362,9 @@ class Watch:
     def _install(self) -> None:
         handles = [_optim.register_optimizer_step_pre_hook(self._opt_pre),
                    _optim.register_optimizer_step_post_hook(self._opt_post),
-                   _module.register_module_forward_pre_hook(self._fwd_pre),
-                   _module.register_module_forward_hook(self._fwd_post, always_call=True)]
+                   _module.register_module_forward_pre_hook(self._fwd_pre)]
+        # global hooks run in the order registered: a layer's time starts after its phase's and
+        # ends before it, so a layer's time is within the phase's (never above 100% of it)
         if self.layers:
             handles += [_module.register_module_forward_pre_hook(self._layer_pre),
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
@@ -371,6 +372,7 @@ class Watch:
             mode = _FunctionMode(self)
             mode.__enter__()
             self._installed.append(lambda: mode.__exit__(None, None, None))
+        handles.append(_module.register_module_forward_hook(self._fwd_post, always_call=True))
         for h in handles:
             self._installed.append(h.remove)
         self._patch(torch.autograd, "_engine_run_backward",
@@ -486,7 +488,6 @@ class Watch:
             self._add(stack[-1][0], stack[-1][1], now)
             stack[-1][1] = now
         phases = dict.fromkeys(PHASES, 0.0)
-        self._closure_of.append(self._acc.pop(CLOSURE, 0.0))
         for k, v in self._acc.items():
             phases[k] = phases.get(k, 0.0) + v
         if self._cuda:
@@ -541,7 +542,6 @@ class Watch:
             for i, v in row.items():
                 by_opt[i] = by_opt.get(i, 0.0) + v
         self._opt_of[first:] = [by_opt]
-        self._closure_of[first:] = [sum(self._closure_of[first:])]
         fwd, bwd = _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
         self._fwd_of[first:], self._bwd_of[first:] = [fwd], [bwd]
         if self.trace:
@@ -997,11 +997,6 @@ class Watch:
                          + (", tokens its B x T token ids" if totals.tokens else ""))
         if len(self._opt_names) > 1:
             notes.append(self._optimizers_note())
-        closure = sum(self._closure_of[self.warmup_steps:])
-        if closure > 0 and totals.wall > 0:
-            notes.append(f"{closure:.3f} s ({100 * closure / totals.wall:.0f}% of the steps) "
-                         "ran in optimizer.step(closure)'s closure outside forward, loss and "
-                         "backward (the trainer's own work): counted in other, not optimizer")
         if self.children:
             notes.append(f"training ran in {self.children} child process"
                          f"{'es' if self.children > 1 else ''}, which "

@@ -3,11 +3,12 @@ line, layer bars coloured by type and phase stacks. Plain formatting only; no an
 from __future__ import annotations
 
 from layerscope.core.noise import MEAN_LIMIT, ROW_MARK, mean_far_above_median
+from layerscope.core.phases import BY_NAME, STEP_PHASES
 from layerscope.core.units import shape_str, si
 from layerscope.views.sections import PALETTE, PHASE_COLORS, Cell, Chart, Point, Series
 
-PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
-                "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
+# a single process's phases (core.phases), in step order
+PHASE_LABELS = {p.name: p.label for p in STEP_PHASES if not p.distributed}
 
 
 # ---- small formatters -------------------------------------------------------------------
@@ -140,11 +141,18 @@ def layer_bars(report, id: str, title: str, y_label: str, value, tip, hot=None,
                  y_label, list(series.values()), [r.name for r in report.layers])
 
 
+def spent_phases(labels: dict[str, str], breakdowns: list[dict[str, float]]) -> dict[str, str]:
+    """``labels`` without the phases shown only when spent (core.phases) that none of these
+    breakdowns spent time in."""
+    return {p: label for p, label in labels.items()
+            if p not in BY_NAME or not BY_NAME[p].when_spent or any(b.get(p) for b in breakdowns)}
+
+
 def phase_stack(id: str, title: str, categories: list[str], per_cat: list[dict[str, float]],
                 tips: list[str], x_label: str,
                 labels: dict[str, str] | None = None) -> Chart:
     series = []
-    for p, label in (labels or PHASE_LABELS).items():
+    for p, label in spent_phases(labels or PHASE_LABELS, per_cat).items():
         s = Series(label, PHASE_COLORS[p])
         for i, d in enumerate(per_cat):
             v = d.get(p, 0.0) or 0.0

@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from layerscope.core.phases import STEP_PHASES
 from layerscope.core.units import si
 from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
@@ -22,6 +23,7 @@ from layerscope.views.common import (
     num,
     pct,
     phase_stack,
+    spent_phases,
 )
 from layerscope.views.sections import (
     PALETTE,
@@ -34,11 +36,8 @@ from layerscope.views.sections import (
     View,
 )
 
-# the phases of a distributed step (training.ranks.ADDITIVE, then the overlapping one)
-RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
-                     "loss": "Loss", "backward": "Backward (compute)",
-                     "exposed_communication": "Exposed communication",
-                     "optimizer": "Optimizer", "wait": "Wait (barrier)", "other": "Other"}
+# the phases of a distributed step (core.phases, all of them; the overlapping one is apart)
+RANK_PHASE_LABELS = {p.name: p.label for p in STEP_PHASES} | {"backward": "Backward (compute)"}
 COMMUNICATION_LABEL = "Communication (overlaps backward; not in the total)"
 # a watched script in a process group of several: DDP's all-reduce runs inside backward
 BACKWARD_WITH_ALLREDUCE = "Backward (incl. all-reduce)"
@@ -278,19 +277,24 @@ def _loop_layers_table(r) -> RowTable:
                     + (f" ({legend})" if legend else ""), cols, rows)
 
 
+def _ablate_phases(a) -> dict[str, str]:
+    return spent_phases(PHASE_LABELS, [v.phases_ms or {} for v in a.variants])
+
+
 def _ablate_table(a) -> RowTable:
-    cols = [("Variant", False)] + [(p, True) for p in PHASE_LABELS.values()] + [
+    labels = _ablate_phases(a)
+    cols = [("Variant", False)] + [(p, True) for p in labels.values()] + [
         ("Total ms", True), ("Speed-up", True), ("Beyond noise", False), ("Status", False)]
     rows = []
     for v in a.variants:
         if v.status != "ok" or not v.phases_ms:
-            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(PHASE_LABELS) + 3)
+            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(labels) + 3)
                         + [Cell(v.reason or v.status, v.status)])
             continue
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         rows.append([cell(variant_label(v))]
                     + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
-                       for p in PHASE_LABELS]
+                       for p in labels]
                     + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),
                        Cell("-" if not v.speedup else f"{v.speedup:.2f}x", v.speedup),
                        Cell(noise), Cell("ok")])
@@ -602,17 +606,18 @@ def render_ablation(report) -> Group:
                     f"{report.warmup_steps} warm-up steps excluded, {report.repeats} repeat(s); "
                     f"ms per step)", header_style="bold", pad_edge=False)
     t.add_column("Variant", justify="left")
-    for p in PHASE_LABELS.values():
+    labels = _ablate_phases(report)
+    for p in labels.values():
         t.add_column(p, justify="right")
     for name in ("Total", "Speed-up", "Beyond noise"):
         t.add_column(name, justify="right" if name != "Beyond noise" else "left")
     for v in report.variants:
         label = variant_label(v)
         if v.status != "ok":
-            t.add_row(label, *["-"] * len(PHASE_LABELS), "-", "-",
+            t.add_row(label, *["-"] * len(labels), "-", "-",
                       Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
             continue
-        phases = [f"{v.phases_ms[p]:.2f}" for p in PHASE_LABELS]
+        phases = [f"{v.phases_ms.get(p, 0.0):.2f}" for p in labels]
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         t.add_row(label, *phases, f"{v.step['median_s'] * 1e3:.2f}",
                   f"{v.speedup:.2f}x" if v.speedup else "-", noise)
