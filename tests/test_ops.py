@@ -103,3 +103,31 @@ def test_ops_cli_threads_json():
     d = json.loads(out)
     assert code == 0 and d["settings"]["threads"] == 1
     assert d["noise"]["n"] == 2 and d["noise"]["threads"] == 1
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_op_table_figures_survive_a_long_kernel_name(width):
+    """A CUDA kernel's name (hundreds of characters) is cut with an ellipsis; every figure
+    column keeps its header and its values at any terminal width from 80 (at 80 columns the
+    figures had all collapsed to '…' under a kernel's name)."""
+    from rich.console import Console
+
+    from layerscope.core.optable import OpRow
+    from layerscope.views.ops import render_ops
+    from tests.sample_results import ops_table
+
+    t = ops_table()
+    kernel = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+              "at::native::func_wrapper<float, at::native::sum_functor<float, float, float>"
+              "::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+              "float, 4, 4> >(at::native::ReduceOp<float, ...>)")
+    t.rows.insert(0, OpRow(kernel, 3, 3.0e-4, 3.0e-4, 1.0e-4, 0.4))
+    console = Console(width=width, record=True, file=None, force_terminal=False)
+    console.print(render_ops(t))
+    text = console.export_text()
+    for header in ("Self ms", "Total ms", "Calls", "Mean ms", "Share"):
+        assert header in text, (header, text)
+    for figure in ("0.300", "0.250", "0.090", "40.0%", "62.5%"):
+        assert figure in text, (figure, text)
+    assert "void at::native::reduce" in text and "…" in text
+    assert max(len(line) for line in text.splitlines()) <= width
