@@ -259,11 +259,10 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     if kernels is None:
         kernels = "fused" if preset_default and not config.is_moe else "unfused"
     if config.is_moe and (kernels == "fused" or recompute == "op"):
-        name, fix = (("kernels", "unfused") if kernels == "fused" else
-                     ("recompute", "none, selective or full"))
-        raise UserError(f"{name} {kernels if name == 'kernels' else recompute} is counted for "
-                        f"dense blocks only; {source.name} has a mixture of experts: use {name} "
-                        f"{fix}", arguments=name)
+        name, value, fix = (("kernels", kernels, "measure it unfused") if kernels == "fused"
+                            else ("recompute", recompute, "choose none, selective or full"))
+        raise UserError(f"{name} {value} is counted for dense blocks only; {source.name} has a "
+                        f"mixture of experts: {fix}", arguments=name)
     dp = gpus // (tp * pp)
     params = param_count(source)
     block_params = param_count(_layers(source, 2)) - param_count(_layers(source, 1))
