@@ -358,6 +358,39 @@ def test_llama3_8b_default_kernels_are_fused():
     assert any("kernels fused" in n for n in r.notes)
 
 
+def test_loss_backward_and_gather_lines_divide_by_tp():
+    # tiny Llama, one block: 2 RMSNorms (128) + q, o (2 x 64*64) + k, v (2 x 64*32) + gate, up,
+    # down (3 x 64*176) = 46,208 parameters; zero3 over dp = 2 gathers them (bf16, / tp = 2),
+    # twice for the prefetch: 2 * 2 * 46,208 / 2 = 92,416. Loss backward: 2 x 32 tokens x 256
+    # vocabulary x 4 bytes / tp = 32,768 per gradient.
+    r = plan(tiny_llama(), 4, tp=2, micro_batch=2, seq_len=32, kernels="fused")
+    by = {row.strategy: row for row in r.strategies}
+    assert by["zero3"].gather_bytes == by["fsdp"].gather_bytes == 92_416
+    assert by["ddp"].gather_bytes == by["zero2"].gather_bytes == 0
+    assert {row.logprobs_grad_bytes for row in r.strategies} == {32_768}
+    assert {row.logits_grad_bytes for row in r.strategies} == {32_768}
+    # the 2 fused blocks (126,464 bytes each), divided by tp (sequence parallelism)
+    blocks = by["ddp"].activations_bytes - r.activations.other_bytes // 2
+    assert blocks == pytest.approx(2 * 126_464 / 2, abs=1)
+
+
+def test_hf_config_defaults_to_unfused_and_fuses_on_request(tmp_path):
+    # transformers' Llama as written is measured (unfused); asked for, the fused count is the
+    # config's arithmetic, the same as the preset-style tiny Llama's (126,464 at 2 x 32)
+    pytest.importorskip("transformers")
+    data = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256,
+            "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+            "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    unfused = plan(f"hf:{path}", 2, micro_batch=2, seq_len=32, strategy="ddp")
+    assert unfused.kernels == "unfused"
+    assert unfused.activations.per_layer_bytes == unfused.activations.measured_per_layer_bytes
+    fused = plan(f"hf:{path}", 2, micro_batch=2, seq_len=32, strategy="ddp", kernels="fused")
+    assert fused.activations.per_layer_bytes == 126_464
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"kernels": "fused"}, "^kernels fused is counted for dense blocks only; .*: measure it"),
     ({"recompute": "op"}, "^recompute op is counted for dense blocks only"),
