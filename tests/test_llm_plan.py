@@ -123,18 +123,23 @@ def test_llama3_8b_decode_kv_and_roofline():
     assert r.roofline.prefill_tokens_per_s == pytest.approx(128 / t)
 
 
-def test_hf_config_matches_preset_arithmetic(tmp_path):
-    pytest.importorskip("transformers")
-    from layerscope.frontends import llm_models
-
-    # a tiny Llama-style config: 3 layers, GQA (4 heads, 2 kv heads)
+def tiny_hf_llama(tmp_path, intermediate: int, layers: int) -> tuple[dict, str]:
+    """A tiny Llama-style Hugging Face config (GQA: 4 heads, 2 kv heads) and its hf: reference."""
     data = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256,
-            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "hidden_size": 64, "intermediate_size": intermediate, "num_hidden_layers": layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
             "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
-    hf = llm(f"hf:{path}", seq_len=16, context=40)
+    return data, f"hf:{path}"
+
+
+def test_hf_config_matches_preset_arithmetic(tmp_path):
+    pytest.importorskip("transformers")
+    from layerscope.frontends import llm_models
+
+    data, ref = tiny_hf_llama(tmp_path, intermediate=128, layers=3)
+    hf = llm(ref, seq_len=16, context=40)
     config = llm_models.llm_config_from_hf(data, "tiny")
     preset = llm(LLMSource("tiny", config, llm_mod._meta(llm_models.build)), seq_len=16,
                  context=40)
@@ -378,16 +383,11 @@ def test_hf_config_defaults_to_unfused_and_fuses_on_request(tmp_path):
     # transformers' Llama as written is measured (unfused); asked for, the fused count is the
     # config's arithmetic, the same as the preset-style tiny Llama's (126,464 at 2 x 32)
     pytest.importorskip("transformers")
-    data = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256,
-            "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
-            "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(data))
-    unfused = plan(f"hf:{path}", 2, micro_batch=2, seq_len=32, strategy="ddp")
+    _, ref = tiny_hf_llama(tmp_path, intermediate=176, layers=2)
+    unfused = plan(ref, 2, micro_batch=2, seq_len=32, strategy="ddp")
     assert unfused.kernels == "unfused"
     assert unfused.activations.per_layer_bytes == unfused.activations.measured_per_layer_bytes
-    fused = plan(f"hf:{path}", 2, micro_batch=2, seq_len=32, strategy="ddp", kernels="fused")
+    fused = plan(ref, 2, micro_batch=2, seq_len=32, strategy="ddp", kernels="fused")
     assert fused.activations.per_layer_bytes == 126_464
 
 
