@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -276,6 +276,7 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     rows = []
     for name in ([strategy] if strategy else STRATEGIES):
         w, g, o = model_state_bytes(params, name, dtype, tp, pp, dp)
+        # zero3/fsdp over more than one replica all-gather each block before it runs
         gather = 2 * elem * block_params // tp if name in ("zero3", "fsdp") and dp > 1 else 0
         peak = w + g + o + held + working + 2 * loss_grad + gather
         rows.append(PlanRow(strategy=name, weights_bytes=w, grads_bytes=g, optimizer_bytes=o,
@@ -291,7 +292,7 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
 
 
 def _layers(source: LLMSource, layers: int) -> LLMSource:
-    return LLMSource(source.name, with_layers(source.config, layers), source.build)
+    return replace(source, config=with_layers(source.config, layers))
 
 
 def _activations(m: Measured, config: LLMConfig, batch: int, seq: int, elem: int, pp: int,
