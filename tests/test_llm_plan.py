@@ -123,18 +123,23 @@ def test_llama3_8b_decode_kv_and_roofline():
     assert r.roofline.prefill_tokens_per_s == pytest.approx(128 / t)
 
 
-def test_hf_config_matches_preset_arithmetic(tmp_path):
-    pytest.importorskip("transformers")
-    from layerscope.frontends import llm_models
-
-    # a tiny Llama-style config: 3 layers, GQA (4 heads, 2 kv heads)
+def tiny_hf_llama(tmp_path, intermediate: int, layers: int) -> tuple[dict, str]:
+    """A tiny Llama-style Hugging Face config (GQA: 4 heads, 2 kv heads) and its hf: reference."""
     data = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 256,
-            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "hidden_size": 64, "intermediate_size": intermediate, "num_hidden_layers": layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
             "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
-    hf = llm(f"hf:{path}", seq_len=16, context=40)
+    return data, f"hf:{path}"
+
+
+def test_hf_config_matches_preset_arithmetic(tmp_path):
+    pytest.importorskip("transformers")
+    from layerscope.frontends import llm_models
+
+    data, ref = tiny_hf_llama(tmp_path, intermediate=128, layers=3)
+    hf = llm(ref, seq_len=16, context=40)
     config = llm_models.llm_config_from_hf(data, "tiny")
     preset = llm(LLMSource("tiny", config, llm_mod._meta(llm_models.build)), seq_len=16,
                  context=40)
@@ -257,12 +262,18 @@ def test_plan_tp_pp_recompute():
 
 
 def test_plan_all_strategies_and_fits():
-    r = plan(korthikanti_source(), 4, seq_len=16, gpu_memory="1MB")
+    r = plan(korthikanti_source(), 4, seq_len=16, gpu_memory="2MB")
     assert [row.strategy for row in r.strategies] == ["ddp", "zero1", "zero2", "zero3", "fsdp"]
     for row in r.strategies:
         assert row.peak_bytes == (row.weights_bytes + row.grads_bytes + row.optimizer_bytes
-                                  + row.activations_bytes)
-        assert row.fits == (row.peak_bytes <= 10**6)
+                                  + row.activations_bytes + row.logprobs_grad_bytes
+                                  + row.logits_grad_bytes + row.gather_bytes)
+        assert row.fits == (row.peak_bytes <= 2 * 10**6)
+        # the loss's backward: fp32 gradients of the log-probabilities and of the logits,
+        # 1 x 16 tokens x 512 vocabulary x 4 bytes each
+        assert row.logprobs_grad_bytes == row.logits_grad_bytes == 32_768
+    # zero3/fsdp gather one block's unsharded bf16 weights (49,984 parameters), twice (prefetch)
+    assert [row.gather_bytes for row in r.strategies] == [0, 0, 0, 199_936, 199_936]
     assert not r.strategies[0].fits and r.strategies[3].fits
 
 
@@ -273,14 +284,131 @@ def test_plan_seq_equal_to_hidden_probe():
     assert m.scores == 5 * 4 * 64 * 64
 
 
+# ---------------------------------------------------------------- kernels, recompute op
+def tiny_llama(**overrides) -> LLMSource:
+    """Llama-shaped: h=64, 4 heads of 16, 2 kv heads (kv = 32), SwiGLU MLP 176, RMSNorm."""
+    from layerscope.frontends import llm_models
+    from layerscope.frontends.llm_configs import LLMConfig
+
+    base = dict(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                intermediate_size=176, max_position=512)
+    base.update(overrides)
+    return LLMSource("tiny-llama", LLMConfig("tiny-llama", **base),
+                     llm_mod._meta(llm_models.build))
+
+
+# b=2, s=32: T = 64 tokens, bf16 (e = 2).
+# fused: e T (4h + 2q + 2kv + 3I) + 2 norms x 4T (fp32 rstd) + 4 T a (fp32 log-sum-exp)
+#   = 128 * (256 + 128 + 64 + 528) + 512 + 1,024 = 126,464
+# GeLU MLP, LayerNorm, 4 kv heads: 128 * (256 + 128 + 128 + 352) + 2 x 8T + 1,024 = 112,640
+@pytest.mark.parametrize("overrides,expected", [
+    ({}, 126_464),
+    ({"norm": "layernorm", "mlp": "gelu", "num_kv_heads": 4}, 112_640),
+], ids=["llama", "gpt"])
+def test_fused_layer_bytes_hand_count(overrides, expected):
+    from layerscope.analysis.block_bytes import fused_layer_bytes
+
+    assert fused_layer_bytes(tiny_llama(**overrides).config, 2, 32, 2) == expected
+
+
+def test_unfused_is_the_measurement_and_fused_removes_what_fusion_saves():
+    src = tiny_llama()
+    m = measure_activations(src, 2, 32, "bf16")
+    # unfused, by hand: each RMSNorm keeps its fp32 input (4Th), the bf16 normalized x (2Th),
+    # the weight x normalized output the linears read (2Th) and the fp32 rstd (4T); flash
+    # attention keeps q, k and v expanded to the 4 heads and its output (4 x 2Th) and the
+    # log-sum-exp (4Ta) and the RNG seed and offset (16 + 8); the MLP keeps gate, SiLU, up and
+    # the product (4 x 2TI): 64*64*24 + 512 + 1,024 + 24 + 8*64*176 = 189,976
+    assert m.per_layer == 189_976
+    # fusion saves: per norm the fp32 copy and the bf16 normalized x but keeps the bf16 input
+    # (2 x 4Th = 32,768), K and V un-expanded (2 x 2T(h - kv) = 8,192), no SiLU output (2TI =
+    # 22,528), and no RNG state (dropout 0): 189,976 - 63,512 = 126,464
+    unfused = plan(src, 2, micro_batch=2, seq_len=32, kernels="unfused", strategy="ddp")
+    fused = plan(src, 2, micro_batch=2, seq_len=32, kernels="fused", strategy="ddp")
+    assert unfused.activations.per_layer_bytes == m.per_layer  # today's figure
+    assert fused.activations.per_layer_bytes == 189_976 - 63_512 == 126_464
+    assert fused.activations.measured_per_layer_bytes == m.per_layer
+    assert (unfused.kernels, fused.kernels) == ("unfused", "fused")
+    assert fused.activations.other_bytes == unfused.activations.other_bytes == m.other
+
+
+def test_recompute_op_keeps_every_other_matmul():
+    # torchtitan's op-level SAC, matmuls counted 1.. in the block: q (1) kept, k (2) recomputed,
+    # v (3) kept, attention output + fp32 log-sum-exp kept, o (4) recomputed, gate (5) kept,
+    # up (6) recomputed, down (7) kept; plus the block input:
+    # 2 * 64 * (64 + 64 + 32 + 64 + 176 + 64) + 4 * 64 * 4 = 59,392 + 1,024 = 60,416
+    src = tiny_llama()
+    for kernels, per_layer in (("fused", 126_464), ("unfused", 189_976)):
+        r = plan(src, 2, micro_batch=2, seq_len=32, kernels=kernels, recompute="op",
+                 strategy="ddp")
+        a = r.activations
+        assert a.per_layer_kept_bytes == 60_416, kernels  # matmul outputs: the same tensors
+        assert a.recompute_working_bytes == per_layer - 60_416
+        assert r.strategies[0].activations_bytes == 60_416 * 2 + a.other_bytes
+    none = plan(src, 2, micro_batch=2, seq_len=32, kernels="fused", strategy="ddp")
+    full = plan(src, 2, micro_batch=2, seq_len=32, kernels="fused", strategy="ddp",
+                recompute="full")
+    assert full.strategies[0].activations_bytes < r.strategies[0].activations_bytes \
+        < none.strategies[0].activations_bytes
+
+
+def test_llama3_8b_default_kernels_are_fused():
+    # Llama-3-8B, 1 x 128 tokens: fused 2 * T * (4h + 2h + 2h/4 + 3 * 3.5h) = 34 T h
+    # + 8T + 4T * 32 heads; the unfused measurement is the Hugging Face-style 52 T h
+    t, h = 128, 4096
+    r = plan("llama-3-8b", 8, seq_len=t, strategy="fsdp")
+    assert r.kernels == "fused"
+    assert r.activations.per_layer_bytes == 34 * t * h + 8 * t + 4 * t * 32
+    assert r.activations.measured_per_layer_bytes == pytest.approx(52 * t * h, rel=1e-3)
+    assert any("kernels fused" in n for n in r.notes)
+
+
+def test_loss_backward_and_gather_lines_divide_by_tp():
+    # tiny Llama, one block: 2 RMSNorms (128) + q, o (2 x 64*64) + k, v (2 x 64*32) + gate, up,
+    # down (3 x 64*176) = 46,208 parameters; zero3 over dp = 2 gathers them (bf16, / tp = 2),
+    # twice for the prefetch: 2 * 2 * 46,208 / 2 = 92,416. Loss backward: 2 x 32 tokens x 256
+    # vocabulary x 4 bytes / tp = 32,768 per gradient.
+    r = plan(tiny_llama(), 4, tp=2, micro_batch=2, seq_len=32, kernels="fused")
+    by = {row.strategy: row for row in r.strategies}
+    assert by["zero3"].gather_bytes == by["fsdp"].gather_bytes == 92_416
+    assert by["ddp"].gather_bytes == by["zero2"].gather_bytes == 0
+    assert {row.logprobs_grad_bytes for row in r.strategies} == {32_768}
+    assert {row.logits_grad_bytes for row in r.strategies} == {32_768}
+    # the 2 fused blocks (126,464 bytes each), divided by tp (sequence parallelism)
+    blocks = by["ddp"].activations_bytes - r.activations.other_bytes // 2
+    assert blocks == pytest.approx(2 * 126_464 / 2, abs=1)
+
+
+def test_hf_config_defaults_to_unfused_and_fuses_on_request(tmp_path):
+    # transformers' Llama as written is measured (unfused); asked for, the fused count is the
+    # config's arithmetic, the same as the preset-style tiny Llama's (126,464 at 2 x 32)
+    pytest.importorskip("transformers")
+    _, ref = tiny_hf_llama(tmp_path, intermediate=176, layers=2)
+    unfused = plan(ref, 2, micro_batch=2, seq_len=32, strategy="ddp")
+    assert unfused.kernels == "unfused"
+    assert unfused.activations.per_layer_bytes == unfused.activations.measured_per_layer_bytes
+    fused = plan(ref, 2, micro_batch=2, seq_len=32, strategy="ddp", kernels="fused")
+    assert fused.activations.per_layer_bytes == 126_464
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"kernels": "fused"}, "^kernels fused is counted for dense blocks only; .*: measure it"),
+    ({"recompute": "op"}, "^recompute op is counted for dense blocks only"),
+], ids=["fused", "op"])
+def test_moe_fused_and_op_refused(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        plan("mixtral-8x7b", 8, seq_len=16, **kwargs)
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"gpus": 6, "tp": 4}, "multiple"), ({"gpus": 8, "pp": 8}, "pipeline stages"),
     ({"gpus": 3, "tp": 3}, "heads"), ({"gpus": 8, "strategy": "zero4"}, "^strategy must"),
     ({"gpus": 8, "recompute": "some"}, "^recompute must"),
     ({"gpus": 8, "dtype": "fp8"}, "^dtype for training"),
     ({"gpus": 8, "gpu_memory": "80XB"}, "^gpu_memory must"), ({"gpus": 0}, "^gpus must"),
+    ({"gpus": 8, "kernels": "triton"}, "^kernels must"),
 ], ids=["tp-pp-divide", "pp-layers", "tp-heads", "strategy", "recompute", "dtype", "memory",
-        "gpus"])
+        "gpus", "kernels"])
 def test_plan_bad_values(kwargs, message):
     with pytest.raises(UserError, match=message):
         plan(korthikanti_source(), **kwargs)
@@ -324,8 +452,24 @@ def test_cli_plan_json(tmp_path):
     d = json.loads(out.read_text())
     for row in d["strategies"]:
         assert set(row) == {"strategy", "weights_bytes", "grads_bytes", "optimizer_bytes",
-                            "activations_bytes", "peak_bytes", "fits"}
+                            "activations_bytes", "peak_bytes", "fits", "logprobs_grad_bytes",
+                            "logits_grad_bytes", "gather_bytes"}
+    assert d["kernels"] == "fused"  # a dense preset's default
     assert load_result(d).to_dict() == d
+
+
+def test_cli_plan_kernels_and_recompute_op(tmp_path):
+    out = tmp_path / "p.json"
+    code, _, err = run_cli("plan", "gpt2", "--gpus", "8", "--seq-len", "128", "--kernels",
+                           "unfused", "--recompute", "op", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert (d["kernels"], d["recompute"]) == ("unfused", "op")
+    code, _, err = run_cli("plan", "gpt2", "--gpus", "8", "--kernels", "cuda")
+    assert code == 2 and "--kernels" in err
+    code, out, err = run_cli("plan", "mixtral-8x7b", "--gpus", "8", "--recompute", "op")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "--recompute op is counted for dense blocks only" in err
 
 
 @pytest.mark.parametrize("kind", ["llm", "plan"])

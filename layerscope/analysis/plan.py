@@ -27,25 +27,37 @@ Then per device:
 - tensor parallelism with sequence parallelism divides every saved tensor by t (Korthikanti et
   al. eq. 4, sbh(34/t + 5as/(ht))); the embeddings/head/loss are divided by t too (vocabulary-
   parallel head) and counted once, on the stage that is the peak;
+- kernels: ``unfused`` is the block as measured (its code as written: a Hugging Face-style
+  RMSNorm keeps an fp32 copy of its input, SiLU keeps its output, GQA's K/V are expanded before
+  attention); ``fused`` (the default for the presets' dense blocks) counts what fused RMSNorm,
+  fused SwiGLU and flash attention on un-expanded K/V save, from the block's shapes
+  (``block_bytes.fused_layer_bytes``, where the derivation is);
 - recompute: ``selective`` drops the seq x seq tensors (attention scores, softmax, dropout:
-  Korthikanti et al.'s 5as^2b/t term), recomputing them during backward; ``full`` keeps each
-  block's input only and recomputes the block during its backward, so one block's full
-  activations are live again then (``recompute_working_bytes``).
-Peak = weights + gradients + optimizer states + activations (+ the recompute working set);
-temporary buffers, communication buckets, ZeRO-3's gathered layer and fragmentation are not
-included (say so in the report's notes).
+  Korthikanti et al.'s 5as^2b/t term), recomputing them during backward; ``op`` is torchtitan's
+  op-level selective checkpointing (the block input and the outputs of attention and of every
+  other matmul are kept, the rest recomputed: ``block_bytes.op_checkpoint_bytes``); ``full``
+  keeps each block's input only and recomputes the block during its backward. While a block is
+  recomputed its activations are live again (``recompute_working_bytes``: the recomputed part).
+Peak = weights + gradients + optimizer states + activations (+ the recompute working set)
++ the loss's backward (the fp32 gradients of the log-probabilities and of the logits, one
+micro-batch, beside the fp32 log-probabilities the loss saved, which the activations outside the
+blocks hold) + for zero3/fsdp the gather buffers (one block's unsharded weights, divided by tp,
+twice: FSDP prefetches the next block's all-gather while the current one computes).
+Temporary buffers, the gradients' reduce-scatter buffers, the sequence-parallel all-gather of
+activations and fragmentation are not included (say so in the report's notes).
 """
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from layerscope.analysis.block_bytes import fused_layer_bytes, op_checkpoint_bytes
 from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
@@ -58,6 +70,7 @@ from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
+    KERNELS,
     RECOMPUTE,
     STRATEGIES,
     TRAIN_DTYPES,
@@ -65,6 +78,7 @@ from layerscope.core.llm_records import (
     PlanReport,
     PlanRow,
 )
+from layerscope.frontends.llm_configs import LLMConfig, preset
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -199,10 +213,12 @@ def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,
 def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: int = 1,
          pp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
          recompute: str = "none", dtype: str = "bf16",
-         gpu_memory: int | str = "80GB") -> PlanReport:
+         gpu_memory: int | str = "80GB", kernels: str | None = None) -> PlanReport:
     """Per-device bytes of weights, gradients, optimizer states and activations for training
     ``model`` on ``gpus`` devices (tensor-parallel ``tp``, pipeline-parallel ``pp``, the rest
     data-parallel), for one ``strategy`` or all of them, and whether each fits ``gpu_memory``.
+    ``kernels`` ("fused" or "unfused"; default: fused for a dense preset, else unfused) picks
+    how a block's activations are counted (see the module's docstring).
     """
     gpus = values.positive_int(gpus, "gpus")
     tp = values.positive_int(tp, "tp")
@@ -215,6 +231,9 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     if recompute not in RECOMPUTE:
         raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}",
                         arguments="recompute")
+    if kernels is not None and kernels not in KERNELS:
+        raise UserError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}",
+                        arguments="kernels")
     dtype = dtype_name(dtype)
     if dtype not in TRAIN_DTYPES:
         raise UserError(f"dtype for training must be one of {', '.join(TRAIN_DTYPES)}, "
@@ -236,59 +255,98 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     if config.num_heads % tp:
         raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
                         "attention heads", arguments="tp")
+    preset_default = isinstance(model, str) and preset(model) is not None
+    if kernels is None:
+        kernels = "fused" if preset_default and not config.is_moe else "unfused"
+    if config.is_moe and (kernels == "fused" or recompute == "op"):
+        name, value, fix = (("kernels", kernels, "measure it unfused") if kernels == "fused"
+                            else ("recompute", recompute, "choose none, selective or full"))
+        raise UserError(f"{name} {value} is counted for dense blocks only; {source.name} has a "
+                        f"mixture of experts: {fix}", arguments=name)
     dp = gpus // (tp * pp)
     params = param_count(source)
+    block_params = param_count(_layers(source, 2)) - param_count(_layers(source, 1))
+    elem = 4 if dtype == "fp32" else 2
     measured = measure_activations(source, micro_batch, seq_len, dtype)
-    acts = _activations(measured, config.num_layers, tp, pp, recompute,
-                        micro_batch * seq_len * config.hidden_size * (4 if dtype == "fp32" else 2))
+    acts = _activations(measured, config, micro_batch, seq_len, elem, pp, recompute, kernels)
     held = ((acts.per_layer_kept_bytes * acts.layers_per_stage * acts.micro_batches_in_flight
              + acts.other_bytes) // tp)
     working = acts.recompute_working_bytes // tp
+    loss_grad = micro_batch * seq_len * config.vocab_size * 4 // tp  # fp32, vocab-parallel
     rows = []
     for name in ([strategy] if strategy else STRATEGIES):
         w, g, o = model_state_bytes(params, name, dtype, tp, pp, dp)
-        peak = w + g + o + held + working
+        # zero3/fsdp over more than one replica all-gather each block before it runs
+        gather = 2 * elem * block_params // tp if name in ("zero3", "fsdp") and dp > 1 else 0
+        peak = w + g + o + held + working + 2 * loss_grad + gather
         rows.append(PlanRow(strategy=name, weights_bytes=w, grads_bytes=g, optimizer_bytes=o,
-                            activations_bytes=held, peak_bytes=peak, fits=peak <= memory))
+                            activations_bytes=held, peak_bytes=peak, fits=peak <= memory,
+                            logprobs_grad_bytes=loss_grad, logits_grad_bytes=loss_grad,
+                            gather_bytes=gather))
     return PlanReport(
         model=source.name, params_total=params, gpus=gpus, tp=tp, pp=pp, dp=dp,
         micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
-        gpu_memory_bytes=memory, activations=acts, strategies=rows, config=config.to_dict(),
-        environment=environment(),
-        notes=_notes(measured, tp, pp, dtype, recompute, working))
+        gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
+        config=config.to_dict(), environment=environment(),
+        notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default))
 
 
-def _activations(m: Measured, layers: int, tp: int, pp: int, recompute: str,
-                 block_input: int) -> PlanActivations:
-    kept = {"none": m.per_layer, "selective": m.per_layer - m.scores,
-            "full": block_input}[recompute]
-    working = {"none": 0, "selective": m.scores, "full": m.per_layer}[recompute]
+def _layers(source: LLMSource, layers: int) -> LLMSource:
+    return replace(source, config=with_layers(source.config, layers))
+
+
+def _activations(m: Measured, config: LLMConfig, batch: int, seq: int, elem: int, pp: int,
+                 recompute: str, kernels: str) -> PlanActivations:
+    if kernels == "fused":  # flash attention: no seq x seq tensor
+        per_layer, scores = fused_layer_bytes(config, batch, seq, elem), 0
+    else:
+        per_layer, scores = m.per_layer, m.scores
+    if recompute == "op":
+        kept = op_checkpoint_bytes(config, batch, seq, elem)
+        working = max(per_layer - kept, 0)
+    else:
+        kept = {"none": per_layer, "selective": per_layer - scores,
+                "full": batch * seq * config.hidden_size * elem}[recompute]
+        working = {"none": 0, "selective": scores, "full": per_layer}[recompute]
     return PlanActivations(
-        per_layer_bytes=m.per_layer, per_layer_kept_bytes=kept, attention_scores_bytes=m.scores,
+        per_layer_bytes=per_layer, per_layer_kept_bytes=kept, attention_scores_bytes=scores,
         other_bytes=m.other, recompute_working_bytes=working,
-        layers_per_stage=math.ceil(layers / pp), micro_batches_in_flight=pp,
-        measured_on=f"{m.device} (fake tensors)")
+        layers_per_stage=math.ceil(config.num_layers / pp), micro_batches_in_flight=pp,
+        measured_on=f"{m.device} (fake tensors)", measured_per_layer_bytes=m.per_layer)
 
 
-def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str,
-           working: int) -> list[str]:
+def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str, working: int,
+           kernels: str, preset_default: bool) -> list[str]:
     w, k = (4, 8) if dtype == "fp32" else (2, 12)
     notes = [f"model states: {w} bytes of weights, {w} of gradients and {k} of Adam states "
              f"({'fp32 master weights, momentum, variance' if k == 12 else 'momentum, variance'})"
              " per parameter before sharding (ZeRO, Rajbhandari et al. 2020); fsdp = zero3",
              "activations: what autograd saves in one forward with the loss, measured on "
              f"{m.device} fake tensors (saved-tensor hooks; parameters excluded)"]
+    if kernels == "fused":
+        notes.append("kernels fused: per layer, what fused RMSNorm/LayerNorm, fused SwiGLU "
+                     "(bias-GeLU) and flash attention on un-expanded K/V save, counted from the "
+                     f"block's shapes ({m.per_layer:,} bytes measured as the code is written)")
+    elif preset_default:
+        notes.append("kernels unfused: the block as its code is written (a mixture of experts "
+                     "is measured so)")
     if pp > 1:
         notes.append(f"pipeline: 1F1B, the first stage holds {pp} micro-batches in flight")
     if tp > 1:
         notes.append("tensor parallel with sequence parallelism: every activation divided by "
                      f"{tp}")
-    if recompute == "selective" and not m.scores:
+    if recompute == "selective" and (kernels == "fused" or not m.scores):
         notes.append("recompute selective: this model saves no seq x seq tensors (flash "
                      "attention keeps q, k, v, out and the log-sum-exp): nothing to drop")
     elif recompute != "none":
         notes.append(f"recompute {recompute}: the block being recomputed during backward "
                      f"adds {working:,} bytes to the peak")
-    notes.append("peak leaves out temporary buffers, communication buckets, ZeRO-3's gathered "
-                 "parameters and allocator fragmentation: keep a margin")
+    if recompute == "op":
+        notes.append("recompute op: torchtitan's per-op selective checkpointing (the block "
+                     "input, attention's output and every other matmul's output kept)")
+    notes.append("peak adds the loss's backward (fp32 gradients of the log-probabilities and of "
+                 "the logits, one micro-batch) and, for zero3/fsdp, one block's unsharded "
+                 "weights twice (FSDP prefetches the next block's all-gather)")
+    notes.append("peak leaves out temporary buffers, the gradients' reduce-scatter buffers, "
+                 "sequence-parallel all-gathers and allocator fragmentation: keep a margin")
     return notes

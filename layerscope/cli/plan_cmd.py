@@ -3,7 +3,7 @@ measured activations) for each sharding strategy, and whether it fits the GPU.""
 from __future__ import annotations
 
 from layerscope.cli.common import add_output, check_outputs, emit
-from layerscope.core.llm_records import RECOMPUTE, STRATEGIES, TRAIN_DTYPES
+from layerscope.core.llm_records import KERNELS, RECOMPUTE, STRATEGIES, TRAIN_DTYPES
 from layerscope.core.values import arg, byte_size, positive_int
 
 
@@ -21,7 +21,13 @@ def register(sub) -> None:
     p.add_argument("--seq-len", type=arg(positive_int), default=None,
                    help="tokens per sequence (default: the preset's)")
     p.add_argument("--recompute", choices=list(RECOMPUTE), default="none",
-                   help="activation recomputation (selective: attention scores; full: blocks)")
+                   help="activation recomputation (selective: attention scores; op: torchtitan's "
+                        "per-op checkpointing, keeping every other matmul's output; full: "
+                        "blocks)")
+    p.add_argument("--kernels", choices=list(KERNELS), default=None,
+                   help="fused: fused norms, SwiGLU and flash attention on un-expanded K/V, "
+                        "counted from the shapes; unfused: the block's code as measured "
+                        "(default: fused for a dense preset, unfused otherwise)")
     p.add_argument("--dtype", choices=list(TRAIN_DTYPES), default="bf16",
                    help="training precision (bf16/fp16: mixed-precision Adam, 16 bytes/param)")
     p.add_argument("--gpu-memory", type=arg(byte_size), default="80GB", metavar="SIZE",
@@ -36,6 +42,6 @@ def run(args) -> int:
     check_outputs(args)
     report = plan(args.model, args.gpus, strategy=args.strategy, tp=args.tp, pp=args.pp,
                   micro_batch=args.micro_batch, seq_len=args.seq_len, recompute=args.recompute,
-                  dtype=args.dtype, gpu_memory=args.gpu_memory)
+                  dtype=args.dtype, gpu_memory=args.gpu_memory, kernels=args.kernels)
     emit(report, args)
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument
+from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 _COUNT = {"minimum": 0}
@@ -14,7 +14,8 @@ _COUNT = {"minimum": 0}
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
 ATTENTION = ("causal", "full")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")
+KERNELS = ("fused", "unfused")
 TRAIN_DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -99,16 +100,29 @@ class PlanRow(Record):
     activations_bytes: int = field(metadata=_COUNT)
     peak_bytes: int = field(metadata=_COUNT)
     fits: bool
+    # added after 0.1 (absent from older saved plans)
+    logprobs_grad_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="loss backward: the fp32 gradient of the log-probabilities "
+                              "(batch x seq x vocab x 4 / tp), one micro-batch"))
+    logits_grad_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="loss backward: the fp32 gradient of the logits "
+                              "(batch x seq x vocab x 4 / tp), one micro-batch"))
+    gather_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="zero3/fsdp: one block's unsharded weights (/ tp), twice "
+                              "(the next block is prefetched)"))
 
 
 @dataclass
 class PlanActivations(Record):
-    """What autograd saves for backward, measured (saved-tensor hooks on fake tensors) for one
-    micro-batch on one device before pipeline and tensor-parallel division."""
+    """What autograd saves for backward for one micro-batch on one device before pipeline and
+    tensor-parallel division: measured (saved-tensor hooks on fake tensors) with the unfused
+    kernels, counted from the block's shapes with the fused ones."""
 
-    per_layer_bytes: int = field(metadata=_COUNT)
+    per_layer_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer with the report's kernels"})
     per_layer_kept_bytes: int = field(metadata={
-        **_COUNT, "description": "per layer after --recompute (full: the block's input only)"})
+        **_COUNT, "description": "per layer after --recompute (full: the block's input only; "
+                                 "op: the block input and the saved matmul/attention outputs)"})
     attention_scores_bytes: int = field(metadata={
         **_COUNT, "description": "per layer: the seq x seq tensors (scores, softmax, dropout)"})
     other_bytes: int = field(metadata={
@@ -118,6 +132,9 @@ class PlanActivations(Record):
     layers_per_stage: int = field(metadata=_COUNT)
     micro_batches_in_flight: int = field(metadata=_COUNT)
     measured_on: str = "cuda (fake tensors)"
+    measured_per_layer_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="per layer as measured (the block's code as written); added "
+                              "after 0.1"))
 
 
 @dataclass
@@ -138,6 +155,8 @@ class PlanReport(ResultDocument):
     gpu_memory_bytes: int = field(metadata=_COUNT)
     activations: PlanActivations
     strategies: list[PlanRow]
+    kernels: str | None = field(default=None, metadata=omit_none(
+        description="fused or unfused (absent from plans saved before the choice: unfused)"))
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -119,19 +119,32 @@ _PLAN_COLUMNS = [("Strategy", False), ("Weights", True), ("Gradients", True),
 def plan_heading(p) -> tuple[str, str]:
     return (f"{p.model} — training memory plan",
             f"{p.gpus} GPUs (tp {p.tp} × pp {p.pp} × dp {p.dp}) · micro-batch {p.micro_batch} × "
-            f"{p.seq_len} tokens · {p.dtype} · recompute {p.recompute} · {gb(p.gpu_memory_bytes)}"
-            " per GPU")
+            f"{p.seq_len} tokens · {p.dtype} · {p.kernels or 'unfused'} kernels · "
+            f"recompute {p.recompute} · {gb(p.gpu_memory_bytes)} per GPU")
 
 
 def plan_facts(p) -> list[tuple[str, str]]:
     a = p.activations
-    return [("Parameters", exact(p.params_total)),
-            ("Activations per layer", f"{gb(a.per_layer_bytes)} measured "
-                                      f"({gb(a.attention_scores_bytes)} seq×seq), "
-                                      f"{gb(a.per_layer_kept_bytes)} kept"),
-            ("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
-            ("Per device", f"{a.layers_per_stage} layers × {a.micro_batches_in_flight} "
-                           "micro-batches in flight")]
+    how = "measured" if p.kernels in (None, "unfused") else \
+        f"with {p.kernels} kernels (unfused, measured: {gb(a.measured_per_layer_bytes or 0)})"
+    facts = [("Parameters", exact(p.params_total)),
+             ("Activations per layer", f"{gb(a.per_layer_bytes)} {how}, "
+                                       f"{gb(a.attention_scores_bytes)} seq×seq, "
+                                       f"{gb(a.per_layer_kept_bytes)} kept"),
+             ("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
+             ("Per device", f"{a.layers_per_stage} layers × {a.micro_batches_in_flight} "
+                            "micro-batches in flight")]
+    first = p.strategies[0] if p.strategies else None
+    if first is not None and first.gather_bytes is not None:
+        # the peak's parts beyond the table's columns (the same for every strategy but the
+        # gather buffers); plans saved before they were counted have none
+        facts += [("Recompute working set", gb(a.recompute_working_bytes // p.tp)),
+                  ("Loss backward, log-probabilities' gradient (fp32)",
+                   gb(first.logprobs_grad_bytes or 0)),
+                  ("Loss backward, logits' gradient (fp32)", gb(first.logits_grad_bytes or 0)),
+                  ("Gather buffers", ", ".join(f"{s.strategy} {gb(s.gather_bytes or 0)}"
+                                               for s in p.strategies))]
+    return facts
 
 
 def plan_tables(p) -> list[RowTable]:
