@@ -4,14 +4,17 @@ DeepSeek-V2-Lite, Falcon-7B, OPT-1.3B, Gemma-2, Pythia, Bloom, Mamba configs), n
 hand-derived numbers."""
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 from helpers import run_cli
 
 from layerscope.analysis import plan as plan_mod
+from layerscope.analysis.llm import llm
 from layerscope.analysis.plan import plan
 from layerscope.core.errors import UserError
+from layerscope.frontends import llm_models
 from layerscope.frontends.inputs import InputSpec
 from layerscope.frontends.torch_module import with_seq_len
 
@@ -71,3 +74,84 @@ def test_a_failed_measurement_is_not_blamed_on_the_model(tmp_path, monkeypatch):
     text = str(err.value)
     assert "measuring the activations on fake tensors failed (RuntimeError: a fake-tensor " \
            "limitation)" in text and "rejected" not in text and "\n" not in text
+
+
+# ------------------------------------------------- every causal LM transformers builds
+FALCON_7B = {  # Falcon-7B's shape: one key/value head (multi_query), parallel attention + MLP
+    "model_type": "falcon", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "multi_query": True, "parallel_attn": True,
+    "new_decoder_architecture": False, "bias": False, "alibi": False,
+    "max_position_embeddings": 512}
+OPT_1_3B = {  # OPT-1.3B's shape: learned positions (2 offset rows), ReLU MLP, biases
+    "model_type": "opt", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "ffn_dim": 256, "word_embed_proj_dim": 64,
+    "max_position_embeddings": 512, "do_layer_norm_before": True, "enable_bias": True,
+    "activation_function": "relu"}
+GEMMA_2 = {  # head_dim 32 x 4 heads = 128 != hidden 64; attention soft-capping (eager only)
+    "model_type": "gemma2", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "max_position_embeddings": 512, "sliding_window": 16, "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 32}
+
+
+@pytest.mark.parametrize("config,params,kv_heads,kv_bytes", [
+    # embed 1000*64 + 2 x (qkv 64*(64 + 2*16) + dense 64*64 + MLP 2*64*256 + LN 128) + ln_f 128
+    # = 64,000 + 2 x 43,136 + 128; KV: 2 x 2 layers x 1 head x 16 x 2 bytes
+    (FALCON_7B, 150_400, 1, 128),
+    # embed 64,000 + positions 514*64 + 2 x (4 x (64*64+64) + fc1 64*256+256 + fc2 256*64+64
+    # + 2 LN 256) + final LN 128 = 64,000 + 32,896 + 2 x 49,984 + 128; KV 2 x 2 x 4 x 16 x 2
+    (OPT_1_3B, 196_992, 4, 512),
+    # embed 64,000 + 2 x (q 64*128 + k, v 64*64 each + o 128*64 + MLP 3*64*128 + 4 norms 256)
+    # + norm 64 = 64,000 + 2 x 49,408 + 64; KV 2 x 2 layers x 2 heads x 32 x 2 bytes
+    (GEMMA_2, 162_880, 2, 512),
+], ids=["falcon-7b-multi-query", "opt-1.3b", "gemma-2-head-dim"])
+def test_llm_accepts_causal_lms_of_every_family(tmp_path, config, params, kv_heads, kv_bytes):
+    r = llm(write_config(tmp_path, config), seq_len=16)
+    assert r.params_total == params
+    assert r.config["num_kv_heads"] == kv_heads
+    assert r.kv_cache.bytes_per_token == kv_bytes
+
+
+def test_gemma2_is_analysed_with_eager_attention(tmp_path):
+    """Soft-capping needs eager attention: the scores are plain matmuls, counted in full.
+    Per token: 2 layers x (q, k, v, o 24,576 + MLP 24,576) + head 64,000 = 162,304, x 32;
+    attention 2 layers x 2 (QK^T, AV) x 4 heads x 32 x 32 x 32 = 524,288."""
+    code, out, err = run_cli("analyze", write_config(tmp_path, GEMMA_2), "--seq-len", "32",
+                             "--depth", "0", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["totals"]["macs"] == 32 * 162_304 + 524_288
+
+
+def test_attention_implementation_per_model():
+    import transformers
+
+    pick = functools.partial(llm_models.attention_implementation, transformers)
+    assert pick(transformers.AutoConfig.for_model(**GEMMA_2)) == "eager"
+    assert pick(transformers.AutoConfig.for_model("llama")) == "sdpa"
+
+
+BLOOM = {"model_type": "bloom", "vocab_size": 1000, "hidden_size": 64, "n_layer": 2, "n_head": 4}
+MAMBA = {"model_type": "mamba", "vocab_size": 1000, "hidden_size": 64, "state_size": 8,
+         "num_hidden_layers": 2, "expand": 2, "conv_kernel": 4}
+ZERO_KV = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 0}
+
+
+@pytest.mark.parametrize("config,command,expected", [
+    (ZERO_KV, "llm", "num_key_value_heads must be at least 1, got 0"),
+    (ZERO_KV, "analyze", "num_key_value_heads must be at least 1, got 0"),
+    (BLOOM, "llm", "bloom adds ALiBi biases to the attention scores"),
+    (MAMBA, "llm", "mamba is a state-space model (state_size, no num_attention_heads)"),
+], ids=["kv-heads-0-llm", "kv-heads-0-analyze", "bloom-alibi", "mamba-no-attention"])
+def test_configs_llm_cannot_count_get_their_true_reason(tmp_path, config, command, expected):
+    code, _, err = run_cli(command, write_config(tmp_path, config), "--seq-len", "16")
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+    assert "not a decoder-only causal LM" not in err
+
+
+@pytest.mark.parametrize("config", [BLOOM, MAMBA], ids=["bloom", "mamba"])
+def test_analyze_counts_what_llm_refuses(tmp_path, config):
+    code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",
+                             "--depth", "0", "--format", "json")
+    assert code == 0 and json.loads(out)["totals"]["macs"] > 0, err
