@@ -155,3 +155,27 @@ def test_analyze_counts_what_llm_refuses(tmp_path, config):
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",
                              "--depth", "0", "--format", "json")
     assert code == 0 and json.loads(out)["totals"]["macs"] > 0, err
+
+
+# ---------------------------------------------------------------- the config block, as built
+PYTHIA = {  # GPT-NeoX: LayerNorm with bias, GELU MLP (no gate), biases everywhere, partial rope
+    "model_type": "gpt_neox", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 256,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 512,
+    "rotary_pct": 0.25, "use_parallel_residual": True, "tie_word_embeddings": False}
+LLAMA = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 512}
+
+BUILT = ("norm", "mlp", "qkv_bias", "proj_bias", "position", "tied_embeddings")
+
+
+@pytest.mark.parametrize("config,expected", [
+    (PYTHIA, ("layernorm", "gelu", True, True, "rope", False)),
+    (OPT_1_3B, ("layernorm", "relu", True, True, "learned", True)),
+    (FALCON_7B, ("layernorm", "gelu", False, False, "rope", True)),
+    (GEMMA_2, ("rmsnorm", "gated_gelu", False, False, "rope", True)),
+    (LLAMA, ("rmsnorm", "gated_silu", False, False, "rope", False)),
+], ids=["pythia", "opt", "falcon", "gemma-2", "llama"])
+def test_config_block_describes_the_model_as_built(tmp_path, config, expected):
+    r = llm(write_config(tmp_path, config), seq_len=16)
+    assert tuple(r.config[k] for k in BUILT) == expected

@@ -227,6 +227,11 @@ def _hf_source(spec: str) -> LLMSource:
                                              shown=spec)
         return model
 
+    # the config block describes the model as built (norm, MLP, biases, positions, tied head):
+    # the keys of a config do not say all of it in every family
+    from layerscope.frontends.llm_built import describe
+
+    config = dataclasses.replace(config, **describe(build(with_layers(config, 1))))
     return LLMSource(name, config, build)
 
 
