@@ -179,3 +179,74 @@ BUILT = ("norm", "mlp", "qkv_bias", "proj_bias", "position", "tied_embeddings")
 def test_config_block_describes_the_model_as_built(tmp_path, config, expected):
     r = llm(write_config(tmp_path, config), seq_len=16)
     assert tuple(r.config[k] for k in BUILT) == expected
+
+
+# ---------------------------------------------------------------- the decode bound
+LLAMA_3_8B_STEP = 2 * (8_030_261_248 - 128_255 * 4096) + 131_072 * 1024
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_decode_reads_one_embedding_row_and_tp_splits_weights_and_kv(tp):
+    """Llama-3-8B (untied): a decode step reads all weights but the input-embedding table,
+    of which one row (4096 of its 128,256 x 4096); KV 2 x 32 x 8 x 128 x 2 = 131,072 bytes a
+    token. tp GPUs each read 1/tp at tp x the bandwidth."""
+    r = llm("llama-3-8b", seq_len=128, context=1024, gpu="h100-sxm", tp=tp)
+    roof = r.roofline
+    assert roof.decode_bytes_per_step == LLAMA_3_8B_STEP
+    assert roof.decode_tokens_per_s == pytest.approx(tp * 3.35e12 / LLAMA_3_8B_STEP)
+    assert roof.weights_bytes_per_gpu == -(-2 * 8_030_261_248 // tp)
+    assert roof.kv_bytes_per_gpu == 131_072 * 1024 // tp
+    assert roof.tp == tp and roof.fits and r.settings["tp"] == tp
+
+
+def test_a_tied_head_still_reads_the_whole_table():
+    # gpt2 ties lm_head to the embedding: the logits read all 50,257 x 768 of it.
+    # KV 2 x 12 layers x 12 heads x 64 x 2 bytes = 36,864 a token, 64 tokens cached
+    r = llm("gpt2", seq_len=64, gpu="h100-sxm")
+    assert r.roofline.decode_bytes_per_step == 2 * 124_439_808 + 36_864 * 64
+
+
+def test_70b_bf16_does_not_fit_one_80gb_h100():
+    # 70,553,706,496 x 2 bytes = 141.11 GB of weights; KV 2 x 80 x 8 x 128 x 2 = 327,680
+    # bytes a token x 1024 = 0.34 GB; 141.44 GB > 80 GB: two GPUs at least
+    r = llm("llama-3-70b", seq_len=16, context=1024, gpu="h100-sxm")
+    assert not r.roofline.fits
+    assert r.roofline.weights_bytes_per_gpu == 141_107_412_992
+    note = next(n for n in r.notes if n.startswith("does not fit"))
+    assert "141.11 GB of weights + 0.34 GB of KV cache per GPU = 141.44 GB, more than " \
+           "h100-sxm's 80.00 GB (tp 1)" in note and "at least 2 GPUs" in note
+    assert llm("llama-3-70b", seq_len=16, context=1024, gpu="h100-sxm", tp=2).roofline.fits
+
+
+def test_tp_must_divide_the_heads():
+    code, _, err = run_cli("llm", "gpt2", "--gpu", "h100", "--tp", "5")
+    assert code == 2 and "tp 5 does not divide gpt2's 12 attention heads" in err, err
+    assert "--tp" in err
+
+
+def test_plan_on_bert_at_its_512_learned_positions(tmp_path):
+    """The default length is the table's 512, which is also a model dimension: the probe that
+    tells the seq x seq tensors apart used 513 and ran past the table."""
+    bert = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100}
+    r = plan(write_config(tmp_path, bert), 1)
+    assert r.seq_len == 512 and r.activations.per_layer_bytes > 0
+
+
+def test_a_model_that_rejects_the_tokens_is_named(monkeypatch):
+    import torch.nn as nn
+
+    from layerscope.analysis.llm import LLMSource
+    from layerscope.frontends.llm_configs import PRESETS
+
+    class Refuses(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(2, 2)
+
+        def forward(self, ids):
+            raise ValueError("sequence too long for this model")
+
+    with pytest.raises(UserError, match="toy rejected a 1 x 16 batch of token ids: ValueError: "
+                                        "sequence too long"):
+        plan(LLMSource("toy", PRESETS["gpt2"], lambda c: Refuses()), 1, seq_len=16)

@@ -316,19 +316,44 @@ def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
     return nbytes(2 * config.num_layers * config.num_kv_heads * config.head_dim, kv_dtype)
 
 
+def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
+    """Parameters of the input-embedding table a decode step of ``tokens`` sequences does not
+    read: it looks up one row per token, not the table (vocab x hidden). A tied head reads the
+    whole table for the logits, so nothing is saved then."""
+    if config.tied_embeddings:
+        return 0
+    return (config.vocab_size - min(tokens, config.vocab_size)) * config.hidden_size
+
+
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
-                   kv_per_token: int, batch: int, context: int
+                   kv_per_token: int, batch: int, context: int, tp: int = 1
                    ) -> tuple[LLMRoofline, list[str]]:
-    """Tokens/s upper bounds. A phase takes at least max(FLOPs / peak, bytes / bandwidth):
-    prefill reads the weights once and writes the KV cache of its tokens; a decode step reads
-    the weights (the experts in use) and the batch's KV cache, and computes ``batch`` tokens."""
+    """Tokens/s upper bounds on ``tp`` GPUs, each holding 1/tp of the weights and of the KV
+    cache. A phase takes at least max(FLOPs / (tp peak), bytes / (tp bandwidth)): prefill reads
+    the weights once and writes the KV cache of its tokens; a decode step reads the weights (the
+    experts in use, one embedding row per token) and the batch's KV cache, and computes
+    ``batch`` tokens. The weights (all of them) and the KV cache of ``batch`` x ``context``
+    tokens must fit the GPUs' memory; communication between the GPUs is not counted."""
     peak, note = peak_flops(gpu, dtype)
-    p_compute = prefill_flops / peak
-    p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / gpu.bandwidth
+    notes = [note] if note else []
+    p_compute = prefill_flops / (tp * peak)
+    p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / (tp * gpu.bandwidth)
     step_bytes = decode_weight_bytes + batch * context * kv_per_token
-    d_compute = batch * decode_flops_per_token / peak
-    d_memory = step_bytes / gpu.bandwidth
+    d_compute = batch * decode_flops_per_token / (tp * peak)
+    d_memory = step_bytes / (tp * gpu.bandwidth)
+    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(batch * context * kv_per_token / tp)
+    fits = weights + kv <= gpu.memory
+    if not fits:
+        need = math.ceil((weight_read_bytes + batch * context * kv_per_token) / gpu.memory)
+        notes.append(f"does not fit: {weights / 1e9:,.2f} GB of weights + {kv / 1e9:,.2f} GB of "
+                     f"KV cache per GPU = {(weights + kv) / 1e9:,.2f} GB, more than {gpu.name}'s "
+                     f"{gpu.memory / 1e9:,.2f} GB (tp {tp}); the bounds assume it fits: split "
+                     f"it over at least {need} GPUs (--tp), or use a smaller dtype, batch or "
+                     "context")
+    if tp > 1:
+        notes.append(f"tensor parallel over {tp} GPUs: each reads 1/{tp} of the weights and "
+                     "of the KV cache; the all-reduces between them are not counted")
     roof = LLMRoofline(
         gpu=gpu.name, peak_flops=peak, bandwidth_bytes_per_s=gpu.bandwidth,
         memory_bytes=gpu.memory,
@@ -336,14 +361,15 @@ def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int
         prefill_bound="compute" if p_compute >= p_memory else "memory",
         decode_tokens_per_s=batch / max(d_compute, d_memory),
         decode_bound="compute" if d_compute >= d_memory else "memory",
-        decode_bytes_per_step=step_bytes)
-    return roof, [note] if note else []
+        decode_bytes_per_step=step_bytes, tp=tp, weights_bytes_per_gpu=weights,
+        kv_bytes_per_gpu=kv, fits=fits)
+    return roof, notes
 
 
 # ---------------------------------------------------------------- the public function
 def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | None = None,
         batch_size: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
-        gpu: str | GPU | None = None, attention: str = "causal") -> LLMReport:
+        gpu: str | GPU | None = None, attention: str = "causal", tp: int = 1) -> LLMReport:
     """Parameters (total and active), weight bytes per dtype, prefill MACs/FLOPs for
     ``batch_size`` x ``seq_len`` tokens, decode MACs/FLOPs per token at ``context`` cached
     tokens, KV-cache bytes and, with ``gpu``, a roofline bound on tokens/s.
@@ -352,6 +378,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     ``attention``: ``causal`` counts s(s+1)/2 scores per head (what causal kernels execute),
     ``full`` the whole s x s matrix (what the masked math fallback executes); decode always
     attends the whole cache.
+    ``tp``: GPUs the weights and the KV cache are split across for the ``gpu`` bound.
     """
     if attention not in ATTENTION:
         raise UserError(f"attention must be causal or full, got {attention!r}",
@@ -360,8 +387,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "kv_dtype")
     batch_size = values.positive_int(batch_size, "batch_size")
     gpu_obj = None if gpu is None else gpu_spec(gpu)
+    tp = values.positive_int(tp, "tp")
     source = resolve_llm(model)
     config = source.config
+    if config.num_heads % tp:
+        raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
+                        "attention heads", arguments="tp")
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
     if context is None:  # the prompt's length; a learned position table caps it (decode
@@ -404,8 +435,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         roof, more = roofline_bound(
             gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
             nbytes(total, dtype),
-            nbytes(decode_weight_params(config, total, active, batch_size), dtype),
-            kv_token, batch_size, context)
+            nbytes(decode_weight_params(config, total, active, batch_size)
+                   - decode_embedding_saving(config, batch_size), dtype),
+            kv_token, batch_size, context, tp)
         notes += more
     return LLMReport(
         model=source.name,
@@ -423,7 +455,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
                   "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
-                  "gpu": gpu_obj.name if gpu_obj else None},
+                  "gpu": gpu_obj.name if gpu_obj else None, "tp": tp},
         environment=environment(),
         notes=notes,
     )

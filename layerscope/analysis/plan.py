@@ -196,12 +196,15 @@ def _probe_seq(seq: int, source: LLMSource) -> int:
     """``seq``, or the next length no dimension of the model has: the seq x seq tensors are told
     apart by their last two dimensions, which a (batch, seq, hidden) tensor shares when hidden
     equals seq (Llama-3-70B at 8192). Their bytes grow as seq^2, so a probe length scales back
-    exactly."""
+    exactly. A learned position table caps the probe (BERT at its 512 positions probes 511)."""
     c = source.config
     dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
             c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
-    while seq in dims:
-        seq += 1
+    top = c.max_position if c.position == "learned" else values.INT64_MAX
+    for step in range(len(dims) + 1):  # among seq +- 0..len(dims), one is free of dims
+        for probe in (seq + step, seq - step):
+            if 1 <= probe <= top and probe not in dims:
+                return probe
     return seq
 
 
