@@ -177,11 +177,13 @@ def peak_flops(gpu: GPU, dtype: str) -> tuple[float, str | None]:
 class LLMSource:
     """A decoder-only LM as configuration plus a builder: ``build(config)`` returns the model on
     the meta device, taking token ids (batch, seq) int64 and returning logits (or an output with
-    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs."""
+    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs.
+    ``notes``: what a report of this model should say about how it was counted."""
 
     name: str
     config: LLMConfig
     build: Callable[[LLMConfig], nn.Module]
+    notes: tuple[str, ...] = ()
 
 
 def resolve_llm(model: str | LLMSource) -> LLMSource:
@@ -231,8 +233,16 @@ def _hf_source(spec: str) -> LLMSource:
     # the keys of a config do not say all of it in every family
     from layerscope.frontends.llm_built import describe
 
-    config = dataclasses.replace(config, **describe(build(with_layers(config, 1))))
-    return LLMSource(name, config, build)
+    one = build(with_layers(config, 1))
+    config = dataclasses.replace(config, **describe(one))
+    notes = ()
+    if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
+        notes = (f"{name} runs eager attention (its transformers class has no SDPA path, e.g. "
+                 "attention soft-capping): the attention products are plain matmuls over the "
+                 "whole score matrix, so prefill counts S x S scores whatever the attention "
+                 "setting says, and decode (prefill(L+1) - prefill(L)) counts 2L+1 keys per "
+                 "query instead of L+1",)
+    return LLMSource(name, config, build, notes)
 
 
 def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
@@ -403,7 +413,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         context = values.positive_int(context, "context")
     check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
     check_tokens(config, 1, context + 1, "context")
-    notes = []
+    notes = list(source.notes)
     for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
         if config.position == "learned" and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
