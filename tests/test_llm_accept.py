@@ -93,6 +93,12 @@ GEMMA_2 = {  # head_dim 32 x 4 heads = 128 != hidden 64; attention soft-capping 
     "max_position_embeddings": 512, "sliding_window": 16, "attn_logit_softcapping": 50.0,
     "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 32}
 
+QWEN3_SMALL = {  # small Qwen3: head_dim 32 x 4 heads = 128 != hidden 64, q/k norms
+    "model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "max_position_embeddings": 512, "tie_word_embeddings": True}
+MISTRAL_NEMO = {**QWEN3_SMALL, "model_type": "mistral", "tie_word_embeddings": False}
+
 
 @pytest.mark.parametrize("config,params,kv_heads,kv_bytes", [
     # embed 1000*64 + 2 x (qkv 64*(64 + 2*16) + dense 64*64 + MLP 2*64*256 + LN 128) + ln_f 128
@@ -104,7 +110,13 @@ GEMMA_2 = {  # head_dim 32 x 4 heads = 128 != hidden 64; attention soft-capping 
     # embed 64,000 + 2 x (q 64*128 + k, v 64*64 each + o 128*64 + MLP 3*64*128 + 4 norms 256)
     # + norm 64 = 64,000 + 2 x 49,408 + 64; KV 2 x 2 layers x 2 heads x 32 x 2 bytes
     (GEMMA_2, 162_880, 2, 512),
-], ids=["falcon-7b-multi-query", "opt-1.3b", "gemma-2-head-dim"])
+    # embed 64,000 (tied) + 2 x (q 64*128 + k, v 64*64 + o 128*64 + q/k norms 2*32 + MLP
+    # 3*64*128 + 2 norms 128) + norm 64 = 64,000 + 2 x 49,344 + 64
+    (QWEN3_SMALL, 162_752, 2, 512),
+    # Mistral-NeMo's shape: as Qwen3 without q/k norms, head untied: + 64,000, - 2 x 64
+    (MISTRAL_NEMO, 226_624, 2, 512),
+], ids=["falcon-7b-multi-query", "opt-1.3b", "gemma-2-head-dim", "qwen3-head-dim",
+        "mistral-nemo-head-dim"])
 def test_llm_accepts_causal_lms_of_every_family(tmp_path, config, params, kv_heads, kv_bytes):
     r = llm(write_config(tmp_path, config), seq_len=16)
     assert r.params_total == params
@@ -257,3 +269,11 @@ def test_llm_says_when_an_hf_model_runs_eager_attention(tmp_path):
     assert any("runs eager attention" in n and "2L+1 keys" in n for n in r.notes)
     assert not any("eager" in n for n in llm(write_config(tmp_path, LLAMA, "llama"),
                                              seq_len=16).notes)
+
+
+@pytest.mark.parametrize("config", [FALCON_7B, OPT_1_3B, GEMMA_2, QWEN3_SMALL],
+                         ids=["falcon", "opt", "gemma-2", "qwen3"])
+def test_plan_measures_every_family(tmp_path, config):
+    r = plan(write_config(tmp_path, config), 1, seq_len=32)
+    assert r.activations.measured_on == "cuda (fake tensors)"
+    assert r.activations.per_layer_bytes > 0 and r.activations.other_bytes > 0
