@@ -40,6 +40,12 @@ def _activation(module: nn.Module) -> str | None:
     return None
 
 
+def _call(model: nn.Module, method: str) -> Any:
+    """A Hugging Face model's accessor (``get_input_embeddings``), or None."""
+    get = getattr(model, method, None)
+    return get() if callable(get) else None
+
+
 def describe(model: nn.Module) -> dict[str, Any]:
     """The LLMConfig fields the module types decide: ``norm``, ``mlp``, ``qkv_bias``,
     ``proj_bias``, ``position``, ``tied_embeddings``; empty when no block is found."""
@@ -74,8 +80,8 @@ def describe(model: nn.Module) -> dict[str, Any]:
     if acts:
         out["mlp"] = ("gated_" if gated else "") + acts[0]
     out["qkv_bias"], out["proj_bias"] = qkv, proj
-    inputs = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    inputs = _call(model, "get_input_embeddings")
+    head = _call(model, "get_output_embeddings")
     if inputs is not None and head is not None:
         out["tied_embeddings"] = head.weight is inputs.weight
     embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding) and m is not inputs]
