@@ -277,3 +277,14 @@ def test_plan_measures_every_family(tmp_path, config):
     r = plan(write_config(tmp_path, config), 1, seq_len=32)
     assert r.activations.measured_on == "cuda (fake tensors)"
     assert r.activations.per_layer_bytes > 0 and r.activations.other_bytes > 0
+
+
+@pytest.mark.parametrize("tp,share", [(8, 8), (16, 8)], ids=["tp8", "tp16-replicated"])
+def test_kv_heads_fewer_than_gpus_are_replicated(tp, share):
+    """Llama-3-8B has 8 key/value heads: over 16 GPUs each keeps one whole head, 1/8 of the
+    cache (131,072 bytes a token x 1024), not 1/16; the decode step of a GPU reads its weight
+    share and its cache share."""
+    r = llm("llama-3-8b", seq_len=128, context=1024, gpu="h100-sxm", tp=tp)
+    assert r.roofline.kv_bytes_per_gpu == 131_072 * 1024 // share
+    step = 2 * (8_030_261_248 - 128_255 * 4096) / tp + 131_072 * 1024 / share
+    assert r.roofline.decode_tokens_per_s == pytest.approx(3.35e12 / step)

@@ -337,33 +337,41 @@ def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
 
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
-                   kv_per_token: int, batch: int, context: int, tp: int = 1
-                   ) -> tuple[LLMRoofline, list[str]]:
+                   kv_per_token: int, batch: int, context: int, tp: int = 1,
+                   kv_heads: int | None = None) -> tuple[LLMRoofline, list[str]]:
     """Tokens/s upper bounds on ``tp`` GPUs, each holding 1/tp of the weights and of the KV
     cache. A phase takes at least max(FLOPs / (tp peak), bytes / (tp bandwidth)): prefill reads
     the weights once and writes the KV cache of its tokens; a decode step reads the weights (the
     experts in use, one embedding row per token) and the batch's KV cache, and computes
     ``batch`` tokens. The weights (all of them) and the KV cache of ``batch`` x ``context``
-    tokens must fit the GPUs' memory; communication between the GPUs is not counted."""
+    tokens must fit the GPUs' memory; communication between the GPUs is not counted.
+    ``kv_heads``: with fewer key/value heads than GPUs, each GPU keeps a whole head (the heads
+    are replicated, Megatron-style), so its share of the cache is ceil(kv_heads/tp)/kv_heads,
+    not 1/tp (multi-query attention: all of it on every GPU)."""
     peak, note = peak_flops(gpu, dtype)
     notes = [note] if note else []
+    heads = kv_heads or tp
+    per_gpu_kv = kv_per_token * -(-heads // tp) / heads  # a GPU's cache bytes per token
     p_compute = prefill_flops / (tp * peak)
-    p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / (tp * gpu.bandwidth)
+    p_memory = (weight_read_bytes / tp + prefill_tokens * per_gpu_kv) / gpu.bandwidth
     step_bytes = decode_weight_bytes + batch * context * kv_per_token
     d_compute = batch * decode_flops_per_token / (tp * peak)
-    d_memory = step_bytes / (tp * gpu.bandwidth)
-    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(batch * context * kv_per_token / tp)
+    d_memory = (decode_weight_bytes / tp + batch * context * per_gpu_kv) / gpu.bandwidth
+    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(batch * context * per_gpu_kv)
     fits = weights + kv <= gpu.memory
     if not fits:
         need = math.ceil((weight_read_bytes + batch * context * kv_per_token) / gpu.memory)
+        if need <= tp:  # the cache replicated over more GPUs than key/value heads: more will not do
+            need = 0
         notes.append(f"does not fit: {weights / 1e9:,.2f} GB of weights + {kv / 1e9:,.2f} GB of "
                      f"KV cache per GPU = {(weights + kv) / 1e9:,.2f} GB, more than {gpu.name}'s "
-                     f"{gpu.memory / 1e9:,.2f} GB (tp {tp}); the bounds assume it fits: split "
-                     f"it over at least {need} GPUs (--tp), or use a smaller dtype, batch or "
-                     "context")
+                     f"{gpu.memory / 1e9:,.2f} GB (tp {tp}); the bounds assume it fits: "
+                     + (f"split it over at least {need} GPUs (--tp), or use " if need else "use ")
+                     + "a smaller dtype, batch or context")
     if tp > 1:
+        share = f"1/{tp}" if heads % tp == 0 else f"{-(-heads // tp)}/{heads}"
         notes.append(f"tensor parallel over {tp} GPUs: each reads 1/{tp} of the weights and "
-                     "of the KV cache; the all-reduces between them are not counted")
+                     f"{share} of the KV cache; the all-reduces between them are not counted")
     roof = LLMRoofline(
         gpu=gpu.name, peak_flops=peak, bandwidth_bytes_per_s=gpu.bandwidth,
         memory_bytes=gpu.memory,
@@ -447,7 +455,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             nbytes(total, dtype),
             nbytes(decode_weight_params(config, total, active, batch_size)
                    - decode_embedding_saving(config, batch_size), dtype),
-            kv_token, batch_size, context, tp)
+            kv_token, batch_size, context, tp, config.num_kv_heads)
         notes += more
     return LLMReport(
         model=source.name,
