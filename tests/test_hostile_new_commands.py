@@ -181,9 +181,9 @@ def test_model_that_rejects_the_sequence_is_one_line_in_plan(tmp_path):
     path.write_text(json.dumps({"model_type": "bert", "hidden_size": 64,
                                 "num_hidden_layers": 2, "num_attention_heads": 2,
                                 "intermediate_size": 128, "vocab_size": 100}))
-    code, out, err = run_cli("plan", f"hf:{path}", "--gpus", "1")
+    code, out, err = run_cli("plan", f"hf:{path}", "--gpus", "1", "--seq-len", "2048")
     _one_line_error(code, err)
-    assert "rejected a 1 x 2048 batch of token ids" in err, err
+    assert "--seq-len 2048 is longer than" in err and "table (512 positions)" in err, err
 
 
 # ---------------------------------------------------------------- several processes

@@ -113,8 +113,9 @@ def test_llama3_8b_decode_kv_and_roofline():
     # prefill of 1 x 128 tokens: 128 tokens' linears + causal attention, 128*129/2 scores per
     # head and layer, each a score and a value product of 128 MACs
     assert r.prefill.macs == 128 * linear + 32 * 128 * 2 * (128 * 129 // 2) * 32
-    # roofline: decode at batch 1 reads the bf16 weights and the 1024-token cache
-    step = 2 * 8_030_261_248 + 131_072 * 1024
+    # roofline: decode at batch 1 reads the bf16 weights but one row of the (untied) input
+    # embedding table, (128,256 - 1) x 4096 parameters less, and the 1024-token cache
+    step = 2 * (8_030_261_248 - 128_255 * 4096) + 131_072 * 1024
     assert r.roofline.decode_bytes_per_step == step
     assert r.roofline.decode_tokens_per_s == pytest.approx(3.35e12 / step)
     assert r.roofline.decode_bound == "memory"

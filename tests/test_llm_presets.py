@@ -246,12 +246,13 @@ def test_published_hf_configs_map_to_the_presets(name):
         {k: v for k, v in preset.items() if k != "default_seq_len"}
 
 
-def test_a_config_whose_head_dim_llmconfig_cannot_describe_is_refused():
-    config = HUB_CONFIGS["llama-3-8b"] | {"head_dim": 64}
-    with pytest.raises(UserError, match="head_dim 64 x 32 heads is not hidden_size 4096"):
-        llm_models.llm_config_from_hf(config, "x")
-    assert llm_models.llm_config_from_hf(HUB_CONFIGS["llama-3-8b"] | {"head_dim": 128,
+def test_a_head_dim_other_than_hidden_over_heads_is_kept():
+    # Mistral-NeMo / Gemma / small Qwen3 shape: q is 32 x 64 = 2048 wide, not hidden 4096
+    config = llm_models.llm_config_from_hf(HUB_CONFIGS["llama-3-8b"] | {"head_dim": 64}, "x")
+    assert (config.head_dim, config.head_size) == (64, 64)
+    same = llm_models.llm_config_from_hf(HUB_CONFIGS["llama-3-8b"] | {"head_dim": 128,
                                                                       "attention_bias": None})
+    assert (same.head_dim, same.head_size) == (128, None)
 
 
 def test_hf_with_an_attention_mask_counts_the_whole_matrix_and_says_so(tmp_path):

@@ -177,11 +177,13 @@ def peak_flops(gpu: GPU, dtype: str) -> tuple[float, str | None]:
 class LLMSource:
     """A decoder-only LM as configuration plus a builder: ``build(config)`` returns the model on
     the meta device, taking token ids (batch, seq) int64 and returning logits (or an output with
-    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs."""
+    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs.
+    ``notes``: what a report of this model should say about how it was counted."""
 
     name: str
     config: LLMConfig
     build: Callable[[LLMConfig], nn.Module]
+    notes: tuple[str, ...] = ()
 
 
 def resolve_llm(model: str | LLMSource) -> LLMSource:
@@ -227,7 +229,20 @@ def _hf_source(spec: str) -> LLMSource:
                                              shown=spec)
         return model
 
-    return LLMSource(name, config, build)
+    # the config block describes the model as built (norm, MLP, biases, positions, tied head):
+    # the keys of a config do not say all of it in every family
+    from layerscope.frontends.llm_built import describe
+
+    one = build(with_layers(config, 1))
+    config = dataclasses.replace(config, **describe(one))
+    notes = ()
+    if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
+        notes = (f"{name} runs eager attention (its transformers class has no SDPA path, e.g. "
+                 "attention soft-capping): the attention products are plain matmuls over the "
+                 "whole score matrix, so prefill counts S x S scores whatever the attention "
+                 "setting says, and decode (prefill(L+1) - prefill(L)) counts 2L+1 keys per "
+                 "query instead of L+1",)
+    return LLMSource(name, config, build, notes)
 
 
 def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
@@ -311,19 +326,52 @@ def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
     return nbytes(2 * config.num_layers * config.num_kv_heads * config.head_dim, kv_dtype)
 
 
+def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
+    """Parameters of the input-embedding table a decode step of ``tokens`` sequences does not
+    read: it looks up one row per token, not the table (vocab x hidden). A tied head reads the
+    whole table for the logits, so nothing is saved then."""
+    if config.tied_embeddings:
+        return 0
+    return (config.vocab_size - min(tokens, config.vocab_size)) * config.hidden_size
+
+
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
-                   kv_per_token: int, batch: int, context: int
-                   ) -> tuple[LLMRoofline, list[str]]:
-    """Tokens/s upper bounds. A phase takes at least max(FLOPs / peak, bytes / bandwidth):
-    prefill reads the weights once and writes the KV cache of its tokens; a decode step reads
-    the weights (the experts in use) and the batch's KV cache, and computes ``batch`` tokens."""
+                   kv_per_token: int, batch: int, context: int, tp: int = 1,
+                   kv_heads: int | None = None) -> tuple[LLMRoofline, list[str]]:
+    """Tokens/s upper bounds on ``tp`` GPUs, each holding 1/tp of the weights and of the KV
+    cache. A phase takes at least max(FLOPs / (tp peak), bytes / (tp bandwidth)): prefill reads
+    the weights once and writes the KV cache of its tokens; a decode step reads the weights (the
+    experts in use, one embedding row per token) and the batch's KV cache, and computes
+    ``batch`` tokens. The weights (all of them) and the KV cache of ``batch`` x ``context``
+    tokens must fit the GPUs' memory; communication between the GPUs is not counted.
+    ``kv_heads``: with fewer key/value heads than GPUs, each GPU keeps a whole head (the heads
+    are replicated, Megatron-style), so its share of the cache is ceil(kv_heads/tp)/kv_heads,
+    not 1/tp (multi-query attention: all of it on every GPU)."""
     peak, note = peak_flops(gpu, dtype)
-    p_compute = prefill_flops / peak
-    p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / gpu.bandwidth
+    notes = [note] if note else []
+    heads = kv_heads or tp
+    per_gpu_kv = kv_per_token * -(-heads // tp) / heads  # a GPU's cache bytes per token
+    p_compute = prefill_flops / (tp * peak)
+    p_memory = (weight_read_bytes / tp + prefill_tokens * per_gpu_kv) / gpu.bandwidth
     step_bytes = decode_weight_bytes + batch * context * kv_per_token
-    d_compute = batch * decode_flops_per_token / peak
-    d_memory = step_bytes / gpu.bandwidth
+    d_compute = batch * decode_flops_per_token / (tp * peak)
+    d_memory = (decode_weight_bytes / tp + batch * context * per_gpu_kv) / gpu.bandwidth
+    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(batch * context * per_gpu_kv)
+    fits = weights + kv <= gpu.memory
+    if not fits:
+        need = math.ceil((weight_read_bytes + batch * context * kv_per_token) / gpu.memory)
+        if need <= tp:  # the cache replicated over more GPUs than key/value heads: more will not do
+            need = 0
+        notes.append(f"does not fit: {weights / 1e9:,.2f} GB of weights + {kv / 1e9:,.2f} GB of "
+                     f"KV cache per GPU = {(weights + kv) / 1e9:,.2f} GB, more than {gpu.name}'s "
+                     f"{gpu.memory / 1e9:,.2f} GB (tp {tp}); the bounds assume it fits: "
+                     + (f"split it over at least {need} GPUs (--tp), or use " if need else "use ")
+                     + "a smaller dtype, batch or context")
+    if tp > 1:
+        share = f"1/{tp}" if heads % tp == 0 else f"{-(-heads // tp)}/{heads}"
+        notes.append(f"tensor parallel over {tp} GPUs: each reads 1/{tp} of the weights and "
+                     f"{share} of the KV cache; the all-reduces between them are not counted")
     roof = LLMRoofline(
         gpu=gpu.name, peak_flops=peak, bandwidth_bytes_per_s=gpu.bandwidth,
         memory_bytes=gpu.memory,
@@ -331,14 +379,15 @@ def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int
         prefill_bound="compute" if p_compute >= p_memory else "memory",
         decode_tokens_per_s=batch / max(d_compute, d_memory),
         decode_bound="compute" if d_compute >= d_memory else "memory",
-        decode_bytes_per_step=step_bytes)
-    return roof, [note] if note else []
+        decode_bytes_per_step=step_bytes, tp=tp, weights_bytes_per_gpu=weights,
+        kv_bytes_per_gpu=kv, fits=fits)
+    return roof, notes
 
 
 # ---------------------------------------------------------------- the public function
 def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | None = None,
         batch_size: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
-        gpu: str | GPU | None = None, attention: str = "causal") -> LLMReport:
+        gpu: str | GPU | None = None, attention: str = "causal", tp: int = 1) -> LLMReport:
     """Parameters (total and active), weight bytes per dtype, prefill MACs/FLOPs for
     ``batch_size`` x ``seq_len`` tokens, decode MACs/FLOPs per token at ``context`` cached
     tokens, KV-cache bytes and, with ``gpu``, a roofline bound on tokens/s.
@@ -347,6 +396,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     ``attention``: ``causal`` counts s(s+1)/2 scores per head (what causal kernels execute),
     ``full`` the whole s x s matrix (what the masked math fallback executes); decode always
     attends the whole cache.
+    ``tp``: GPUs the weights and the KV cache are split across for the ``gpu`` bound.
     """
     if attention not in ATTENTION:
         raise UserError(f"attention must be causal or full, got {attention!r}",
@@ -355,8 +405,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "kv_dtype")
     batch_size = values.positive_int(batch_size, "batch_size")
     gpu_obj = None if gpu is None else gpu_spec(gpu)
+    tp = values.positive_int(tp, "tp")
     source = resolve_llm(model)
     config = source.config
+    if config.num_heads % tp:
+        raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
+                        "attention heads", arguments="tp")
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
     if context is None:  # the prompt's length; a learned position table caps it (decode
@@ -367,7 +421,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         context = values.positive_int(context, "context")
     check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
     check_tokens(config, 1, context + 1, "context")
-    notes = []
+    notes = list(source.notes)
     for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
         if config.position == "learned" and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
@@ -399,8 +453,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         roof, more = roofline_bound(
             gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
             nbytes(total, dtype),
-            nbytes(decode_weight_params(config, total, active, batch_size), dtype),
-            kv_token, batch_size, context)
+            nbytes(decode_weight_params(config, total, active, batch_size)
+                   - decode_embedding_saving(config, batch_size), dtype),
+            kv_token, batch_size, context, tp, config.num_kv_heads)
         notes += more
     return LLMReport(
         model=source.name,
@@ -418,7 +473,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
                   "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
-                  "gpu": gpu_obj.name if gpu_obj else None},
+                  "gpu": gpu_obj.name if gpu_obj else None, "tp": tp},
         environment=environment(),
         notes=notes,
     )

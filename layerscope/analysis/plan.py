@@ -68,7 +68,7 @@ from layerscope.analysis.llm import (
 )
 from layerscope.core import values
 from layerscope.core.environment import environment
-from layerscope.core.errors import UserError
+from layerscope.core.errors import UserError, first_line
 from layerscope.core.llm_records import (
     KERNELS,
     RECOMPUTE,
@@ -96,17 +96,23 @@ class FlashAttention(TorchFunctionMode):
     """``F.scaled_dot_product_attention`` as the flash-attention kernel a GPU runs for 16-bit
     inputs without a mask (PyTorch's fused-kernel choice needs a real GPU to ask; on fake CUDA it
     would fall back to the math path, which saves the seq x seq probabilities). The flash kernel
-    saves q, k, v, its output and the log-sum-exp per row: no seq x seq tensor."""
+    saves q, k, v, its output and the log-sum-exp per row: no seq x seq tensor. The flash kernel
+    needs one head size for q, k and v; where the values' differs (DeepSeek's multi-head latent
+    attention: q and k 192, v 128) a GPU runs the memory-efficient kernel, which saves the same
+    (q, k, v, output, log-sum-exp) and returns the values' head size."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention and len(args) == 3 \
                 and kwargs.get("attn_mask") is None and not kwargs.get("enable_gqa") \
                 and args[0].dtype in (torch.float16, torch.bfloat16) \
-                and args[0].shape[-1] <= 256 and args[0].shape[-1] % 8 == 0:
-            return torch.ops.aten._scaled_dot_product_flash_attention(
-                *args, kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False),
-                scale=kwargs.get("scale"))[0]
+                and all(t.shape[-1] <= 256 and t.shape[-1] % 8 == 0 for t in args):
+            dropout, causal = kwargs.get("dropout_p", 0.0), kwargs.get("is_causal", False)
+            if len({t.shape[-1] for t in args}) == 1:
+                return torch.ops.aten._scaled_dot_product_flash_attention(
+                    *args, dropout, causal, scale=kwargs.get("scale"))[0]
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                *args, None, True, dropout, causal, scale=kwargs.get("scale"))[0]
         return func(*args, **kwargs)
 
 
@@ -169,10 +175,8 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
             one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
                                       seq, torch_dtype, device) for n in (1, 2))
         except (RuntimeError, NotImplementedError, AssertionError, ValueError) as exc:
-            if device == "meta":  # the model itself refuses these inputs: one line, as analyze
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise UserError(f"{source.name} rejected a {micro_batch} x {seq} batch of token "
-                                f"ids: {type(exc).__name__}: {first[:300]}") from None
+            if device == "meta":
+                raise _measure_error(source, micro_batch, seq, exc) from None
             continue
         per_layer = two.total - one.total
         scores = two.scores - one.scores
@@ -185,16 +189,36 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
     raise AssertionError("unreachable")
 
 
+def _measure_error(source: LLMSource, batch: int, seq: int, exc: Exception) -> UserError:
+    """The one line for a failed measurement, blaming what failed: the model when its own
+    forward (plain meta tensors: no hooks, no fake tensors) refuses the token ids too, else the
+    measurement."""
+    model = source.build(with_layers(source.config, 1))
+    try:
+        with torch.no_grad():
+            model(torch.zeros(batch, seq, dtype=torch.long, device="meta"))
+    except Exception as own:  # the model's own failure, whatever it raises
+        return UserError(f"{source.name} rejected a {batch} x {seq} batch of token ids: "
+                         f"{first_line(own, with_type=True)[:300]}")
+    return UserError(f"{source.name}: measuring the activations on fake tensors failed "
+                     f"({first_line(exc, with_type=True)[:300]}), although the model runs a "
+                     f"{batch} x {seq} batch of token ids: a limitation of layerscope's "
+                     "measurement for this architecture; please report it")
+
+
 def _probe_seq(seq: int, source: LLMSource) -> int:
     """``seq``, or the next length no dimension of the model has: the seq x seq tensors are told
     apart by their last two dimensions, which a (batch, seq, hidden) tensor shares when hidden
     equals seq (Llama-3-70B at 8192). Their bytes grow as seq^2, so a probe length scales back
-    exactly."""
+    exactly. A learned position table caps the probe (BERT at its 512 positions probes 511)."""
     c = source.config
     dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
             c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
-    while seq in dims:
-        seq += 1
+    top = c.max_position if c.position == "learned" else values.INT64_MAX
+    for step in range(len(dims) + 1):  # among seq +- 0..len(dims), one is free of dims
+        for probe in (seq + step, seq - step):
+            if 1 <= probe <= top and probe not in dims:
+                return probe
     return seq
 
 

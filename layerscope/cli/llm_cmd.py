@@ -24,6 +24,9 @@ def register(sub) -> None:
     p.add_argument("--gpu", default=None, metavar="NAME|FILE.json",
                    help="h100-sxm, h100-pcie, h200, a100-40gb, a100-80gb, l4, rtx-4090 or a "
                         "JSON file (name, bf16_flops, bandwidth_bytes_per_s, memory_bytes)")
+    p.add_argument("--tp", type=arg(positive_int), default=1,
+                   help="GPUs the weights and KV cache are split across for the --gpu bound "
+                        "(tensor parallel; default 1)")
     p.add_argument("--attention", choices=list(ATTENTION), default="causal",
                    help="count causal attention's lower triangle (default) or the full matrix")
     add_output(p)
@@ -38,6 +41,6 @@ def run(args) -> int:
     gpu = gpu_spec(args.gpu) if args.gpu is not None else None  # a bad --gpu fails first
     report = llm(args.model, seq_len=args.seq_len, context=args.context,
                  batch_size=args.batch_size, dtype=args.dtype, kv_dtype=args.kv_dtype, gpu=gpu,
-                 attention=args.attention)
+                 attention=args.attention, tp=args.tp)
     emit(report, args)
     return 0

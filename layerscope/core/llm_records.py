@@ -52,8 +52,9 @@ class KVCache(Record):
 
 @dataclass
 class LLMRoofline(Record):
-    """Upper bounds on tokens/s on one GPU: a phase takes at least max(FLOPs / peak FLOP/s,
-    bytes read / bandwidth); ``*_bound`` says which of the two it was."""
+    """Upper bounds on tokens/s on ``tp`` GPUs: a phase takes at least max(FLOPs / (tp x peak
+    FLOP/s), bytes read / (tp x bandwidth)); ``*_bound`` says which of the two it was.
+    ``decode_bytes_per_step``: all GPUs together."""
 
     gpu: str
     peak_flops: float
@@ -64,6 +65,13 @@ class LLMRoofline(Record):
     decode_tokens_per_s: float
     decode_bound: str
     decode_bytes_per_step: int = field(metadata=_COUNT)
+    tp: int = field(default=1, metadata={
+        **_COUNT, "description": "GPUs the weights and the KV cache are split across (tensor "
+                                 "parallel); the bounds are for all of them together"})
+    weights_bytes_per_gpu: int = field(default=0, metadata=_COUNT)
+    kv_bytes_per_gpu: int = field(default=0, metadata=_COUNT)
+    fits: bool = field(default=True, metadata={
+        "description": "weights + KV cache per GPU fit the GPU's memory"})
 
 
 @dataclass

@@ -36,10 +36,11 @@ class LLMConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     default_seq_len: int = 2048
+    head_size: int | None = None  # when not hidden / heads (Gemma-2, Mistral-NeMo, Qwen3)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
 
     @property
     def is_moe(self) -> bool:

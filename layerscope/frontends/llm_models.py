@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from layerscope.core import values
 from layerscope.core.errors import UserError
 from layerscope.core.infiles import check_input_file
+from layerscope.frontends import hf_config_keys
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 
 
@@ -286,17 +287,18 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
             tied_embeddings=bool(get("tie_word_embeddings", True)),
             norm_eps=real("layer_norm_epsilon", 1e-5),
             default_seq_len=min(2048, count("n_positions", 1024)))
+    hf_config_keys.check_sizes(config, where)
+    config = hf_config_keys.with_defaults(config)
+    hf_config_keys.refuse_unsupported(config, where)
+    get = config.get
     try:
         heads = count("num_attention_heads")
         hidden = count("hidden_size")
         head_dim = count("head_dim") if get("head_dim") is not None else None
-        if head_dim is not None and head_dim * heads != hidden:
-            raise UserError(f"{where}: head_dim {head_dim} x {heads} heads is not hidden_size "
-                            f"{hidden}: LLMConfig cannot describe this model")
-        if hidden % heads:
+        if head_dim is None and hidden % heads:
             raise UserError(f"{where}: hidden_size {hidden} is not a multiple of "
                             f"num_attention_heads {heads}")
-        kv_heads = count("num_key_value_heads") if get("num_key_value_heads") else heads
+        kv_heads = hf_config_keys.kv_heads(config, heads, where)
         if heads % kv_heads:
             raise UserError(f"{where}: num_attention_heads {heads} is not a multiple of "
                             f"num_key_value_heads {kv_heads} (each key/value head serves a "
@@ -316,7 +318,9 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
         return LLMConfig(
             name, vocab_size=count("vocab_size"), hidden_size=hidden,
             num_layers=count("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
-            intermediate_size=count("intermediate_size"), max_position=max_position,
+            intermediate_size=hf_config_keys.mlp_width(config, hidden, where),
+            max_position=max_position,
+            head_size=None if head_dim is None or head_dim * heads == hidden else head_dim,
             # Qwen2 has q/k/v biases without saying so; Llama-style configs say attention_bias
             qkv_bias=bool(bias) if bias is not None else get("model_type") == "qwen2",
             proj_bias=bool(get("mlp_bias")) and bool(bias),
@@ -385,14 +389,13 @@ def from_hf(spec: str, shown: str | None = None) -> tuple[nn.Module, LLMConfig |
     the spec the user gave, for messages (``spec`` may be a scratch copy of it)."""
     name, data = hf_config_dict(spec)
     spec = shown or spec
+    hf_config_keys.check_sizes(data, spec)
     transformers = _transformers()
     try:
         config = transformers.AutoConfig.for_model(**data)
     except Exception as exc:
         raise UserError(f"{spec}: transformers cannot read this config ({exc})") from None
-    # sdpa: the attention kernels layerscope costs by their is_causal flag (eager would
-    # materialise a mask and count the whole score matrix)
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attention_implementation(transformers, config)
     if hasattr(config, "_experts_implementation"):
         # mixture of experts: "batched_mm" gathers each (token, chosen expert) pair's weights and
         # multiplies them in one bmm, so the MACs are those of the k active experts and nothing
@@ -410,6 +413,19 @@ def from_hf(spec: str, shown: str | None = None) -> tuple[nn.Module, LLMConfig |
     except UserError:
         llm = None
     return model, llm, name
+
+
+def attention_implementation(transformers: Any, config: Any) -> str:
+    """``sdpa`` where the model's class can express its attention with it: the kernels
+    layerscope costs by their is_causal flag (eager materialises a mask and counts the whole
+    score matrix). ``eager`` where it cannot (Gemma-2's attention soft-capping, Bloom's ALiBi,
+    models without attention): what transformers itself runs for them."""
+    mapping = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING
+    try:
+        cls = mapping[type(config)]
+    except KeyError:  # not a causal LM: from_config says so in its own words
+        return "sdpa"
+    return "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
 
 
 def llm_config(model: str) -> LLMConfig:

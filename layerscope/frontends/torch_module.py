@@ -68,18 +68,22 @@ def with_seq_len(inputs: list[Any], kwargs: dict[str, Any], seq_len: int, name: 
         raise UserError(f"{name}: seq_len {seq_len} is longer than the model's "
                         f"{max_position} learned positions", arguments="seq_len")
 
+    def sequence(x: Any) -> bool:
+        return isinstance(x, InputSpec) and len(x.shape) == 2
+
     def one(x: Any) -> Any:
-        if isinstance(x, InputSpec) and len(x.shape) == 2:
+        if sequence(x):
             return InputSpec(values.check_shape((x.shape[0], seq_len), "seq_len",
                                                 itemsize=x.dtype.itemsize), x.dtype)
         return x
 
-    args, named = [one(x) for x in inputs], {k: one(x) for k, x in kwargs.items()}
-    if args == inputs and named == kwargs:
+    # whether the model takes a B x S input at all, not whether the length changed: the
+    # model's own default length is a valid --seq-len
+    if not any(sequence(x) for x in [*inputs, *kwargs.values()]):
         raise UserError(f"{name}: seq_len sets the S of token-id tensors shaped B x S, and "
                         "this model takes none; give inputs instead",
                         arguments=("seq_len", "inputs"))
-    return args, named
+    return [one(x) for x in inputs], {k: one(x) for k, x in kwargs.items()}
 
 
 def _from_factory(result: Any, spec: str) -> tuple[nn.Module, list[Any], dict[str, Any]]:

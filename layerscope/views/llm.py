@@ -62,8 +62,9 @@ def llm_facts(r) -> list[tuple[str, str]]:
                          f"{r.kv_cache.context:,} tokens")]
     roof = r.roofline
     if roof is not None:
+        tp = f" × {roof.tp} (tensor parallel)" if roof.tp > 1 else ""
         out += [("GPU", f"{roof.gpu}: {si(roof.peak_flops)}FLOP/s peak, "
-                        f"{gb(roof.bandwidth_bytes_per_s)}/s, {gb(roof.memory_bytes)}"),
+                        f"{gb(roof.bandwidth_bytes_per_s)}/s, {gb(roof.memory_bytes)}{tp}"),
                 ("Prefill bound", f"≤ {_rate(roof.prefill_tokens_per_s)} "
                                   f"({roof.prefill_bound}-bound)"),
                 ("Decode bound", f"≤ {_rate(roof.decode_tokens_per_s)} ({roof.decode_bound}-"

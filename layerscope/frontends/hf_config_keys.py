@@ -1,0 +1,80 @@
+"""How the Hugging Face causal-LM configs name the same sizes, and which ones ``llm`` refuses.
+
+Families spell one size differently: the MLP width is ``intermediate_size`` (Llama),
+``ffn_hidden_size`` (Falcon), ``ffn_dim`` (OPT) or ``n_inner`` (GPT-2); the key/value heads are
+``num_key_value_heads`` (Llama), ``num_kv_heads`` (Falcon's new decoder) or one head under
+``multi_query`` (Falcon-7B, GPTBigCode); Bloom says ``n_head``/``n_layer`` through its config
+class's ``attribute_map``. A key the file leaves out takes the value transformers' config class
+gives it, so a short config means what transformers builds from it. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from layerscope.core import values
+from layerscope.core.errors import UserError
+
+# sizes every reader of a config divides by or builds from: a present key must be >= 1
+SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "num_kv_heads", "intermediate_size", "head_dim", "n_head",
+             "n_layer", "n_embd")
+
+
+def check_sizes(data: dict[str, Any], where: str) -> None:
+    """Refuse a size that is present but not a whole number >= 1 (``num_key_value_heads: 0``
+    would be a division by zero inside transformers), naming the key."""
+    for key in SIZE_KEYS:
+        if data.get(key) is not None:
+            values.positive_int(data[key], f"{where}: {key}")
+
+
+def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` plus what transformers' config class sets for the keys it leaves out, and the
+    standard names (``num_attention_heads``, ...) of the keys a class renames. Without
+    transformers, or for a model type it does not know, ``data`` as it is."""
+    try:
+        import transformers
+
+        config = transformers.AutoConfig.for_model(**data)
+    except Exception:  # no transformers, an unknown model_type, values it refuses: the file
+        return dict(data)
+    merged = {**config.to_dict(), **data}
+    for standard, own in getattr(config, "attribute_map", {}).items():
+        if merged.get(standard) is None and merged.get(own) is not None:
+            merged[standard] = merged[own]
+    return merged
+
+
+def kv_heads(config: dict[str, Any], heads: int, where: str) -> int:
+    """Key/value heads: ``num_key_value_heads``; Falcon's ``num_kv_heads`` under its new decoder
+    architecture; one under ``multi_query``; else one per query head."""
+    if config.get("num_key_value_heads") is not None:
+        return values.positive_int(config["num_key_value_heads"], f"{where}: num_key_value_heads")
+    if config.get("new_decoder_architecture") and config.get("num_kv_heads") is not None:
+        return values.positive_int(config["num_kv_heads"], f"{where}: num_kv_heads")
+    if config.get("multi_query"):
+        return 1
+    return heads
+
+
+def mlp_width(config: dict[str, Any], hidden: int, where: str) -> int:
+    """The MLP's inner width under whichever name the family uses; 4 x hidden when none."""
+    for key in ("intermediate_size", "ffn_hidden_size", "ffn_dim", "n_inner"):
+        if config.get(key) is not None:
+            return values.positive_int(config[key], f"{where}: {key}")
+    return 4 * hidden
+
+
+def refuse_unsupported(config: dict[str, Any], where: str) -> None:
+    """The true reason ``llm`` cannot describe a config, in one line naming the key."""
+    kind = config.get("model_type") or "this"
+    if config.get("num_attention_heads") is None and (
+            "mamba" in str(kind) or config.get("state_size") is not None):
+        raise UserError(f"{where}: {kind} is a state-space model (state_size, no "
+                        "num_attention_heads): it has no attention and no KV cache for layerscope "
+                        "llm to count; `layerscope analyze` counts its parameters and MACs")
+    if kind == "bloom" or config.get("alibi"):
+        raise UserError(f"{where}: {kind} adds ALiBi biases to the attention scores instead of "
+                        "position embeddings (model_type bloom or alibi: true), which layerscope "
+                        "llm does not describe; `layerscope analyze` counts its parameters and "
+                        "MACs")
