@@ -12,10 +12,12 @@ checks it against the analysis of the full model), and it makes ``llm llama-3.1-
 blocks) cost a few traces of one and two blocks (prefill at S, decode at L and L + 1) instead of
 traces of 126 blocks: about a second on two cores.
 
-Decode: the cost of generating token L+1 with L tokens cached is prefill(L+1) - prefill(L) under
-causal counting: causal attention gives query i exactly i keys, so the difference is the last
-token's projections, MLP, norms and head, plus one query against L+1 keys (the cached ones and
-its own) — exactly what a decode step with a KV cache executes.
+Attention: each layer's score and value products are counted from the layer's attention as the
+model's configuration defines it (causal, a sliding window, multi-head latent attention;
+frontends/llm_attention.py), not from the kernel flags of a weightless trace: prefill of s
+tokens counts, per head, the keys each query attends (s(s+1)/2 causal; a window W sums min(i+1,
+W)); decode at context L counts one query against min(L + 1, W) keys, plus one token's
+projections, MLP, norms and head (analysis/llm_structure.py).
 """
 from __future__ import annotations
 
@@ -32,18 +34,22 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import llm_structure
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
     ATTENTION,
     DTYPE_BYTES,
+    AttentionLayers,
     DecodeCost,
     KVCache,
     LLMReport,
     LLMRoofline,
     PrefillCost,
 )
+from layerscope.frontends import llm_attention
+from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
 
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
@@ -182,6 +188,14 @@ class LLMSource:
     name: str
     config: LLMConfig
     build: Callable[[LLMConfig], nn.Module]
+    # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
+    # plain causal attention with the config's heads on every layer
+    attention: tuple[LayerAttention, ...] = ()
+
+    def layer_attention(self) -> tuple[LayerAttention, ...]:
+        c = self.config
+        return self.attention or llm_attention.uniform(c.num_layers, c.num_heads,
+                                                       c.num_kv_heads, c.head_dim)
 
 
 def resolve_llm(model: str | LLMSource) -> LLMSource:
@@ -222,12 +236,21 @@ def _hf_source(spec: str) -> LLMSource:
     def build(c: LLMConfig) -> nn.Module:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
-                json.dump({**data, key: c.num_layers}, f)  # a scratch file, not an output
+                json.dump(_with_layers(data, key, c.num_layers), f)  # a scratch file
             model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
                                              shown=spec)
         return model
 
-    return LLMSource(name, config, build)
+    return LLMSource(name, config, build, llm_attention.from_hf(data, spec))
+
+
+def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
+    """The config with ``layers`` blocks: the first ones (per-layer lists such as
+    ``layer_types`` cut to match, as transformers checks their length)."""
+    out = {**data, key: layers}
+    if isinstance(data.get("layer_types"), list):
+        out["layer_types"] = data["layer_types"][:layers]
+    return out
 
 
 def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
@@ -292,6 +315,69 @@ def counts(source: LLMSource, batch: int, seq: int, attention: str) -> Counts:
                     for f in ("params", "params_active", "macs", "flops")))
 
 
+def structured_counts(source: LLMSource, layers: tuple[LayerAttention, ...], batch: int,
+                      seq: int, context: int, attention: str
+                      ) -> tuple[Counts, int, int] | None:
+    """(prefill counts, decode MACs, decode FLOPs per token) with each layer's attention counted
+    from its description, the rest from traces of one and two blocks (analysis/llm_structure.py,
+    extrapolated to every layer), or None when the traced attention is not the one the
+    descriptions say."""
+    n = source.config.num_layers
+    sizes = (1, 2) if n > 1 else (1,)
+    pre, per_token = [], []
+    for k in sizes:
+        model = source.build(with_layers(source.config, k))
+        traced = {(b, s): llm_structure.trace(model, b, s)
+                  for b, s in {(batch, seq), *((b, s) for b in {batch, 1} for s in (1, 2, 3))}}
+        fits = {b: llm_structure.quadratic([traced[b, s] for s in (1, 2, 3)])
+                for b in {batch, 1}}
+        if not all(llm_structure.matches(layers[:k], fits[b], b) for b in fits):
+            return None
+        t, fit = traced[batch, seq], fits[batch]
+        pre.append(Counts(t.params, t.params_active, t.macs - fit.macs[2] * seq * seq,
+                          t.flops - fit.flops[2] * seq * seq))
+        per_token.append((fits[1].macs[1], fits[1].flops[1]))
+
+    def whole(values: list[int]) -> int:
+        return values[0] if n == 1 else extrapolate(values[0], values[1], n)
+
+    a_macs, a_flops = llm_structure.prefill_attention(layers, batch, seq, attention)
+    prefill = Counts(whole([c.params for c in pre]), whole([c.params_active for c in pre]),
+                     whole([c.macs for c in pre]) + a_macs, whole([c.flops for c in pre]) + a_flops)
+    d_macs, d_flops = llm_structure.decode_attention(layers, context)
+    return (prefill, whole([m for m, _ in per_token]) + d_macs,
+            whole([f for _, f in per_token]) + d_flops)
+
+
+def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attention: str
+                  ) -> tuple[Counts, int, int]:
+    """(prefill counts, decode MACs, decode FLOPs per token) as the traces count them: decode
+    is prefill(L + 1) - prefill(L) at batch 1."""
+    prefill = counts(source, batch, seq, attention)
+    at = prefill if (batch, seq) == (1, context) else counts(source, 1, context, attention)
+    after = counts(source, 1, context + 1, attention)
+    return prefill, after.macs - at.macs, after.flops - at.flops
+
+
+def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
+                      context: int, attention: str) -> list[AttentionLayers]:
+    """One record per distinct layer description: how many layers, how their scores were
+    counted, their KV cache per token and for the batch at ``context``."""
+    out = []
+    for g in llm_structure.groups(layers):
+        a = g.attention
+        counted = "full" if attention == "full" or a.kind == llm_attention.UNKNOWN else (
+            "causal" if a.window is None else f"causal, window {a.window}")
+        out.append(AttentionLayers(
+            kind=a.kind, layers=g.layers, heads=a.heads, kv_heads=a.kv_heads,
+            qk_head_dim=a.qk_head_dim, v_head_dim=a.v_head_dim, window=a.window,
+            counted=counted,
+            kv_bytes_per_token=nbytes(g.layers * a.cache_elements, kv_dtype),
+            kv_bytes_total=nbytes(batch * g.layers * a.cache_elements
+                                  * a.cached_tokens(context), kv_dtype)))
+    return out
+
+
 # ---------------------------------------------------------------- arithmetic on the config
 def decode_weight_params(config: LLMConfig, total: int, active: int, tokens: int) -> int:
     """Parameters read from memory for one decode step of ``tokens`` sequences: dense models read
@@ -313,15 +399,18 @@ def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
 
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
-                   kv_per_token: int, batch: int, context: int
-                   ) -> tuple[LLMRoofline, list[str]]:
+                   kv_per_token: int, batch: int, context: int,
+                   kv_step_bytes: int | None = None) -> tuple[LLMRoofline, list[str]]:
     """Tokens/s upper bounds. A phase takes at least max(FLOPs / peak, bytes / bandwidth):
     prefill reads the weights once and writes the KV cache of its tokens; a decode step reads
-    the weights (the experts in use) and the batch's KV cache, and computes ``batch`` tokens."""
+    the weights (the experts in use) and the batch's KV cache (``kv_step_bytes``; default
+    batch x context x kv_per_token), and computes ``batch`` tokens."""
     peak, note = peak_flops(gpu, dtype)
     p_compute = prefill_flops / peak
     p_memory = (weight_read_bytes + prefill_tokens * kv_per_token) / gpu.bandwidth
-    step_bytes = decode_weight_bytes + batch * context * kv_per_token
+    if kv_step_bytes is None:
+        kv_step_bytes = batch * context * kv_per_token
+    step_bytes = decode_weight_bytes + kv_step_bytes
     d_compute = batch * decode_flops_per_token / peak
     d_memory = step_bytes / gpu.bandwidth
     roof = LLMRoofline(
@@ -376,19 +465,28 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")
-    memo: dict[tuple[int, int, str], Counts] = {}
-
-    def count(batch: int, seq: int, how: str) -> Counts:  # prefill at batch 1, S = L: reused
-        if (batch, seq, how) not in memo:
-            memo[batch, seq, how] = counts(source, batch, seq, how)
-        return memo[batch, seq, how]
-
-    prefill = count(batch_size, seq_len, attention)
-    # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
-    at = count(1, context, "causal")
-    after = count(1, context + 1, "causal")
+    layers = source.layer_attention()
+    shaped = structured_counts(source, layers, batch_size, seq_len, context, attention)
+    if shaped is None:  # the kernels are not those the config describes: as traced
+        prefill, decode_macs, decode_flops = traced_counts(source, batch_size, seq_len, context,
+                                                           attention)
+        attention_count = "as traced"
+        notes.append("attention counted as the trace met it: the model's attention kernels are "
+                     "not those its configuration describes (attention written out as matmuls, "
+                     "or other heads or widths), so masked kernels count the whole score matrix "
+                     "and decode is prefill(L + 1) - prefill(L)")
+    else:
+        prefill, decode_macs, decode_flops = shaped
+        attention_count = attention
+        unknown = sum(a.kind == llm_attention.UNKNOWN for a in layers)
+        if unknown:
+            attention_count = "full" if unknown == len(layers) else f"{attention}, some full"
+            notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
+                         "does not know (its mask's structure): their scores are counted as the "
+                         "whole matrix")
     total, active = prefill.params, prefill.params_active
-    kv_token = kv_bytes_per_token(config, kv_dtype)
+    kv_token = nbytes(llm_structure.kv_elements(layers), kv_dtype)
+    kv_total = nbytes(batch_size * llm_structure.kv_elements(layers, context), kv_dtype)
     if config.is_moe:
         notes.append(f"mixture of experts: {config.experts_per_token} of {config.num_experts} "
                      "experts per token; active parameters and MACs count the expected routing "
@@ -397,10 +495,10 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     roof = None
     if gpu_obj is not None:
         roof, more = roofline_bound(
-            gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
+            gpu_obj, dtype, prefill.flops, batch_size * seq_len, decode_flops,
             nbytes(total, dtype),
             nbytes(decode_weight_params(config, total, active, batch_size), dtype),
-            kv_token, batch_size, context)
+            kv_token, batch_size, context, kv_step_bytes=kv_total)
         notes += more
     return LLMReport(
         model=source.name,
@@ -409,11 +507,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         weight_bytes={d: nbytes(total, d) for d in WEIGHT_DTYPES},
         prefill=PrefillCost(macs=prefill.macs, flops=prefill.flops,
                             tokens=batch_size * seq_len),
-        decode=DecodeCost(macs_per_token=after.macs - at.macs,
-                          flops_per_token=after.flops - at.flops, context=context),
-        kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_token * batch_size * context,
+        decode=DecodeCost(macs_per_token=decode_macs, flops_per_token=decode_flops,
+                          context=context),
+        kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_total,
                          dtype=kv_dtype, batch_size=batch_size, context=context),
-        attention_count=attention,
+        attention_count=attention_count,
+        attention_layers=attention_records(layers, kv_dtype, batch_size, context, attention),
         roofline=roof,
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,

@@ -1,0 +1,138 @@
+"""``llm``'s counts with attention as the model defines it (frontends/llm_attention.py).
+
+A weightless trace cannot count attention as the model computes it: a mask tensor has no values
+(the kernel or the matmuls of the math path count the whole matrix), and a trace of a prefill is
+not a decode step with a KV cache. So the attention scores are counted here from each layer's
+description, and the trace counts the rest:
+
+- prefill of s tokens: per head, sum over i < s of the keys query i attends: s(s+1)/2 causal,
+  W(W+1)/2 + (s - W) W with a sliding window W < s (``--attention full``: s^2, what the math
+  fallback executes);
+- decode with L tokens cached: one query against min(L + 1, W) keys (the cached ones inside the
+  window and its own), per layer;
+- MACs per score: the q.k dot product and the value sum, ``qk_head_dim + v_head_dim``; FLOPs: 2 x
+  MACs plus a scale and the softmax per score (ops/rules.py ``ATTN_PER_SCORE``), as the kernel
+  handlers count them.
+
+The rest: a model traced with every attention score counted (``attention="full"``) costs
+c + a s + q s^2 for s tokens (every other op works per token; only the score matrices grow as
+s^2), whichever path computes the attention (a fused kernel, the math fallback's matmuls, a model
+that writes them out). Traces at s = 1, 2, 3 give c, a and q exactly; q's MACs must equal the
+description's heads x (qk_head_dim + v_head_dim) summed over the traced layers, or the
+description does not say what the model computes (then ``llm`` counts as traced, and says so).
+What is left at the prompt's length, count(s) - q s^2, is the non-attention cost, and ``a`` is
+one more token's: the decode step's projections, MLP, norms and head.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from layerscope.frontends.llm_attention import UNKNOWN, LayerAttention
+from layerscope.ops.rules import ATTN_PER_SCORE
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One trace's totals (attention scores all counted)."""
+
+    params: int
+    params_active: int
+    macs: int
+    flops: int
+
+
+def trace(module: nn.Module, batch: int, seq: int) -> Traced:
+    """Analyse ``module`` on ``batch`` x ``seq`` token ids, every attention score counted."""
+    from layerscope.analysis.analyze import analyze
+
+    ids = torch.empty(batch, seq, dtype=torch.long, device="meta")
+    t = analyze(module, [ids], attention="full").totals
+    active = t.params if t.params_active is None else t.params_active
+    return Traced(t.params, active, t.macs, t.flops)
+
+
+@dataclass(frozen=True)
+class Quadratic:
+    """count(s) = c + a s + q s^2, for MACs and FLOPs, from the traces at s = 1, 2, 3."""
+
+    macs: tuple[int, int, int]
+    flops: tuple[int, int, int]
+
+
+def quadratic(at: Sequence[Traced]) -> Quadratic:
+    def solve(m1: int, m2: int, m3: int) -> tuple[int, int, int]:
+        q2 = m3 - 2 * m2 + m1  # the second difference: 2q (odd: not a quadratic, q = -1)
+        q = q2 // 2 if q2 % 2 == 0 else -1
+        a = m2 - m1 - 3 * q
+        return m1 - a - q, a, q
+
+    return Quadratic(solve(*(t.macs for t in at)), solve(*(t.flops for t in at)))
+
+
+def scores_cost(layer: LayerAttention, batch: int, scores: int) -> tuple[int, int]:
+    """(MACs, FLOPs) of ``scores`` visible scores per head, for ``batch`` sequences."""
+    n = batch * layer.heads * scores
+    macs = n * (layer.qk_head_dim + layer.v_head_dim)
+    return macs, 2 * macs + ATTN_PER_SCORE * n
+
+
+def score_macs_per_token_pair(layers: Sequence[LayerAttention], batch: int) -> int:
+    """The s^2 coefficient of the MACs of these layers counted whole: batch x heads x (qk + v)."""
+    return sum(scores_cost(a, batch, 1)[0] for a in layers)
+
+
+def prefill_attention(layers: Sequence[LayerAttention], batch: int, seq: int,
+                      mode: str) -> tuple[int, int]:
+    """(MACs, FLOPs) of every layer's scores and values for a prefill of ``seq`` tokens:
+    ``mode`` "causal" counts what each layer's kernel computes (its window), "full" the whole
+    matrix; a layer of unknown structure always counts the whole matrix."""
+    macs = flops = 0
+    for a in layers:
+        whole = mode == "full" or a.kind == UNKNOWN
+        m, f = scores_cost(a, batch, seq * seq if whole else a.prefill_scores(seq))
+        macs, flops = macs + m, flops + f
+    return macs, flops
+
+
+def decode_attention(layers: Sequence[LayerAttention], context: int) -> tuple[int, int]:
+    """(MACs, FLOPs) of one new token's query against the keys each layer holds with
+    ``context`` tokens cached: min(context + 1, W)."""
+    macs = flops = 0
+    for a in layers:
+        m, f = scores_cost(a, 1, a.keys(context))
+        macs, flops = macs + m, flops + f
+    return macs, flops
+
+
+def kv_elements(layers: Sequence[LayerAttention], context: int | None = None) -> int:
+    """Values in the KV cache: per token (``context`` None: every layer's entry for one token)
+    or for one sequence of ``context`` tokens (a window layer keeps at most W)."""
+    if context is None:
+        return sum(a.cache_elements for a in layers)
+    return sum(a.cache_elements * a.cached_tokens(context) for a in layers)
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers that share one attention description, for the report."""
+
+    attention: LayerAttention
+    layers: int
+
+
+def groups(layers: Sequence[LayerAttention]) -> list[LayerGroup]:
+    """The distinct layer descriptions in first-seen order, each with its number of layers."""
+    seen: dict[LayerAttention, int] = {}
+    for a in layers:
+        seen[a] = seen.get(a, 0) + 1
+    return [LayerGroup(a, n) for a, n in seen.items()]
+
+
+def matches(layers: Sequence[LayerAttention], fit: Quadratic, batch: int) -> bool:
+    """Whether the traced model's s^2 MACs are those its layers' descriptions say (see the
+    module's docstring)."""
+    return fit.macs[2] == score_macs_per_token_pair(layers, batch)
