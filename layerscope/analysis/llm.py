@@ -4,13 +4,17 @@ Parameters, MACs and FLOPs come from the static analysis (``analyze``) of the mo
 meta device; the KV cache, weight bytes and roofline bound are arithmetic on its configuration
 (frontends/llm_configs.py). Nothing is printed here; views/llm.py shows the result.
 
-Repeated blocks: every decoder block of these models is the same module with the same shapes, so
-any count is affine in the number of layers, ``count(L) = count(1) + (L - 1) x (count(2) -
-count(1))``. We analyse the model built with one and with two layers (embeddings, final norm and
-head included in both) and extrapolate; this is exact for the parameters, MACs and FLOPs (a test
-checks it against the analysis of the full model), and it makes ``llm llama-3.1-405b`` (126
-blocks) cost a few traces of one and two blocks (prefill at S, decode at L and L + 1) instead of
-traces of 126 blocks: about a second on two cores.
+Layers grouped by structure: any count is the sum of what lies outside the blocks and each
+block's own, and blocks of the same structure (the same modules and shapes in the model built on
+the meta device, and the same attention) cost the same. So the model of its first n layers costs
+outside + blocks 0..n-1, a block's own cost is the difference of two such models, and the whole
+model is the model of its first layer plus, for each group of identical layers after it, its
+size times one member's block (analysis/llm_structure.py ``prefix_terms``). Dense layers before
+the mixture-of-experts ones (``first_k_dense_replace``, ``mlp_only_layers``,
+``decoder_sparse_step``, ``interleave_moe_layer_step``) and local/global attention patterns are
+groups of their own; a model whose blocks are all alike needs the models of one and two blocks,
+and ``llm llama-3.1-405b`` (126 blocks) costs traces of those instead of 126 blocks. Tests check
+the parameters and MACs against the analysis of full models.
 
 Attention: each layer's score and value products are counted from the layer's attention as the
 model's configuration defines it (causal, a sliding window, multi-head latent attention;
@@ -273,11 +277,6 @@ def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
     return dataclasses.replace(config, num_layers=layers)
 
 
-def extrapolate(one: int, two: int, layers: int) -> int:
-    """count(L) from count(1) and count(2): the blocks are identical, so count is affine in L."""
-    return one + (layers - 1) * (two - one)
-
-
 @dataclass(frozen=True)
 class Counts:
     params: int
@@ -295,67 +294,96 @@ def _count(module: nn.Module, batch: int, seq: int, attention: str) -> Counts:
     return Counts(t.params, active, t.macs, t.flops)
 
 
+def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
+    """How the whole model's counts follow from models of its first n layers
+    (``llm_structure.prefix_terms``): its layers grouped by structure (the blocks' modules and
+    shapes in the model built on the meta device, and each layer's attention), and a note when
+    the blocks could not be found (then they are taken as alike)."""
+    n = source.config.num_layers
+    keys = llm_structure.layer_keys(source.build(source.config), source.layer_attention())
+    notes = []
+    if keys is None:
+        keys = [0] * n
+        notes.append(f"the model's {n} decoder blocks were not found (no list of {n} modules): "
+                     "they are counted as alike, from its first one and two blocks")
+    return llm_structure.prefix_terms(keys), notes
+
+
+def _combined(source: LLMSource, terms: dict[int, int],
+              measure: Callable[[nn.Module, int], tuple[int, ...] | None]
+              ) -> tuple[int, ...] | None:
+    """sum of c_n x measure(model of the first n layers, n); None when a measure is None."""
+    total: list[int] | None = None
+    for n, c in terms.items():
+        got = measure(source.build(with_layers(source.config, n)), n)
+        if got is None:
+            return None
+        total = [c * g for g in got] if total is None else [t + c * g
+                                                            for t, g in zip(total, got)]
+    assert total is not None  # terms always has the first layer's model
+    return tuple(total)
+
+
 def param_count(source: LLMSource) -> int:
-    """Parameters of the whole model (shared tensors once), from the models with one and two
-    blocks (plan needs no MACs: no trace)."""
-    one, two = (sum(p.numel() for p in source.build(with_layers(source.config, n)).parameters())
-                for n in (1, 2))
-    return extrapolate(one, two, source.config.num_layers)
+    """Parameters of the whole model (shared tensors once), from models of its first layers,
+    one per group of identical layers (plan needs no MACs: no trace)."""
+    terms, _ = layer_terms(source)
+    got = _combined(source, terms, lambda m, n: (sum(p.numel() for p in m.parameters()),))
+    assert got is not None
+    return got[0]
 
 
-def counts(source: LLMSource, batch: int, seq: int, attention: str) -> Counts:
+def counts(source: LLMSource, batch: int, seq: int, attention: str,
+           terms: dict[int, int] | None = None) -> Counts:
     """Parameters (all, active per token), MACs, FLOPs of the whole model for a (batch, seq)
-    forward, from the models with one and two blocks (see the module's docstring)."""
-    layers = source.config.num_layers
-    one = _count(source.build(with_layers(source.config, 1)), batch, seq, attention)
-    if layers == 1:
-        return one
-    two = _count(source.build(with_layers(source.config, 2)), batch, seq, attention)
-    return Counts(*(extrapolate(getattr(one, f), getattr(two, f), layers)
-                    for f in ("params", "params_active", "macs", "flops")))
+    forward, from models of its first layers, one per group of identical layers."""
+    terms = layer_terms(source)[0] if terms is None else terms
+
+    def measure(model: nn.Module, n: int) -> tuple[int, ...]:
+        c = _count(model, batch, seq, attention)
+        return c.params, c.params_active, c.macs, c.flops
+
+    got = _combined(source, terms, measure)
+    assert got is not None
+    return Counts(*got)
 
 
 def structured_counts(source: LLMSource, layers: tuple[LayerAttention, ...], batch: int,
-                      seq: int, context: int, attention: str
+                      seq: int, context: int, attention: str, terms: dict[int, int]
                       ) -> tuple[Counts, int, int] | None:
     """(prefill counts, decode MACs, decode FLOPs per token) with each layer's attention counted
-    from its description, the rest from traces of one and two blocks (analysis/llm_structure.py,
-    extrapolated to every layer), or None when the traced attention is not the one the
-    descriptions say."""
-    n = source.config.num_layers
-    sizes = (1, 2) if n > 1 else (1,)
-    pre, per_token = [], []
-    for k in sizes:
-        model = source.build(with_layers(source.config, k))
+    from its description, the rest from traces of models of the model's first layers, one per
+    group of identical layers (analysis/llm_structure.py), or None when the traced attention is
+    not the one the descriptions say."""
+    def measure(model: nn.Module, n: int) -> tuple[int, ...] | None:
         traced = {(b, s): llm_structure.trace(model, b, s)
                   for b, s in {(batch, seq), *((b, s) for b in {batch, 1} for s in (1, 2, 3))}}
         fits = {b: llm_structure.quadratic([traced[b, s] for s in (1, 2, 3)])
                 for b in {batch, 1}}
-        if not all(llm_structure.matches(layers[:k], fits[b], b) for b in fits):
+        if not all(llm_structure.matches(layers[:n], fits[b], b) for b in fits):
             return None
         t, fit = traced[batch, seq], fits[batch]
-        pre.append(Counts(t.params, t.params_active, t.macs - fit.macs[2] * seq * seq,
-                          t.flops - fit.flops[2] * seq * seq))
-        per_token.append((fits[1].macs[1], fits[1].flops[1]))
+        return (t.params, t.params_active, t.macs - fit.macs[2] * seq * seq,
+                t.flops - fit.flops[2] * seq * seq, fits[1].macs[1], fits[1].flops[1])
 
-    def whole(values: list[int]) -> int:
-        return values[0] if n == 1 else extrapolate(values[0], values[1], n)
-
+    got = _combined(source, terms, measure)
+    if got is None:
+        return None
+    params, active, macs, flops, token_macs, token_flops = got
     a_macs, a_flops = llm_structure.prefill_attention(layers, batch, seq, attention)
-    prefill = Counts(whole([c.params for c in pre]), whole([c.params_active for c in pre]),
-                     whole([c.macs for c in pre]) + a_macs, whole([c.flops for c in pre]) + a_flops)
     d_macs, d_flops = llm_structure.decode_attention(layers, context)
-    return (prefill, whole([m for m, _ in per_token]) + d_macs,
-            whole([f for _, f in per_token]) + d_flops)
+    return (Counts(params, active, macs + a_macs, flops + a_flops), token_macs + d_macs,
+            token_flops + d_flops)
 
 
-def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attention: str
-                  ) -> tuple[Counts, int, int]:
+def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attention: str,
+                  terms: dict[int, int]) -> tuple[Counts, int, int]:
     """(prefill counts, decode MACs, decode FLOPs per token) as the traces count them: decode
     is prefill(L + 1) - prefill(L) at batch 1."""
-    prefill = counts(source, batch, seq, attention)
-    at = prefill if (batch, seq) == (1, context) else counts(source, 1, context, attention)
-    after = counts(source, 1, context + 1, attention)
+    prefill = counts(source, batch, seq, attention, terms)
+    at = prefill if (batch, seq) == (1, context) else counts(source, 1, context, attention,
+                                                             terms)
+    after = counts(source, 1, context + 1, attention, terms)
     return prefill, after.macs - at.macs, after.flops - at.flops
 
 
@@ -466,10 +494,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")
     layers = source.layer_attention()
-    shaped = structured_counts(source, layers, batch_size, seq_len, context, attention)
+    terms, more_notes = layer_terms(source)
+    notes += more_notes
+    shaped = structured_counts(source, layers, batch_size, seq_len, context, attention, terms)
     if shaped is None:  # the kernels are not those the config describes: as traced
         prefill, decode_macs, decode_flops = traced_counts(source, batch_size, seq_len, context,
-                                                           attention)
+                                                           attention, terms)
         attention_count = "as traced"
         notes.append("attention counted as the trace met it: the model's attention kernels are "
                      "not those its configuration describes (attention written out as matmuls, "

@@ -136,3 +136,60 @@ def matches(layers: Sequence[LayerAttention], fit: Quadratic, batch: int) -> boo
     """Whether the traced model's s^2 MACs are those its layers' descriptions say (see the
     module's docstring)."""
     return fit.macs[2] == score_macs_per_token_pair(layers, batch)
+
+
+# ---------------------------------------------------------------- layers grouped by structure
+def decoder_blocks(model: nn.Module, layers: int) -> list[nn.Module] | None:
+    """The model's decoder blocks: its outermost ``ModuleList`` of ``layers`` modules."""
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m) == layers:
+            return list(m)
+    return None
+
+
+def block_signature(block: nn.Module) -> tuple[object, ...]:
+    """What makes two blocks cost the same: every submodule's name and class, and its own
+    parameters' and buffers' names and shapes (a dense MLP and a mixture of experts, experts of
+    another width, a layer with other projections all differ)."""
+    return tuple(
+        (name, type(m).__name__,
+         tuple((n, tuple(p.shape)) for n, p in m.named_parameters(recurse=False)),
+         tuple((n, tuple(b.shape)) for n, b in m.named_buffers(recurse=False)))
+        for name, m in block.named_modules())
+
+
+def layer_keys(model: nn.Module, attention: Sequence[LayerAttention]) -> list[object] | None:
+    """One hashable key per layer: its block's structure and its attention description;
+    None when the model's blocks cannot be found."""
+    blocks = decoder_blocks(model, len(attention))
+    if blocks is None:
+        return None
+    return [(block_signature(b), a) for b, a in zip(blocks, attention)]
+
+
+def prefix_terms(keys: Sequence[object]) -> dict[int, int]:
+    """Coefficients c_n with count(model) = sum of c_n x count(model of its first n layers).
+
+    count(first n layers) = outside + the blocks 0..n-1, so a block's own count is
+    count(first f + 1) - count(first f). The whole model is the first layer's model plus, for
+    every group of identical layers after the first, its number of such layers times the block
+    of its first member f >= 1. All layers alike: c_1 = 2 - L, c_2 = L - 1 (the extrapolation
+    from one and two blocks)."""
+    terms = {1: 1}
+    first: dict[object, int] = {}
+    members: dict[object, int] = {}
+    for i, key in enumerate(keys[1:], start=1):
+        first.setdefault(key, i)
+        members[key] = members.get(key, 0) + 1
+    for key, f in first.items():
+        terms[f + 1] = terms.get(f + 1, 0) + members[key]
+        terms[f] = terms.get(f, 0) - members[key]
+    return {n: c for n, c in sorted(terms.items()) if c}
+
+
+def describe_groups(keys: Sequence[object]) -> list[tuple[int, int]]:
+    """(first layer, layers) of each group of identical layers, in order of appearance."""
+    seen: dict[object, list[int]] = {}
+    for i, key in enumerate(keys):
+        seen.setdefault(key, []).append(i)
+    return [(v[0], len(v)) for v in seen.values()]
