@@ -271,3 +271,18 @@ def test_unknown_layer_types_are_counted_full_and_said(tmp_path):
     assert macs == 4 * 32 * (3 * 136 + 256)
     records = llm_mod.attention_records(layers, "bf16", 1, 16, "causal")
     assert [(g.kind, g.counted) for g in records] == [(CAUSAL, "causal"), (UNKNOWN, "full")]
+
+
+def test_cli_shows_each_kind_of_layer(tmp_path):
+    pytest.importorskip("transformers")
+    from helpers import run_cli
+
+    data = {**TINY, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "sliding_window": 4, "use_sliding_window": True, "max_window_layers": 2}
+    code, out, err = run_cli("llm", _write(tmp_path, data), "--seq-len", "16", "--context", "40",
+                             "--width", "300")
+    assert code == 0, err
+    # 2 layers x 128 bytes per token x 40 tokens; 1 layer x 128 x its 4-token window
+    assert ("2 layers causal (counted causal; KV 256 bytes per token, 10.24 kB); 1 layer "
+            "sliding window 4 (counted causal, window 4; KV 128 bytes per token, 512 bytes)"
+            ) in " ".join(out.split())
