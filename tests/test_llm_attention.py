@@ -286,3 +286,21 @@ def test_cli_shows_each_kind_of_layer(tmp_path):
     assert ("2 layers causal (counted causal; KV 256 bytes per token, 10.24 kB); 1 layer "
             "sliding window 4 (counted causal, window 4; KV 128 bytes per token, 512 bytes)"
             ) in " ".join(out.split())
+
+
+@pytest.mark.parametrize("data", [TINY, DSV2], ids=["mistral", "deepseek-v2-mla"])
+def test_full_counting_equals_flop_counter_mode_on_eager_attention(data, tmp_path):
+    # transformers' eager attention writes out every score (q @ k^T, probs @ v) on real
+    # weights; torch's FlopCounterMode counts 2 FLOPs per MAC of every matmul
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = transformers.AutoConfig.for_model(**data)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(2, 16, dtype=torch.long))
+    r = llm(_write(tmp_path, data), seq_len=16, batch_size=2, attention="full")
+    assert 2 * r.prefill.macs == counter.get_total_flops()
