@@ -362,9 +362,15 @@ def structured_counts(source: LLMSource, layers: tuple[LayerAttention, ...], bat
                 for b in {batch, 1}}
         if not all(llm_structure.matches(layers[:n], fits[b], b) for b in fits):
             return None
-        t, fit = traced[batch, seq], fits[batch]
-        return (t.params, t.params_active, t.macs - fit.macs[2] * seq * seq,
-                t.flops - fit.flops[2] * seq * seq, fits[1].macs[1], fits[1].flops[1])
+
+        def other(b: int, s: int) -> tuple[int, int]:  # less the whole score matrices
+            macs, flops = llm_structure.whole_matrix_cost(layers[:n], b)
+            t = traced[b, s]
+            return t.macs - macs * s * s, t.flops - flops * s * s
+
+        (m1, f1), (m2, f2) = other(1, 1), other(1, 2)
+        t = traced[batch, seq]
+        return (t.params, t.params_active, *other(batch, seq), m2 - m1, f2 - f1)
 
     got = _combined(source, terms, measure)
     if got is None:

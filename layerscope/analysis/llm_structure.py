@@ -15,13 +15,17 @@ description, and the trace counts the rest:
   handlers count them.
 
 The rest: a model traced with every attention score counted (``attention="full"``) costs
-c + a s + q s^2 for s tokens (every other op works per token; only the score matrices grow as
-s^2), whichever path computes the attention (a fused kernel, the math fallback's matmuls, a model
-that writes them out). Traces at s = 1, 2, 3 give c, a and q exactly; q's MACs must equal the
-description's heads x (qk_head_dim + v_head_dim) summed over the traced layers, or the
-description does not say what the model computes (then ``llm`` counts as traced, and says so).
-What is left at the prompt's length, count(s) - q s^2, is the non-attention cost, and ``a`` is
-one more token's: the decode step's projections, MLP, norms and head.
+c + a s + q s^2 MACs for s tokens (every other contraction works per token; only the score
+matrices grow as s^2), whichever path computes the attention (a fused kernel, the math
+fallback's matmuls, a model that writes them out). Traces at s = 1, 2, 3 give c, a and q
+exactly; q must equal the description's heads x (qk_head_dim + v_head_dim) summed over the
+traced layers, or the description does not say what the model computes (then ``llm`` counts as
+traced, and says so). What is left at the prompt's length once the whole score matrices are
+taken out (their MACs, and FLOPs as the kernel handlers count them: 2 x MACs + ATTN_PER_SCORE
+per score) is the non-attention cost; the difference of the 2- and 1-token traces, less the
+same, is one more token's: the decode step's projections, MLP, norms and head. FLOPs the model
+spends outside the kernels that also grow as s^2 (transformers building a mask; the math
+fallback's own softmax rule) stay in the prefill figure.
 """
 from __future__ import annotations
 
@@ -55,22 +59,14 @@ def trace(module: nn.Module, batch: int, seq: int) -> Traced:
     return Traced(t.params, active, t.macs, t.flops)
 
 
-@dataclass(frozen=True)
-class Quadratic:
-    """count(s) = c + a s + q s^2, for MACs and FLOPs, from the traces at s = 1, 2, 3."""
-
-    macs: tuple[int, int, int]
-    flops: tuple[int, int, int]
-
-
-def quadratic(at: Sequence[Traced]) -> Quadratic:
-    def solve(m1: int, m2: int, m3: int) -> tuple[int, int, int]:
-        q2 = m3 - 2 * m2 + m1  # the second difference: 2q (odd: not a quadratic, q = -1)
-        q = q2 // 2 if q2 % 2 == 0 else -1
-        a = m2 - m1 - 3 * q
-        return m1 - a - q, a, q
-
-    return Quadratic(solve(*(t.macs for t in at)), solve(*(t.flops for t in at)))
+def quadratic(at: Sequence[Traced]) -> tuple[int, int, int]:
+    """(c, a, q) with MACs(s) = c + a s + q s^2, from the traces at s = 1, 2, 3 (q = -1 when
+    the second difference is odd: not such a quadratic)."""
+    m1, m2, m3 = (t.macs for t in at)
+    q2 = m3 - 2 * m2 + m1  # the second difference: 2q
+    q = q2 // 2 if q2 % 2 == 0 else -1
+    a = m2 - m1 - 3 * q
+    return m1 - a - q, a, q
 
 
 def scores_cost(layer: LayerAttention, batch: int, scores: int) -> tuple[int, int]:
@@ -80,9 +76,11 @@ def scores_cost(layer: LayerAttention, batch: int, scores: int) -> tuple[int, in
     return macs, 2 * macs + ATTN_PER_SCORE * n
 
 
-def score_macs_per_token_pair(layers: Sequence[LayerAttention], batch: int) -> int:
-    """The s^2 coefficient of the MACs of these layers counted whole: batch x heads x (qk + v)."""
-    return sum(scores_cost(a, batch, 1)[0] for a in layers)
+def whole_matrix_cost(layers: Sequence[LayerAttention], batch: int) -> tuple[int, int]:
+    """The s^2 coefficients of these layers' attention counted whole: MACs batch x heads x
+    (qk + v), FLOPs 2 x MACs + ATTN_PER_SCORE per score."""
+    got = [scores_cost(a, batch, 1) for a in layers]
+    return sum(m for m, _ in got), sum(f for _, f in got)
 
 
 def prefill_attention(layers: Sequence[LayerAttention], batch: int, seq: int,
@@ -132,10 +130,10 @@ def groups(layers: Sequence[LayerAttention]) -> list[LayerGroup]:
     return [LayerGroup(a, n) for a, n in seen.items()]
 
 
-def matches(layers: Sequence[LayerAttention], fit: Quadratic, batch: int) -> bool:
+def matches(layers: Sequence[LayerAttention], fit: tuple[int, int, int], batch: int) -> bool:
     """Whether the traced model's s^2 MACs are those its layers' descriptions say (see the
     module's docstring)."""
-    return fit.macs[2] == score_macs_per_token_pair(layers, batch)
+    return fit[2] == whole_matrix_cost(layers, batch)[0]
 
 
 # ---------------------------------------------------------------- layers grouped by structure
