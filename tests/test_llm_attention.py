@@ -11,10 +11,18 @@ import pytest
 
 from layerscope.analysis import llm as llm_mod
 from layerscope.analysis import llm_structure
+from layerscope.analysis.analyze import analyze
 from layerscope.analysis.llm import llm
 from layerscope.core.errors import UserError
 from layerscope.frontends import llm_attention
-from layerscope.frontends.llm_attention import CAUSAL, MLA, SLIDING, UNKNOWN, LayerAttention
+from layerscope.frontends.llm_attention import (
+    CAUSAL,
+    CHUNKED,
+    MLA,
+    SLIDING,
+    UNKNOWN,
+    LayerAttention,
+)
 
 C, S, U = CAUSAL, SLIDING, UNKNOWN
 
@@ -62,8 +70,10 @@ def test_layer_kinds(extra, kinds):
     ("gemma2", {}), ("gemma3_text", {"sliding_window_pattern": 3}), ("cohere2", {}),
     ("qwen3", {"use_sliding_window": True, "max_window_layers": 1}),
 ])
-def test_layer_kinds_agree_with_transformers_config_classes(model_type, extra):
+def test_layer_kinds_agree_with_transformers_config_classes(model_type, extra, monkeypatch):
+    # the rules used without transformers give the layer types its configuration classes do
     transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(llm_attention, "_resolved_layer_types", lambda data, layers: None)
     data = _dense(model_type=model_type, sliding_window=8, **extra)
     config = transformers.AutoConfig.for_model(**data)
     theirs = [{"full_attention": C, "sliding_attention": S}[t] for t in config.layer_types]
@@ -304,3 +314,44 @@ def test_full_counting_equals_flop_counter_mode_on_eager_attention(data, tmp_pat
         model(torch.zeros(2, 16, dtype=torch.long))
     r = llm(_write(tmp_path, data), seq_len=16, batch_size=2, attention="full")
     assert 2 * r.prefill.macs == counter.get_total_flops()
+
+
+def test_llama4_chunked_layers_as_transformers_resolves_them():
+    # Llama-4: no_rope_layer_interval 4 (default): layers 0-2 of each 4 use chunked attention
+    # (transformers derives layer_types from no_rope_layers), layer 3 is global
+    pytest.importorskip("transformers")
+    data = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "attention_chunk_size": 4}
+    layers = llm_attention.from_hf(data)
+    assert [a.kind for a in layers] == [CHUNKED, CHUNKED, CHUNKED, CAUSAL]
+    # chunks of 4 over 10 tokens: 2 x (1 + 2 + 3 + 4) + (1 + 2) = 23 scores per head
+    assert layers[0].prefill_scores(10) == 23 == sum(layers[0].keys(i) for i in range(10))
+    # decode at 10 cached: the new token (position 10) opens the third chunk's 3rd place
+    assert layers[0].keys(10) == 3
+    assert layers[0].cached_tokens(10) == 4
+
+
+def test_llm_llama4_chunked_attention_by_hand(tmp_path):
+    pytest.importorskip("transformers")
+    data = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text",
+            "vocab_size": 256, "hidden_size": 64, "intermediate_size": 32,
+            "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4,
+            "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+            "max_position_embeddings": 512}
+    chunked = llm(_write(tmp_path, {**data, "attention_chunk_size": 4}, "c"), seq_len=16,
+                  context=40)
+    plain = llm(_write(tmp_path, {**data, "attention_chunk_size": 8192}, "p"), seq_len=16,
+                context=40)
+    # 3 chunked layers x 4 heads x 32 MACs per score: causal 136 scores, chunks of 4: 4 x 10
+    assert plain.prefill.macs - chunked.prefill.macs == 3 * 4 * 32 * (136 - 40)
+    # decode at 40: 41 keys, in chunks of 4 the new token is the first of its chunk: 1
+    assert plain.decode.macs_per_token - chunked.decode.macs_per_token == 3 * 4 * 32 * 40
+    assert [(g.kind, g.layers, g.counted) for g in chunked.attention_layers] == [
+        (CHUNKED, 3, "causal, chunks of 4"), (CAUSAL, 1, "causal")]
+    # counted whole, the grouped count equals the full model's trace
+    full = analyze(_write(tmp_path, {**data, "attention_chunk_size": 4}, "f"), seq_len=16,
+                   attention="full").totals
+    assert llm(_write(tmp_path, {**data, "attention_chunk_size": 4}, "g"), seq_len=16,
+               attention="full").prefill.macs == full.macs

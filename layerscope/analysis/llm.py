@@ -401,10 +401,11 @@ def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: 
     for g in llm_structure.groups(layers):
         a = g.attention
         counted = "full" if attention == "full" or a.kind == llm_attention.UNKNOWN else (
-            "causal" if a.window is None else f"causal, window {a.window}")
+            f"causal, window {a.window}" if a.window is not None else
+            f"causal, chunks of {a.chunk}" if a.chunk is not None else "causal")
         out.append(AttentionLayers(
             kind=a.kind, layers=g.layers, heads=a.heads, kv_heads=a.kv_heads,
-            qk_head_dim=a.qk_head_dim, v_head_dim=a.v_head_dim, window=a.window,
+            qk_head_dim=a.qk_head_dim, v_head_dim=a.v_head_dim, window=a.window, chunk=a.chunk,
             counted=counted,
             kv_bytes_per_token=nbytes(g.layers * a.cache_elements, kv_dtype),
             kv_bytes_total=nbytes(batch * g.layers * a.cache_elements

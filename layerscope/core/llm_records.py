@@ -54,7 +54,8 @@ class KVCache(Record):
 @dataclass
 class AttentionLayers(Record):
     """The layers that share one attention description: ``kind`` causal, sliding (a window of
-    ``window`` keys per query), mla (multi-head latent attention: the cache holds a latent) or
+    ``window`` keys per query), chunked (queries attend their own chunk of ``chunk`` tokens),
+    mla (multi-head latent attention: the cache holds a latent) or
     unknown (a layer type whose mask layerscope does not know: counted as the whole matrix);
     ``counted`` says how their prefill scores were counted."""
 
@@ -68,6 +69,7 @@ class AttentionLayers(Record):
     kv_bytes_per_token: int = field(metadata=_COUNT)
     kv_bytes_total: int = field(metadata=_COUNT)
     window: int | None = None
+    chunk: int | None = None
 
 
 @dataclass

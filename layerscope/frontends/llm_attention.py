@@ -10,9 +10,11 @@ latent attention (DeepSeek-V2/V3: ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_n
 separately. A layer type the rules do not know (``chunked_attention``, linear attention, ...) is
 ``kind="unknown"``: its scores are counted as the whole matrix, and said so.
 
-The rules are those of transformers' configuration classes (which resolve ``layer_types`` per
-family: Qwen2 windows layers ``i >= max_window_layers``, Gemma-2 every other layer from the first,
-a ``sliding_window_pattern`` p every layer but each p-th). Nothing here imports torch; the costs
+The layer types are those transformers' configuration class derives (``layer_types``, which
+many families compute from other keys) when transformers is installed; without it, or for a
+class that has none, the rules below replicate the common ones (Qwen2 windows layers ``i >=
+max_window_layers``, Gemma-2 every other layer from the first, a ``sliding_window_pattern`` p
+every layer but each p-th, Mistral every layer). Nothing here imports torch; the costs
 follow from these records in analysis/llm_attention_cost.py.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from layerscope.core import values
 from layerscope.core.errors import UserError
 
-CAUSAL, SLIDING, MLA, UNKNOWN = "causal", "sliding", "mla", "unknown"
+CAUSAL, SLIDING, CHUNKED, MLA, UNKNOWN = "causal", "sliding", "chunked", "mla", "unknown"
 
 
 @dataclass(frozen=True)
@@ -44,14 +46,21 @@ class LayerAttention:
     v_head_dim: int
     cache_elements: int
     window: int | None = None
+    chunk: int | None = None  # chunked attention: queries attend their own chunk of C tokens
 
     def keys(self, position: int) -> int:
         """Keys the query at 0-based ``position`` attends."""
+        if self.chunk is not None:
+            return position % self.chunk + 1
         return position + 1 if self.window is None else min(position + 1, self.window)
 
     def prefill_scores(self, seq: int) -> int:
         """Scores per head of a causal prefill of ``seq`` tokens, sum over i < seq of the keys of
-        query i: s(s+1)/2 without a window; with a window W < s, W(W+1)/2 + (s - W) W."""
+        query i: s(s+1)/2 without a window; with a window W < s, W(W+1)/2 + (s - W) W; in
+        chunks of C, C(C+1)/2 per whole chunk and r(r+1)/2 for the r = s mod C left."""
+        if self.chunk is not None:
+            c, r = self.chunk, seq % self.chunk
+            return seq // c * (c * (c + 1) // 2) + r * (r + 1) // 2
         w = self.window
         if w is None or seq <= w:
             return seq * (seq + 1) // 2
@@ -59,8 +68,9 @@ class LayerAttention:
 
     def cached_tokens(self, context: int) -> int:
         """Tokens this layer keeps in its cache with ``context`` tokens seen (a window layer
-        keeps the last W)."""
-        return context if self.window is None else min(context, self.window)
+        keeps the last W; a chunked layer at most C, as transformers' cache holds them)."""
+        bound = self.window if self.chunk is None else self.chunk
+        return context if bound is None else min(context, bound)
 
 
 def _positive(get: Callable[[str], Any], key: str, where: str) -> int:
@@ -96,6 +106,11 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         elif kind == SLIDING:
             out.append(LayerAttention(SLIDING, base.heads, base.kv_heads, base.qk_head_dim,
                                       base.v_head_dim, base.cache_elements, window))
+        elif kind == CHUNKED:
+            out.append(LayerAttention(CHUNKED, base.heads, base.kv_heads, base.qk_head_dim,
+                                      base.v_head_dim, base.cache_elements,
+                                      chunk=values.positive_int(get("attention_chunk_size"),
+                                                                f"{where}: attention_chunk_size")))
         elif kind == UNKNOWN:
             out.append(LayerAttention(UNKNOWN, base.heads, base.kv_heads, base.qk_head_dim,
                                       base.v_head_dim, base.cache_elements))
@@ -155,11 +170,15 @@ def _layer_kinds(data: Mapping[str, Any], layers: int, where: str) -> list[str]:
     get = data.get
     window = _window(data, where)
     types = get("layer_types")
+    if types is None:
+        types = _resolved_layer_types(data, layers)
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
             raise UserError(f"{where}: layer_types must list one type per layer "
                             f"({layers} layers)")
         kinds = {"full_attention": CAUSAL, "sliding_attention": SLIDING}
+        if get("attention_chunk_size"):
+            kinds["chunked_attention"] = CHUNKED
         out = [kinds.get(t, UNKNOWN) for t in types]
         if SLIDING in out and window is None:
             raise UserError(f"{where}: layer_types has sliding_attention layers but no "
@@ -182,6 +201,23 @@ def _layer_kinds(data: Mapping[str, Any], layers: int, where: str) -> list[str]:
         p = values.positive_int(pattern, f"{where}: sliding_window_pattern")
         return [SLIDING if (i + 1) % p else CAUSAL for i in range(layers)]
     return [SLIDING] * layers  # Mistral, Mixtral, Phi-3: the window on every layer
+
+
+def _resolved_layer_types(data: Mapping[str, Any], layers: int) -> list[str] | None:
+    """The ``layer_types`` transformers' configuration class derives for this config (many
+    families compute them from other keys: Llama-4's chunked layers from ``no_rope_layers``),
+    or None without transformers or when the class has none."""
+    try:
+        import transformers
+
+        config = transformers.AutoConfig.for_model(**data)
+    except Exception:  # no transformers, or a config it cannot read: the rules below decide
+        return None
+    types = getattr(config, "layer_types", None)
+    if isinstance(types, list) and len(types) == layers and all(
+            isinstance(t, str) for t in types):
+        return types
+    return None
 
 
 def uniform(layers: int, heads: int, kv_heads: int, head_dim: int) -> tuple[LayerAttention, ...]:

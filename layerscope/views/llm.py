@@ -79,6 +79,7 @@ def llm_facts(r) -> list[tuple[str, str]]:
 
 def _attention_kind(g) -> str:
     kind = {"sliding": f"sliding window {g.window}", "mla": "latent (MLA)",
+            "chunked": f"chunked attention ({getattr(g, 'chunk', None)} tokens)",
             "unknown": "of unknown structure"}.get(g.kind, g.kind)
     if g.kind == "mla" and g.window is not None:
         kind += f", window {g.window}"
