@@ -355,3 +355,20 @@ def test_llm_llama4_chunked_attention_by_hand(tmp_path):
                    attention="full").totals
     assert llm(_write(tmp_path, {**data, "attention_chunk_size": 4}, "g"), seq_len=16,
                attention="full").prefill.macs == full.macs
+
+
+def test_attention_written_out_as_matmuls_is_counted_as_the_config_says():
+    # the toy with explicit q @ k^T, softmax, @ v (no kernel, no is_causal flag): the trace
+    # sees the whole matrix, llm counts the causal attention the config describes, the same
+    # MACs as the toy calling the causal kernel
+    import functools
+
+    from llm_toy import build_toy, toy_config
+
+    cfg = toy_config()
+    eager = llm(llm_mod.LLMSource("toy", cfg, functools.partial(build_toy, sdpa=False)),
+                seq_len=16, context=20)
+    kernel = llm(llm_mod.LLMSource("toy", cfg, build_toy), seq_len=16, context=20)
+    assert eager.attention_count == kernel.attention_count == "causal"
+    assert (eager.prefill.macs, eager.decode.macs_per_token) == (
+        kernel.prefill.macs, kernel.decode.macs_per_token)
