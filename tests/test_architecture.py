@@ -176,7 +176,7 @@ def test_public_aliases_are_not_imported_inside():
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("table", ["RICH", "HTML"])
+@pytest.mark.parametrize("table", ["RICH", "HTML", "TEXT"])
 def test_display_hooks_name_existing_renderers(table):
     """Records draw through functions named by string (imported on first use): they exist."""
     import importlib

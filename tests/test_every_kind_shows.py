@@ -3,6 +3,7 @@
 layerscope.load reads a saved result of any kind back."""
 from __future__ import annotations
 
+import csv
 import html as html_lib
 import io
 import json
@@ -81,8 +82,22 @@ def test_renders_in_every_format(kind, fmt, tmp_path):
         assert json.loads(text)["kind"] == result.kind
     elif fmt == "html":
         assert text.lstrip().lower().startswith("<!doctype html")
+    elif fmt == "csv":  # a real CSV: the view's columns, then its rows (never JSON instead)
+        rows = list(csv.reader(io.StringIO(text)))
+        table = view_for(result).csv(result)
+        assert rows[0] == table.columns and len(rows) == len(table.rows) + 1 > 1, text[:300]
+        assert {len(r) for r in rows} == {len(table.columns)}
     else:
         assert text.strip()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_print_shows_the_terminal_tables_not_a_repr(kind):
+    result = _result(kind)
+    text = str(result)
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None, highlight=False).print(result)
+    assert _name(result) in text and text == out.getvalue().rstrip("\n")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -274,6 +274,10 @@ CACHE_CASES = [  # (id, file content (text, or a callable of the key), why it is
     ("nan-peak", _with_entry(peak_flops=float("nan")), "malformed"),
     ("string-threads", _with_entry(threads="4"), "malformed"),
     ("bool-size", _with_entry(matmul_size=True), "malformed"),
+    # when and under what load the ceilings were measured (cache version 2)
+    ("negative-load", _with_entry(loadavg=-1.0), "malformed"),
+    ("numeric-time", _with_entry(measured_at=1764169331), "malformed"),
+    ("unknown-key", _with_entry(turbo=True), "malformed"),
 ]
 
 

@@ -132,3 +132,46 @@ def test_loop_empty_data_set_is_refused(monkeypatch):
     _with_val_set(monkeypatch, 0)
     with pytest.raises(UserError, match="no samples"):
         profile_loop(DigitsCNN(), "digits")
+
+
+def test_loop_result_carries_the_noise_section(monkeypatch):
+    from layerscope.core.noise import MachineReading
+    from layerscope.training import inference_loop
+
+    monkeypatch.setattr(inference_loop, "read_machine",
+                        lambda: MachineReading((0.2, 0.2, 0.2), 8, 8))
+    ticks = iter(range(10**6))  # every reading one second later: every batch takes as long
+    result = profile_loop(DigitsCNN(), "digits", batch_size=64, batches=4, warmup=1, threads=1,
+                          clock=lambda: float(next(ticks)))
+    noise = result.noise
+    assert noise["n"] == 4 and noise["threads"] == 1
+    assert noise["p90_over_p10"] == pytest.approx(1.0) and noise["warnings"] == []
+    assert noise["rows_mean_far_above_median"] == 0  # 4 layers, steady
+    assert result.to_dict()["noise"] == noise
+
+
+def test_loop_view_marks_noisy_layers_and_shows_the_noise_lines():
+    from layerscope.core.noise import MachineReading, noise_section
+    from layerscope.core.stats import TimingStats
+    from layerscope.renderers.terminal import to_text
+    from layerscope.training.inference_loop import LoopProfile
+    from layerscope.views.training import loop_tables
+    from tests.sample_results import loop_profile
+
+    result = loop_profile()
+    # conv1: median 4.0 ms, mean 7.0 ms > 1.5 x 4.0: one layer of two marked
+    result.layers[0].time = dict(result.layers[0].time) | {"mean_s": 0.007}
+    rows = [TimingStats(**{k: r.time[k] for k in ("median_s", "p10_s", "p90_s", "mean_s",
+                                                  "std_s", "iqr_s", "n")})
+            for r in result.layers]
+    result.noise = noise_section(TimingStats(**{k: result.batch_time[k] for k in (
+        "median_s", "p10_s", "p90_s", "mean_s", "std_s", "iqr_s", "n")}),
+        MachineReading((0.2, 0.2, 0.2), 8, 8), 2, rows)
+    result = LoopProfile.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert result.noise["rows_mean_far_above_median"] == 1
+    table = loop_tables(result)[-1]
+    means = [row[3].text for row in table.rows if row[0].text in ("conv1", "fc")]
+    assert means == ["7.000*", "1.500"]
+    text = to_text(result, width=150)
+    assert "7.000*" in text and "Noise: p90/p10" in text
+    assert "Warning: 1 of 2 layers (marked * beside their mean)" in text

@@ -137,3 +137,50 @@ def test_ablation_noise_comes_from_the_baseline_steps(monkeypatch):
     assert report.noise["threads"] == 2 and report.noise["n"] == 4
     assert [w.split(" ")[0] for w in report.noise["warnings"]] == ["Noisy", "Mean"]
     assert report.to_dict()["noise"] == report.noise
+
+
+# Each layer is judged on its own samples (hand-made: median and mean in ms), by the same
+# mean/median limit (1.5) the end-to-end check uses; the end-to-end runs here are steady
+# (mean 1.0x the median), so before, no layer was counted or warned about.
+@pytest.mark.parametrize("layers, noisy", [
+    pytest.param([(1.0, 1.0), (2.0, 2.1)], 0, id="all-steady"),
+    # 1.6 / 1.0 > 1.5; 3.0 / 2.0 = 1.5 is not above
+    pytest.param([(1.0, 1.6), (2.0, 3.0)], 1, id="one-of-two"),
+    # every layer far above: 61 of 61 (the count the warning names)
+    pytest.param([(0.1, 0.5)] * 61, 61, id="61-of-61"),
+    # a layer that took no time is not judged (no ratio)
+    pytest.param([(0.0, 0.2), (1.0, 1.0)], 0, id="zero-median"),
+])
+def test_each_layer_is_judged_on_its_own(layers, noisy):
+    from layerscope.core.noise import ROW_MARK, mean_far_above_median
+
+    rows = [_stats(med, med, med, mean) for med, mean in layers]
+    got = noise_section(_stats(1.0, 1.0, 1.1, 1.0), QUIET, 4, rows)
+    assert got["rows_mean_far_above_median"] == noisy
+    assert sum(mean_far_above_median(r.median_s, r.mean_s) for r in rows) == noisy
+    if noisy:
+        assert got["warnings"] == [got["warnings"][0]]
+        assert got["warnings"][0].startswith(
+            f"{noisy} of {len(rows)} layers (marked {ROW_MARK} beside their mean) have a mean "
+            "above 1.5x their median")
+    else:
+        assert got["warnings"] == []
+
+
+def test_noisy_layers_are_marked_in_the_profile_tables():
+    """The per-layer tables (terminal, HTML) mark exactly the rows the noise section counts."""
+    from layerscope.core.noise import ROW_MARK
+    from layerscope.core.report import Report
+    from layerscope.renderers.terminal import to_text
+    from layerscope.views.report import profile_table
+    from tests.sample_results import profile_report
+
+    report = profile_report()
+    report.layers[1].time = dict(report.layers[1].time) | {"mean_s": 0.040e-3 * 2}  # bn1: 2x
+    report = Report.from_dict(report.to_dict())
+    table = profile_table(report)
+    means = [row[7].text for row in table.rows]
+    assert [m.endswith(ROW_MARK) for m in means] == [False, True, False, False], means
+    assert "mean above 1.5x the median" in table.title
+    text = to_text(report, width=160)
+    assert "0.080*" in text and "* mean above 1.5x the median" in text

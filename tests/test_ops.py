@@ -50,3 +50,84 @@ def test_ops_bad_trace_directory(tmp_path):
     code, _, err = run_cli("ops", "mnist-cnn", "--runs", "1", "--trace",
                            str(tmp_path / "missing" / "t.json"))
     assert code == 2 and "cannot write trace" in err
+
+
+def _fake_clock(walls):
+    """A clock read twice per profiled run (start, end): the runs take ``walls`` seconds."""
+    ticks, now = [], 0.0
+    for w in walls:
+        ticks += [now, now + w]
+        now += w + 1.0
+    it = iter(ticks)
+    return lambda: next(it)
+
+
+def test_ops_threads_and_noise_section(monkeypatch):
+    from layerscope.analysis import op_profile
+    from layerscope.core.noise import MachineReading
+
+    monkeypatch.setattr(op_profile, "read_machine", lambda: MachineReading((0.2, 0.2, 0.2), 8, 8))
+    before = torch.get_num_threads()
+    # runs of 1, 1, 1, 4 s: median 1, mean 1.75, p10 1, p90 = 1 + 0.7 x 3 = 3.1
+    table = ops("mnist-cnn", runs=4, warmup=0, threads=1, clock=_fake_clock([1, 1, 1, 4]))
+    assert torch.get_num_threads() == before  # restored
+    assert table.settings["threads"] == 1
+    noise = table.noise
+    assert noise["n"] == 4 and noise["threads"] == 1
+    assert noise["p90_over_p10"] == pytest.approx(3.1)
+    assert noise["mean_over_median"] == pytest.approx(1.75)
+    assert [w.split(" ")[0] for w in noise["warnings"]] == ["Noisy", "Mean"]
+    # the terminal table and the saved JSON carry it, as profile's do
+    from layerscope.core.optable import OpTable
+    from layerscope.renderers.terminal import to_text
+
+    again = OpTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    assert again.noise == noise
+    text = to_text(again, width=150)
+    assert "Noise: p90/p10 3.10" in text and "Warning: Noisy measurement" in text
+    assert "1 threads" in text
+
+
+@pytest.mark.parametrize("argv, expected", [
+    pytest.param(["--threads", "0"], "--threads", id="zero"),
+    pytest.param(["--threads", "x"], "--threads", id="not-a-number"),
+])
+def test_ops_threads_refused(argv, expected):
+    code, _, err = run_cli("ops", "mnist-cnn", *argv)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_ops_cli_threads_json():
+    code, out, _ = run_cli("ops", "mnist-cnn", "--threads", "1", "--runs", "2", "--warmup", "0",
+                           "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and d["settings"]["threads"] == 1
+    assert d["noise"]["n"] == 2 and d["noise"]["threads"] == 1
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_op_table_figures_survive_a_long_kernel_name(width):
+    """A CUDA kernel's name (hundreds of characters) is cut with an ellipsis; every figure
+    column keeps its header and its values at any terminal width from 80 (at 80 columns the
+    figures had all collapsed to '…' under a kernel's name)."""
+    from rich.console import Console
+
+    from layerscope.core.optable import OpRow
+    from layerscope.views.ops import render_ops
+    from tests.sample_results import ops_table
+
+    t = ops_table()
+    kernel = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+              "at::native::func_wrapper<float, at::native::sum_functor<float, float, float>"
+              "::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+              "float, 4, 4> >(at::native::ReduceOp<float, ...>)")
+    t.rows.insert(0, OpRow(kernel, 3, 3.0e-4, 3.0e-4, 1.0e-4, 0.4))
+    console = Console(width=width, record=True, file=None, force_terminal=False)
+    console.print(render_ops(t))
+    text = console.export_text()
+    for header in ("Self ms", "Total ms", "Calls", "Mean ms", "Share"):
+        assert header in text, (header, text)
+    for figure in ("0.300", "0.250", "0.090", "40.0%", "62.5%"):
+        assert figure in text, (figure, text)
+    assert "void at::native::reduce" in text and "…" in text
+    assert max(len(line) for line in text.splitlines()) <= width

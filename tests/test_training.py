@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import layerscope
-from layerscope.training.phases import PHASES, PhaseTimer
+from layerscope.training.phases import ALWAYS, PhaseTimer
 from tests.helpers import run_cli
 
 CLI = [sys.executable, "-m", "layerscope"]
@@ -93,7 +93,7 @@ def test_profile_outputs_load(tmp_path, kind, artefact):
 def test_phases_sum_to_step_time(tmp_path):
     report = layerscope.train(recipe="digits-cnn", steps=8, evaluate=False, out=str(tmp_path))
     b = report.breakdown
-    assert b["steps"] == 8 and set(b["seconds"]) == set(PHASES)
+    assert b["steps"] == 8 and set(b["seconds"]) == set(ALWAYS)
     assert sum(b["seconds"].values()) == pytest.approx(b["wall_s"], rel=1e-9)
     assert sum(report.step_seconds) == pytest.approx(b["wall_s"])
 
@@ -169,10 +169,11 @@ def test_ablate_marks_cuda_only_variants_na_on_cpu():
     report = layerscope.ablate("digits-cnn", steps=4, warmup_steps=1,
                                variants=["baseline", "pin-memory", "channels-last"])
     by = {v.variant: v for v in report.variants}
-    assert by["pin-memory"].status == "n/a" and by["pin-memory"].reason == "n/a on cpu"
+    assert by["pin-memory"].status == "n/a"
+    assert by["pin-memory"].reason == "n/a on cpu: pin-memory needs a CUDA device"
     assert by["baseline"].status == "ok" and by["baseline"].speedup == 1.0
     assert by["channels-last"].status == "ok" and by["channels-last"].phases_ms["forward"] > 0
-    assert set(by["baseline"].phases_ms) == set(PHASES)
+    assert set(by["baseline"].phases_ms) == set(ALWAYS)
 
 
 @pytest.mark.parametrize("name,device,cores,flags,parts", [
@@ -263,14 +264,14 @@ def test_tensorboard_has_per_step_scalars(tmp_path):
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"step/loss", "step/lr", "step/throughput_per_s"} <= tags
-    assert {f"step/phase_ms/{p}" for p in PHASES} <= tags
+    assert {f"step/phase_ms/{p}" for p in ALWAYS} <= tags
     losses = acc.Scalars("step/loss")
     assert [e.step for e in losses] == list(range(1, 8))
     # the per-epoch scalars are still there, one point for the (partial) epoch
     assert len(acc.Scalars("train_loss")) == 1
     assert acc.Scalars("train_loss")[0].value == pytest.approx(report.epochs[0]["train_loss"])
     # per-step phase times add up to the step (ms), within the float32 of event files
-    step1 = sum(acc.Scalars(f"step/phase_ms/{p}")[0].value for p in PHASES)
+    step1 = sum(acc.Scalars(f"step/phase_ms/{p}")[0].value for p in ALWAYS)
     assert step1 == pytest.approx(report.step_seconds[0] * 1e3, rel=1e-4)
 
 
@@ -288,3 +289,46 @@ def test_train_profile_torch_prints_operator_table_and_no_kineto_lines(tmp_path)
     assert "ERROR" not in err and "gpuGetDeviceCount" not in err and "profiler_start" not in err
     report = json.loads((out / "report.json").read_text())
     assert report["ops"]["runs"] == 2 and report["ops"]["rows"]
+
+
+# What a run records of the CUDA-only settings (pinned memory, cudnn.benchmark) and of amp,
+# by device: off and named in a note without a CUDA device; as asked with one.
+@pytest.mark.parametrize("asked, device, recorded, notes", [
+    pytest.param({"pin_memory": True}, "cpu", {"pin_memory": False},
+                 ["pin_memory (--pin-memory) not applied: no CUDA device (device cpu)"],
+                 id="pin-memory-cpu"),
+    pytest.param({"pin_memory": True, "cudnn_benchmark": True}, "cpu",
+                 {"pin_memory": False, "cudnn_benchmark": False},
+                 ["pin_memory (--pin-memory) and cudnn_benchmark (--cudnn-benchmark) not "
+                  "applied: no CUDA device"], id="both-cpu"),
+    pytest.param({"amp": True, "channels_last": True}, "cpu",
+                 {"amp": True, "channels_last": True},
+                 ["amp on cpu: autocast to bfloat16"], id="amp-applies-on-cpu"),
+    pytest.param({"pin_memory": True, "cudnn_benchmark": True, "amp": True}, "cuda:0",
+                 {"pin_memory": True, "cudnn_benchmark": True, "amp": True}, [],
+                 id="cuda-applies-all"),
+    pytest.param({}, "cpu", {"pin_memory": False, "cudnn_benchmark": False}, [],
+                 id="nothing-asked"),
+])
+def test_settings_that_do_not_apply_are_recorded_off_and_named(asked, device, recorded, notes):
+    from layerscope.training.config import TrainConfig
+    from layerscope.training.loop import not_applied
+
+    config, got = not_applied(TrainConfig(**asked), device)
+    assert {k: getattr(config, k) for k in recorded} == recorded
+    assert len(got) == len(notes) and all(g.startswith(n) for g, n in zip(got, notes)), got
+
+
+def test_train_pin_memory_on_cpu_is_not_recorded_as_applied(tmp_path):
+    before = torch.backends.cudnn.benchmark
+    code, _, err = run_cli("train", "digits-cnn", "--synthetic", "--dry-run", "--pin-memory",
+                           "--cudnn-benchmark", "--out", str(tmp_path / "d"), "--format", "json",
+                           "-o", str(tmp_path / "r.json"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["config"]["pin_memory"] is False
+    assert report["config"]["cudnn_benchmark"] is False
+    assert any("not applied: no CUDA device" in n for n in report["notes"])
+    saved = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert saved["pin_memory"] is False and saved["cudnn_benchmark"] is False
+    assert torch.backends.cudnn.benchmark == before

@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +22,9 @@ from layerscope.analysis.module_hooks import ForwardHookContext
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
+from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.optable import OpRow, OpTable
+from layerscope.core.stats import TimingStats
 
 RANGE_PREFIX = "module::"
 SORTS = ("self", "total")
@@ -123,27 +127,56 @@ def op_rows(prof, *, cuda: bool, runs: int, top: int, sort: str = "self",
 def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
         device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
         memory: bool = False, trace: str | None = None, runs: int = 5,
-        warmup: int = 2) -> OpTable:
-    """Per-operator time over ``runs`` profiled inferences (per-run figures)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from layerscope.analysis.capture import untouched
-    from layerscope.analysis.runtime import _prepare, check_device
+        warmup: int = 2, threads: int | None = None,
+        clock: Callable[[], float] = time.perf_counter) -> OpTable:
+    """Per-operator time over ``runs`` profiled inferences (per-run figures), with ``threads``
+    intra-op threads (as ``profile``); the ``noise`` section (core.noise) comes from the wall
+    time of each profiled run."""
+    from layerscope.analysis.runtime import _prepare, check_device, intra_op_threads
 
     check_device(device)
+    machine = read_machine()  # before our own work adds to the load average
     if sort not in SORTS:
         raise UserError(f"unknown sort {sort!r}: use self or total", arguments="sort")
     top = values.positive_int(top, "top")
     runs = values.positive_int(runs, "runs")
     warmup = values.non_negative_int(warmup, "warmup")
+    if threads is not None:
+        threads = values.thread_count(threads, "threads")
     if trace:
         from layerscope.core.io import check_output
 
         check_output(trace, "trace")  # before the profiling, not after
-    loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
+    with intra_op_threads(threads):
+        used = torch.get_num_threads()
+        loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
+        prof, walls = _profile_runs(loaded.name, module, xs, device, runs, warmup,
+                                    group_by_shape, memory, clock)
+    rows, all_self, n_events = op_rows(prof, cuda=device == "cuda", runs=runs, top=top,
+                                       sort=sort, group_by_shape=group_by_shape, memory=memory)
+    if trace:
+        _write_trace(prof, trace)
+    return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
+                   total_self_s=all_self, ops_total=n_events, trace=trace,
+                   settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
+                             "warmup": warmup, "threads": used,
+                             "inputs": [list(x.shape) for x in xs]},
+                   environment=environment(),
+                   noise=noise_section(TimingStats.of(walls), machine, used))
+
+
+def _profile_runs(name: str, module: nn.Module, xs, device: str, runs: int, warmup: int,
+                  group_by_shape: bool, memory: bool, clock: Callable[[], float]):
+    """(the finished profiler, the wall time of each profiled run); the model's flags are
+    restored afterwards."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerscope.analysis.capture import untouched
+
     flags = [(m, m.training) for m in module.modules()]
     cuda = device == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    walls = []
     try:
         module.eval()
         with untouched(module), torch.no_grad():
@@ -154,22 +187,14 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
                                                  profile_memory=memory) as prof:
                 with _ModuleRanges(module):
                     for _ in range(runs):
+                        t0 = clock()
                         module(*xs)
-                    if cuda:
-                        torch.cuda.synchronize()
+                        if cuda:
+                            torch.cuda.synchronize()
+                        walls.append(clock() - t0)
     except Exception as exc:
-        raise UserError(f"{loaded.name} failed to run: {first_line(exc, with_type=True)}") \
-            from exc
+        raise UserError(f"{name} failed to run: {first_line(exc, with_type=True)}") from exc
     finally:
         for m, flag in flags:
             m.training = flag
-    rows, all_self, n_events = op_rows(prof, cuda=cuda, runs=runs, top=top, sort=sort,
-                                       group_by_shape=group_by_shape, memory=memory)
-    if trace:
-        _write_trace(prof, trace)
-    return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
-                   total_self_s=all_self, ops_total=n_events, trace=trace,
-                   settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
-                             "warmup": warmup,
-                             "inputs": [list(x.shape) for x in xs]},
-                   environment=environment())
+    return prof, walls

@@ -1,6 +1,13 @@
 """The machine's measured ceilings (peak FLOP/s from a large matmul, memory bandwidth from a
 large copy), cached per machine, and each layer's place under the roof (Williams et al. 2009:
-attainable = min(peak, bandwidth x intensity))."""
+attainable = min(peak, bandwidth x intensity)).
+
+The ceilings are cached with when they were measured and the load then. A layer measured above
+100% of its roof cannot be right (nothing beats the ceilings); the usual cause is ceilings
+measured while other work shared the machine, kept in the cache for every later run. Such a
+result carries ``above_roof`` (``above_roof``): how many layers, the highest share, when and
+under what load the ceilings were measured, and the command that measures them again.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +16,8 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -16,9 +25,12 @@ import torch
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import LayerscopeWarning, UserError
-from layerscope.core.records import Ceilings, RooflinePoint
+from layerscope.core.noise import read_machine
+from layerscope.core.records import AboveRoof, Ceilings, RooflinePoint
 
-CACHE_VERSION = 1
+# 2: entries record when and under what load they were measured (measured_at, loadavg, cpus);
+# entries of version 1 are not used (they are measured again, once)
+CACHE_VERSION = 2
 
 
 def place(flops: int, bytes_moved: int, seconds: float,
@@ -36,6 +48,27 @@ def place(flops: int, bytes_moved: int, seconds: float,
         achieved_flops=achieved,
         pct_of_roof=achieved / attainable if attainable else None,
     )
+
+
+def remeasure_command(c: Ceilings) -> str:
+    """The command that measures ``c`` again (same device, dtype and threads) into the cache."""
+    threads = f" --threads {c.threads}" if c.threads else ""
+    return (f"layerscope roofline --device {c.device or 'cpu'} --dtype {c.dtype or 'float32'}"
+            f"{threads} --refresh")
+
+
+def above_roof(points: Iterable[RooflinePoint], ceilings: Ceilings) -> AboveRoof | None:
+    """The remark for layers whose achieved share of their roof (``pct_of_roof``) is above 1,
+    or None when every placed layer is at or under its roof."""
+    placed = [p for p in points if p.pct_of_roof is not None]
+    over = [p for p in placed if p.pct_of_roof > 1.0]
+    if not over:
+        return None
+    return AboveRoof(layers=len(over), of_layers=len(placed),
+                     memory_bound=sum(p.bound == "memory" for p in over),
+                     max_pct_of_roof=max(p.pct_of_roof for p in over),
+                     measured_at=ceilings.measured_at, loadavg=ceilings.loadavg,
+                     cpus=ceilings.cpus, command=remeasure_command(ceilings))
 
 
 def _sync(device: str) -> None:
@@ -73,6 +106,8 @@ def measure(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: in
     """Best of ``repeats`` for an n x n matmul (2 n^3 FLOPs) and a copy (reads + writes)."""
     n = matmul_size or (8192 if device == "cuda" else 2048)
     mib = copy_mib or (2048 if device == "cuda" else 256)
+    machine = read_machine()  # before our own work adds to the load average
+    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     old = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -81,7 +116,9 @@ def measure(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: in
         nbytes = 2 * (mib * 2**20 // 4) * 4  # read src + write dst, fp32
         t_copy = _copy_time(mib * 2**20 // 4, device, repeats)
         return Ceilings(device, str(dtype).removeprefix("torch."), torch.get_num_threads(),
-                        2 * n**3 / t_mm, nbytes / t_copy, n, nbytes)
+                        2 * n**3 / t_mm, nbytes / t_copy, n, nbytes, measured_at=at,
+                        loadavg=machine.loadavg[0] if machine.loadavg else None,
+                        cpus=machine.cpus_available or machine.cpu_count)
     finally:
         torch.set_num_threads(old)
 
@@ -101,12 +138,18 @@ def _valid_entry(d: Any) -> bool:
     """A cached entry is used only when it is exactly what ``Ceilings.to_dict`` wrote, with
     positive finite ceilings: a hand-edited or damaged one would give wrong roofline numbers."""
     fields = {f.name for f in dataclasses.fields(Ceilings)}
-    if not isinstance(d, dict) or set(d) - {"ridge"} != fields:
+    optional = {"measured_at", "loadavg", "cpus"}  # None is left out of the JSON
+    if not isinstance(d, dict) or not fields - optional <= set(d) - {"ridge"} <= fields:
         return False
     numbers = [d[k] for k in ("threads", "peak_flops", "bandwidth", "matmul_size", "copy_bytes")]
     return (isinstance(d["device"], str) and isinstance(d["dtype"], str)
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                    and math.isfinite(x) and x > 0 for x in numbers))
+            and isinstance(d.get("measured_at", ""), str)
+            and all(_number(x) and x > 0 for x in numbers)
+            and all(_number(d[k]) and d[k] >= 0 for k in ("loadavg", "cpus") if k in d))
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _read_cache(path: str, key: str) -> tuple[dict[str, Any], str | None]:

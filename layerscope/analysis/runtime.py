@@ -25,7 +25,8 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from layerscope.core import tree, values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
-from layerscope.core.report import Report
+from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 from layerscope.frontends.inputs import real_inputs, real_kwargs
 
@@ -51,6 +52,20 @@ def check_device(device: str) -> None:
         raise UserError("device cuda: no CUDA GPU is available here "
                         "(torch.cuda.is_available() is False); use cpu",
                         arguments="device")
+
+
+@contextmanager
+def intra_op_threads(threads: int | None) -> Iterator[int]:
+    """torch's intra-op threads set to ``threads`` (validated by the caller with
+    ``values.thread_count``; None leaves them as they are) inside the block and restored after
+    it; yields the count before."""
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield old
+    finally:
+        torch.set_num_threads(old)
 
 
 def _sync(device: str) -> None:
@@ -75,7 +90,8 @@ def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str
     row sums over the modules it stands for."""
     out = []
     for row in report.layers:
-        key = _row_key(row.name)
+        fn = row.function()
+        key = _row_key(row.name) if fn is None else tree.function_path(*fn)
         if called is not None:
             if row.self_only:
                 out.append([tree.own_time(key, run, kids, ran)
@@ -139,8 +155,10 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             min_time: float | None = None, warmup: int = 5, depth: int | None = None,
             backward: bool = False, dtype: str | torch.dtype | None = None,
             roofline: bool = True, clock: Clock = time.perf_counter,
-            progress: Progress | None = None) -> Report:
-    """Measured latency per layer (median, p10, p90, mean, n), with the static columns."""
+            progress: Progress | None = None, functions: bool = False) -> Report:
+    """Measured latency per layer (median, p10, p90, mean, n), with the static columns.
+    ``functions``: each container's own-code row is split into one row per torch function
+    it calls (as ``analyze(functions=True)`` splits it), each timed; forward only."""
     from layerscope.analysis.analyze import analyze
     from layerscope.analysis.capture import untouched
     from layerscope.frontends.inputs import parse_dtype
@@ -151,34 +169,64 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
         threads = values.thread_count(threads, "threads")
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype)
+    if functions and backward:
+        raise UserError("functions splits the forward pass only: leave out backward (time "
+                        "the backward pass in a run of its own)",
+                        arguments=("functions", "backward"))
     plan = _Runs(runs, min_time)
-    old_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
-    kw = real_kwargs(loaded.kwargs, device, dtype)
-    flags = [(m, m.training) for m in module.modules()]
-    try:
-        report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype)
-        report.model, report.frontend = loaded.name, loaded.frontend
-        module.eval()
-        with untouched(module):  # a forward caching into self leaves the caller's model as it was
-            _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
-                             machine, kw)
-            if backward:
-                _measure_backward(report, module, xs, device, warmup, plan, clock, progress, kw)
-        if roofline:
-            _place_on_roofline(report, device, dtype or torch.float32, torch.get_num_threads())
-    finally:
-        for m, flag in flags:
-            m.training = flag
-        torch.set_num_threads(old_threads)
+    with intra_op_threads(threads) as old_threads:
+        loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
+        kw = real_kwargs(loaded.kwargs, device, dtype)
+        flags = [(m, m.training) for m in module.modules()]
+        try:
+            report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype,
+                             functions=functions)
+            if functions:
+                _add_own_rows(report, module)
+            report.model, report.frontend = loaded.name, loaded.frontend
+            module.eval()
+            # a forward caching into self leaves the caller's model as it was
+            with untouched(module):
+                _measure_forward(report, module, xs, device, depth, warmup, plan, clock,
+                                 progress, machine, kw)
+                if backward:
+                    _measure_backward(report, module, xs, device, warmup, plan, clock,
+                                      progress, kw)
+            if roofline:
+                _place_on_roofline(report, device, dtype or torch.float32,
+                                   torch.get_num_threads())
+        finally:
+            for m, flag in flags:
+                m.training = flag
     report.kind = "profile"
     report.settings.update({"device": device, "threads": threads or old_threads,
+                            **({"functions": True} if functions else {}),
                             "warmup": warmup, "runs": report.end_to_end["n"],
                             "min_time": min_time, "backward": backward,
                             "batch_size": _batch_of(xs, kw)})
     return report
+
+
+def _add_own_rows(report: Report, module: nn.Module) -> None:
+    """``functions``: a container whose own ops all ran inside torch functions has no
+    "(own ops)" row in the static table (nothing is left to count), but its own time is not
+    nothing (its Python between the calls, its call itself): it gets a zero-cost own row after
+    its function rows, so that the timed rows still tile the run. Its calls are measured."""
+    mods = dict(module.named_modules())
+    have = {_row_key(r.name) for r in report.layers if r.self_only and r.function() is None}
+    rows = report.layers
+    out = []
+    for i, row in enumerate(rows):
+        out.append(row)
+        fn = row.function()
+        nxt = rows[i + 1].function() if i + 1 < len(rows) else None
+        if fn is None or (nxt is not None and nxt[0] == fn[0]) or fn[0] in have \
+                or fn[0] not in mods:
+            continue
+        out.append(LayerRow(name=row.name[:-len(f" ({fn[1]})")], type=type(mods[fn[0]]).__name__,
+                            depth=row.depth, self_only=True))
+        have.add(fn[0])
+    report.layers = out
 
 
 def _batch_of(xs, kw) -> int | None:
@@ -197,7 +245,8 @@ def _timed_modules(module: nn.Module, depth: int | None) -> list[tuple[str, nn.M
 def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, progress,
                      machine: MachineReading, kw=None) -> None:
     timed = _timed_modules(module, depth)
-    timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock)
+    pairs = [fn for fn in (row.function() for row in report.layers) if fn is not None]
+    timer = ForwardTimer(timed, cuda=(device == "cuda"), clock=clock, functions=pairs)
 
     def run() -> float:
         t0 = clock()
@@ -230,7 +279,11 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
 
     e2e = TimingStats.of(bare)
     inst = TimingStats.of(instrumented)
-    kids = tree.children_map([n for n, _ in timed])
+    counts = timer.calls()  # of the last run: the own rows _add_own_rows made have none yet
+    for row in report.layers:
+        if row.self_only and not row.calls:
+            row.calls = counts.get(_row_key(row.name), 0)
+    kids = tree.children_map(timer.names)  # functions timed: children of their modules
     samples = _row_samples(report, per_run, kids, called)
     keep = middle_runs(instrumented)
     row_stats = []
@@ -271,7 +324,8 @@ def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
     same per-run times as the rows, so a type's share is the sum of its rows' shares."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(report.layers):
-        groups[row.type + (" (own ops)" if row.self_only else "")].append(i)
+        own = row.self_only and row.function() is None
+        groups[row.type + (" (own ops)" if own else "")].append(i)
     out = []
     for type_name, idx in groups.items():
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
@@ -347,3 +401,5 @@ def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) ->
         if row.time:
             row.roofline = rl.place(row.flops, row.bytes_read + row.bytes_written,
                                     row.time["median_s"], ceil)
+    report.above_roof = rl.above_roof((row.roofline for row in report.layers if row.roofline),
+                                      ceil)

@@ -16,8 +16,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 
 from layerscope.analysis.capture import AUTOGRAD_TAG, ModuleTracker
+from layerscope.analysis.capture.functions import function_name
+from layerscope.core import tree
 
 Clock = Callable[[], float]
 
@@ -47,17 +50,30 @@ class ForwardTimer:
     Each timed module's ``forward`` is shadowed by an instance attribute that reads the clock
     around the original call. nn.Module's hook machinery costs ~10 us per module call (it leaves
     the fast path of ``_call_impl``); the shadowing wrapper costs about one Python call. The
-    instance attribute is deleted on exit (or the user's own instance ``forward`` put back)."""
+    instance attribute is deleted on exit (or the user's own instance ``forward`` put back).
+
+    ``functions``: (module, function) pairs whose calls are timed too, each under
+    ``tree.function_path(module, function)`` (a child of the module): the outermost torch
+    function calls (``F.relu``, ``torch.cat``, ``Tensor.__add__``...) that the module's own
+    code makes, seen by a ``TorchFunctionMode`` while the timer is entered (as the static
+    analysis's ``--functions`` sees them). The mode costs every torch call of the run a
+    Python call."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], cuda: bool = False,
-                 clock: Clock = time.perf_counter):
+                 clock: Clock = time.perf_counter,
+                 functions: list[tuple[str, str]] | None = None):
         self.names = [name for name, _ in modules]
         self.modules = [m for _, m in modules]
         self.cuda = cuda
         self.clock = clock
         self._saved: list[tuple[nn.Module, object]] = []
         self._pool = _EventPool()
-        n = len(modules)
+        # (module, function) -> its slot, after the modules' slots
+        self._slots = {pair: len(self.names) + i for i, pair in enumerate(functions or [])}
+        self.names += [tree.function_path(m, fn) for m, fn in functions or []]
+        self._running: list[str] = []  # the timed modules whose forward is running, innermost last
+        self._mode: _FunctionClock | None = None
+        n = len(self.names)
         self._acc = [0.0] * n
         self._calls = [0] * n
         self._pairs: list[list] = [[] for _ in range(n)]
@@ -94,13 +110,32 @@ class ForwardTimer:
             for i, m in enumerate(self.modules):
                 own = m.__dict__.get("forward", _MISSING)
                 self._saved.append((m, own))
-                m.forward = self._wrap(i, m.forward)
+                forward = self._named(self.names[i], m.forward) if self._slots else m.forward
+                m.forward = self._wrap(i, forward)
+            if self._slots:
+                self._running.clear()
+                self._mode = _FunctionClock(self)
+                self._mode.__enter__()
         except BaseException:
             self.__exit__()  # put back the wrappers already installed
             raise
         return self
 
+    def _named(self, name: str, forward):
+        running = self._running
+
+        def call(*args, **kwargs):
+            running.append(name)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                running.pop()
+        return call
+
     def __exit__(self, *exc):
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
         for m, own in reversed(self._saved):
             if own is _MISSING:
                 del m.forward
@@ -124,8 +159,32 @@ class ForwardTimer:
             return {name for name, pairs in zip(self.names, self._pairs) if pairs}
         return {name for name, n in zip(self.names, self._calls) if n}
 
+    def calls(self) -> dict[str, int]:
+        """Calls per timed module and function in the last run."""
+        if self.cuda:
+            return {name: len(pairs) for name, pairs in zip(self.names, self._pairs)}
+        return dict(zip(self.names, self._calls))
+
 
 _MISSING = object()
+
+
+class _FunctionClock(TorchFunctionMode):
+    """Times the torch function calls a ``ForwardTimer`` was asked for: the outermost ones
+    (while this runs, the mode is off, so ``F.relu`` calling ``torch.relu`` is one call) made
+    while the innermost running timed module is the pair's module."""
+
+    def __init__(self, timer: ForwardTimer):
+        super().__init__()
+        self.timer = timer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        running = self.timer._running
+        slot = self.timer._slots.get((running[-1], function_name(func))) if running else None
+        if slot is None:
+            return func(*args, **kwargs)
+        return self.timer._wrap(slot, func)(*args, **kwargs)
 
 
 class BackwardTimer:

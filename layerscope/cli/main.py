@@ -33,7 +33,7 @@ from layerscope.cli import (
     verify_cmd,
 )
 from layerscope.cli.common import Parser, declare_inputs, in_flags
-from layerscope.core.errors import UserError, first_line
+from layerscope.core.errors import LayerscopeWarning, UserError, first_line
 from layerscope.core.io import Terminated, outputs
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
@@ -91,6 +91,19 @@ class _Warnings:
             print(text, file=sys.stderr)
 
 
+def _labelled_if_ours(show):
+    """``warnings.showwarning`` for ``layerscope run``: the script's warnings and those of the
+    libraries it calls are printed as Python prints them (category, file:line), by ``show``;
+    only layerscope's own (``LayerscopeWarning``) carry the ``layerscope: warning:`` label."""
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, LayerscopeWarning):
+            print(f"layerscope: warning: {first_line(str(message)) or category.__name__}",
+                  file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return showwarning
+
+
 @contextlib.contextmanager
 def _one_line_logs(collected: _Warnings):
     """Log records of any logger (torch gives its loggers stderr handlers of their own, some
@@ -125,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                 (contextlib.nullcontext() if passthrough else _one_line_logs(collected)):
             if not passthrough:
                 warnings.showwarning = collected.show
+            elif not debug:
+                warnings.showwarning = _labelled_if_ours(warnings.showwarning)
             code = _run(argv, debug)
         collected.flush()
         return code

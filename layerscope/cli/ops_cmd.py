@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from layerscope.cli.common import add_model_inputs, add_output, emit
-from layerscope.core.values import arg, non_negative_int, positive_int
+from layerscope.core.values import arg, non_negative_int, positive_int, thread_count
 
 
 def register(sub) -> None:
     p = sub.add_parser("ops", help="per-operator time (torch.profiler) and a Chrome/Perfetto trace")
     add_model_inputs(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=arg(thread_count), default=None, help="torch intra-op threads")
     p.add_argument("--top", type=arg(positive_int), default=10, help="rows to show (default 10)")
     p.add_argument("--sort", choices=["self", "total"], default="self")
     p.add_argument("--group-by-shape", action="store_true", help="one row per op and input shapes")
@@ -26,6 +27,7 @@ def run(args) -> int:
 
     table = ops(args.model, args.input, batch_size=args.batch_size, device=args.device,
                 top=args.top, sort=args.sort, group_by_shape=args.group_by_shape,
-                memory=args.memory, trace=args.trace, runs=args.runs, warmup=args.warmup)
+                memory=args.memory, trace=args.trace, runs=args.runs, warmup=args.warmup,
+                threads=args.threads)
     emit(table, args)
     return 0

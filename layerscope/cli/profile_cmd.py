@@ -36,6 +36,10 @@ def register(sub) -> None:
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None)
     p.add_argument("--backward", action="store_true",
                    help="also time the backward pass, charged to the module whose forward made it")
+    p.add_argument("--functions", action="store_true",
+                   help="split each container's own-code row into one timed row per torch "
+                        "function it calls (F.relu, the residual add, torch.cat), as analyze "
+                        "--functions counts them; forward only")
     p.add_argument("--optimization", choices=["disabled", "basic", "extended", "all"],
                    default="disabled",
                    help="ONNX models: onnxruntime's graph optimisation level (fused nodes are "
@@ -73,7 +77,7 @@ def run(args) -> int:
                          threads=args.threads, runs=args.runs, min_time=args.min_time,
                          warmup=args.warmup, depth=args.depth, backward=args.backward,
                          dtype=args.dtype, roofline=not args.no_roofline, progress=progress,
-                         optimization=args.optimization)
+                         optimization=args.optimization, functions=args.functions)
     emit(report, args)
     return 0
 
@@ -82,9 +86,10 @@ def _run_loop(args) -> int:
     from layerscope.core.errors import UserError
     from layerscope.training.inference_loop import profile_loop
 
-    if args.input or args.backward or args.depth is not None or args.dtype or args.min_time:
+    if (args.input or args.backward or args.depth is not None or args.dtype or args.min_time
+            or args.functions):
         raise UserError("--loop takes its inputs from the data set: --input, --backward, "
-                        "--depth, --dtype and --min-time do not apply")
+                        "--depth, --dtype, --min-time and --functions do not apply")
     with progress_bar(f"profiling {args.model} over {args.loop}", quiet=args.quiet,
                       unit="batches") as progress:
         result = profile_loop(args.model, args.loop, synthetic=args.synthetic,

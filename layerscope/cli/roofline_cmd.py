@@ -27,9 +27,13 @@ def run(args) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(c.to_dict(), indent=2) + "\n")
     else:
+        load = "" if c.loadavg is None else f", load average {c.loadavg:.2f}" + (
+            f" on {c.cpus} CPUs" if c.cpus else "")
         print(f"device {c.device}, {c.dtype}, {c.threads} threads\n"
               f"peak compute  {c.peak_flops / 1e9:10.1f} GFLOP/s  ({c.matmul_size}^3 matmul)\n"
               f"bandwidth     {c.bandwidth / 1e9:10.1f} GB/s     ({c.copy_bytes / 2**20:.0f} MiB "
               f"copied)\nridge point   {c.ridge:10.1f} FLOP/byte\n"
-              f"cache: {roofline.cache_path()}")
+              f"measured      {c.measured_at or '-'}{load}\n"
+              f"cache: {roofline.cache_path()} (measure again: "
+              f"{roofline.remeasure_command(c)})")
     return 0

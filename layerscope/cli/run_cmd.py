@@ -27,6 +27,7 @@ from layerscope.cli.common import (
     write_report_files,
 )
 from layerscope.core.errors import UserError
+from layerscope.core.phases import STEP_PHASES
 from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
 
 # set by the parent of ``run --nproc-per-node``: the folder where each rank leaves its report
@@ -37,8 +38,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "run", help="run your own training script and break its steps into phases",
         description="Run SCRIPT.py (or -m MODULE) unmodified, as python would, and measure "
-                    "every training step through torch's global hooks: data, h2d, forward, "
-                    "loss, backward, optimizer, other. Options go before the script; "
+                    "every training step through torch's global hooks: "
+                    f"{', '.join(p.name for p in STEP_PHASES if not p.distributed)}. "
+                    "Options go before the script; "
                     "everything after it is the script's.")
     p.add_argument("--steps", type=arg(positive_int),
                    help="stop the script cleanly after this many steps")
@@ -49,6 +51,10 @@ def register(sub) -> None:
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--layers", action="store_true", help="forward time per layer")
+    p.add_argument("--functions", action="store_true",
+                   help="with --layers: also one row per torch function a container's own "
+                        "code calls (F.relu, the residual add, torch.cat), as analyze "
+                        "--functions counts them; forward only")
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
     add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
@@ -379,6 +385,8 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
 
     target, script_args, is_module = _target(args)
+    if args.functions and not args.layers:
+        raise UserError("--functions splits the --layers rows: add --layers")
     _check_outputs(args)  # in the words the user typed
     _absolute_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
@@ -386,6 +394,7 @@ def run(args) -> int:
         return _launch(args)
     name = target if is_module else os.path.basename(target)
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
+                  functions=args.functions,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
                   step_on=args.step_on)
     failure: list[str] = []
@@ -412,8 +421,23 @@ def run(args) -> int:
         if _is_writer():
             _write_files(watch, args)
     elif _is_writer():
-        _write(rank_report(watch), watch, args)
+        report = rank_report(watch)
+        report.notes.extend(_own_processes_advice(report.process_group))
+        _write(report, watch, args)
     return code
+
+
+def _own_processes_advice(group: dict | None) -> list[str]:
+    """A process group of several that formed without ``--nproc-per-node`` (the script's own
+    launcher: torchrun, a trainer that starts its own processes) leaves the other ranks out of
+    the report: say so, and how to measure them all."""
+    if not group or group["world_size"] < 2:
+        return []
+    n = group["world_size"]
+    return [f"the script's {n} processes were launched outside layerscope (by torchrun, or by "
+            f"the script or its trainer): only this process (rank {group['rank']}) is measured; "
+            f"use layerscope run --nproc-per-node {n} SCRIPT so layerscope launches and merges "
+            "every rank"]
 
 
 def _write(report, watch, args) -> None:

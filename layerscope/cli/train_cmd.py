@@ -86,8 +86,11 @@ def register(sub) -> None:
     g.add_argument("--comm-timeout", type=arg(finite_positive_float, maximum=COMM_TIMEOUT_MAX),
                    default=COMM_TIMEOUT_S, metavar="SECONDS",
                    help="a collective waiting longer ends the run (a hung or dead rank)")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (JSON)")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                   help="table (default), json, or csv: one row per phase of the run, each "
+                        "epoch and each rank")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here (JSON; CSV with --format csv)")
     add_report_files(p)
     add_quiet(p)
     p.set_defaults(run=run)
@@ -132,6 +135,14 @@ def _launch(args) -> int:
         return exc.code
 
 
+def _finished_line(done) -> str:
+    """The one line for a resumed run with nothing left to do, naming the option that gives
+    it more (``AlreadyFinished`` from ``training.loop``)."""
+    flag = "--steps" if done.unit == "steps" else "--epochs"
+    return (f"layerscope: {done.run_dir} {done.finished}; nothing to do (to train more: "
+            f"--resume {done.run_dir} {flag} {done.done + 1} or more)")
+
+
 def run(args) -> int:
     import json
     import warnings
@@ -139,7 +150,7 @@ def run(args) -> int:
     from rich.console import Console
 
     from layerscope.training import distributed
-    from layerscope.training.loop import train
+    from layerscope.training.loop import AlreadyFinished, train
     from layerscope.views.training import epoch_line
 
     check_outputs(args)
@@ -157,6 +168,10 @@ def run(args) -> int:
             try:
                 report = train(config_from(args), progress=progress,
                                on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+            except AlreadyFinished as done:
+                if env is None or env.rank == 0:
+                    print(_finished_line(done), file=sys.stdout if table else sys.stderr)
+                return 0
             except Exception as exc:
                 if env is None:
                     raise
@@ -170,11 +185,17 @@ def run(args) -> int:
     for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if args.format == "csv":
+        from layerscope.renderers import render
+
+        text = render(report, "csv")
+    else:
+        text = json.dumps(report.to_dict(), indent=2) + "\n"
     if args.output:
-        write_output(args.output, json.dumps(report.to_dict(), indent=2) + "\n")
+        write_output(args.output, text)
     if table:
         Console(highlight=False).print(report)
     elif not args.output:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        sys.stdout.write(text)
     write_report_files(report, args)
     return 0

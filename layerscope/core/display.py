@@ -17,12 +17,16 @@ _T = TypeVar("_T")
 
 _RICH: dict[str, Callable[[Any], Any]] = {}
 _HTML: dict[str, Callable[[Any], str]] = {}
+_TEXT: dict[str, Callable[[Any], str]] = {}
 
 
-def install(rich: dict[str, Callable[[Any], Any]], html: dict[str, Callable[[Any], str]]) -> None:
-    """Drawing functions keyed by record class name (a subclass without one uses its base's)."""
+def install(rich: dict[str, Callable[[Any], Any]], html: dict[str, Callable[[Any], str]],
+            text: dict[str, Callable[[Any], str]] | None = None) -> None:
+    """Drawing functions keyed by record class name (a subclass without one uses its base's):
+    rich renderables, HTML, and the plain text ``str()`` gives."""
     _RICH.update(rich)
     _HTML.update(html)
+    _TEXT.update(text or {})
 
 
 def _drawer(table: dict[str, Callable[[Any], _T]], record: Any, hook: str) -> Callable[[Any], _T]:
@@ -33,11 +37,15 @@ def _drawer(table: dict[str, Callable[[Any], _T]], record: Any, hook: str) -> Ca
 
 
 class Displayed:
-    """Mixin of every result class: ``rich.print(result)`` draws its terminal view and Jupyter
-    its HTML table, through the drawing functions installed for its class."""
+    """Mixin of every result class: ``rich.print(result)`` draws its terminal view, ``print``
+    (``str``) the same tables as plain text, and Jupyter its HTML table, through the drawing
+    functions installed for its class."""
 
     def __rich__(self) -> Any:
         return rich(self)
+
+    def __str__(self) -> str:
+        return _drawer(_TEXT, self, "text")(self).rstrip("\n")
 
     def _repr_html_(self) -> str:
         return html(self)

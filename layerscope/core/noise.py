@@ -14,7 +14,10 @@ Thresholds (decisions, stated in the README "Noisy machines"):
   parallel region, which gives the heavy tails (p90 tens of times the median) seen in issue 10;
 - mean far above median: mean / median above ``MEAN_LIMIT`` (1.5) means a few runs were much
   slower than the typical one (outliers); the median describes the typical run, the mean what a
-  long series of runs averages, and they are both shown.
+  long series of runs averages, and they are both shown. The same test is made for every layer
+  row on its own (``mean_far_above_median``): a row that passes it is marked with ``ROW_MARK``
+  in the per-layer tables, and the section counts such rows and warns about them even when the
+  end-to-end runs were steady (a few slow layer calls can hide in a steady total).
 """
 from __future__ import annotations
 
@@ -28,6 +31,13 @@ from layerscope.core.stats import TimingStats
 
 SPREAD_LIMIT = 1.5
 MEAN_LIMIT = 1.5
+ROW_MARK = "*"  # beside a row's mean in the per-layer tables: mean far above its median
+
+
+def mean_far_above_median(median_s: float | None, mean_s: float | None) -> bool:
+    """Whether a mean is more than ``MEAN_LIMIT`` times its median (a few much slower runs)."""
+    return (median_s is not None and mean_s is not None and median_s > 0
+            and mean_s > MEAN_LIMIT * median_s)
 
 
 @dataclass(frozen=True)
@@ -63,17 +73,26 @@ def noise_section(stats: TimingStats, machine: MachineReading, threads: int | No
     busy = math.floor(load1) if load1 is not None else None
     oversubscribed = (None if busy is None or not cpus or not threads
                       else threads + busy > cpus)
-    far_rows = sum(1 for r in rows if r.median_s > 0 and r.mean_s > MEAN_LIMIT * r.median_s)
+    far_rows = sum(1 for r in rows if mean_far_above_median(r.median_s, r.mean_s))
     warnings: list[str] = []
     noisy = spread is not None and spread > SPREAD_LIMIT
     if noisy or oversubscribed:
         warnings.append(_noise_line(spread, noisy, oversubscribed, threads, load1, cpus))
-    if mean_ratio is not None and mean_ratio > MEAN_LIMIT:
-        rows_text = f"; {far_rows} of {len(rows)} layers likewise" if rows and far_rows else ""
+    rows_text = f"{far_rows} of {len(rows)} layers"
+    marked = f"(marked {ROW_MARK} beside their mean)"
+    if mean_far_above_median(stats.median_s, stats.mean_s):
         warnings.append(
-            f"Mean {mean_ratio:.1f}x the median{rows_text}: a few runs were much slower than the "
-            f"typical one (outliers, usually other work on the machine). The median is the "
-            f"typical run; the mean is what a long series of runs averages.")
+            f"Mean {mean_ratio:.1f}x the median"
+            f"{f'; {rows_text} likewise {marked}' if far_rows else ''}: "
+            f"a few runs were much slower than the typical one (outliers, usually other work "
+            f"on the machine). The median is the typical run; the mean is what a long series of "
+            f"runs averages.")
+    elif far_rows:
+        warnings.append(
+            f"{rows_text} {marked} have a mean above {MEAN_LIMIT:g}x their "
+            f"median: a few of their calls were much slower than the typical one (outliers, "
+            f"usually other work on the machine), though the end-to-end runs were not. Their "
+            f"median is the typical call; read their mean with care.")
     return Noise(
         n=stats.n, p90_over_p10=spread, cv=stats.cv, mean_over_median=mean_ratio,
         loadavg=list(machine.loadavg) if machine.loadavg else None,

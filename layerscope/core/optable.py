@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import ResultDocument
+from layerscope.core.document import ResultDocument, omit_none
+from layerscope.core.records import Noise
 from layerscope.core.report import SCHEMA_VERSION
 
 
@@ -33,6 +34,9 @@ class OpTable(ResultDocument):
     trace: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    # core.noise section from the profiled runs' wall times (``layerscope ops``; a training
+    # run's table, and results saved before it, have none)
+    noise: Noise | None = field(default=None, metadata=omit_none())
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
 

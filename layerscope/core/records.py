@@ -70,6 +70,14 @@ class Ceilings(DictRecord):
     bandwidth: float = field(metadata={"description": "bytes/s"})
     matmul_size: int = field(metadata={"optional": True, **_COUNT})
     copy_bytes: int = field(metadata={"optional": True, **_COUNT})
+    measured_at: str | None = field(default=None, metadata=omit_none(
+        optional=True, description="when they were measured (UTC, ISO 8601); absent in "
+                                   "ceilings cached before it was recorded"))
+    loadavg: float | None = field(default=None, metadata=omit_none(
+        optional=True,
+        description="1-minute load average when they were measured (os.getloadavg)"))
+    cpus: int | None = field(default=None, metadata=omit_none(
+        optional=True, **_COUNT, description="the CPUs the measuring process could use"))
 
     _computed = ("ridge",)
 
@@ -77,6 +85,26 @@ class Ceilings(DictRecord):
     def ridge(self) -> float:
         """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
         return self.peak_flops / self.bandwidth
+
+
+@dataclass(eq=False)
+class AboveRoof(DictRecord):
+    """Layers measured faster than their roof allows (achieved above 100% of attainable): the
+    ceilings they were placed under look stale (measured on a busier machine), so their "% of
+    roof" figures are not to be trusted until the ceilings are measured again."""
+
+    layers: int = field(metadata={**_COUNT, "description": "rows above 100% of their roof"})
+    of_layers: int = field(metadata={**_COUNT, "description": "rows placed on the roofline"})
+    memory_bound: int = field(metadata={
+        **_COUNT, "description": "of the rows above, those under the memory roof: data that "
+                                 "stays in the CPU caches also moves faster than the large copy "
+                                 "that measured the bandwidth"})
+    max_pct_of_roof: float = field(metadata={"description": "the highest achieved / attainable"})
+    measured_at: str | None = field(metadata={"description": "when the ceilings were measured"})
+    loadavg: float | None = field(metadata={
+        "description": "1-minute load average when they were measured"})
+    cpus: int | None = field(metadata={**_COUNT, "description": "CPUs usable then"})
+    command: str = field(metadata={"description": "the command that measures them again"})
 
 
 @dataclass(eq=False)
@@ -104,8 +132,8 @@ class TypeTiming(DictRecord):
 @dataclass(eq=False)
 class Noise(DictRecord):
     """core.noise.noise_section: spread of the end-to-end samples (profile: bare runs; sweep: its
-    noisiest cell; ablate: the baseline's steps) and the machine at the start; absent in results
-    saved before it."""
+    noisiest cell; ablate: the baseline's steps; ops: the profiled runs; profile --loop: the
+    batches) and the machine at the start; absent in results saved before it."""
 
     n: int = field(metadata=_COUNT)
     p90_over_p10: float | None

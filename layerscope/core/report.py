@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from layerscope.core.display import Displayed
 from layerscope.core.document import Record, build, omit_none
 from layerscope.core.records import (
+    AboveRoof,
     Achieved,
     BackwardTiming,
     Ceilings,
@@ -79,6 +80,16 @@ class LayerRow(Record):
         moved = self.bytes_read + self.bytes_written
         return self.flops / moved if moved else None
 
+    def function(self) -> tuple[str, str] | None:
+        """(module path, function) for a row of the ops one torch function ran in a
+        container's own code (``--functions``: named "MODULE (FUNCTION)", typed FUNCTION, the
+        root's module path ""); None for every other row."""
+        tail = f" ({self.type})"
+        if not self.self_only or not self.name.endswith(tail):
+            return None
+        module = self.name[:-len(tail)]
+        return ("" if module == "(root)" else module), self.type
+
 
 @dataclass
 class Totals(Record):
@@ -138,7 +149,9 @@ class Report(Record, Displayed):
     (``kind="profile"``) add ``end_to_end`` timing statistics (bare runs), ``overhead`` (median
     over interleaved pairs of instrumented / bare - 1), ``coverage`` (median over instrumented
     runs of the rows' summed time / that run's wall time), ``by_type``, ``backward``,
-    ``roofline`` and ``noise`` (core.noise.noise_section; absent in reports saved before it).
+    ``roofline``, ``above_roof`` (present when some layer is measured above 100% of its roof:
+    the ceilings look stale, and how to re-measure them) and ``noise``
+    (core.noise.noise_section; absent in reports saved before it).
     """
 
     model: str
@@ -160,6 +173,8 @@ class Report(Record, Displayed):
     by_type: list[TypeTiming] | None = field(default=None, metadata=omit_none())
     backward: BackwardTiming | None = field(default=None, metadata=omit_none())
     roofline: Ceilings | None = field(default=None, metadata=omit_none())
+    # layers above 100% of their roof: the ceilings look stale (analysis.roofline.above_roof)
+    above_roof: AboveRoof | None = field(default=None, metadata=omit_none())
     # Static memory plan (ONNX): live-set peak step and tensors, packed arena, fragmentation.
     memory: dict[str, Any] | None = field(default=None, metadata=omit_none(
         description="static memory plan (ONNX)"))

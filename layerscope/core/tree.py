@@ -12,6 +12,13 @@ ROOT = ""
 SEP = "."
 
 
+def function_path(module: str, fn: str) -> str:
+    """Where the calls of torch function ``fn`` made by ``module``'s own code sit in the tree:
+    a child of the module ('layer1.0', 'add' -> 'layer1.0.(add)'; the root's: '(add)'), so
+    that ``own_time`` subtracts them from the module's own time like a called child's."""
+    return f"{module}{SEP}({fn})" if module != ROOT else f"({fn})"
+
+
 def depth(path: str) -> int:
     """'' -> 0, 'a' -> 1, 'a.b.c' -> 3."""
     return 0 if path == ROOT else path.count(SEP) + 1

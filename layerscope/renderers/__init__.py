@@ -32,10 +32,7 @@ def render(report, fmt: str, width: int | None = None, **options) -> str:
     if fmt == "csv":
         from layerscope.renderers.csv_out import to_csv
 
-        text = to_csv(report)
-        if text is not None:
-            return text
-        fmt = "json"  # no row table; such a result's CSVs are written by the run itself
+        return to_csv(report)
     if fmt == "json":
         from layerscope.renderers.json_out import to_json
 

@@ -21,11 +21,13 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
 
 
 # every result class of the kinds table (core/results.py) is drawn, so none can be forgotten:
-# its terminal view is its view's layout (View.terminal), drawn by one renderer, and its
-# notebook view the same HTML table renderer for every kind
+# its terminal view (and its str()) is its view's layout (View.terminal), drawn by one
+# renderer, and its notebook view the same HTML table renderer for every kind
 RICH = {name: _later("terminal", "render_table") for name in RESULT_CLASSES}
 HTML = {name: _later("html_table", "render_html_table") for name in RESULT_CLASSES}
+# print(result): the terminal layout as plain text (no colour, a fixed width)
+TEXT = {name: _later("terminal", "to_text") for name in RESULT_CLASSES}
 
 
 def install() -> None:
-    display.install(RICH, HTML)
+    display.install(RICH, HTML, TEXT)

@@ -7,7 +7,8 @@ the type hints give the JSON types, ``field(metadata=...)`` the descriptions and
 description. Every integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (all the
 integers layerscope writes are counts, sizes or ranks). The rest of the schema (the header, the
 per-kind definitions of the other result kinds, ``report`` and ``profile``) is hand-written
-and refers to the generated definitions with ``$ref``.
+and refers to the generated definitions with ``$ref``. The phases of a training breakdown's
+``seconds`` (and of each rank's ``phases``) are written from ``core.phases.STEP_PHASES``.
 
     python -m layerscope.schema.generate          # rewrite report.schema.json
     python -m layerscope.schema.generate --check  # exit 1 if the shipped file is out of date
@@ -27,6 +28,7 @@ from typing import Any, Union
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.document import Record
+from layerscope.core.phases import STEP_PHASES
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema
@@ -38,6 +40,7 @@ GENERATED: dict[str, type[Record]] = {
     "achieved": r.Achieved,
     "roofline_point": r.RooflinePoint,
     "ceilings": r.Ceilings,
+    "above_roof": r.AboveRoof,
     "backward": r.BackwardTiming,
     "type_timing": r.TypeTiming,
     "noise": r.Noise,
@@ -116,12 +119,35 @@ def record_schema(cls: type[Record]) -> dict[str, Any]:
             "required": required, "properties": props}
 
 
+def phases_schema(what: str, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Seconds by phase (core.phases): a number per phase; a phase shown only when spent may
+    be absent (reports written before it existed lack it), and a key not listed is a number
+    too."""
+    props = {p.name: {"type": "number", "description": p.meaning
+                      + (" (present only when some step spent time in it)" if p.when_spent else "")
+                      + (" (data-parallel runs)" if p.distributed else "")}
+             for p in STEP_PHASES}
+    props.update({k: {"type": "number", "description": v} for k, v in (extra or {}).items()})
+    return {"type": "object", "description": what, "properties": props,
+            "additionalProperties": {"type": "number"}}
+
+
+def _set_phases(defs: dict[str, Any]) -> None:
+    defs["phases"]["properties"]["seconds"] = phases_schema(
+        "seconds by phase, summed over the steps; the phases sum to wall_s")
+    rank = defs["train"]["properties"]["ranks"]["items"]["properties"]
+    rank["phases"] = phases_schema(
+        "seconds per step by phase: the phases sum to step_s, communication overlaps backward",
+        {"communication": "time inside collectives (overlaps backward; not in step_s)"})
+
+
 def generated_schema(base: dict[str, Any] | None = None) -> dict[str, Any]:
     """``base`` (the shipped schema) with every generated definition rebuilt."""
     schema: dict[str, Any] = json.loads(json.dumps(base if base is not None else load_schema()))
     defs = schema.setdefault("$defs", {})
     for name, cls in GENERATED.items():
         defs[name] = record_schema(cls)
+    _set_phases(defs)
     return schema
 
 

@@ -168,9 +168,14 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
         raise UserError(f"warmup_steps ({warmup_steps}) must be below steps ({steps})",
                         arguments=("warmup_steps", "steps"))
     plan = []
+    reasons = {}  # variant -> why it is not run
     for v in variants:
         flags, parts = parse_variant(v, device)
         plan.append((v, flags, "+".join(parts) if v == "all" else None))
+        if flags is None:
+            cuda_parts = [p for p in parts if p in CUDA_ONLY]
+            verb = "needs" if len(cuda_parts) == 1 else "need"
+            reasons[v] = f"n/a on {device}: {' and '.join(cuda_parts)} {verb} a CUDA device"
     if "baseline" not in [v for v, _, _ in plan]:
         plan.insert(0, ("baseline", [], None))
     common = ["--steps", str(steps), "--warmup-steps", str(warmup_steps), "--device", device]
@@ -190,7 +195,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
             res = VariantResult(name, flags or [], expanded=expanded)
             results.append(res)
             if flags is None:
-                res.status, res.reason = "n/a", f"n/a on {device}"
+                res.status, res.reason = "n/a", reasons[name]
                 continue
             for r in range(repeats):
                 try:
@@ -233,8 +238,9 @@ def _summarise(results: list[VariantResult]) -> None:
             continue
         per_step = [b["wall_s"] / b["steps"] for b in res.repeats if b["steps"]]
         res.step = TimingStats.of(per_step).to_dict()
-        res.phases_ms = {p: TimingStats.of([b["seconds"][p] / b["steps"] * 1e3
-                                            for b in res.repeats]).median_s for p in PHASES}
+        res.phases_ms = {p: TimingStats.of([b["seconds"].get(p, 0.0) / b["steps"] * 1e3
+                                            for b in res.repeats]).median_s
+                         for p in PHASES if any(p in b["seconds"] for b in res.repeats)}
     base = next((r for r in results if r.variant == "baseline" and r.step), None)
     if base is None:
         return

@@ -79,6 +79,18 @@ def init(env: DistEnv, device: str, timeout_s: float) -> str:
     return device
 
 
+def process_group() -> dict[str, Any] | None:
+    """The default process group this process belongs to now (its rank, world size and
+    backend), or None when none is formed (``torch.distributed``'s own state: a group the
+    script, its trainer or layerscope formed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+            "backend": str(dist.get_backend())}
+
+
 def shutdown() -> None:
     import torch.distributed as dist
 

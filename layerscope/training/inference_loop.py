@@ -17,9 +17,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument, omit_empty
+from layerscope.core.document import ResultDocument, omit_empty, omit_none
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.records import Noise
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 from layerscope.training.data import DATASETS, datasets
@@ -53,6 +55,9 @@ class LoopProfile(ResultDocument):
     notes: list[str] = field(default_factory=list, metadata=omit_empty())
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    # core.noise section: spread of the batches' wall times, the machine at the start, and the
+    # layers whose mean is far above their median (absent in results saved before it)
+    noise: Noise | None = field(default=None, metadata=omit_none())
     kind: str = "loop"
     schema_version: str = SCHEMA_VERSION
 
@@ -87,6 +92,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     from layerscope.analysis.timing import ForwardTimer
 
     check_device(device)
+    machine = read_machine()  # before our own work adds to the load average
     if dataset not in DATASETS:
         raise UserError(f"unknown dataset {dataset!r}: use {', '.join(DATASETS)}",
                         arguments="dataset")
@@ -116,6 +122,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    used_threads = torch.get_num_threads()
     sample_shape = "x".join(str(d) for d in val_set[0][0].shape)
     loaded, module, _ = _prepare(model, [f"1x{sample_shape}"], None, device, None)
     flags = [(m, m.training) for m in module.modules()]
@@ -163,9 +170,10 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
             m.training = flag
         torch.set_num_threads(old_threads)
     forward_median = TimingStats.of(forwards).median_s
-    layers = []
+    layers, layer_stats = [], []
     for name, m in leaves:
         stats = TimingStats.of([run.get(name, 0.0) for run in per_batch])
+        layer_stats.append(stats)
         layers.append(LoopLayer(name, type(m).__name__, stats.to_dict(),
                                 stats.median_s / forward_median if forward_median else None))
     layers.sort(key=lambda r: -r.time["median_s"])
@@ -179,4 +187,5 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
                   if forward_median else None), notes=notes,
         settings={"threads": threads or old_threads, "num_workers": num_workers,
                   "synthetic": synthetic},
-        environment=environment())
+        environment=environment(),
+        noise=noise_section(TimingStats.of(walls), machine, used_threads, layer_stats))

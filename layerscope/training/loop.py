@@ -18,7 +18,7 @@ import random
 import resource
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
 
 
-@dataclass
+@dataclass(repr=False)  # print() shows its tables (core.display); repr() is one line
 class TrainReport(ResultDocument):
     recipe: str
     config: dict[str, Any]
@@ -76,12 +76,22 @@ class TrainReport(ResultDocument):
     ranks: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
     communication: dict[str, Any] | None = field(default=None, metadata=omit_none())
     straggler: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    # a watched script: the process group it formed (rank, world_size, backend), if any
+    process_group: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    # several processes: every process's samples over the job's measured time
+    # (ranks.job_throughput)
+    job: dict[str, Any] | None = field(default=None, metadata=omit_none())
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
     @property
     def final(self) -> dict[str, Any] | None:
         return self.epochs[-1] if self.epochs else None
+
+    def __repr__(self) -> str:
+        b = self.breakdown
+        return (f"TrainReport({self.recipe!r}, steps={b.get('steps')}, "
+                f"samples={b.get('samples')}, wall_s={b.get('wall_s', 0.0):.3f})")
 
     @classmethod
     def from_dict(cls, d):  # type: ignore[override]
@@ -435,6 +445,19 @@ def _profiler(kind: str | None, run_dir: str):
                         place(raw, os.path.join(run_dir, "trace.json"))
                 return False
 
+            @contextmanager
+            def paused(self):
+                """Work that is no training step (validation, the TensorBoard graph's trace)
+                runs unrecorded, so the per-step table divides training steps' ops only."""
+                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+                with quiet_native_stderr():
+                    self.p.toggle_collection_dynamic(False, acts)
+                try:
+                    yield
+                finally:
+                    with quiet_native_stderr():
+                        self.p.toggle_collection_dynamic(True, acts)
+
             def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
                 """The top operators per training step (torch.profiler's key averages)."""
                 from layerscope.core.optable import OpTable
@@ -445,7 +468,9 @@ def _profiler(kind: str | None, run_dir: str):
                                sort="self", runs=steps, rows=rows, total_self_s=total,
                                ops_total=n, trace=os.path.join(run_dir, "trace.json"),
                                settings={"unit": "step", "top": OP_TABLE_TOP,
-                                         "includes": "validation, when it ran"}).to_dict()
+                                         "includes": "training steps only (validation and "
+                                                     "the TensorBoard graph left out)"}
+                               ).to_dict()
 
         return _Torch()
     try:
@@ -496,6 +521,33 @@ def _resumed_config(config: TrainConfig) -> TrainConfig:
     return TrainConfig(**merged)
 
 
+# settings that act only on a CUDA device: pinned host memory makes the copies to a GPU
+# asynchronous; cudnn.benchmark picks cuDNN's (GPU) convolution algorithms
+CUDA_ONLY_SETTINGS = ("pin_memory", "cudnn_benchmark")
+
+
+def not_applied(config: TrainConfig, device: str) -> tuple[TrainConfig, list[str]]:
+    """The config the run really uses on ``device``, and notes naming what was asked but not
+    applied. Without a CUDA device the CUDA-only settings do nothing: they are recorded as off
+    (in the report's config and the run's config.json) and named in a note, not refused, so the
+    same command runs on a laptop and on a GPU machine. ``amp`` does apply on the CPU, with
+    bfloat16 (float16 autocast is CUDA's): a note says which."""
+    if device.startswith("cuda"):
+        return config, []
+    asked = [name for name in CUDA_ONLY_SETTINGS if getattr(config, name)]
+    notes = []
+    if asked:
+        names = " and ".join(f"{n} (--{n.replace('_', '-')})" for n in asked)
+        notes.append(f"{names} not applied: no CUDA device (device {device}); they act only "
+                     "on copies to a GPU and on cuDNN, so the run used neither and records "
+                     f"{'them' if len(asked) > 1 else 'it'} as off")
+        config = dataclasses.replace(config, **{n: False for n in asked})
+    if config.amp:
+        notes.append(f"amp on {device}: autocast to bfloat16 (float16 autocast is for CUDA "
+                     "devices)")
+    return config, notes
+
+
 def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None,
           progress: Callback | None = None, **overrides: Any) -> TrainReport:
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
@@ -511,7 +563,6 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     env = dist_run.detect()
     joined = False
     try:
-        torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         notes: list[str] = []
         device = config.device
         if env is not None:
@@ -522,7 +573,11 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
                                          maximum=values.COMM_TIMEOUT_MAX)
             joined = not torch.distributed.is_initialized()
             device = dist_run.init(env, config.device, config.comm_timeout)
+        config, notes = not_applied(config, device)
+        torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         run = _Run(config, notes, env, device)
+        if config.resume:
+            _check_work_left(run)  # before anything in the run folder is written
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:
             make_dir(run.run_dir, "out")
@@ -530,7 +585,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
-            report = _train(run, on_epoch if writes else None, progress if writes else None)
+            report = _train(run, on_epoch if writes else None, progress if writes else None,
+                            getattr(profiler, "paused", nullcontext))
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
@@ -573,10 +629,43 @@ def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
             ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
 
 
-def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> TrainReport:
+class AlreadyFinished(Exception):
+    """A resumed run with nothing left to do: the checkpoint has ``done`` of ``total``
+    ``unit`` ("epochs" or "steps") behind it. Nothing is trained and nothing in ``run_dir``
+    is written (its report stays the finished run's)."""
+
+    def __init__(self, run_dir: str, done: int, total: int, unit: str):
+        self.run_dir, self.done, self.total, self.unit = run_dir, done, total, unit
+        super().__init__(f"{run_dir}: the run {self.finished}; nothing to do (to train more, "
+                         f"resume with {unit} above {done})")
+
+    @property
+    def finished(self) -> str:
+        """'already finished 3 of 3 epochs' ('already finished 23 steps, more than 5' when a
+        step limit below the steps done was given)."""
+        if self.done == self.total:
+            return f"already finished {self.done} of {self.total} {self.unit}"
+        return f"already finished {self.done} {self.unit}, more than {self.total}"
+
+
+def _check_work_left(run: _Run) -> None:
+    """``AlreadyFinished`` when a resumed run has no batch left: every epoch done (no epoch
+    stopped part-way), or ``steps`` optimizer steps already taken."""
+    steps = run.config.steps
+    if steps is not None and run.global_step >= steps:
+        raise AlreadyFinished(run.run_dir, run.global_step, steps, "steps")
+    if run.start_epoch >= run.epochs and not run.skip_batches:
+        raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
+
+
+def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
+           unprofiled: Callable[[], Any] = nullcontext) -> TrainReport:
+    """The epochs; ``unprofiled()``: a context for work that is not a training step (the
+    profiler's pause), so a per-step operator table counts training steps only."""
     c, r = run.config, run.recipe
     device = run.device
-    writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
+    with unprofiled():
+        writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
     timer = PhaseTimer(cuda=run.cuda)
     totals = PhaseTotals()
     step_seconds: list[float] = []
@@ -688,10 +777,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
                "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
                "lr": lr}
         if c.evaluate:
-            val = run.val_loader()
-            if c.dry_run:
-                val = [next(iter(val))]
-            row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
+            with unprofiled():
+                val = run.val_loader()
+                if c.dry_run:
+                    val = [next(iter(val))]
+                row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
         row["epoch_seconds"] = time.perf_counter() - t_epoch
         epoch_breakdown.append(epoch_totals.to_dict())
         if writer is not None:
@@ -729,7 +819,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         extra = {"world_size": run.world, "ranks": entries,
                  "communication": comm.summary(run.gradient_bytes,
                                                param_bytes=run.param_bytes),
-                 "straggler": rank_table.straggler(entries)}
+                 "straggler": rank_table.straggler(entries),
+                 "job": rank_table.job_throughput(entries)}
         if run.rank == 0:
             from layerscope.training.dist_trace import write_trace
 
@@ -749,4 +840,4 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> T
         notes=run.notes, environment=environment(), **extra)
 
 
-__all__ = ["TrainConfig", "TrainReport", "train", "PHASES"]
+__all__ = ["AlreadyFinished", "TrainConfig", "TrainReport", "train", "PHASES"]

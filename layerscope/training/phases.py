@@ -3,7 +3,8 @@
 CPU: the clock is read at each phase boundary. CUDA: the data wait is host time (the host is
 blocked on the loader); the other phases are bounded by CUDA events recorded on the stream, read
 after the one synchronisation per step at its end. ``other`` is the step's wall time minus the
-phases, so the phases always sum to the measured step time.
+phases, so the phases always sum to the measured step time. The phases are declared once, in
+``core.phases.STEP_PHASES``.
 """
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-PHASES = ("data", "h2d", "forward", "loss", "backward", "optimizer", "other")
-DEVICE_PHASES = ("h2d", "forward", "loss", "backward", "optimizer")
+from layerscope.core.phases import STEP_PHASES, shown
+
+# a single process's phases (a data-parallel run adds its own: training.ranks), in step order
+PHASES = tuple(p.name for p in STEP_PHASES if not p.distributed)
+# the phases every breakdown has (the others only when some step spent time in them)
+ALWAYS = tuple(p.name for p in STEP_PHASES if not p.distributed and not p.when_spent)
+DEVICE_PHASES = tuple(p.name for p in STEP_PHASES if p.device)  # CUDA events bound these
 
 
 @dataclass
@@ -25,18 +31,25 @@ class PhaseTotals:
     steps: int = 0
     samples: int = 0
     wall: float = 0.0
+    tokens: int = 0  # language models: B x T of the token-id inputs (0: none seen)
 
-    def add(self, phases: dict[str, float], wall: float, samples: int) -> None:
+    def add(self, phases: dict[str, float], wall: float, samples: int, tokens: int = 0) -> None:
         for k, v in phases.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + v
         self.steps += 1
         self.samples += samples
+        self.tokens += tokens
         self.wall += wall
 
     def to_dict(self) -> dict:
-        return {"seconds": dict(self.seconds), "steps": self.steps, "samples": self.samples,
-                "wall_s": self.wall,
-                "throughput_per_s": self.samples / self.wall if self.wall else None}
+        """``tokens`` and ``tokens_per_s`` only where token ids were seen."""
+        out = {"seconds": shown(self.seconds), "steps": self.steps, "samples": self.samples,
+               "wall_s": self.wall,
+               "throughput_per_s": self.samples / self.wall if self.wall else None}
+        if self.tokens:
+            out.update(tokens=self.tokens,
+                       tokens_per_s=self.tokens / self.wall if self.wall else None)
+        return out
 
 
 class PhaseTimer:

@@ -21,8 +21,15 @@ through, and splits the time between consecutive optimizer steps into the phases
 - ``data``: ``_BaseDataLoaderIter.__next__`` (the class attribute, restored afterwards); a new
   pass (``DataLoader.__iter__``, with gradients on) over a loader that gave training batches
   ends an epoch.
+- samples (and tokens): a training batch counts in the step whose forward takes it (the
+  model's outermost forward takes the oldest batch fetched and not yet taken), so a batch a
+  loader fetched ahead and no step took is not counted; with no DataLoader at all, the batch
+  is the forward's first tensor argument. Tokens are B x T of a batch of token ids (an
+  integer tensor [B, T]).
 - ``h2d``: ``Tensor.to`` and ``Tensor.cuda`` of CPU tensors, wrapped only where CUDA is
   available (on a CPU-only machine there is no host-to-device copy and nothing is wrapped).
+- ``trainer``: the code of the closure given to ``optimizer.step(closure)`` (Lightning's
+  automatic optimisation, LBFGS) outside the phases nested in it: the trainer's own work.
 - ``other``: the step's wall time minus the phases, so the phases sum to the step exactly.
 
 Phases nest (Lightning and closure optimizers run forward and backward *inside*
@@ -39,6 +46,7 @@ recorded at every phase change and read after one synchronisation per step, as
 """
 from __future__ import annotations
 
+import collections
 import multiprocessing.process
 import os
 import resource
@@ -53,14 +61,18 @@ import torch
 from torch.nn.modules import module as _module
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
+from layerscope.analysis.capture.functions import function_name
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.training.distributed import process_group
 from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
@@ -68,10 +80,13 @@ STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
 # torch.compile's OptimizedModule warns on every call while global module hooks exist
 _COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
-# the stack's name for an optimizer closure's own code (a trainer's work around forward and
-# backward): no phase, so it lands in ``other``, and a note names it
-CLOSURE = "closure"
+# the phase of an optimizer closure's own code (a trainer's work around forward and backward)
+CLOSURE = "trainer"
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
+
+
+# a layer row's key: id(module), or (id(module), function) for a function's row (``functions``)
+LayerKey = int | tuple[int, str]
 
 
 class StepLimit(BaseException):
@@ -86,18 +101,24 @@ def active() -> Watch | None:
     return _ACTIVE[0] if _ACTIVE else None
 
 
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor (0 if none)."""
+def _batch_size(batch: Any) -> tuple[int, int]:
+    """(samples, tokens) of a batch (a loader's, or a forward's arguments): the first
+    dimension of its first tensor, and B x T where that tensor holds token ids (integers of
+    shape [B, T], a language model's input); (0, 0) if there is no tensor."""
     for _ in range(4):  # tuple/list/dict nesting of (inputs, targets) batches
         if isinstance(batch, torch.Tensor):
-            return int(batch.shape[0]) if batch.dim() else 1
+            if not batch.dim():
+                return 1, 0
+            ids = batch.dim() == 2 and not (batch.is_floating_point() or batch.is_complex()
+                                            or batch.dtype == torch.bool)
+            return int(batch.shape[0]), int(batch.numel()) if ids else 0
         if isinstance(batch, (list, tuple)) and batch:
             batch = batch[0]
         elif isinstance(batch, dict) and batch:
             batch = next(iter(batch.values()))
         else:
-            return 0
-    return 0
+            return 0, 0
+    return 0, 0
 
 
 def _to_device(args: tuple, kwargs: dict) -> bool:
@@ -157,14 +178,16 @@ class Watch:
 
     ``steps``: after that many steps (warm-up included) call ``on_stop(watch)``, or raise
     ``StepLimit`` when no ``on_stop`` is given. ``warmup_steps``: the first steps are left out
-    of the breakdown. ``layers``: forward (and backward) time per module. ``memory``: peak RSS
+    of the breakdown. ``layers``: forward (and backward) time per module; ``functions``: also
+    per torch function a container's own code calls (``F.relu``, the residual add), each a
+    row "MODULE (FUNCTION)" (forward only: its backward stays the module's). ``memory``: peak RSS
     and CUDA memory per phase. ``trace``: keep every phase interval for a Chrome trace.
     """
 
     def __init__(self, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None, *, steps: int | None = None,
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
-                 name: str = "watch", argv: list[str] | None = None,
+                 functions: bool = False, name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
                  step_on: str = "optimizer", clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
@@ -179,7 +202,11 @@ class Watch:
         self.model, self.optimizer, self.step_on = model, optimizer, step_on
         self.limit = None if steps is None else values.positive_int(steps, "steps")
         self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
+        if functions and not layers:
+            raise UserError("watch(functions=True) splits the layers' rows: set layers=True "
+                            "too")
         self.layers, self.memory, self.trace = layers, memory, trace
+        self.functions = functions
         self.name, self.argv = name, list(argv) if argv is not None else None
         self.on_stop, self.clock = on_stop, clock
         self._installed: list[Callable[[], None]] = []  # undo actions, run in reverse
@@ -195,12 +222,23 @@ class Watch:
         self._seconds: list[float] = []
         self._phases: list[dict[str, float]] = []
         self._samples_of: list[int] = []
+        self._tokens_of: list[int] = []
+        # training batches fetched and not yet taken by a forward, (samples, tokens) each: a
+        # batch counts in the step whose forward takes it, so one a loader fetched ahead and
+        # no step took (accelerate's loaders fetch one batch ahead) is not counted
+        self._fetched: collections.deque[tuple[int, int]] = collections.deque()
+        self._loader_seen = False  # a training batch came from a DataLoader
+        # the module whose training forwards take the batches: the first called (the model)
+        self._sample_module: tuple[int, str] | None = None
+        self._samples_from_forward = False  # no loader: counted from its arguments
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
         self._opt_seen = False  # an optimizer step has started
         self._marked = False  # the loop called mark_step() itself
         self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
         self._bwd_depth = 0
         self.children = 0  # processes the script started (not DataLoader workers)
+        # the process group the script formed (torch.distributed), seen at a step's end
+        self.process_group: dict[str, Any] | None = None
         # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
         # many step each iteration (known once the first one steps again)
         self._opt_ids: list[int] = []
@@ -211,7 +249,6 @@ class Watch:
         self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
         self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
         self._opt_of: list[dict[int, float]] = []  # the same, per completed step
-        self._closure_of: list[float] = []  # closure's own seconds, per completed step
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -225,7 +262,7 @@ class Watch:
         self._acc: dict[str, float] = {}
         self._t0: float | None = None  # current step's start (None: no step open)
         self._eval_in_step = 0.0
-        self._samples = 0
+        self._samples = self._tokens = 0
         self._cuda = False
         self._cuda_here = False
         self._events: list[Any] = []
@@ -237,15 +274,17 @@ class Watch:
         # step's go to _fwd_of/_bwd_of beside _seconds (merged with it, warm-up left out when
         # read, as for the phases, so a layer's time per step and the phases' are over the same
         # steps)
-        self._step_fwd: dict[int, list[Any]] = {}
+        self._step_fwd: dict[LayerKey, list[Any]] = {}
         self._step_bwd: dict[str, float] = {}
-        self._fwd_of: list[dict[int, list[Any]]] = []
+        self._fwd_of: list[dict[LayerKey, list[Any]]] = []
         self._bwd_of: list[dict[str, float]] = []
-        self._layer_stack: list[tuple[float, str | None]] = []
+        # (start, name, module) of the module calls in progress, innermost last
+        self._layer_stack: list[tuple[float, str | None, torch.nn.Module]] = []
+        self._containers: dict[int, bool] = {}  # id(module) -> it has children
         self._names: dict[int, str] = {}
         # id(module) -> (id(root), its path under that root); id(root) -> every path under it
         # (the never-called containers included): own time walks this tree
-        self._paths: dict[int, tuple[int, str]] = {}
+        self._paths: dict[LayerKey, tuple[int, str]] = {}
         self._trees: dict[int, list[str]] = {}
         self._cpu0 = time.process_time()
         self._wall0 = self.clock()
@@ -269,6 +308,11 @@ class Watch:
     def step_samples(self) -> list[int]:
         """Samples (training batches' first dimension) of each measured step."""
         return self._samples_of[self.warmup_steps:]
+
+    @property
+    def step_tokens(self) -> list[int]:
+        """Tokens (B x T of token-id batches; 0 for other models) of each measured step."""
+        return self._tokens_of[self.warmup_steps:]
 
     # ---- install / remove ---------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -318,11 +362,17 @@ class Watch:
     def _install(self) -> None:
         handles = [_optim.register_optimizer_step_pre_hook(self._opt_pre),
                    _optim.register_optimizer_step_post_hook(self._opt_post),
-                   _module.register_module_forward_pre_hook(self._fwd_pre),
-                   _module.register_module_forward_hook(self._fwd_post, always_call=True)]
+                   _module.register_module_forward_pre_hook(self._fwd_pre)]
+        # global hooks run in the order registered: a layer's time starts after its phase's and
+        # ends before it, so a layer's time is within the phase's (never above 100% of it)
         if self.layers:
             handles += [_module.register_module_forward_pre_hook(self._layer_pre),
                         _module.register_module_forward_hook(self._layer_post, always_call=True)]
+        if self.functions:
+            mode = _FunctionMode(self)
+            mode.__enter__()
+            self._installed.append(lambda: mode.__exit__(None, None, None))
+        handles.append(_module.register_module_forward_hook(self._fwd_post, always_call=True))
         for h in handles:
             self._installed.append(h.remove)
         self._patch(torch.autograd, "_engine_run_backward",
@@ -411,7 +461,7 @@ class Watch:
         self._opt_step = {}
         self._acc = {}
         self._eval_in_step = 0.0
-        self._samples = 0
+        self._samples = self._tokens = 0
         # CUDA timing once the script has initialised CUDA itself (never initialise it here)
         self._cuda = self._cuda_here and torch.cuda.is_initialized()
         if self._cuda:
@@ -438,7 +488,6 @@ class Watch:
             self._add(stack[-1][0], stack[-1][1], now)
             stack[-1][1] = now
         phases = dict.fromkeys(PHASES, 0.0)
-        self._closure_of.append(self._acc.pop(CLOSURE, 0.0))
         for k, v in self._acc.items():
             phases[k] = phases.get(k, 0.0) + v
         if self._cuda:
@@ -457,13 +506,21 @@ class Watch:
         phases["other"] = wall - (named - phases["other"])
         self._seconds.append(wall)
         self._phases.append(phases)
+        if self._sample_module is None:  # no module forward seen: the batches fetched count
+            while self._fetched:
+                samples, tokens = self._fetched.popleft()
+                self._samples += samples
+                self._tokens += tokens
         self._samples_of.append(self._samples)
+        self._tokens_of.append(self._tokens)
         self._opt_of.append(self._opt_step)
         if self.trace:
             self.step_spans.append((len(self._seconds), self._t0, now))
         self._fwd_of.append(self._step_fwd)
         self._bwd_of.append(self._step_bwd)
         self._step_fwd, self._step_bwd = {}, {}
+        if self.process_group is None:
+            self.process_group = process_group()
         self._begin(now)
 
     def _merge_last(self, k: int) -> None:
@@ -479,12 +536,12 @@ class Watch:
         self._seconds[first:] = [sum(self._seconds[first:])]
         self._phases[first:] = [phases]
         self._samples_of[first:] = [sum(self._samples_of[first:])]
+        self._tokens_of[first:] = [sum(self._tokens_of[first:])]
         by_opt: dict[int, float] = {}
         for row in self._opt_of[first:]:
             for i, v in row.items():
                 by_opt[i] = by_opt.get(i, 0.0) + v
         self._opt_of[first:] = [by_opt]
-        self._closure_of[first:] = [sum(self._closure_of[first:])]
         fwd, bwd = _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
         self._fwd_of[first:], self._bwd_of[first:] = [fwd], [bwd]
         if self.trace:
@@ -501,7 +558,8 @@ class Watch:
     def _sum(self, start: int, stop: int) -> PhaseTotals:
         totals = PhaseTotals()
         for i in range(start, stop):
-            totals.add(self._phases[i], self._seconds[i], self._samples_of[i])
+            totals.add(self._phases[i], self._seconds[i], self._samples_of[i],
+                       self._tokens_of[i])
         return totals
 
     @property
@@ -544,6 +602,28 @@ class Watch:
         else:
             self._fwd_phase = "loss" if isinstance(module, _Loss) else "forward"
         self._enter(self._fwd_phase)
+        if self._fwd_phase == "forward":
+            self._take_batch(module, args)
+
+    def _take_batch(self, module: torch.nn.Module, args: Any) -> None:
+        """A training forward of the model (the first module called outermost) takes one
+        batch: the oldest training batch fetched and not taken yet. A forward that finds none
+        (a second call on the same batch) takes nothing; with no DataLoader batch seen at all
+        (batches made by the script: nanoGPT's ``get_batch``), its batch is its first tensor
+        argument's."""
+        if self._sample_module is None:
+            self._sample_module = (id(module), type(module).__name__)
+        elif self._sample_module[0] != id(module):
+            return
+        if self._fetched:
+            samples, tokens = self._fetched.popleft()
+        elif self._loader_seen:
+            return
+        else:
+            samples, tokens = _batch_size(args)
+            self._samples_from_forward = self._samples_from_forward or bool(samples)
+        self._samples += samples
+        self._tokens += tokens
 
     def _fwd_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         depth = self._depth
@@ -677,7 +757,8 @@ class Watch:
             finally:
                 self._exit(phase)
             if phase == "data":
-                self._samples += _batch_len(batch)
+                self._loader_seen = True
+                self._fetched.append(_batch_size(batch))
                 self._train_data.add(id(it._dataset))
             return batch
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -723,19 +804,19 @@ class Watch:
     def _layer_pre(self, module: torch.nn.Module, args: Any) -> None:
         stack = self._layer_stack
         if (stack[-1][1] is None if stack else self._stack and self._stack[-1][0] == "data"):
-            stack.append((0.0, None))  # a transform loading a batch: no layer of the model
+            stack.append((0.0, None, module))  # a transform loading a batch: no layer
             return
         if not stack and id(module) not in self._names:
             self._name_tree(module)  # an outermost call: name its modules from it
         if stack and torch.is_grad_enabled():
             # nodes not tagged yet were made by the enclosing module's own code
             tag_graph(args, stack[-1][1])
-        stack.append((self.clock(), self._names.get(id(module), type(module).__name__)))
+        stack.append((self.clock(), self._names.get(id(module), type(module).__name__), module))
 
     def _layer_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self._layer_stack:
             return
-        t0, name = self._layer_stack.pop()
+        t0, name, _ = self._layer_stack.pop()
         t = self.clock() - t0
         if name is None or not torch.is_grad_enabled():
             return  # evaluation, as for the phases
@@ -745,6 +826,40 @@ class Watch:
             row = self._step_fwd[id(module)] = [name, type(module).__name__, 0, 0.0]
         row[2] += 1
         row[3] += t
+
+    def _function_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``functions``: a torch function call, timed as a row "MODULE (FUNCTION)" when a
+        container's own forward code makes it (with gradients on, as for the layers) and it
+        returns tensors (``x.size()``, ``x.shape``, ``t.grad_fn`` compute nothing: no row, as
+        ``analyze --functions`` has none for them): a child of the module in the tree, so the
+        module's own time leaves it out."""
+        stack = self._layer_stack
+        if (not stack or stack[-1][1] is None or not torch.is_grad_enabled()
+                or getattr(func, "__name__", None) == "__get__"):
+            return func(*args, **kwargs)
+        _, name, module = stack[-1]
+        container = self._containers.get(id(module))
+        if container is None:
+            container = self._containers[id(module)] = next(module.children(), None) is not None
+        if not container:
+            return func(*args, **kwargs)
+        t0 = self.clock()
+        out = func(*args, **kwargs)
+        t = self.clock() - t0
+        if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(out)):
+            return out
+        fn = function_name(func)
+        key = (id(module), fn)
+        row = self._step_fwd.get(key)
+        if row is None:
+            row = self._step_fwd[key] = [f"{name} ({fn})", fn, 0, 0.0]
+            if key not in self._paths and id(module) in self._paths:
+                root, path = self._paths[id(module)]
+                self._paths[key] = (root, tree.function_path(path, fn))
+                self._trees[root].append(self._paths[key][1])
+        row[2] += 1
+        row[3] += t
+        return out
 
     def _backward(self, engine: Callable[..., Any]) -> Callable[..., Any]:
         """The engine entry timed as ``backward``. With ``layers``, each autograd node's time is
@@ -797,12 +912,12 @@ class Watch:
             self._paths.setdefault(id(m), (id(root), n))
         self._trees[id(root)] = paths
 
-    def _layer_totals(self) -> tuple[dict[int, list[Any]], dict[str, float]]:
+    def _layer_totals(self) -> tuple[dict[LayerKey, list[Any]], dict[str, float]]:
         """The per-layer forward rows and backward seconds summed over the measured steps."""
         first = self.warmup_steps
         return _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
 
-    def _own_seconds(self, fwd: dict[int, list[Any]]) -> dict[int, float]:
+    def _own_seconds(self, fwd: dict[LayerKey, list[Any]]) -> dict[LayerKey, float]:
         """id(module) -> its forward own time in ``fwd`` (``tree.own_time``: inclusive minus
         the nearest descendants that ran, through never-called containers)."""
         inclusive: dict[int, dict[str, float]] = {}  # per root: path -> seconds
@@ -855,7 +970,11 @@ class Watch:
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
         totals = self.totals
+        breakdown = totals.to_dict()
         epochs = [t.to_dict() for t in self.epoch_totals()]
+        if not self.cuda_used:  # no device in use: no host-to-device phase to report
+            for b in (breakdown, *epochs):
+                b["seconds"].pop("h2d", None)
         wall = self.clock() - self._wall0
         notes = []
         if self.eval_seconds:
@@ -871,13 +990,13 @@ class Watch:
                 notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
                              "steps and none was seen (with steps on backward passes it counts "
                              "those)")
+        if self._samples_from_forward and not self._loader_seen and totals.samples:
+            notes.append(f"no DataLoader batch seen: samples are the batch dimension (dim 0) of "
+                         f"the first tensor argument of each training forward of "
+                         f"{self._sample_module[1] if self._sample_module else 'the model'}"
+                         + (", tokens its B x T token ids" if totals.tokens else ""))
         if len(self._opt_names) > 1:
             notes.append(self._optimizers_note())
-        closure = sum(self._closure_of[self.warmup_steps:])
-        if closure > 0 and totals.wall > 0:
-            notes.append(f"{closure:.3f} s ({100 * closure / totals.wall:.0f}% of the steps) "
-                         "ran in optimizer.step(closure)'s closure outside forward, loss and "
-                         "backward (the trainer's own work): counted in other, not optimizer")
         if self.children:
             notes.append(f"training ran in {self.children} child process"
                          f"{'es' if self.children > 1 else ''}, which "
@@ -891,14 +1010,20 @@ class Watch:
                          "no training step seen: no backward() and no mark_step()")
             if self.limit is not None:
                 notes.append(f"the step limit ({self.limit}) did not act: no step ended")
+        group = self.process_group
+        if group and group["world_size"] > 1:
+            notes.append(process_group_note(group))
         rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if group and not (rank and world):  # a group a trainer formed (no launcher's env)
+            rank, world = str(group["rank"]), str(group["world_size"])
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         return TrainReport(
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
-                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on},
-            run_dir="", epochs=[], breakdown=totals.to_dict(), epoch_breakdown=epochs,
+                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
+                    **({"functions": True} if self.functions else {})},
+            run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -909,14 +1034,24 @@ class Watch:
             rank=int(rank) if rank and rank.isdigit() else None,
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
-            phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None)
+            phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
+            process_group=group)
 
 
-def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float]]
-                ) -> tuple[dict[int, list[Any]], dict[str, float]]:
+def process_group_note(group: dict[str, Any]) -> str:
+    """What a watched step of a process in a group of several holds: the hooks see backward
+    and the optimizer, not the collectives DDP runs inside backward."""
+    return (f"the script formed a process group (rank {group['rank']} of "
+            f"{group['world_size']}, {group['backend']}): backward includes the gradient "
+            "all-reduce that DDP overlaps with it; communication is not timed separately, and "
+            "the ranks' waits for each other are not measured")
+
+
+def _sum_layers(fwd_of: list[dict[LayerKey, list[Any]]], bwd_of: list[dict[str, float]]
+                ) -> tuple[dict[LayerKey, list[Any]], dict[str, float]]:
     """Per-step layer rows (id(module) -> [name, type, calls, s]) and backward seconds (module
     name -> s) added up over the steps given."""
-    fwd: dict[int, list[Any]] = {}
+    fwd: dict[LayerKey, list[Any]] = {}
     for step in fwd_of:
         for key, (name, kind, calls, s) in step.items():
             row = fwd.setdefault(key, [name, kind, 0, 0.0])
@@ -927,6 +1062,19 @@ def _sum_layers(fwd_of: list[dict[int, list[Any]]], bwd_of: list[dict[str, float
         for name, s in step.items():
             bwd[name] = bwd.get(name, 0.0) + s
     return fwd, bwd
+
+
+class _FunctionMode(TorchFunctionMode):
+    """Sees the outermost torch function calls (``F.relu``, ``Tensor.__add__``, ``torch.cat``;
+    while it runs the mode is off, so nested calls are not seen) for ``Watch._function_call``."""
+
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        return self.watch._function_call(func, args, kwargs or {})
 
 
 def _forked_child() -> None:

@@ -5,7 +5,7 @@ from rich.table import Table
 
 from layerscope.core.units import shape_str
 from layerscope.views.common import cell, pct
-from layerscope.views.sections import Cell, RowTable, View
+from layerscope.views.sections import Cell, DataTable, RowTable, View
 
 
 def heading(result) -> tuple[str, str]:
@@ -45,4 +45,11 @@ def activation_table(capture) -> Table:
     return table
 
 
-VIEW = View(heading=heading, terminal=activation_table, facts=facts, tables=tables)
+def csv(c) -> DataTable:
+    """One row per captured layer: its output's shape (``1x16x32x32``) and statistics."""
+    return DataTable(["layer", "type", "shape", "mean", "std", "zero_fraction"],
+                     [[s.name, s.type, shape_str([s.shape]), s.mean, s.std,
+                       s.zero_fraction] for s in c.stats])
+
+
+VIEW = View(heading=heading, terminal=activation_table, facts=facts, tables=tables, csv=csv)

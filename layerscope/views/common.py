@@ -2,11 +2,13 @@
 line, layer bars coloured by type and phase stacks. Plain formatting only; no analysis."""
 from __future__ import annotations
 
+from layerscope.core.noise import MEAN_LIMIT, ROW_MARK, mean_far_above_median
+from layerscope.core.phases import BY_NAME, STEP_PHASES
 from layerscope.core.units import shape_str, si
 from layerscope.views.sections import PALETTE, PHASE_COLORS, Cell, Chart, Point, Series
 
-PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
-                "loss": "Loss", "backward": "Backward", "optimizer": "Optimizer", "other": "Other"}
+# a single process's phases (core.phases), in step order
+PHASE_LABELS = {p.name: p.label for p in STEP_PHASES if not p.distributed}
 
 
 # ---- small formatters -------------------------------------------------------------------
@@ -51,7 +53,7 @@ def median(xs):
 def own_ops_suffix(row) -> str:
     """" (own ops)" for a container's own-ops row; nothing for other rows, nor for an
     ``analyze --functions`` row, whose name "MODULE (FUNCTION)" already says it."""
-    if not row.self_only or row.name.endswith(f" ({row.type})"):
+    if not row.self_only or row.function() is not None:
         return ""
     return " (own ops)"
 
@@ -80,6 +82,22 @@ def noise_lines(result) -> list[str]:
         return []
     return [f"Noise: {noise_summary(noise)}"] + [f"Warning: {w}" for w in noise.get("warnings")
                                                   or []]
+
+
+def mean_ms(t) -> str:
+    """A row's mean in ms, marked with ``ROW_MARK`` when it is far above the row's median
+    (core.noise.mean_far_above_median: the test the noise section counts rows by)."""
+    t = t or {}
+    marked = mean_far_above_median(t.get("median_s"), t.get("mean_s"))
+    return ms(t.get("mean_s")) + (ROW_MARK if marked else "")
+
+
+def mean_mark_legend(times) -> str:
+    """What the mark beside a mean says, when some row of ``times`` carries it; else ''."""
+    if not any(mean_far_above_median((t or {}).get("median_s"), (t or {}).get("mean_s"))
+               for t in times):
+        return ""
+    return f"{ROW_MARK} mean above {MEAN_LIMIT:g}x the median (a few much slower calls)"
 
 
 def noise_facts(result) -> list[tuple[str, str]]:
@@ -123,11 +141,18 @@ def layer_bars(report, id: str, title: str, y_label: str, value, tip, hot=None,
                  y_label, list(series.values()), [r.name for r in report.layers])
 
 
+def spent_phases(labels: dict[str, str], breakdowns: list[dict[str, float]]) -> dict[str, str]:
+    """``labels`` without the phases shown only when spent (core.phases) that none of these
+    breakdowns spent time in."""
+    return {p: label for p, label in labels.items()
+            if p not in BY_NAME or not BY_NAME[p].when_spent or any(b.get(p) for b in breakdowns)}
+
+
 def phase_stack(id: str, title: str, categories: list[str], per_cat: list[dict[str, float]],
                 tips: list[str], x_label: str,
                 labels: dict[str, str] | None = None) -> Chart:
     series = []
-    for p, label in (labels or PHASE_LABELS).items():
+    for p, label in spent_phases(labels or PHASE_LABELS, per_cat).items():
         s = Series(label, PHASE_COLORS[p])
         for i, d in enumerate(per_cat):
             v = d.get(p, 0.0) or 0.0

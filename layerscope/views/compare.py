@@ -73,6 +73,8 @@ def totals_table(c) -> Table:
 def render_compare(c, show_all: bool = False) -> Group:
     parts: list = [Text(f"Compare {c.model}"), Text(describe_side("A", c.a)),
                    Text(describe_side("B", c.b)), Text(headline(c))]
+    if c.unrelated is not None:
+        parts.append(Text(f"Note: {c.unrelated.text}", style="bold"))
     hidden = len(c.rows) - len(c.differing_rows())
     if c.differing_rows() or show_all:
         parts.append(rows_table(c, show_all))
@@ -91,6 +93,8 @@ def heading(c) -> tuple[str, str]:
 
 def facts(c) -> list[tuple[str, str]]:
     out = [("Result", headline(c))]
+    if c.unrelated is not None:
+        out.append(("Note", c.unrelated.text))
     for t in c.totals:
         value = f"{t.a:,} vs {t.b:,}" + (f" ({t.diff:+,})" if t.diff else " (equal)")
         out.append((LABELS.get(t.metric, t.metric).capitalize(), value))

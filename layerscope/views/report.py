@@ -13,6 +13,8 @@ from layerscope.views.common import (
     exact,
     layer_bars,
     layer_tip,
+    mean_mark_legend,
+    mean_ms,
     ms,
     ms_cell,
     noise_facts,
@@ -24,7 +26,16 @@ from layerscope.views.common import (
     type_of,
 )
 from layerscope.views.highlight import describe, hot_predicate, rule_of
-from layerscope.views.sections import Cell, Chart, DataTable, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    Cell,
+    Chart,
+    DataTable,
+    Point,
+    RowTable,
+    Series,
+    View,
+    noise_warnings,
+)
 
 
 # ---- heading and key figures ------------------------------------------------------------
@@ -117,8 +128,39 @@ def profile_facts(r) -> list[tuple[str, str]]:
             out.append(("Roofline", f"peak {c['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth "
                                     f"{c['bandwidth'] / 1e9:.1f} GB/s, ridge "
                                     f"{c['ridge']:.1f} FLOP/B ({c.get('device')}, "
-                                    f"{c.get('dtype')})"))
+                                    f"{c.get('dtype')}{_measured(c)})"))
     return out + [("Note", n) for n in r.notes] + noise_facts(r)
+
+
+def _measured(c) -> str:
+    """', measured WHEN' for ceilings that record it (cached before, they do not)."""
+    return f", measured {c['measured_at']}" if c.get("measured_at") else ""
+
+
+def above_roof_line(report) -> str | None:
+    """The remark on layers measured above 100% of their roof (``above_roof``), or None."""
+    a = getattr(report, "above_roof", None)
+    if not a:
+        return None
+    if a.get("measured_at"):
+        load = a.get("loadavg")
+        cpus = f" on {a['cpus']} CPUs" if a.get("cpus") else ""
+        when = f"measured {a['measured_at']}" + (
+            f" with load average {load:.2f}{cpus}" if load is not None else "")
+    else:
+        when = "when and under what load they were measured is not recorded"
+    cached = ""
+    if a.get("memory_bound"):
+        cached = (f"; a memory-bound layer ({a['memory_bound']} of them) can also beat the large "
+                  "copy's bandwidth when its data stays in the CPU caches")
+    return (f"{a['layers']} of {a['of_layers']} layers above 100% of their roof (up to "
+            f"{pct(a['max_pct_of_roof'], 0)}): the cached ceilings look stale ({when}){cached}. "
+            f"Re-measure them on a quiet machine, then profile again: {a['command']}")
+
+
+def profile_warnings(report) -> list[str]:
+    line = above_roof_line(report)
+    return noise_warnings(report) + ([line] if line else [])
 
 
 def definitions(report) -> tuple[str, str]:
@@ -173,7 +215,8 @@ def profile_table(r) -> RowTable:
         roof = row.roofline or {}
         cells = [Cell(row_label(row), row.name), cell(row.type), cell(shape_str(row.input_shapes)),
                  cell(shape_str(row.output_shapes)), cell(row.macs), cell(row.flops),
-                 ms_cell(t.get("median_s")), ms_cell(t.get("mean_s")), ms_cell(t.get("p10_s")),
+                 ms_cell(t.get("median_s")), Cell(mean_ms(t), ms_cell(t.get("mean_s")).sort),
+                 ms_cell(t.get("p10_s")),
                  ms_cell(t.get("p90_s")),
                  Cell(pct(row.share), row.share), Cell(str(row.rank or "-"), row.rank),
                  Cell(num(a.get("gflops_per_s"), ".1f"), a.get("gflops_per_s")),
@@ -191,8 +234,9 @@ def profile_table(r) -> RowTable:
             pct(r.coverage) + " covered", "", "", "", "", "", ""]
     if backward:
         foot.append(ms(r.backward["end_to_end"]["median_s"]))
-    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))})", cols, rows,
-                    foot, hot)
+    legend = mean_mark_legend(row.time for row in r.layers)
+    return RowTable("layers", f"Per layer (highlighted: {describe(rule_of(r))}"
+                              f"{'; ' + legend if legend else ''})", cols, rows, foot, hot)
 
 
 def type_table(r) -> RowTable:
@@ -303,6 +347,8 @@ def _roofline(r, tip, is_hot) -> Chart | None:
            f"{c.get('threads')} threads)"
     if skipped:
         note += f"; {skipped} layer(s) without FLOPs or bytes not shown"
+    if r.above_roof:  # the PNG has no warning line of its own
+        note += f"; {r.above_roof['layers']} layer(s) above the roof: stale ceilings?"
     return Chart("roofline", "scatter", "Roofline: achieved FLOP/s vs arithmetic intensity",
                  "arithmetic intensity (FLOP/byte)", "FLOP/s", shown, log_x=True, log_y=True,
                  guides=[ceiling], note=note)
@@ -461,10 +507,13 @@ def render_analyze(report) -> Group:
 
 def _terminal_profile_table(report) -> Table:
     backward = report.backward is not None
+    legend = mean_mark_legend(row.time for row in report.layers)
+    legend = f"; {legend}" if legend else ""
     table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
                         f"batch {report.settings.get('batch_size')}, "
                         f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
-                  caption=f"red rows: {describe(rule_of(report))}", caption_justify="left",
+                  caption=f"red rows: {describe(rule_of(report))}{legend}",
+                  caption_justify="left",
                   header_style="bold", pad_edge=False)
     is_hot = hot_predicate(rule_of(report))
     cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
@@ -481,7 +530,7 @@ def _terminal_profile_table(report) -> Table:
         hot = is_hot(row)
         roof = row.roofline or {}
         cells = [_layer_label(row), row.type, si(row.macs), ms(t.get("median_s")),
-                 ms(t.get("mean_s")),
+                 mean_ms(t),
                  f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",
                  "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
                  "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
@@ -529,9 +578,13 @@ def profile_lines(report) -> list[str]:
                      f"{pct(b.get('coverage'))}")
     if report.roofline:
         r = report.roofline
-        lines.append(f"Roofline ({r['device']}, {r['dtype']}, {r['threads']} threads): peak "
+        lines.append(f"Roofline ({r['device']}, {r['dtype']}, {r['threads']} threads"
+                     f"{_measured(r)}): peak "
                      f"{r['peak_flops'] / 1e9:.1f} GFLOP/s, bandwidth {r['bandwidth'] / 1e9:.1f} "
                      f"GB/s, ridge {r['ridge']:.1f} FLOP/B")
+        stale = above_roof_line(report)
+        if stale:
+            lines.append(f"Warning: {stale}")
     return lines
 
 
@@ -547,4 +600,4 @@ ANALYZE = View(heading=analyze_heading, terminal=render_analyze, facts=analyze_f
                facts_title="Totals")
 PROFILE = View(heading=profile_heading, terminal=render_profile, facts=profile_facts,
                tables=profile_tables, charts=profile_charts, csv=profile_csv,
-               facts_title="Totals")
+               warnings=profile_warnings, facts_title="Totals")

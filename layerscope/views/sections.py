@@ -11,13 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerscope.core.phases import STEP_PHASES
+
 # Tableau 10: readable on white, distinct in print
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac"]
-PHASE_COLORS = {"data": "#4e79a7", "h2d": "#76b7b2", "forward": "#59a14f", "loss": "#edc948",
-                "backward": "#e15759", "optimizer": "#b07aa1", "other": "#bab0ac",
-                # distributed runs (training.ranks.ADDITIVE)
-                "exposed_communication": "#f28e2b", "wait": "#9c755f"}
+PHASE_COLORS = {p.name: p.color for p in STEP_PHASES}
 
 
 # ---- tables ------------------------------------------------------------------------------
@@ -112,7 +111,7 @@ class View:
     facts     result -> [(name, value)]: key figures, titled ``facts_title``
     tables    result -> [RowTable] (HTML report, notebook)
     charts    result -> [Chart] (HTML report's SVG, --plot's PNG)
-    csv       result -> DataTable, or None: the result has no row table (CSV falls back to JSON)
+    csv       result -> DataTable: the CSV's raw values (every kind has one)
     """
     heading: Callable[[Any], tuple[str, str]]
     terminal: Callable[..., Any]

@@ -7,10 +7,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from layerscope.core.phases import STEP_PHASES
 from layerscope.core.units import si
+from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
+    mean_mark_legend,
+    mean_ms,
     median,
     ms,
     ms_cell,
@@ -19,21 +23,75 @@ from layerscope.views.common import (
     num,
     pct,
     phase_stack,
+    spent_phases,
 )
-from layerscope.views.sections import PALETTE, Cell, Chart, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    DataTable,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
-# the phases of a distributed step (training.ranks.ADDITIVE, then the overlapping one)
-RANK_PHASE_LABELS = {"data": "Data loading", "h2d": "Host-to-device", "forward": "Forward",
-                     "loss": "Loss", "backward": "Backward (compute)",
-                     "exposed_communication": "Exposed communication",
-                     "optimizer": "Optimizer", "wait": "Wait (barrier)", "other": "Other"}
+# the phases of a distributed step (core.phases, all of them; the overlapping one is apart)
+RANK_PHASE_LABELS = {p.name: p.label for p in STEP_PHASES} | {"backward": "Backward (compute)"}
 COMMUNICATION_LABEL = "Communication (overlaps backward; not in the total)"
+# a watched script in a process group of several: DDP's all-reduce runs inside backward
+BACKWARD_WITH_ALLREDUCE = "Backward (incl. all-reduce)"
+STRAGGLER_NOT_MEASURED = ("not measured (the ranks' waits for each other are not timed: a "
+                          "rank's step holds its wait inside backward's all-reduce)")
 
 
-def _label(phase: str) -> str:
+def _label(phase: str, labels: dict[str, str] | None = None) -> str:
+    if labels and phase in labels:
+        return labels[phase]
     if phase == "communication":
         return COMMUNICATION_LABEL
     return PHASE_LABELS.get(phase) or RANK_PHASE_LABELS.get(phase, phase)
+
+
+def phase_labels(result, base: dict[str, str]) -> dict[str, str]:
+    """``base`` as ``result``'s tables label it. Only ``train --nproc-per-node`` times
+    communication apart (its backward is compute); a watched script's backward is the whole
+    backward, and in a process group of several it holds the gradient all-reduce."""
+    if not getattr(result, "script", None):
+        return base
+    return {**base, "backward": BACKWARD_WITH_ALLREDUCE if _in_group(result)
+            else PHASE_LABELS["backward"]}
+
+
+def _in_group(result) -> bool:
+    """A watched script that formed a process group of several processes."""
+    return ((getattr(result, "process_group", None) or {}).get("world_size") or 1) > 1
+
+
+def _who(result) -> str:
+    """What a report calls its processes: ranks, unless they trained independently (a watched
+    script's processes that formed no process group)."""
+    if getattr(result, "script", None) and result.ranks and not _in_group(result):
+        return "process"
+    return "rank"
+
+
+def _straggler_text(result) -> str | None:
+    """The straggler, or why none is named: a watched script's ranks' waits are not measured;
+    independent processes (no process group) have none to wait for."""
+    if result.straggler:
+        return straggler_line(result.straggler)
+    if waits_measured(result.ranks):
+        return None
+    return STRAGGLER_NOT_MEASURED if _in_group(result) else None
+
+
+def _rank_phases(result) -> dict[str, str]:
+    """The per-rank tables' columns: the phases some rank measured, as ``result`` labels
+    them (a watched script measures no wait and no communication)."""
+    labels = phase_labels(result, {**RANK_PHASE_LABELS, "communication": "Communication"})
+    return {p: label for p, label in labels.items()
+            if any(p in e["phases"] for e in result.ranks)}
 
 
 def _ordered(seconds: dict[str, float]) -> list[tuple[str, float]]:
@@ -49,7 +107,7 @@ def train_heading(result) -> tuple[str, str]:
     script = getattr(result, "script", None)
     if script:  # a watched script: what ran, as it was called
         world = getattr(result, "world_size", None)
-        rank = f" · rank {result.rank} of {world}" if world else ""
+        rank = f" · {_who(result)} {result.rank} of {world}" if world else ""
         return (f"{' '.join([script['name'], *script['argv']])} — training",
                 f"{b['steps']} measured steps · device {result.config.get('device')}{rank}")
     return (f"{result.recipe} — training",
@@ -72,10 +130,14 @@ def loop_heading(result) -> tuple[str, str]:
 
 def train_facts(result) -> list[tuple[str, str]]:
     b = result.breakdown
-    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples)"),
+    tokens = b.get("tokens")
+    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples"
+                              + (f", {tokens} tokens)" if tokens else ")")),
            ("Step time", f"{ms(b['wall_s'] / b['steps'] if b['steps'] else None, 2)} ms "
                          f"(median {ms(median(result.step_seconds), 2)} ms)"),
-           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
+           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"
+                          + (f", {num(b.get('tokens_per_s'), '.1f')} tokens/s" if tokens
+                             else "")),
            ("CPU utilisation", f"{num(result.cpu_utilisation)} cores"),
            ("Peak RSS", f"{si(result.peak_rss_bytes)}B")]
     if result.peak_cuda_bytes:
@@ -97,8 +159,11 @@ def _distributed_facts(result) -> list[tuple[str, str]]:
     if not result.ranks:
         return []
     out = [("Processes", f"{result.world_size} ({(result.config or {}).get('strategy', 'ddp')})")]
-    if result.straggler:
-        out.append(("Straggler", straggler_line(result.straggler)))
+    straggler = _straggler_text(result)
+    if straggler:
+        out.append(("Straggler", straggler))
+    if getattr(result, "job", None):
+        out.append(("Job throughput", job_line(result)))
     c = result.communication
     if c:
         out.append(("Gradient communication", communication_line(c)))
@@ -111,6 +176,16 @@ def straggler_line(s: dict) -> str:
             f"waiting), {s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
             f"{s['median_busy_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
             f"({s['phase_excess_s'] * 1e3:+.2f} ms)")
+
+
+def job_line(result) -> str:
+    """The job's samples/s beside rank 0's (the Throughput figure is rank 0's alone; the
+    report holds rank 0's breakdown)."""
+    j = result.job
+    return (f"{num(j.get('throughput_per_s'), '.1f')} samples/s: {j['samples']} samples of "
+            f"{j['processes']} processes in {j['wall_s']:.3f} s (the longest one's measured "
+            f"steps); {_who(result)} 0 alone "
+            f"{num(result.breakdown.get('throughput_per_s'), '.1f')}")
 
 
 def communication_line(c: dict) -> str:
@@ -138,7 +213,8 @@ def loop_facts(result) -> list[tuple[str, str]]:
             ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
                         "excluded)"),
             ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
-            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes]
+            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes] \
+        + noise_facts(result)
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -171,11 +247,12 @@ def phase_title(warmup_steps: int) -> str:
     return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
 
 
-def _phase_table(b: dict, warmup_steps: int = 0) -> RowTable:
+def _phase_table(b: dict, warmup_steps: int = 0,
+                 labels: dict[str, str] | None = None) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
-    rows = [[Cell(_label(p), p), Cell(f"{s:.3f}", s),
+    rows = [[Cell(_label(p, labels), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
              Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in _ordered(b["seconds"])]
     return RowTable("phases", phase_title(warmup_steps), cols, rows,
@@ -189,27 +266,35 @@ def variant_label(v) -> str:
 
 
 def _loop_layers_table(r) -> RowTable:
-    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("p10 ms", True),
-            ("p90 ms", True), ("Share of forward", True)]
+    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("Mean ms", True),
+            ("p10 ms", True), ("p90 ms", True), ("Share of forward", True)]
     rows = [[cell(row.name), cell(row.type), ms_cell(row.time["median_s"]),
+             Cell(mean_ms(row.time), ms_cell(row.time.get("mean_s")).sort),
              ms_cell(row.time["p10_s"]), ms_cell(row.time["p90_s"]),
              Cell(pct(row.share), row.share)] for row in r.layers]
-    return RowTable("layers", "Forward time per layer, per batch", cols, rows)
+    legend = mean_mark_legend(row.time for row in r.layers)
+    return RowTable("layers", "Forward time per layer, per batch"
+                    + (f" ({legend})" if legend else ""), cols, rows)
+
+
+def _ablate_phases(a) -> dict[str, str]:
+    return spent_phases(PHASE_LABELS, [v.phases_ms or {} for v in a.variants])
 
 
 def _ablate_table(a) -> RowTable:
-    cols = [("Variant", False)] + [(p, True) for p in PHASE_LABELS.values()] + [
+    labels = _ablate_phases(a)
+    cols = [("Variant", False)] + [(p, True) for p in labels.values()] + [
         ("Total ms", True), ("Speed-up", True), ("Beyond noise", False), ("Status", False)]
     rows = []
     for v in a.variants:
         if v.status != "ok" or not v.phases_ms:
-            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(PHASE_LABELS) + 3)
+            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(labels) + 3)
                         + [Cell(v.reason or v.status, v.status)])
             continue
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         rows.append([cell(variant_label(v))]
                     + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
-                       for p in PHASE_LABELS]
+                       for p in labels]
                     + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),
                        Cell("-" if not v.speedup else f"{v.speedup:.2f}x", v.speedup),
                        Cell(noise), Cell("ok")])
@@ -219,9 +304,11 @@ def _ablate_table(a) -> RowTable:
 
 def _ranks_table(r) -> RowTable:
     """One row per rank: ms per step of each phase; the additive ones sum to the step."""
-    phases = list(RANK_PHASE_LABELS) + ["communication"]
-    cols = [("Rank", True), ("Step ms", True)] + [
-        (RANK_PHASE_LABELS.get(p, "Communication (overlaps)"), True) for p in phases]
+    labels = _rank_phases(r)
+    phases = list(labels)
+    cols = [(_who(r).capitalize(), True), ("Step ms", True)] + [
+        ("Communication (overlaps)" if p == "communication" else labels[p], True)
+        for p in phases]
     slow = (r.straggler or {}).get("rank")
     rows, hot = [], []
     for e in r.ranks:
@@ -229,8 +316,9 @@ def _ranks_table(r) -> RowTable:
         cells += [Cell(ms(e["phases"].get(p), 2), e["phases"].get(p)) for p in phases]
         rows.append(cells)
         hot.append(e["rank"] == slow)
-    return RowTable("ranks", "Per rank (ms per step; communication overlaps backward and is not "
-                    "part of the step)", cols, rows, hot=hot)
+    title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "
+                                             "of the step)" if "communication" in labels else ")")
+    return RowTable("ranks", title, cols, rows, hot=hot)
 
 
 def _buckets_table(c: dict) -> RowTable:
@@ -275,18 +363,21 @@ def _watch_tables(r) -> list[RowTable]:
               Cell(num(row.get("backward_s"), ".4f"), row.get("backward_s"))]
              for row in r.layers]))
     if getattr(r, "phase_memory", None):
+        # a CPU run has no CUDA column (no phase recorded CUDA memory)
+        cuda = any("peak_cuda_bytes" in m for m in r.phase_memory.values())
         rows = [[Cell(PHASE_LABELS.get(p, p), p),
-                 Cell(f"{si(m.get('peak_rss_bytes'))}B", m.get("peak_rss_bytes")),
-                 Cell(f"{si(m['peak_cuda_bytes'])}B" if m.get("peak_cuda_bytes") else "-",
-                      m.get("peak_cuda_bytes"))]
+                 Cell(f"{si(m.get('peak_rss_bytes'))}B", m.get("peak_rss_bytes"))]
+                + ([Cell(f"{si(m['peak_cuda_bytes'])}B" if m.get("peak_cuda_bytes") else "-",
+                         m.get("peak_cuda_bytes"))] if cuda else [])
                 for p, m in r.phase_memory.items()]
-        out.append(RowTable("memory", "Peak memory at the end of each phase",
-                            [("Phase", False), ("Peak RSS", True), ("Peak CUDA", True)], rows))
+        cols = [("Phase", False), ("Peak RSS", True)] + ([("Peak CUDA", True)] if cuda else [])
+        out.append(RowTable("memory", "Peak memory at the end of each phase", cols, rows))
     return out
 
 
 def train_tables(r) -> list[RowTable]:
-    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0)]
+    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0,
+                           phase_labels(r, {}))]
     if r.epochs or not getattr(r, "script", None):
         tables.insert(0, _epochs_table(r))
     if r.ranks:
@@ -304,9 +395,55 @@ def loop_tables(r) -> list[RowTable]:
     return [_phase_table(r.phases), _loop_layers_table(r)]
 
 
+# ---- CSV --------------------------------------------------------------------------------
+# train and loop: one row per phase of each scope (the run's measured steps, each epoch, each
+# rank), then the scope's total; the scope's steps, samples and tokens on each of its rows
+PHASE_CSV = ["scope", "phase", "seconds", "share", "ms_per_step", "steps", "samples", "tokens"]
+
+
+def _phase_csv_rows(scope: str, b: dict) -> list[list]:
+    wall, steps = b.get("wall_s") or 0.0, b.get("steps") or 0
+    counts = [steps, b.get("samples"), b.get("tokens")]
+    return [[scope, phase, s, s / wall if wall else None, s / steps * 1e3 if steps else None,
+             *counts] for phase, s in [*_ordered(b["seconds"]), ("total", wall)]]
+
+
+def train_csv(r) -> DataTable:
+    rows = _phase_csv_rows("run", r.breakdown)
+    for i, b in enumerate(r.epoch_breakdown):
+        rows += _phase_csv_rows(f"epoch {r.epochs[i]['epoch'] if i < len(r.epochs) else i + 1}",
+                                b)
+    for e in r.ranks or []:  # per step in the entry: the rank's seconds are per step x steps
+        steps = e.get("steps") or 0
+        rows += _phase_csv_rows(f"rank {e['rank']}", {
+            "seconds": {p: v * steps for p, v in e["phases"].items()}, "steps": steps,
+            "wall_s": e["step_s"] * steps})
+    return DataTable(PHASE_CSV, rows)
+
+
+def loop_csv(r) -> DataTable:
+    return DataTable(PHASE_CSV, _phase_csv_rows("batches", r.phases))
+
+
+def ablate_csv(a) -> DataTable:
+    """One row per variant: its ms per step in each phase, then the step's."""
+    cols = (["variant", "status"] + [f"{p}_ms" for p in PHASE_LABELS]
+            + ["step_ms", "speedup", "beyond_noise", "reason"])
+    rows = []
+    for v in a.variants:
+        ms_of = v.phases_ms or {}
+        step = (v.step or {}).get("median_s")
+        rows.append([variant_label(v), v.status] + [ms_of.get(p) for p in PHASE_LABELS]
+                    + [None if step is None else step * 1e3, v.speedup, v.beyond_noise,
+                       v.reason])
+    return DataTable(cols, rows)
+
+
 # ---- charts -----------------------------------------------------------------------------
 def train_charts(r) -> list[Chart]:
     out = []
+    additive = {p: label for p, label in (_rank_phases(r) if r.ranks else {}).items()
+                if p != "communication"}
     cats, per, tips = [], [], []
     for i, b in enumerate(r.epoch_breakdown):
         steps = b.get("steps") or 0
@@ -316,14 +453,16 @@ def train_charts(r) -> list[Chart]:
                     f"ms per step")
     if cats:
         out.append(phase_stack("train-phases", "Time per phase, per epoch", cats, per, tips,
-                                "epoch", RANK_PHASE_LABELS if r.ranks else None))
+                                "epoch", additive if r.ranks else phase_labels(r, PHASE_LABELS)))
     if r.ranks:
         out.append(phase_stack(
-            "rank-phases", "Time per phase, per rank", [f"rank {e['rank']}" for e in r.ranks],
-            [{p: e["phases"].get(p, 0.0) * 1e3 for p in RANK_PHASE_LABELS} for e in r.ranks],
-            [f"{e['step_s'] * 1e3:.2f} ms per step; communication "
-             f"{e['phases'].get('communication', 0.0) * 1e3:.2f} ms (overlaps backward)"
-             for e in r.ranks], "rank", RANK_PHASE_LABELS))
+            "rank-phases", f"Time per phase, per {_who(r)}",
+            [f"{_who(r)} {e['rank']}" for e in r.ranks],
+            [{p: e["phases"].get(p, 0.0) * 1e3 for p in additive} for e in r.ranks],
+            [f"{e['step_s'] * 1e3:.2f} ms per step"
+             + (f"; communication {e['phases']['communication'] * 1e3:.2f} ms (overlaps "
+                "backward)" if "communication" in e["phases"] else "")
+             for e in r.ranks], "rank", additive))
     epochs = [e["epoch"] for e in r.epochs]
     if r.epochs:
         loss = []
@@ -385,7 +524,7 @@ def epoch_line(row: dict) -> str:
     return " | ".join(parts)
 
 
-def breakdown_table(breakdown: dict, title: str) -> Table:
+def breakdown_table(breakdown: dict, title: str, labels: dict[str, str] | None = None) -> Table:
     t = Table(title=title, header_style="bold", pad_edge=False)
     for name, justify in [("Phase", "left"), ("Seconds", "right"), ("Share", "right"),
                           ("ms / step", "right")]:
@@ -393,7 +532,7 @@ def breakdown_table(breakdown: dict, title: str) -> Table:
     wall = breakdown["wall_s"] or 0.0
     steps = breakdown["steps"] or 1
     for phase, seconds in _ordered(breakdown["seconds"]):
-        t.add_row(_label(phase), f"{seconds:.3f}",
+        t.add_row(_label(phase, labels), f"{seconds:.3f}",
                   f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
     t.add_section()
     t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
@@ -404,7 +543,9 @@ def render_train(report) -> Group:
     b = report.breakdown
     lines = [
         f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
-        f"throughput {b['throughput_per_s'] or 0:.1f} samples/s",
+        + (f"{b['tokens']} tokens, " if b.get("tokens") else "")
+        + f"throughput {b['throughput_per_s'] or 0:.1f} samples/s"
+        + (f", {b.get('tokens_per_s') or 0:.1f} tokens/s" if b.get("tokens") else ""),
         f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
         f"{si(report.peak_rss_bytes)}B"
         + (f"; peak CUDA {si(report.peak_cuda_bytes)}B" if report.peak_cuda_bytes else ""),
@@ -417,7 +558,7 @@ def render_train(report) -> Group:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
     title = phase_title((report.config or {}).get("warmup_steps") or 0)
-    parts = [breakdown_table(b, title), Text("\n".join(lines))]
+    parts = [breakdown_table(b, title, phase_labels(report, {})), Text("\n".join(lines))]
     if report.ranks:
         parts += [Text(""), ranks_table(report)]
     for extra in _watch_tables(report):
@@ -432,19 +573,26 @@ def render_train(report) -> Group:
 
 def ranks_table(report) -> Table:
     """The per-rank table and the straggler line, for the terminal."""
-    lines = [f"{report.world_size} processes; "
-             + (f"straggler {straggler_line(report.straggler)}" if report.straggler else
-                "no straggler (one process)")]
+    straggler = _straggler_text(report)
+    if straggler:
+        lines = [f"{report.world_size} processes; straggler {straggler}"]
+    elif waits_measured(report.ranks):
+        lines = [f"{report.world_size} processes; no straggler (one process)"]
+    else:
+        lines = [f"{report.world_size} processes, trained independently (no process group)"]
+    if getattr(report, "job", None):
+        lines.append("job throughput " + job_line(report))
     if report.communication:
         lines.append("gradient communication: " + communication_line(report.communication))
-    t = Table(title=f"Per rank, ms per step ({report.world_size} processes)",
+    t = Table(title=f"Per {_who(report)}, ms per step ({report.world_size} processes)",
               caption="\n".join(lines), caption_justify="left", header_style="bold",
               pad_edge=False)
-    phases = list(RANK_PHASE_LABELS) + ["communication"]
-    t.add_column("Rank", justify="right")
+    labels = _rank_phases(report)
+    phases = list(labels)
+    t.add_column(_who(report).capitalize(), justify="right")
     t.add_column("Step", justify="right")
     for p in phases:
-        t.add_column(RANK_PHASE_LABELS.get(p, "Comm. (overlaps)"), justify="right")
+        t.add_column("Comm. (overlaps)" if p == "communication" else labels[p], justify="right")
     slow = (report.straggler or {}).get("rank")
     for e in report.ranks:
         t.add_row(str(e["rank"]), ms(e["step_s"], 2),
@@ -458,17 +606,18 @@ def render_ablation(report) -> Group:
                     f"{report.warmup_steps} warm-up steps excluded, {report.repeats} repeat(s); "
                     f"ms per step)", header_style="bold", pad_edge=False)
     t.add_column("Variant", justify="left")
-    for p in PHASE_LABELS.values():
+    labels = _ablate_phases(report)
+    for p in labels.values():
         t.add_column(p, justify="right")
     for name in ("Total", "Speed-up", "Beyond noise"):
         t.add_column(name, justify="right" if name != "Beyond noise" else "left")
     for v in report.variants:
         label = variant_label(v)
         if v.status != "ok":
-            t.add_row(label, *["-"] * len(PHASE_LABELS), "-", "-",
+            t.add_row(label, *["-"] * len(labels), "-", "-",
                       Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
             continue
-        phases = [f"{v.phases_ms[p]:.2f}" for p in PHASE_LABELS]
+        phases = [f"{v.phases_ms.get(p, 0.0):.2f}" for p in labels]
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         t.add_row(label, *phases, f"{v.step['median_s'] * 1e3:.2f}",
                   f"{v.speedup:.2f}x" if v.speedup else "-", noise)
@@ -489,24 +638,29 @@ def render_loop(result) -> Group:
     t = Table(title=f"Slowest layers (forward ms per batch; top {LOOP_TOP_LAYERS})",
               header_style="bold", pad_edge=False)
     for name, justify in [("Layer", "left"), ("Type", "left"), ("Median", "right"),
-                          ("p10", "right"), ("p90", "right"), ("Share of forward", "right")]:
+                          ("Mean", "right"), ("p10", "right"), ("p90", "right"),
+                          ("Share of forward", "right")]:
         t.add_column(name, justify=justify)
+    legend = mean_mark_legend(row.time for row in result.layers[:LOOP_TOP_LAYERS])
+    if legend:
+        t.caption, t.caption_justify = legend, "left"
     for row in result.layers[:LOOP_TOP_LAYERS]:
         s = row.time
-        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", f"{s['p10_s'] * 1e3:.3f}",
-                  f"{s['p90_s'] * 1e3:.3f}", "-" if row.share is None else f"{row.share:.1%}")
+        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", mean_ms(s),
+                  f"{s['p10_s'] * 1e3:.3f}", f"{s['p90_s'] * 1e3:.3f}",
+                  "-" if row.share is None else f"{row.share:.1%}")
     lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
              f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
-    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
     return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
 
 
 TRAIN = View(heading=train_heading, terminal=render_train, facts=train_facts,
-             tables=train_tables, charts=train_charts)
+             tables=train_tables, charts=train_charts, csv=train_csv)
 ABLATE = View(heading=ablate_heading, terminal=render_ablation, facts=ablate_facts,
-              tables=ablate_tables, charts=ablate_charts)
+              tables=ablate_tables, charts=ablate_charts, csv=ablate_csv)
 LOOP = View(heading=loop_heading, terminal=render_loop, facts=loop_facts, tables=loop_tables,
-            charts=loop_charts)
+            charts=loop_charts, csv=loop_csv)

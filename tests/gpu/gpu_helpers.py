@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from layerscope.core.phases import STEP_PHASES as DECLARED_PHASES
+
 ROOT = Path(__file__).resolve().parents[2]
 DRY_RUN = os.environ.get("LAYERSCOPE_GPU_CHECK_DRYRUN", "") not in ("", "0")
 TIMEOUT = 90  # seconds a CLI subprocess may take: one hang must not eat the device time
 
-# phases of a training step in the breakdown (the named ones and other sum to the wall time);
-# "communication" is the collectives' whole time, overlapped or not, so not one of them
-STEP_PHASES = ("data", "h2d", "forward", "loss", "backward", "optimizer", "other",
-               "exposed_communication", "wait")
+# phases of a training step in the breakdown (core.phases: the named ones and other sum to the
+# wall time); "communication" is the collectives' whole time, overlapped or not, so not one of them
+STEP_PHASES = tuple(p.name for p in DECLARED_PHASES)
 
 
 def cli(*argv: str) -> tuple[int, str, str]:

@@ -8,12 +8,15 @@ from typing import Any
 from layerscope.analysis.compare.context import Context, Row
 from layerscope.analysis.compare.prepass import batch_ratio, find_folds
 from layerscope.analysis.compare.result import (
+    RELATED_FRACTION,
+    ROOT,
     ROOT_LABEL,
     TOTAL_METRICS,
     UNEXPLAINED,
     CompareRow,
     Comparison,
     TotalRow,
+    Unrelated,
 )
 from layerscope.analysis.compare.rules import Effect, explain_moves, explain_row, unexplained_effect
 from layerscope.analysis.compare.sides import (
@@ -33,6 +36,22 @@ def _describe_side(side: Side) -> dict[str, Any]:
     r = side.report
     return {"source": side.source, "model": r.model, "frontend": r.frontend, "inputs": r.inputs,
             "exporter": side.exporter, "layers": len(r.layers), "kind": r.kind}
+
+
+def _layers(side: Side) -> set[str]:
+    """The side's layers: module paths with numbers (the model's own ops at the root left out:
+    every model has a root)."""
+    return {k for k, g in side.groups.items() if k != ROOT and not g.is_zero()}
+
+
+def unrelated(side_a: Side, side_b: Side) -> Unrelated | None:
+    """``Unrelated`` when fewer than ``RELATED_FRACTION`` of the smaller side's layers have a
+    layer at the same path in the other; None when the models share enough of them."""
+    la, lb = _layers(side_a), _layers(side_b)
+    matched = len(la & lb)
+    if matched >= RELATED_FRACTION * min(len(la), len(lb)):
+        return None
+    return Unrelated(matched=matched, a_layers=len(la), b_layers=len(lb))
 
 
 def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
@@ -121,4 +140,5 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
     return Comparison(a=_describe_side(side_a), b=_describe_side(side_b), totals=totals,
                       rows=out_rows, explanations=explanations, identical=identical,
                       unexplained=unexplained, notes=notes,
-                      environment=dict(ra.environment or rb.environment or {}))
+                      environment=dict(ra.environment or rb.environment or {}),
+                      unrelated=unrelated(side_a, side_b))

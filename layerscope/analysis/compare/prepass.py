@@ -36,13 +36,23 @@ def find_folds(ctx: Context) -> None:
             continue
         prev_cats = ctx.group(has, prev).categories()
         prev_other = ctx.group(other, prev)
-        if cats == {"batchnorm"} and prev_cats & {"conv", "linear"} and prev_other is not None:
+        if cats == {"batchnorm"} and prev_cats & {"conv", "linear"} and prev_other is not None \
+                and _could_fold(ctx, other, key):
             ctx.folded_bn[key] = (prev, has)
             ctx.bn_into[prev] = key
         elif cats == {"activation"} and prev_other is not None \
                 and prev_other.has(FUSED_TYPES):
             ctx.fused_act[key] = prev
             ctx.fused_into[prev] = key
+
+
+def _could_fold(ctx: Context, lacks: str, key: str) -> bool:
+    """Whether side ``lacks`` could have folded away the BatchNorm at ``key`` that the other
+    side has: it is an export (ONNX, TorchScript: exporters and ``torch.jit.freeze`` fold
+    BatchNorms into the layer before), or it keeps a zero-cost module there (the Identity
+    ``torch.ao.quantization.fuse_modules`` leaves). Two PyTorch models, one with a BatchNorm
+    the other never had, differ by a layer instead (rule ``only-in-one``)."""
+    return ctx.side(lacks).report.frontend != "torch" or ctx.group(lacks, key) is not None
 
 
 def _find_folded_scope(ctx: Context, key: str, row: Row) -> None:

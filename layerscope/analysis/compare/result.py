@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import ResultDocument
+from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 ROW_METRICS = ("params", "weight_bytes", "buffer_bytes", "macs", "flops", "bytes_read",
@@ -17,6 +17,9 @@ LABELS = {"params": "parameters", "weight_bytes": "weight bytes", "buffer_bytes"
           "peak_activation_bytes": "peak activation bytes"}
 ROOT = ""
 ROOT_LABEL = "(root)"
+# Two models look unrelated when fewer than this fraction of the smaller one's layers (rows
+# with numbers) have a layer at the same module path in the other.
+RELATED_FRACTION = 0.5
 UNEXPLAINED = "unexplained"
 
 # Layer types by what they do, for PyTorch modules and ONNX ops alike.
@@ -83,6 +86,25 @@ class TotalRow:
 
 
 @dataclass
+class Unrelated(Record):
+    """The two models share few layers (``matched`` of the smaller side's ``smaller`` layers
+    have a counterpart at the same module path, under ``RELATED_FRACTION``): a row by row
+    explanation of two different networks says little."""
+
+    matched: int
+    a_layers: int
+    b_layers: int
+
+    @property
+    def text(self) -> str:
+        smaller = min(self.a_layers, self.b_layers)
+        return (f"the models look unrelated: {self.matched} of the smaller model's {smaller} "
+                f"layers match a layer of the other by module path (A has {self.a_layers} "
+                f"layers, B {self.b_layers}); the explanations compare different networks, so "
+                "compare a model with a variant or an export of itself")
+
+
+@dataclass
 class Comparison(ResultDocument):
     """Two reports joined. ``a``/``b``: source, model, frontend, inputs, exporter, rows."""
 
@@ -95,6 +117,7 @@ class Comparison(ResultDocument):
     unexplained: int  # rows and totals with an unexplained part
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)  # A's (else B's) analysis machine
+    unrelated: Unrelated | None = field(default=None, metadata=omit_none())
     kind: str = "compare"
     schema_version: str = SCHEMA_VERSION
 

@@ -552,6 +552,28 @@ def rule_uncounted(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None
     return None
 
 
+def rule_only_in_one(ctx: Context, row: Row, res: dict[str, int]) -> Effect | None:
+    """A layer one model has and the other has no module for (two module trees, neither an
+    export of the other): all its numbers are the difference, signed by which side has it."""
+    has = present_only(row)
+    if has is None or ctx.a.onnx or ctx.b.onnx:
+        return None
+    lacks = "B" if has == "A" else "A"
+    if ctx.group(lacks, row.key) is not None:
+        return None
+    g = ctx.group(has, row.key)
+    delta = _scaled(g.metrics(), _sign(has))
+    if any(res.get(m, 0) != v for m, v in delta.items()):
+        return None
+    kind = g.type_text(ctx.side(has).onnx)
+    amounts = _amounts({m: v for m, v in g.metrics().items()
+                        if m in ("params", "buffer_bytes", "flops", "activation_bytes")})
+    verb = "adds" if has == "B" else "does without"
+    return _effect(f"only in {ctx.name(has)}",
+                  f"only {ctx.name(has)} has this {kind}: {ctx.name(lacks)} has no "
+                  f"`{row.key}`, so B {verb} its {amounts} ({_deltas(delta)})", delta)
+
+
 # Every rule, declared once, in the order they are tried: its name (in CompareRow.rules and the
 # JSON), its label (in the explanations of totals), and the function that applies it.
 BATCH = Rule("batch", "batch size", rule_batch)  # named: totals.explain_peak cites it too
@@ -573,6 +595,7 @@ RULES: list[Rule] = [
     Rule("shared-initializer", "initializers stored once", rule_shared_initializer),
     Rule("view-or-copy", "copies vs views", rule_view_or_copy),
     Rule("decomposed", "ops spelled as several nodes", rule_decomposed),
+    Rule("only-in-one", "layers one model has and the other does not", rule_only_in_one),
 ]
 # Effects that no rule function makes: a leftover matched with an ancestor's, and what is left.
 MOVED = Rule("moved", "numbers counted in another row", None)
