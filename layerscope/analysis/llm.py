@@ -4,18 +4,24 @@ Parameters, MACs and FLOPs come from the static analysis (``analyze``) of the mo
 meta device; the KV cache, weight bytes and roofline bound are arithmetic on its configuration
 (frontends/llm_configs.py). Nothing is printed here; views/llm.py shows the result.
 
-Repeated blocks: every decoder block of these models is the same module with the same shapes, so
-any count is affine in the number of layers, ``count(L) = count(1) + (L - 1) x (count(2) -
-count(1))``. We analyse the model built with one and with two layers (embeddings, final norm and
-head included in both) and extrapolate; this is exact for the parameters, MACs and FLOPs (a test
-checks it against the analysis of the full model), and it makes ``llm llama-3.1-405b`` (126
-blocks) cost a few traces of one and two blocks (prefill at S, decode at L and L + 1) instead of
-traces of 126 blocks: about a second on two cores.
+Layers grouped by structure: any count is the sum of what lies outside the blocks and each
+block's own, and blocks of the same structure (the same modules and shapes in the model built on
+the meta device, and the same attention) cost the same. So the model of its first n layers costs
+outside + blocks 0..n-1, a block's own cost is the difference of two such models, and the whole
+model is the model of its first layer plus, for each group of identical layers after it, its
+size times one member's block (analysis/llm_structure.py ``prefix_terms``). Dense layers before
+the mixture-of-experts ones (``first_k_dense_replace``, ``mlp_only_layers``,
+``decoder_sparse_step``, ``interleave_moe_layer_step``) and local/global attention patterns are
+groups of their own; a model whose blocks are all alike needs the models of one and two blocks,
+and ``llm llama-3.1-405b`` (126 blocks) costs traces of those instead of 126 blocks. Tests check
+the parameters and MACs against the analysis of full models.
 
-Decode: the cost of generating token L+1 with L tokens cached is prefill(L+1) - prefill(L) under
-causal counting: causal attention gives query i exactly i keys, so the difference is the last
-token's projections, MLP, norms and head, plus one query against L+1 keys (the cached ones and
-its own) — exactly what a decode step with a KV cache executes.
+Attention: each layer's score and value products are counted from the layer's attention as the
+model's configuration defines it (causal, a sliding window, multi-head latent attention;
+frontends/llm_attention.py), not from the kernel flags of a weightless trace: prefill of s
+tokens counts, per head, the keys each query attends (s(s+1)/2 causal; a window W sums min(i+1,
+W)); decode at context L counts one query against min(L + 1, W) keys, plus one token's
+projections, MLP, norms and head (analysis/llm_structure.py).
 """
 from __future__ import annotations
 
@@ -32,18 +38,22 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import llm_structure
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
     ATTENTION,
     DTYPE_BYTES,
+    AttentionLayers,
     DecodeCost,
     KVCache,
     LLMReport,
     LLMRoofline,
     PrefillCost,
 )
+from layerscope.frontends import llm_attention
+from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
 
 WEIGHT_DTYPES = tuple(DTYPE_BYTES)
@@ -184,6 +194,14 @@ class LLMSource:
     config: LLMConfig
     build: Callable[[LLMConfig], nn.Module]
     notes: tuple[str, ...] = ()
+    # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
+    # plain causal attention with the config's heads on every layer
+    attention: tuple[LayerAttention, ...] = ()
+
+    def layer_attention(self) -> tuple[LayerAttention, ...]:
+        c = self.config
+        return self.attention or llm_attention.uniform(c.num_layers, c.num_heads,
+                                                       c.num_kv_heads, c.head_dim)
 
 
 def resolve_llm(model: str | LLMSource) -> LLMSource:
@@ -224,7 +242,7 @@ def _hf_source(spec: str) -> LLMSource:
     def build(c: LLMConfig) -> nn.Module:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
-                json.dump({**data, key: c.num_layers}, f)  # a scratch file, not an output
+                json.dump(_with_layers(data, key, c.num_layers), f)  # a scratch file
             model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
                                              shown=spec)
         return model
@@ -237,12 +255,20 @@ def _hf_source(spec: str) -> LLMSource:
     config = dataclasses.replace(config, **describe(one))
     notes = ()
     if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
-        notes = (f"{name} runs eager attention (its transformers class has no SDPA path, e.g. "
-                 "attention soft-capping): the attention products are plain matmuls over the "
-                 "whole score matrix, so prefill counts S x S scores whatever the attention "
-                 "setting says, and decode (prefill(L+1) - prefill(L)) counts 2L+1 keys per "
-                 "query instead of L+1",)
-    return LLMSource(name, config, build, notes)
+        notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
+                 "path, e.g. attention soft-capping): its attention scores are counted from the "
+                 "config's attention description, checked against the traced matmuls",)
+    return LLMSource(name, config, build, notes, llm_attention.from_hf(data, spec))
+
+
+
+def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
+    """The config with ``layers`` blocks: the first ones (per-layer lists such as
+    ``layer_types`` cut to match, as transformers checks their length)."""
+    out = {**data, key: layers}
+    if isinstance(data.get("layer_types"), list):
+        out["layer_types"] = data["layer_types"][:layers]
+    return out
 
 
 def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
@@ -265,11 +291,6 @@ def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
     return dataclasses.replace(config, num_layers=layers)
 
 
-def extrapolate(one: int, two: int, layers: int) -> int:
-    """count(L) from count(1) and count(2): the blocks are identical, so count is affine in L."""
-    return one + (layers - 1) * (two - one)
-
-
 @dataclass(frozen=True)
 class Counts:
     params: int
@@ -287,24 +308,123 @@ def _count(module: nn.Module, batch: int, seq: int, attention: str) -> Counts:
     return Counts(t.params, active, t.macs, t.flops)
 
 
+def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
+    """How the whole model's counts follow from models of its first n layers
+    (``llm_structure.prefix_terms``): its layers grouped by structure (the blocks' modules and
+    shapes in the model built on the meta device, and each layer's attention), and a note when
+    the blocks could not be found (then they are taken as alike)."""
+    n = source.config.num_layers
+    keys = llm_structure.layer_keys(source.build(source.config), source.layer_attention())
+    notes = []
+    if keys is None:
+        keys = [0] * n
+        notes.append(f"the model's {n} decoder blocks were not found (no list of {n} modules): "
+                     "they are counted as alike, from its first one and two blocks")
+    return llm_structure.prefix_terms(keys), notes
+
+
+def _combined(source: LLMSource, terms: dict[int, int],
+              measure: Callable[[nn.Module, int], tuple[int, ...] | None]
+              ) -> tuple[int, ...] | None:
+    """sum of c_n x measure(model of the first n layers, n); None when a measure is None."""
+    total: list[int] | None = None
+    for n, c in terms.items():
+        got = measure(source.build(with_layers(source.config, n)), n)
+        if got is None:
+            return None
+        total = [c * g for g in got] if total is None else [t + c * g
+                                                            for t, g in zip(total, got)]
+    assert total is not None  # terms always has the first layer's model
+    return tuple(total)
+
+
 def param_count(source: LLMSource) -> int:
-    """Parameters of the whole model (shared tensors once), from the models with one and two
-    blocks (plan needs no MACs: no trace)."""
-    one, two = (sum(p.numel() for p in source.build(with_layers(source.config, n)).parameters())
-                for n in (1, 2))
-    return extrapolate(one, two, source.config.num_layers)
+    """Parameters of the whole model (shared tensors once), from models of its first layers,
+    one per group of identical layers (plan needs no MACs: no trace)."""
+    terms, _ = layer_terms(source)
+    got = _combined(source, terms, lambda m, n: (sum(p.numel() for p in m.parameters()),))
+    assert got is not None
+    return got[0]
 
 
-def counts(source: LLMSource, batch: int, seq: int, attention: str) -> Counts:
+def counts(source: LLMSource, batch: int, seq: int, attention: str,
+           terms: dict[int, int] | None = None) -> Counts:
     """Parameters (all, active per token), MACs, FLOPs of the whole model for a (batch, seq)
-    forward, from the models with one and two blocks (see the module's docstring)."""
-    layers = source.config.num_layers
-    one = _count(source.build(with_layers(source.config, 1)), batch, seq, attention)
-    if layers == 1:
-        return one
-    two = _count(source.build(with_layers(source.config, 2)), batch, seq, attention)
-    return Counts(*(extrapolate(getattr(one, f), getattr(two, f), layers)
-                    for f in ("params", "params_active", "macs", "flops")))
+    forward, from models of its first layers, one per group of identical layers."""
+    terms = layer_terms(source)[0] if terms is None else terms
+
+    def measure(model: nn.Module, n: int) -> tuple[int, ...]:
+        c = _count(model, batch, seq, attention)
+        return c.params, c.params_active, c.macs, c.flops
+
+    got = _combined(source, terms, measure)
+    assert got is not None
+    return Counts(*got)
+
+
+def structured_counts(source: LLMSource, layers: tuple[LayerAttention, ...], batch: int,
+                      seq: int, context: int, attention: str, terms: dict[int, int]
+                      ) -> tuple[Counts, int, int] | None:
+    """(prefill counts, decode MACs, decode FLOPs per token) with each layer's attention counted
+    from its description, the rest from traces of models of the model's first layers, one per
+    group of identical layers (analysis/llm_structure.py), or None when the traced attention is
+    not the one the descriptions say."""
+    def measure(model: nn.Module, n: int) -> tuple[int, ...] | None:
+        traced = {(b, s): llm_structure.trace(model, b, s)
+                  for b, s in {(batch, seq), *((b, s) for b in {batch, 1} for s in (1, 2, 3))}}
+        fits = {b: llm_structure.quadratic([traced[b, s] for s in (1, 2, 3)])
+                for b in {batch, 1}}
+        if not all(llm_structure.matches(layers[:n], fits[b], b) for b in fits):
+            return None
+
+        def other(b: int, s: int) -> tuple[int, int]:  # less the whole score matrices
+            macs, flops = llm_structure.whole_matrix_cost(layers[:n], b)
+            t = traced[b, s]
+            return t.macs - macs * s * s, t.flops - flops * s * s
+
+        (m1, f1), (m2, f2) = other(1, 1), other(1, 2)
+        t = traced[batch, seq]
+        return (t.params, t.params_active, *other(batch, seq), m2 - m1, f2 - f1)
+
+    got = _combined(source, terms, measure)
+    if got is None:
+        return None
+    params, active, macs, flops, token_macs, token_flops = got
+    a_macs, a_flops = llm_structure.prefill_attention(layers, batch, seq, attention)
+    d_macs, d_flops = llm_structure.decode_attention(layers, context)
+    return (Counts(params, active, macs + a_macs, flops + a_flops), token_macs + d_macs,
+            token_flops + d_flops)
+
+
+def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attention: str,
+                  terms: dict[int, int]) -> tuple[Counts, int, int]:
+    """(prefill counts, decode MACs, decode FLOPs per token) as the traces count them: decode
+    is prefill(L + 1) - prefill(L) at batch 1."""
+    prefill = counts(source, batch, seq, attention, terms)
+    at = prefill if (batch, seq) == (1, context) else counts(source, 1, context, attention,
+                                                             terms)
+    after = counts(source, 1, context + 1, attention, terms)
+    return prefill, after.macs - at.macs, after.flops - at.flops
+
+
+def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
+                      context: int, attention: str) -> list[AttentionLayers]:
+    """One record per distinct layer description: how many layers, how their scores were
+    counted, their KV cache per token and for the batch at ``context``."""
+    out = []
+    for g in llm_structure.groups(layers):
+        a = g.attention
+        counted = "full" if attention == "full" or a.kind == llm_attention.UNKNOWN else (
+            f"causal, window {a.window}" if a.window is not None else
+            f"causal, chunks of {a.chunk}" if a.chunk is not None else "causal")
+        out.append(AttentionLayers(
+            kind=a.kind, layers=g.layers, heads=a.heads, kv_heads=a.kv_heads,
+            qk_head_dim=a.qk_head_dim, v_head_dim=a.v_head_dim, window=a.window, chunk=a.chunk,
+            counted=counted,
+            kv_bytes_per_token=nbytes(g.layers * a.cache_elements, kv_dtype),
+            kv_bytes_total=nbytes(batch * g.layers * a.cache_elements
+                                  * a.cached_tokens(context), kv_dtype)))
+    return out
 
 
 # ---------------------------------------------------------------- arithmetic on the config
@@ -338,29 +458,33 @@ def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
                    kv_per_token: int, batch: int, context: int, tp: int = 1,
-                   kv_heads: int | None = None) -> tuple[LLMRoofline, list[str]]:
+                   kv_heads: int | None = None,
+                   kv_step_bytes: int | None = None) -> tuple[LLMRoofline, list[str]]:
     """Tokens/s upper bounds on ``tp`` GPUs, each holding 1/tp of the weights and of the KV
     cache. A phase takes at least max(FLOPs / (tp peak), bytes / (tp bandwidth)): prefill reads
     the weights once and writes the KV cache of its tokens; a decode step reads the weights (the
-    experts in use, one embedding row per token) and the batch's KV cache, and computes
-    ``batch`` tokens. The weights (all of them) and the KV cache of ``batch`` x ``context``
-    tokens must fit the GPUs' memory; communication between the GPUs is not counted.
+    experts in use, one embedding row per token) and the batch's KV cache (``kv_step_bytes``;
+    default batch x context x kv_per_token: less where window layers hold fewer tokens), and
+    computes ``batch`` tokens. The weights (all of them) and that KV cache must fit the GPUs'
+    memory; communication between the GPUs is not counted.
     ``kv_heads``: with fewer key/value heads than GPUs, each GPU keeps a whole head (the heads
     are replicated, Megatron-style), so its share of the cache is ceil(kv_heads/tp)/kv_heads,
     not 1/tp (multi-query attention: all of it on every GPU)."""
     peak, note = peak_flops(gpu, dtype)
     notes = [note] if note else []
     heads = kv_heads or tp
-    per_gpu_kv = kv_per_token * -(-heads // tp) / heads  # a GPU's cache bytes per token
+    share = -(-heads // tp) / heads  # a GPU's part of the KV cache
+    if kv_step_bytes is None:
+        kv_step_bytes = batch * context * kv_per_token
     p_compute = prefill_flops / (tp * peak)
-    p_memory = (weight_read_bytes / tp + prefill_tokens * per_gpu_kv) / gpu.bandwidth
-    step_bytes = decode_weight_bytes + batch * context * kv_per_token
+    p_memory = (weight_read_bytes / tp + prefill_tokens * kv_per_token * share) / gpu.bandwidth
+    step_bytes = decode_weight_bytes + kv_step_bytes
     d_compute = batch * decode_flops_per_token / (tp * peak)
-    d_memory = (decode_weight_bytes / tp + batch * context * per_gpu_kv) / gpu.bandwidth
-    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(batch * context * per_gpu_kv)
+    d_memory = (decode_weight_bytes / tp + kv_step_bytes * share) / gpu.bandwidth
+    weights, kv = math.ceil(weight_read_bytes / tp), math.ceil(kv_step_bytes * share)
     fits = weights + kv <= gpu.memory
     if not fits:
-        need = math.ceil((weight_read_bytes + batch * context * kv_per_token) / gpu.memory)
+        need = math.ceil((weight_read_bytes + kv_step_bytes) / gpu.memory)
         if need <= tp:  # the cache replicated over more GPUs than key/value heads: more will not do
             need = 0
         notes.append(f"does not fit: {weights / 1e9:,.2f} GB of weights + {kv / 1e9:,.2f} GB of "
@@ -369,9 +493,9 @@ def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int
                      + (f"split it over at least {need} GPUs (--tp), or use " if need else "use ")
                      + "a smaller dtype, batch or context")
     if tp > 1:
-        share = f"1/{tp}" if heads % tp == 0 else f"{-(-heads // tp)}/{heads}"
+        frac = f"1/{tp}" if heads % tp == 0 else f"{-(-heads // tp)}/{heads}"
         notes.append(f"tensor parallel over {tp} GPUs: each reads 1/{tp} of the weights and "
-                     f"{share} of the KV cache; the all-reduces between them are not counted")
+                     f"{frac} of the KV cache; the all-reduces between them are not counted")
     roof = LLMRoofline(
         gpu=gpu.name, peak_flops=peak, bandwidth_bytes_per_s=gpu.bandwidth,
         memory_bytes=gpu.memory,
@@ -430,19 +554,30 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")
-    memo: dict[tuple[int, int, str], Counts] = {}
-
-    def count(batch: int, seq: int, how: str) -> Counts:  # prefill at batch 1, S = L: reused
-        if (batch, seq, how) not in memo:
-            memo[batch, seq, how] = counts(source, batch, seq, how)
-        return memo[batch, seq, how]
-
-    prefill = count(batch_size, seq_len, attention)
-    # decode: see the module's docstring (batch 1; a decode step of B sequences costs B times)
-    at = count(1, context, "causal")
-    after = count(1, context + 1, "causal")
+    layers = source.layer_attention()
+    terms, more_notes = layer_terms(source)
+    notes += more_notes
+    shaped = structured_counts(source, layers, batch_size, seq_len, context, attention, terms)
+    if shaped is None:  # the kernels are not those the config describes: as traced
+        prefill, decode_macs, decode_flops = traced_counts(source, batch_size, seq_len, context,
+                                                           attention, terms)
+        attention_count = "as traced"
+        notes.append("attention counted as the trace met it: the model's attention kernels are "
+                     "not those its configuration describes (attention written out as matmuls, "
+                     "or other heads or widths), so masked kernels count the whole score matrix "
+                     "and decode is prefill(L + 1) - prefill(L)")
+    else:
+        prefill, decode_macs, decode_flops = shaped
+        attention_count = attention
+        unknown = sum(a.kind == llm_attention.UNKNOWN for a in layers)
+        if unknown:
+            attention_count = "full" if unknown == len(layers) else f"{attention}, some full"
+            notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
+                         "does not know (its mask's structure): their scores are counted as the "
+                         "whole matrix")
     total, active = prefill.params, prefill.params_active
-    kv_token = kv_bytes_per_token(config, kv_dtype)
+    kv_token = nbytes(llm_structure.kv_elements(layers), kv_dtype)
+    kv_total = nbytes(batch_size * llm_structure.kv_elements(layers, context), kv_dtype)
     if config.is_moe:
         notes.append(f"mixture of experts: {config.experts_per_token} of {config.num_experts} "
                      "experts per token; active parameters and MACs count the expected routing "
@@ -451,11 +586,11 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     roof = None
     if gpu_obj is not None:
         roof, more = roofline_bound(
-            gpu_obj, dtype, prefill.flops, batch_size * seq_len, after.flops - at.flops,
+            gpu_obj, dtype, prefill.flops, batch_size * seq_len, decode_flops,
             nbytes(total, dtype),
             nbytes(decode_weight_params(config, total, active, batch_size)
                    - decode_embedding_saving(config, batch_size), dtype),
-            kv_token, batch_size, context, tp, config.num_kv_heads)
+            kv_token, batch_size, context, tp, config.num_kv_heads, kv_step_bytes=kv_total)
         notes += more
     return LLMReport(
         model=source.name,
@@ -464,11 +599,12 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         weight_bytes={d: nbytes(total, d) for d in WEIGHT_DTYPES},
         prefill=PrefillCost(macs=prefill.macs, flops=prefill.flops,
                             tokens=batch_size * seq_len),
-        decode=DecodeCost(macs_per_token=after.macs - at.macs,
-                          flops_per_token=after.flops - at.flops, context=context),
-        kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_token * batch_size * context,
+        decode=DecodeCost(macs_per_token=decode_macs, flops_per_token=decode_flops,
+                          context=context),
+        kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_total,
                          dtype=kv_dtype, batch_size=batch_size, context=context),
-        attention_count=attention,
+        attention_count=attention_count,
+        attention_layers=attention_records(layers, kv_dtype, batch_size, context, attention),
         roofline=roof,
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,

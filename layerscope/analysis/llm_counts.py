@@ -6,7 +6,9 @@ from typing import Any
 
 import torch.nn as nn
 
+from layerscope.core.errors import UserError
 from layerscope.frontends.llm_configs import LLMConfig
+from layerscope.frontends.llm_moe import moe_from_hf
 from layerscope.ops.aten import AttentionCounting
 
 
@@ -16,10 +18,14 @@ def routing(module: nn.Module, llm_config: LLMConfig | None) -> tuple[int, int] 
     cfg: Any = llm_config if llm_config is not None else getattr(module, "config", None)
     if isinstance(cfg, LLMConfig):
         return cfg.experts_per_token, cfg.num_experts
-    experts = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)
-    k = getattr(cfg, "num_experts_per_tok", None)
-    if isinstance(experts, int) and isinstance(k, int) and experts > 1:
-        return k, experts
+    data = cfg.to_dict() if callable(getattr(cfg, "to_dict", None)) else None
+    if isinstance(data, dict):  # a Hugging Face config: every key name transformers uses
+        try:
+            moe = moe_from_hf(data)
+        except UserError:
+            moe = None
+        if moe is not None and moe.is_moe:
+            return moe.experts_per_token, moe.routed_experts
     if hasattr(cfg, "num_hidden_layers") or hasattr(cfg, "n_layer"):  # a dense HF model
         return 1, 1
     return None

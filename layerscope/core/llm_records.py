@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 _COUNT = {"minimum": 0}
@@ -40,14 +40,37 @@ class DecodeCost(Record):
 
 @dataclass
 class KVCache(Record):
-    """Keys and values kept for every layer: 2 x layers x kv_heads x head_dim x dtype bytes per
-    token; ``bytes_total`` for ``batch_size`` sequences of ``context`` tokens."""
+    """Keys and values kept for every layer: 2 x kv_heads x head_dim (multi-head latent
+    attention: its latent and rotary key) x dtype bytes per token and layer;
+    ``bytes_total`` for ``batch_size`` sequences of ``context`` tokens, a sliding-window layer
+    keeping at most its window's tokens."""
 
     bytes_per_token: int = field(metadata=_COUNT)
     bytes_total: int = field(metadata=_COUNT)
     dtype: str = "bf16"
     batch_size: int = field(default=1, metadata=_COUNT)
     context: int = field(default=0, metadata=_COUNT)
+
+
+@dataclass
+class AttentionLayers(Record):
+    """The layers that share one attention description: ``kind`` causal, sliding (a window of
+    ``window`` keys per query), chunked (queries attend their own chunk of ``chunk`` tokens),
+    mla (multi-head latent attention: the cache holds a latent) or
+    unknown (a layer type whose mask layerscope does not know: counted as the whole matrix);
+    ``counted`` says how their prefill scores were counted."""
+
+    kind: str
+    layers: int = field(metadata=_COUNT)
+    heads: int = field(metadata=_COUNT)
+    kv_heads: int = field(metadata=_COUNT)
+    qk_head_dim: int = field(metadata=_COUNT)
+    v_head_dim: int = field(metadata=_COUNT)
+    counted: str
+    kv_bytes_per_token: int = field(metadata=_COUNT)
+    kv_bytes_total: int = field(metadata=_COUNT)
+    window: int | None = None
+    chunk: int | None = None
 
 
 @dataclass
@@ -88,6 +111,8 @@ class LLMReport(ResultDocument):
     kv_cache: KVCache
     attention_count: str
     roofline: LLMRoofline | None = None
+    attention_layers: list[AttentionLayers] = field(default_factory=list, metadata=omit_empty(
+        description="one entry per distinct attention description of the layers"))
     config: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)

@@ -33,6 +33,7 @@ from layerscope.core.errors import UserError
 from layerscope.core.infiles import check_input_file
 from layerscope.frontends import hf_config_keys
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
+from layerscope.frontends.llm_moe import moe_from_hf
 
 
 class RMSNorm(nn.Module):
@@ -307,13 +308,8 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
         rope = get("rope_parameters") or get("rope_scaling") or {}
         if not isinstance(rope, dict):
             raise UserError(f"{where}: rope_scaling must be a JSON object, got {rope!r:.40}")
-        experts = count("num_local_experts") if get("num_local_experts") else (
-            count("num_experts") if get("num_experts") else 1)
-        per_token = count("num_experts_per_tok") if experts > 1 and get("num_experts_per_tok") \
-            else 1
-        if per_token > experts:
-            raise UserError(f"{where}: num_experts_per_tok {per_token} is more than the "
-                            f"{experts} experts")
+        moe = moe_from_hf(config, where)  # every key name transformers uses
+        experts, per_token = moe.routed_experts, moe.experts_per_token
         max_position = count("max_position_embeddings", 2048)
         return LLMConfig(
             name, vocab_size=count("vocab_size"), hidden_size=hidden,

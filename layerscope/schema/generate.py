@@ -52,6 +52,7 @@ GENERATED: dict[str, type[Record]] = {
     "llm_decode": lr.DecodeCost,
     "llm_kv_cache": lr.KVCache,
     "llm_roofline": lr.LLMRoofline,
+    "llm_attention_layers": lr.AttentionLayers,
     "plan": lr.PlanReport,
     "plan_activations": lr.PlanActivations,
     "plan_row": lr.PlanRow,

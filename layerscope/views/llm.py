@@ -60,6 +60,12 @@ def llm_facts(r) -> list[tuple[str, str]]:
             ("KV cache", f"{r.kv_cache.bytes_per_token:,} bytes per token ({r.kv_cache.dtype}); "
                          f"{gb(r.kv_cache.bytes_total)} for {r.kv_cache.batch_size} × "
                          f"{r.kv_cache.context:,} tokens")]
+    groups = getattr(r, "attention_layers", None) or []
+    if len(groups) > 1 or any(g.kind != "causal" for g in groups):
+        out.append(("Attention", "; ".join(
+            f"{g.layers} layer{'s' if g.layers != 1 else ''} {_attention_kind(g)} (counted "
+            f"{g.counted}; KV {g.kv_bytes_per_token:,} bytes per token, "
+            f"{gb(g.kv_bytes_total)})" for g in groups)))
     roof = r.roofline
     if roof is not None:
         tp = f" × {roof.tp} (tensor parallel)" if roof.tp > 1 else ""
@@ -70,6 +76,15 @@ def llm_facts(r) -> list[tuple[str, str]]:
                 ("Decode bound", f"≤ {_rate(roof.decode_tokens_per_s)} ({roof.decode_bound}-"
                                  f"bound, {gb(roof.decode_bytes_per_step)} read per step)")]
     return out
+
+
+def _attention_kind(g) -> str:
+    kind = {"sliding": f"sliding window {g.window}", "mla": "latent (MLA)",
+            "chunked": f"chunked attention ({getattr(g, 'chunk', None)} tokens)",
+            "unknown": "of unknown structure"}.get(g.kind, g.kind)
+    if g.kind == "mla" and g.window is not None:
+        kind += f", window {g.window}"
+    return kind
 
 
 def llm_terminal(r, **_options) -> Group:
