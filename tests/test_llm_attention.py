@@ -262,7 +262,7 @@ def test_attention_the_description_does_not_match_is_counted_as_traced():
 
     cfg = toy_config()
     wrong = llm_attention.uniform(cfg.num_layers, 8, 8, 16)
-    r = llm(llm_mod.LLMSource("toy", cfg, build_toy, wrong), seq_len=16)
+    r = llm(llm_mod.LLMSource("toy", cfg, build_toy, attention=wrong), seq_len=16)
     assert r.attention_count == "as traced"
     assert any("attention counted as the trace met it" in n for n in r.notes)
     right = llm(llm_mod.LLMSource("toy", cfg, build_toy), seq_len=16)

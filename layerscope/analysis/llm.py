@@ -32,7 +32,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -193,10 +193,11 @@ class LLMSource:
     name: str
     config: LLMConfig
     build: Callable[[LLMConfig], nn.Module]
-    notes: tuple[str, ...] = ()
+    # keywords only: two optional tuples side by side are easy to pass the wrong way round
+    notes: tuple[str, ...] = field(default=(), kw_only=True)
     # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
     # plain causal attention with the config's heads on every layer
-    attention: tuple[LayerAttention, ...] = ()
+    attention: tuple[LayerAttention, ...] = field(default=(), kw_only=True)
 
     def layer_attention(self) -> tuple[LayerAttention, ...]:
         c = self.config
@@ -258,7 +259,8 @@ def _hf_source(spec: str) -> LLMSource:
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
                  "config's attention description, checked against the traced matmuls",)
-    return LLMSource(name, config, build, notes, llm_attention.from_hf(data, spec))
+    return LLMSource(name, config, build, notes=notes,
+                     attention=llm_attention.from_hf(data, spec))
 
 
 

@@ -88,13 +88,14 @@ class LLMRoofline(Record):
     decode_tokens_per_s: float
     decode_bound: str
     decode_bytes_per_step: int = field(metadata=_COUNT)
-    tp: int = field(default=1, metadata={
-        **_COUNT, "description": "GPUs the weights and the KV cache are split across (tensor "
-                                 "parallel); the bounds are for all of them together"})
-    weights_bytes_per_gpu: int = field(default=0, metadata=_COUNT)
-    kv_bytes_per_gpu: int = field(default=0, metadata=_COUNT)
-    fits: bool = field(default=True, metadata={
-        "description": "weights + KV cache per GPU fit the GPU's memory"})
+    # absent from results saved before tensor parallelism was modelled (one GPU, no fit check)
+    tp: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="GPUs the weights and the KV cache are split across (tensor "
+                              "parallel); the bounds are for all of them together"))
+    weights_bytes_per_gpu: int | None = field(default=None, metadata=omit_none(**_COUNT))
+    kv_bytes_per_gpu: int | None = field(default=None, metadata=omit_none(**_COUNT))
+    fits: bool | None = field(default=None, metadata=omit_none(
+        description="weights + KV cache per GPU fit the GPU's memory"))
 
 
 @dataclass

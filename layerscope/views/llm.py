@@ -68,7 +68,7 @@ def llm_facts(r) -> list[tuple[str, str]]:
             f"{gb(g.kv_bytes_total)})" for g in groups)))
     roof = r.roofline
     if roof is not None:
-        tp = f" × {roof.tp} (tensor parallel)" if roof.tp > 1 else ""
+        tp = f" × {roof.tp} (tensor parallel)" if (roof.tp or 1) > 1 else ""
         out += [("GPU", f"{roof.gpu}: {si(roof.peak_flops)}FLOP/s peak, "
                         f"{gb(roof.bandwidth_bytes_per_s)}/s, {gb(roof.memory_bytes)}{tp}"),
                 ("Prefill bound", f"≤ {_rate(roof.prefill_tokens_per_s)} "
