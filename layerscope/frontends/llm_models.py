@@ -331,6 +331,15 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
                         "decoder-only causal LM config layerscope can read") from None
 
 
+def _config_name(path: str) -> str:
+    """The model's name for a config file: its folder's for ``config.json`` (the hub's layout,
+    the folder is the model), else the file's own (``mistral-7b.json`` -> ``mistral-7b``)."""
+    folder, file = os.path.split(os.path.abspath(path))
+    if file == "config.json":
+        return os.path.basename(folder)
+    return os.path.splitext(file)[0]
+
+
 def hf_config_dict(spec: str) -> tuple[str, dict[str, Any]]:
     """``hf:PATH/config.json`` (or a folder holding one) or ``hf:ORG/NAME`` -> (name, dict)."""
     target = spec[len(HF_PREFIX):].strip()
@@ -353,7 +362,7 @@ def hf_config_dict(spec: str) -> tuple[str, dict[str, Any]]:
                             "deeply)") from None
         if not isinstance(data, dict):
             raise UserError(f"{spec}: {path} is not a JSON object")
-        return os.path.basename(os.path.dirname(os.path.abspath(path))) or target, data
+        return _config_name(path) or target, data
     if target.endswith(".json") or os.sep in target.strip("./") and target.count("/") != 1:
         raise UserError(f"{spec}: no such file {path!r}")
     return target, _hub_config(spec, target)
