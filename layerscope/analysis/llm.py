@@ -443,11 +443,6 @@ def decode_weight_params(config: LLMConfig, total: int, active: int, tokens: int
     return round(total - experts + experts * used)
 
 
-def kv_bytes_per_token(config: LLMConfig, kv_dtype: str) -> int:
-    """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
-    return nbytes(2 * config.num_layers * config.num_kv_heads * config.head_dim, kv_dtype)
-
-
 def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
     """Parameters of the input-embedding table a decode step of ``tokens`` sequences does not
     read: it looks up one row per token, not the table (vocab x hidden). A tied head reads the
