@@ -227,10 +227,13 @@ def test_tensor_parallel_activations_per_gpu():
     quoted = re.search(r"With `--tp 8` instead: ([\d.]+) GB of activations per GPU",
                        _prose("docs/large-models.md"))
     assert quoted and f"{activations['zero3'] / 1e9:.1f}" == quoted.group(1)
+    gathered = re.search(r"plus ([\d.]+) GB of the inputs that PyTorch's sequence parallelism",
+                         _prose("docs/large-models.md"))
+    assert gathered and f"{plan.strategies[0].gathered_inputs_bytes / 1e9:.1f}" \
+        == gathered.group(1)
     fits = sorted(s.strategy for s in plan.strategies if s.fits)
-    assert fits == ["fsdp", "zero1", "zero2", "zero3"]
-    assert ("zero1, zero2, zero3 and fsdp fit without recomputation"
-            in _prose("docs/large-models.md"))
+    assert fits == ["fsdp", "zero2", "zero3"]
+    assert "zero2, zero3 and fsdp fit without recomputation" in _prose("docs/large-models.md")
 
 
 def test_activations_without_recomputation():

@@ -268,13 +268,19 @@ def test_plan_all_strategies_and_fits():
     for row in r.strategies:
         assert row.peak_bytes == (row.weights_bytes + row.grads_bytes + row.optimizer_bytes
                                   + row.activations_bytes + row.logprobs_grad_bytes
-                                  + row.logits_grad_bytes + row.gather_bytes)
+                                  + row.logits_grad_bytes + row.gather_bytes
+                                  + row.reduce_scatter_bytes)
+        # tp 1: no sequence-parallel gather, no loss parallel
+        assert row.gathered_inputs_bytes == row.loss_parallel_bytes == 0
         assert row.fits == (row.peak_bytes <= 2 * 10**6)
         # the loss's backward: fp32 gradients of the log-probabilities and of the logits,
         # 1 x 16 tokens x 512 vocabulary x 4 bytes each
         assert row.logprobs_grad_bytes == row.logits_grad_bytes == 32_768
     # zero3/fsdp gather one block's unsharded bf16 weights (49,984 parameters), twice (prefetch)
     assert [row.gather_bytes for row in r.strategies] == [0, 0, 0, 199_936, 199_936]
+    # and reduce-scatter its gradients: this block's unsharded ones and the previous block's
+    # reduce-scatter input, the same 2 x 2 x 49,984 bytes
+    assert [row.reduce_scatter_bytes for row in r.strategies] == [0, 0, 0, 199_936, 199_936]
     assert not r.strategies[0].fits and r.strategies[3].fits
 
 
@@ -380,6 +386,36 @@ def test_loss_backward_and_gather_lines_divide_by_tp():
     assert blocks == pytest.approx(2 * 126_464 / 2, abs=1)
 
 
+@pytest.mark.parametrize("recompute,gathered", [
+    # 2 blocks x 2 gathered inputs (attention's, MLP's) x e T h + the head's input e T h, of
+    # which (tp - 1) / tp: (2 x 16,384 + 8,192) / 2
+    ("none", 20_480),
+    ("selective", 20_480),
+    # the all-gather is redone in the recompute: one block's, (16,384 + 8,192) / 2
+    ("op", 12_288),
+    ("full", 12_288),
+])
+def test_tensor_parallel_saves_gathered_inputs_whole_and_loss_parallel(recompute, gathered):
+    # tiny Llama, b=2, s=32 (T = 64), h = 64, bf16: each all-gathered input (the norm's output
+    # the column-parallel q/k/v and gate/up read) is e T h = 2 * 64 * 64 = 8,192 bytes, 16,384
+    # per block; PyTorch's sequence parallelism saves it whole, not divided by tp = 2
+    src = tiny_llama()
+    r = plan(src, 4, tp=2, micro_batch=2, seq_len=32, kernels="fused", recompute=recompute)
+    for row in r.strategies:
+        assert row.gathered_inputs_bytes == gathered
+        # loss parallel's backward: (one-hot + exp(log-probs)) beside the two fp32 gradients,
+        # 2 x 32 tokens x 256 vocabulary x 4 bytes / tp
+        assert row.loss_parallel_bytes == 32_768
+        assert row.peak_bytes == (row.weights_bytes + row.grads_bytes + row.optimizer_bytes
+                                  + row.activations_bytes
+                                  + r.activations.recompute_working_bytes // 2
+                                  + gathered + 3 * 32_768 + row.gather_bytes
+                                  + row.reduce_scatter_bytes)
+    one = plan(src, 2, micro_batch=2, seq_len=32, kernels="fused", recompute=recompute,
+               strategy="ddp").strategies[0]
+    assert one.gathered_inputs_bytes == one.loss_parallel_bytes == 0
+
+
 def test_hf_config_defaults_to_unfused_and_fuses_on_request(tmp_path):
     # transformers' Llama as written is measured (unfused); asked for, the fused count is the
     # config's arithmetic, the same as the preset-style tiny Llama's (126,464 at 2 x 32)
@@ -454,7 +490,8 @@ def test_cli_plan_json(tmp_path):
     for row in d["strategies"]:
         assert set(row) == {"strategy", "weights_bytes", "grads_bytes", "optimizer_bytes",
                             "activations_bytes", "peak_bytes", "fits", "logprobs_grad_bytes",
-                            "logits_grad_bytes", "gather_bytes"}
+                            "logits_grad_bytes", "gather_bytes", "gathered_inputs_bytes",
+                            "loss_parallel_bytes", "reduce_scatter_bytes"}
     assert d["kernels"] == "fused"  # a dense preset's default
     assert load_result(d).to_dict() == d
 

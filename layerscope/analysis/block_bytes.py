@@ -71,6 +71,19 @@ def op_checkpoint_bytes(config: LLMConfig, batch: int, seq: int, elem: int) -> i
             + FP32 * t * config.num_heads)
 
 
+def gathered_input_bytes(config: LLMConfig, batch: int, seq: int, elem: int) -> int:
+    """Bytes of one block's inputs that PyTorch's tensor parallelism with sequence parallelism
+    (``SequenceParallel`` norms, ``ColwiseParallel`` projections: torchtitan's plan) all-gathers
+    to the whole sequence and saves so: the attention's and the MLP's normalised inputs, which
+    the norms produce sharded over the sequence (e T h / tp) and the column-parallel
+    projections (q, k, v; gate, up or fc; a mixture's router and experts) save after the
+    all-gather, e T h each: 2 e T h per pre-norm block. The per-block counts above hold each of
+    them once, as every other saved tensor, so dividing them by tp leaves (tp - 1) / tp of this
+    out. Megatron-LM saves the sharded copy and all-gathers it again in backward (Korthikanti et
+    al. 2022, section 4.2.2); PyTorch's autograd keeps what the linear was given."""
+    return 2 * elem * batch * seq * config.hidden_size
+
+
 def _require_dense(config: LLMConfig) -> None:
     if config.is_moe:
         raise ValueError("the fused-kernel and op-checkpointing cost models count dense blocks")

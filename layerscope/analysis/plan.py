@@ -42,9 +42,20 @@ Peak = weights + gradients + optimizer states + activations (+ the recompute wor
 + the loss's backward (the fp32 gradients of the log-probabilities and of the logits, one
 micro-batch, beside the fp32 log-probabilities the loss saved, which the activations outside the
 blocks hold) + for zero3/fsdp the gather buffers (one block's unsharded weights, divided by tp,
-twice: FSDP prefetches the next block's all-gather while the current one computes).
-Temporary buffers, the gradients' reduce-scatter buffers, the sequence-parallel all-gather of
-activations and fragmentation are not included (say so in the report's notes).
+twice: FSDP prefetches the next block's all-gather while the current one computes) and the
+reduce-scatter buffers (one block's unsharded gradients, divided by tp, and the previous
+block's reduce-scatter input, still in flight: FSDP2's ``foreach_reduce`` frees it only when
+the next block's gradients are copied in). With tp > 1, PyTorch's sequence parallelism saves
+the all-gathered inputs of the column-parallel projections whole (``block_bytes.
+gathered_input_bytes``; the head's input too): the (tp - 1) / tp of them that dividing every
+activation by tp leaves out is its own line, in every kept block without recomputation, in the
+recomputed block under ``op``/``full`` (the all-gather is redone); and PyTorch's loss parallel
+backward (``torch.distributed.tensor.parallel.loss_parallel``, the vocabulary-parallel
+cross-entropy) computes (one-hot + exp(log-probabilities)) x grad, one more fp32
+logits-sized tensor beside the two gradients. The loss's backward and a block's recompute are
+summed although the loss's runs first; a block's backward temporaries (activation gradients),
+the optimizer step's temporaries and the allocator's fragmentation are not counted (say so in
+the report's notes).
 """
 from __future__ import annotations
 
@@ -57,7 +68,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from layerscope.analysis.block_bytes import fused_layer_bytes, op_checkpoint_bytes
+from layerscope.analysis.block_bytes import (
+    fused_layer_bytes,
+    gathered_input_bytes,
+    op_checkpoint_bytes,
+)
 from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
@@ -297,22 +312,44 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
              + acts.other_bytes) // tp)
     working = acts.recompute_working_bytes // tp
     loss_grad = micro_batch * seq_len * config.vocab_size * 4 // tp  # fp32, vocab-parallel
+    loss_parallel = loss_grad if tp > 1 else 0  # (one-hot + exp(log-probabilities)), fp32
+    gathered = _gathered_bytes(config, micro_batch, seq_len, elem, tp, recompute,
+                               acts.layers_per_stage * acts.micro_batches_in_flight)
     rows = []
     for name in ([strategy] if strategy else STRATEGIES):
         w, g, o = model_state_bytes(params, name, dtype, tp, pp, dp)
-        # zero3/fsdp over more than one replica all-gather each block before it runs
-        gather = 2 * elem * block_params // tp if name in ("zero3", "fsdp") and dp > 1 else 0
-        peak = w + g + o + held + working + 2 * loss_grad + gather
+        # zero3/fsdp over more than one replica all-gather each block before it runs (this
+        # block's and the prefetched next one's) and reduce-scatter its gradients (this
+        # block's unsharded gradients and the previous block's reduce-scatter input)
+        block_buffers = (2 * elem * block_params // tp
+                         if name in ("zero3", "fsdp") and dp > 1 else 0)
+        peak = (w + g + o + held + working + gathered + 2 * loss_grad + loss_parallel
+                + 2 * block_buffers)
         rows.append(PlanRow(strategy=name, weights_bytes=w, grads_bytes=g, optimizer_bytes=o,
                             activations_bytes=held, peak_bytes=peak, fits=peak <= memory,
                             logprobs_grad_bytes=loss_grad, logits_grad_bytes=loss_grad,
-                            gather_bytes=gather))
+                            gather_bytes=block_buffers, gathered_inputs_bytes=gathered,
+                            loss_parallel_bytes=loss_parallel,
+                            reduce_scatter_bytes=block_buffers))
     return PlanReport(
         model=source.name, params_total=params, gpus=gpus, tp=tp, pp=pp, dp=dp,
         micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
         gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
         config=config.to_dict(), environment=environment(),
         notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default))
+
+
+def _gathered_bytes(config: LLMConfig, batch: int, seq: int, elem: int, tp: int,
+                    recompute: str, blocks: int) -> int:
+    """tp > 1: the part of the sequence-parallel all-gathered inputs (saved whole by the
+    column-parallel projections) that dividing every activation by tp leaves out, (tp - 1) /
+    tp of them: every kept block's under ``none``/``selective``, the one recomputed block's
+    under ``op``/``full`` (the all-gather is not saved: the recompute does it again), and the
+    head's input (the final norm's output, e T h), which nothing recomputes."""
+    block = gathered_input_bytes(config, batch, seq, elem)
+    kept = blocks if recompute in ("none", "selective") else 1
+    head = elem * batch * seq * config.hidden_size
+    return (kept * block + head) * (tp - 1) // tp
 
 
 def _layers(source: LLMSource, layers: int) -> LLMSource:
@@ -370,7 +407,14 @@ def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str, working: i
                      "input, attention's output and every other matmul's output kept)")
     notes.append("peak adds the loss's backward (fp32 gradients of the log-probabilities and of "
                  "the logits, one micro-batch) and, for zero3/fsdp, one block's unsharded "
-                 "weights twice (FSDP prefetches the next block's all-gather)")
-    notes.append("peak leaves out temporary buffers, the gradients' reduce-scatter buffers, "
-                 "sequence-parallel all-gathers and allocator fragmentation: keep a margin")
+                 "weights twice (FSDP prefetches the next block's all-gather) and its gradients "
+                 "twice (this block's unsharded gradients and the previous block's "
+                 "reduce-scatter input)")
+    if tp > 1:
+        notes.append("tensor parallel (PyTorch's): the projections' all-gathered inputs are "
+                     "saved whole, (tp - 1)/tp of them added to the peak; loss parallel's "
+                     "backward adds one fp32 logits-sized tensor")
+    notes.append("peak leaves out a block's backward temporaries (activation gradients), the "
+                 "optimizer step's temporaries, float8 casts and the allocator's reserve and "
+                 "fragmentation: keep a margin")
     return notes

@@ -144,6 +144,17 @@ class PlanRow(Record):
     gather_bytes: int | None = field(default=None, metadata=omit_none(
         **_COUNT, description="zero3/fsdp: one block's unsharded weights (/ tp), twice "
                               "(the next block is prefetched)"))
+    gathered_inputs_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="tp > 1: the sequence-parallel all-gathered inputs the "
+                              "column-parallel projections save whole, the (tp - 1) / tp of "
+                              "them not in activations_bytes (kept blocks, or the recomputed "
+                              "one, and the head's input)"))
+    loss_parallel_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="tp > 1: loss parallel's backward, one more fp32 tensor of "
+                              "batch x seq x vocab x 4 / tp (one-hot + exp(log-probabilities))"))
+    reduce_scatter_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="zero3/fsdp: one block's unsharded gradients (/ tp), twice "
+                              "(this block's and the previous block's reduce-scatter input)"))
 
 
 @dataclass
