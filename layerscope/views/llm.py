@@ -162,9 +162,11 @@ def plan_facts(p) -> list[tuple[str, str]]:
                                                for s in p.strategies))]
     if first is not None and first.reduce_scatter_bytes is not None:
         # added later than the lines above: plans saved between the two have none of these
-        facts[-1:-1] = [("Sequence-parallel gathered inputs", gb(first.gathered_inputs_bytes)),
-                        ("Loss backward, loss parallel's sum (fp32)",
-                         gb(first.loss_parallel_bytes))]
+        if p.tp > 1:  # both are 0 without tensor parallelism
+            facts[-1:-1] = [("Sequence-parallel gathered inputs",
+                             gb(first.gathered_inputs_bytes)),
+                            ("Loss backward, loss parallel's sum (fp32)",
+                             gb(first.loss_parallel_bytes))]
         facts.append(("Reduce-scatter buffers", ", ".join(
             f"{s.strategy} {gb(s.reduce_scatter_bytes or 0)}" for s in p.strategies)))
     return facts
