@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import llm_structure
+from layerscope.analysis import llm_counts, llm_structure
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -340,13 +340,25 @@ def _combined(source: LLMSource, terms: dict[int, int],
     return tuple(total)
 
 
-def param_count(source: LLMSource) -> int:
-    """Parameters of the whole model (shared tensors once), from models of its first layers,
-    one per group of identical layers (plan needs no MACs: no trace)."""
+def param_counts(source: LLMSource) -> tuple[int, int]:
+    """(parameters, active per token) of the whole model (shared tensors once; a mixture of
+    experts: k/E of the expert parameters plus all others, as ``analyze`` counts them), from
+    models of its first layers, one per group of identical layers (plan needs no MACs: no
+    trace)."""
+    def measure(m: nn.Module, n: int) -> tuple[int, int]:
+        total = sum(p.numel() for p in m.parameters())
+        route = llm_counts.routing(m, None)
+        return total, total if route is None else llm_counts.active_params(m, total, route)
+
     terms, _ = layer_terms(source)
-    got = _combined(source, terms, lambda m, n: (sum(p.numel() for p in m.parameters()),))
+    got = _combined(source, terms, measure)
     assert got is not None
-    return got[0]
+    return got[0], got[1]
+
+
+def param_count(source: LLMSource) -> int:
+    """Parameters of the whole model (see ``param_counts``)."""
+    return param_counts(source)[0]
 
 
 def counts(source: LLMSource, batch: int, seq: int, attention: str,
