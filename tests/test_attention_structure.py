@@ -173,3 +173,61 @@ def test_mistral_shaped_training_step_counts_the_window_forward_and_backward(tmp
     assert full.totals.backward_macs - counted.totals.backward_macs == 3 * 4 * 80 * (256 - 58)
     assert any(n.startswith("6 masked attention kernel call(s) counted by the config's "
                             "structure: sliding window 4 in 3 layers") for n in counted.notes)
+
+
+# ---------------------------------------------------------------- no figure called causal that
+# was counted full (llm, plan)
+def test_llm_as_traced_never_labels_its_layers_causal():
+    # the toy's attention written out as matmuls does not match a description claiming 8
+    # heads: llm counts as traced, and each layer group says so too, not "causal"
+    from llm_toy import build_toy, toy_config
+
+    from layerscope.analysis import llm as llm_mod
+    from layerscope.frontends import llm_attention
+
+    cfg = toy_config()
+    wrong = llm_attention.uniform(cfg.num_layers, 8, 8, 16)
+    r = llm(llm_mod.LLMSource("toy", cfg, build_toy, attention=wrong), seq_len=16)
+    assert r.attention_count == "as traced"
+    assert [g.counted for g in r.attention_layers] == ["as traced"]
+
+
+GEMMA2 = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab_size": 256,
+          "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+          "sliding_window": 4, "max_position_embeddings": 512}
+
+
+def test_eager_attention_is_counted_by_structure_in_llm_and_whole_in_analyze(tmp_path):
+    # Gemma-2 runs eager attention (soft-capping): its scores are matmuls. llm counts them from
+    # the description and says so; analyze counts every score and says so. Layers local,
+    # global: 4 heads x (16 + 16) per score, 256 - 58 and 256 - 136 scores fewer per head
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA2))
+    spec = f"hf:{tmp_path}"
+    r = llm(spec, seq_len=16)
+    full = llm(spec, seq_len=16, attention="full")
+    fewer = 128 * (256 - 58) + 128 * (256 - 136)
+    assert full.prefill.macs - r.prefill.macs == fewer
+    assert [(g.kind, g.counted) for g in r.attention_layers] == [
+        (SLIDING, "causal, window 4"), (CAUSAL, "causal")]
+    assert [g.counted for g in full.attention_layers] == ["full", "full"]
+    assert any("eager attention" in n and "counted from the config's attention description"
+               in n for n in r.notes)
+    a = analyze(spec, seq_len=16)
+    assert a.totals.macs - r.prefill.macs == fewer
+    assert any(n.startswith("eager attention") and "whole matrix is counted" in n
+               for n in a.notes)
+    assert not any("counted by the config's structure" in n for n in a.notes)
+
+
+def test_plan_labels_no_attention_count(tmp_path):
+    # plan counts memory, not attention scores: nothing in its report or view says "causal"
+    pytest.importorskip("transformers")
+    from layerscope.analysis.plan import plan
+    from layerscope.views.llm import plan_facts
+
+    (tmp_path / "config.json").write_text(json.dumps(HF["mistral"][0]))
+    p = plan(f"hf:{tmp_path}", 2, seq_len=16)
+    shown = json.dumps({k: v for k, v in p.to_dict().items() if k != "config"})
+    assert "causal" not in shown and "causal" not in json.dumps(plan_facts(p))

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis import capture, llm_counts, static
-from layerscope.analysis.attention_structure import layer_masks
+from layerscope.analysis.attention_structure import eager_notes, layer_masks
 from layerscope.analysis.llm_counts import attention_notes
 from layerscope.analysis.model_prep import (
     has_forward,
@@ -105,7 +105,7 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
                                       fake=loaded.frontend == "torch",
                                       owned=loaded.extras.get("owned", False),
                                       functions=functions)
-            notes += attention_notes(counting)
+            notes += attention_notes(counting) + eager_notes(module)
         except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:

@@ -139,3 +139,17 @@ def layer_masks(module: nn.Module, args: Sequence[Any],
     index = {id(b): i for i, b in enumerate(blocks)}
     names = {name: index[id(m)] for name, m in module.named_modules() if id(m) in index}
     return LayerMasks(blocks, layers, names)
+
+
+def eager_notes(module: nn.Module) -> list[str]:
+    """What a Hugging Face model built with eager attention (no SDPA path in its class:
+    Gemma-2's soft-capping, Bloom's ALiBi) makes of the attention count: its scores are matmuls
+    and a materialised mask, so every score is counted, whatever the mask."""
+    config = getattr(module, "config", None)
+    if getattr(config, "_attn_implementation", None) != "eager" or not getattr(
+            config, "model_type", None):
+        return []
+    return ["eager attention (the model's transformers class has no SDPA path): its scores are "
+            "written out as matmuls with a materialised mask, so every score of the whole "
+            "matrix is counted, causal or windowed; layerscope llm counts them from the "
+            "config's attention description"]

@@ -424,11 +424,13 @@ def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attenti
 def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
                       context: int, attention: str) -> list[AttentionLayers]:
     """One record per distinct layer description: how many layers, how their scores were
-    counted, their KV cache per token and for the batch at ``context``."""
+    counted (``attention`` "as traced": as the trace met them, whatever the description),
+    their KV cache per token and for the batch at ``context``."""
     out = []
     for g in llm_structure.groups(layers):
         a = g.attention
-        counted = "full" if attention == "full" or a.kind == llm_attention.UNKNOWN else (
+        counted = attention if attention == "as traced" else "full" if (
+            attention == "full" or a.kind == llm_attention.UNKNOWN) else (
             f"causal, window {a.window}" if a.window is not None else
             f"causal, chunks of {a.chunk}" if a.chunk is not None else "causal")
         out.append(AttentionLayers(
@@ -574,7 +576,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         notes.append("attention counted as the trace met it: the model's attention kernels are "
                      "not those its configuration describes (attention written out as matmuls, "
                      "or other heads or widths), so masked kernels count the whole score matrix "
-                     "and decode is prefill(L + 1) - prefill(L)")
+                     "(a Hugging Face model's masked kernel call: the scores its decoder "
+                     "layer's mask lets each query see, as analyze counts it) and decode is "
+                     "prefill(L + 1) - prefill(L)")
     else:
         prefill, decode_macs, decode_flops = shaped
         attention_count = attention
@@ -613,7 +617,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_total,
                          dtype=kv_dtype, batch_size=batch_size, context=context),
         attention_count=attention_count,
-        attention_layers=attention_records(layers, kv_dtype, batch_size, context, attention),
+        attention_layers=attention_records(
+            layers, kv_dtype, batch_size, context,
+            attention_count if attention_count == "as traced" else attention),
         roofline=roof,
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
