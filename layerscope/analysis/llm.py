@@ -258,7 +258,7 @@ def _hf_source(spec: str) -> LLMSource:
     if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
-                 "config's attention description, checked against the traced matmuls",)
+                 "config's attention description where the traced matmuls agree with it",)
     return LLMSource(name, config, build, notes=notes,
                      attention=llm_attention.from_hf(data, spec))
 
