@@ -20,6 +20,19 @@ def test_the_is_causal_index_of_every_kernel_matches_its_schema(op, at):
     assert [a.name for a in schema.arguments].index("is_causal") == at
 
 
+@pytest.mark.parametrize("op,at", sorted(aten.SDPA_BACKWARD_MASK_ARG.items()),
+                         ids=sorted(aten.SDPA_BACKWARD_MASK_ARG))
+def test_the_mask_of_every_backward_kernel_matches_its_schema(op, at):
+    # the forward's mask (attn_bias / attn_mask) where the backward kernel takes it, if it does
+    arguments = getattr(torch.ops.aten, op).default._schema.arguments
+    masks = [(i, a) for i, a in enumerate(arguments) if a.name in ("attn_bias", "attn_mask")]
+    if at is None:
+        assert masks == []
+    else:
+        ((i, a),) = masks
+        assert (a.name if a.kwarg_only else i) == at
+
+
 @pytest.mark.parametrize("lq,lk", [(1, 1), (5, 5), (3, 7), (7, 3), (128, 128)],
                          ids=["1x1", "square", "fewer-queries", "more-queries", "128"])
 def test_causal_scores_are_the_nonzero_weights_of_the_math_kernel(lq, lk):

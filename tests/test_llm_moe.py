@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_llm_attention import DSV2
 from test_llm_groups import FAMILIES
 
 from layerscope.analysis import llm as llm_mod
@@ -71,3 +72,32 @@ def test_analyze_llm_and_plan_agree_on_parameters(family, inactive, tmp_path):
     if family != "deepseek-v3":
         assert plan(spec, 8, seq_len=8).params_total == a.params
     assert any("of 4 experts per token" in n for n in r.notes)
+
+
+# DeepSeek-V2-shaped (test_llm_attention's multi-head latent attention config): 4 routed
+# experts of 3 x 64 x 32 = 6,144 parameters and one shared expert, k = 2, the first of 3 layers
+# dense: layers 1 and 2 route
+DSV2_MOE = {**DSV2, "num_hidden_layers": 3, "first_k_dense_replace": 1}
+
+
+@pytest.mark.parametrize("data,inactive", [
+    (DSV2_MOE, 2 * 4 * 6144 // 2), (FAMILIES["qwen2-moe"], 3 * 4 * 6144 // 2)],
+    ids=["deepseek-v2", "qwen2-moe"])
+def test_plan_reports_the_active_parameters_llm_and_analyze_report(data, inactive, tmp_path):
+    pytest.importorskip("transformers")
+    from layerscope.views.common import exact
+    from layerscope.views.llm import plan_facts
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    spec = f"hf:{path}"
+    a = analyze(spec, seq_len=8).totals
+    r = llm(spec, seq_len=8)
+    p = plan(spec, 8, seq_len=8)
+    assert a.params - a.params_active == inactive
+    assert (p.params_total, p.params_active) == (r.params_total, r.params_active) == (
+        a.params, a.params_active)
+    # the plan view shows it beside the total, as llm's does
+    assert [value for name, value in plan_facts(p) if name == "Active per token"] == [
+        exact(a.params_active)]
+    assert p.to_dict()["params_active"] == a.params_active

@@ -3,12 +3,14 @@ capture of one forward (or training step) as a Report; and ``load``, the model r
 other analyses share."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from layerscope.analysis import capture, llm_counts, static
+from layerscope.analysis.attention_structure import eager_notes, layer_masks
 from layerscope.analysis.llm_counts import attention_notes
 from layerscope.analysis.model_prep import (
     has_forward,
@@ -94,13 +96,16 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
                                                    loaded.name)
             notes += lazy_notes
         try:
-            with attention_counting(attention) as counting:
+            masks = layer_masks(module, loaded.inputs, loaded.kwargs) \
+                if attention == "causal" else None
+            with attention_counting(attention, masks) as counting, \
+                    masks if masks is not None else contextlib.nullcontext():
                 cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
                                       training=(mode == "training"), dtype=dtype,
                                       fake=loaded.frontend == "torch",
                                       owned=loaded.extras.get("owned", False),
                                       functions=functions)
-            notes += attention_notes(counting)
+            notes += attention_notes(counting) + eager_notes(module)
         except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import llm_structure
+from layerscope.analysis import llm_counts, llm_structure
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -258,7 +258,7 @@ def _hf_source(spec: str) -> LLMSource:
     if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
-                 "config's attention description, checked against the traced matmuls",)
+                 "config's attention description where the traced matmuls agree with it",)
     return LLMSource(name, config, build, notes=notes,
                      attention=llm_attention.from_hf(data, spec))
 
@@ -340,13 +340,25 @@ def _combined(source: LLMSource, terms: dict[int, int],
     return tuple(total)
 
 
-def param_count(source: LLMSource) -> int:
-    """Parameters of the whole model (shared tensors once), from models of its first layers,
-    one per group of identical layers (plan needs no MACs: no trace)."""
+def param_counts(source: LLMSource) -> tuple[int, int]:
+    """(parameters, active per token) of the whole model (shared tensors once; a mixture of
+    experts: k/E of the expert parameters plus all others, as ``analyze`` counts them), from
+    models of its first layers, one per group of identical layers (plan needs no MACs: no
+    trace)."""
+    def measure(m: nn.Module, n: int) -> tuple[int, int]:
+        total = sum(p.numel() for p in m.parameters())
+        route = llm_counts.routing(m, None)
+        return total, total if route is None else llm_counts.active_params(m, total, route)
+
     terms, _ = layer_terms(source)
-    got = _combined(source, terms, lambda m, n: (sum(p.numel() for p in m.parameters()),))
+    got = _combined(source, terms, measure)
     assert got is not None
-    return got[0]
+    return got[0], got[1]
+
+
+def param_count(source: LLMSource) -> int:
+    """Parameters of the whole model (see ``param_counts``)."""
+    return param_counts(source)[0]
 
 
 def counts(source: LLMSource, batch: int, seq: int, attention: str,
@@ -412,11 +424,13 @@ def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attenti
 def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
                       context: int, attention: str) -> list[AttentionLayers]:
     """One record per distinct layer description: how many layers, how their scores were
-    counted, their KV cache per token and for the batch at ``context``."""
+    counted (``attention`` "as traced": as the trace met them, whatever the description),
+    their KV cache per token and for the batch at ``context``."""
     out = []
     for g in llm_structure.groups(layers):
         a = g.attention
-        counted = "full" if attention == "full" or a.kind == llm_attention.UNKNOWN else (
+        counted = attention if attention == "as traced" else "full" if (
+            attention == "full" or a.kind == llm_attention.UNKNOWN) else (
             f"causal, window {a.window}" if a.window is not None else
             f"causal, chunks of {a.chunk}" if a.chunk is not None else "causal")
         out.append(AttentionLayers(
@@ -562,7 +576,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         notes.append("attention counted as the trace met it: the model's attention kernels are "
                      "not those its configuration describes (attention written out as matmuls, "
                      "or other heads or widths), so masked kernels count the whole score matrix "
-                     "and decode is prefill(L + 1) - prefill(L)")
+                     "(a Hugging Face model's masked kernel call: the scores its decoder "
+                     "layer's mask lets each query see, as analyze counts it) and decode is "
+                     "prefill(L + 1) - prefill(L)")
     else:
         prefill, decode_macs, decode_flops = shaped
         attention_count = attention
@@ -601,7 +617,9 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_total,
                          dtype=kv_dtype, batch_size=batch_size, context=context),
         attention_count=attention_count,
-        attention_layers=attention_records(layers, kv_dtype, batch_size, context, attention),
+        attention_layers=attention_records(
+            layers, kv_dtype, batch_size, context,
+            attention_count if attention_count == "as traced" else attention),
         roofline=roof,
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,

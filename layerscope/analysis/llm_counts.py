@@ -6,6 +6,7 @@ from typing import Any
 
 import torch.nn as nn
 
+from layerscope.analysis.attention_structure import LayerMasks
 from layerscope.core.errors import UserError
 from layerscope.frontends.llm_configs import LLMConfig
 from layerscope.frontends.llm_moe import moe_from_hf
@@ -65,6 +66,13 @@ def moe_notes(route: tuple[int, int]) -> list[str]:
 def attention_notes(counting: AttentionCounting) -> list[str]:
     n, masked = counting.causal_kernels, counting.masked_kernels
     out = []
+    if counting.structured_kernels:
+        described = counting.structure.describe() \
+            if isinstance(counting.structure, LayerMasks) else "per layer"
+        out.append(f"{counting.structured_kernels} masked attention kernel call(s) counted by "
+                   f"the config's structure: {described} (the scores each query's mask lets "
+                   "it see, as layerscope llm counts them; --attention full counts the whole "
+                   "matrix)")
     if masked:
         out.append(f"{masked} attention kernel call(s) with a mask tensor counted as the whole "
                    "score matrix (a mask has no values in a trace without weights; a causal "

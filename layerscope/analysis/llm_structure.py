@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from layerscope.analysis.attention_structure import decoder_blocks
 from layerscope.frontends.llm_attention import UNKNOWN, LayerAttention
 from layerscope.ops.rules import ATTN_PER_SCORE
 
@@ -137,14 +138,6 @@ def matches(layers: Sequence[LayerAttention], fit: tuple[int, int, int], batch: 
 
 
 # ---------------------------------------------------------------- layers grouped by structure
-def decoder_blocks(model: nn.Module, layers: int) -> list[nn.Module] | None:
-    """The model's decoder blocks: its outermost ``ModuleList`` of ``layers`` modules."""
-    for m in model.modules():
-        if isinstance(m, nn.ModuleList) and len(m) == layers:
-            return list(m)
-    return None
-
-
 def block_signature(block: nn.Module) -> tuple[object, ...]:
     """What makes two blocks cost the same: every submodule's name and class, and its own
     parameters' and buffers' names and shapes (a dense MLP and a mixture of experts, experts of

@@ -78,6 +78,7 @@ from layerscope.analysis.llm import (
     check_tokens,
     dtype_name,
     param_count,
+    param_counts,
     resolve_llm,
     with_layers,
 )
@@ -303,7 +304,7 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
         raise UserError(f"{name} {value} is counted for dense blocks only; {source.name} has a "
                         f"mixture of experts: {fix}", arguments=name)
     dp = gpus // (tp * pp)
-    params = param_count(source)
+    params, active = param_counts(source)
     block_params = param_count(_layers(source, 2)) - param_count(_layers(source, 1))
     elem = 4 if dtype == "fp32" else 2
     measured = measure_activations(source, micro_batch, seq_len, dtype)
@@ -332,8 +333,8 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
                             loss_parallel_bytes=loss_parallel,
                             reduce_scatter_bytes=block_buffers))
     return PlanReport(
-        model=source.name, params_total=params, gpus=gpus, tp=tp, pp=pp, dp=dp,
-        micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
+        model=source.name, params_total=params, params_active=active, gpus=gpus, tp=tp, pp=pp,
+        dp=dp, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
         gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
         config=config.to_dict(), environment=environment(),
         notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default))

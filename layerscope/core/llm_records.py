@@ -202,6 +202,10 @@ class PlanReport(ResultDocument):
     strategies: list[PlanRow]
     kernels: str | None = field(default=None, metadata=omit_none(
         description="fused or unfused (absent from plans saved before the choice: unfused)"))
+    params_active: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="parameters one token uses: a mixture of experts' k/E of the "
+                              "expert parameters plus all others, as llm and analyze count "
+                              "them (absent from plans saved before it was given)"))
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 from torch.utils import flop_counter as fc
 
@@ -593,29 +594,54 @@ register("aten.embedding_dense_backward", embedding_backward)
 # the masked scores: rules.causal_scores counts the lower triangle incl. the diagonal, s(s+1)/2
 # per head, unless --attention full asks for the whole matrix (what the math fallback executes).
 # An attn_mask tensor has no values under the fake/meta trace, so a masked call counts the whole
-# matrix (the kernels compute it and add the mask); Hugging Face's sdpa path passes no mask and
-# is_causal=True when nothing is padded (transformers' masking_utils / sdpa_attention).
+# matrix (the kernels compute it and add the mask), unless the analysis knows the structure the
+# mask has where the call runs (``AttentionCounting.structure``: a Hugging Face model's sliding
+# window or causal mask, layer by layer, from its config): then the scores that structure lets
+# each query see. Hugging Face's sdpa path passes no mask and is_causal=True when nothing is
+# padded and no window applies (transformers' masking_utils / sdpa_attention).
 # Grouped-/multi-query attention: k and v may have fewer heads than q (enable_gqa): every query
 # head still computes its scores, so the count uses q's heads.
 _ATTENTION: ContextVar[AttentionCounting | None] = ContextVar("layerscope_attention",
                                                                 default=None)
 
 
+class MaskStructure(Protocol):
+    """What the masks of the attention calls running now let each query see (set by an analysis
+    that knows it, e.g. per decoder layer from a model's config)."""
+
+    def scores(self, lq: int, lk: int) -> int | None:
+        """Scores per head of a masked call with ``lq`` queries and ``lk`` keys, or None when
+        the structure is not known here (the whole matrix is counted)."""
+
+    def key(self) -> Hashable:
+        """What ``scores`` depends on now: calls under equal keys count the same (the capture
+        engine replays a repeated block only under the same key)."""
+
+
 @dataclass
 class AttentionCounting:
-    """How an analysis counts causal attention, and how many causal kernels it met."""
+    """How an analysis counts causal and masked attention, and how many such kernels it met."""
 
     mode: str = "causal"
     causal_kernels: int = 0
     masked_kernels: int = 0  # called with a mask tensor: the whole matrix is counted
+    structured_kernels: int = 0  # called with a mask tensor: counted by ``structure``
+    structure: MaskStructure | None = None  # only consulted when mode is "causal"
+
+    def reuse_key(self) -> Hashable:
+        """What the counts of the calls running now depend on beyond their shapes."""
+        return self.mode, None if self.structure is None else self.structure.key()
 
 
 @contextlib.contextmanager
-def attention_counting(mode: str = "causal") -> Iterator[AttentionCounting]:
-    """Count the attention kernels run inside as ``mode`` ("causal" or "full")."""
+def attention_counting(mode: str = "causal",
+                       structure: MaskStructure | None = None) -> Iterator[AttentionCounting]:
+    """Count the attention kernels run inside as ``mode`` ("causal" or "full"); ``structure``:
+    what masked calls see (without it, or in "full" mode, a masked call counts the whole
+    matrix)."""
     if mode not in ATTENTION_COUNTS:
         raise ValueError(f"attention counting {mode!r}: use one of {', '.join(ATTENTION_COUNTS)}")
-    counting = AttentionCounting(mode)
+    counting = AttentionCounting(mode, structure=structure)
     token = _ATTENTION.set(counting)
     try:
         yield counting
@@ -645,12 +671,29 @@ def _causal_flag(args, kwargs, at: int) -> bool:
     return bool(args[at]) if len(args) > at else bool(kwargs.get("is_causal", False))
 
 
-def _sdpa(q: T, k: T, v: T, is_causal: bool = False) -> OpCost:
+def _sdpa(q: T, k: T, v: T, is_causal: bool = False, scores: int | None = None) -> OpCost:
+    """``scores``: visible scores per head when known (a masked call's structure), otherwise
+    the whole matrix or, with ``is_causal``, what the counting mode says."""
     b, h, lq, e = q.shape
     lk, ev = k.shape[-2], v.shape[-1]
-    scores = b * h * _visible_scores(lq, lk, is_causal)
+    scores = b * h * (_visible_scores(lq, lk, is_causal) if scores is None else scores)
     macs = scores * (e + ev)  # q.k for every score, then score x v (flop_counter's formula)
     return OpCost(macs=macs, flops=2 * macs + ATTN_PER_SCORE * scores)
+
+
+def _masked_scores(q: T, k: T) -> int | None:
+    """Scores per head of a masked call when the structure in force knows them (tallied)."""
+    counting = _ATTENTION.get()
+    if counting is None:
+        return None
+    scores = None
+    if counting.structure is not None and counting.mode == "causal":
+        scores = counting.structure.scores(q.shape[-2], k.shape[-2])
+    if scores is None:
+        counting.masked_kernels += 1
+    else:
+        counting.structured_kernels += 1
+    return scores
 
 
 def sdpa(causal_at: int):
@@ -658,25 +701,30 @@ def sdpa(causal_at: int):
         # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev);
         # is_causal at args[causal_at]; a mask (attn_bias) tensor, if any, before it or as the
         # keyword attn_mask
-        counting = _ATTENTION.get()
-        if counting is not None and any(isinstance(x, T) for x in (
-                *args[3:causal_at], kwargs.get("attn_mask"))):
-            counting.masked_kernels += 1
+        if any(isinstance(x, T) for x in (*args[3:causal_at], kwargs.get("attn_mask"))):
+            scores = _masked_scores(args[0], args[1])
+            if scores is not None:
+                return _sdpa(*args[:3], scores=scores)
         return _sdpa(*args[:3], is_causal=_causal_flag(args, kwargs, causal_at))
 
     handler.__name__ = "sdpa"
     return handler
 
 
-def sdpa_backward(causal_at: int):
+def sdpa_backward(causal_at: int, mask_at: int | str | None):
     def handler(args, kwargs, out) -> OpCost:
         # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute the scores + 4 gradient products
-        # (dV, dP, dQ, dK), each over the visible scores only
+        # (dV, dP, dQ, dK), each over the visible scores only; the forward's mask (attn_bias)
+        # tensor, if any, at args[mask_at] or as the keyword mask_at
         q, k = args[1], args[2]
         full = fc.sdpa_backward_flop_count(args[0].shape, q.shape, k.shape, args[3].shape) // 2
         b, h, lq, _ = q.shape
         lk = k.shape[-2]
-        visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
+        mask = kwargs.get(mask_at) if isinstance(mask_at, str) else \
+            args[mask_at] if mask_at is not None and len(args) > mask_at else None
+        visible = _masked_scores(q, k) if isinstance(mask, T) else None
+        if visible is None:
+            visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
         macs = full // (lq * lk) * visible  # flop_counter's count is B*H*Lq*Lk*(...)
         return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * b * h * visible)
 
@@ -685,7 +733,8 @@ def sdpa_backward(causal_at: int):
 
 
 # each kernel's overload packet and the index of its is_causal argument (the tests check them
-# against the op schemas)
+# against the op schemas); backward kernels: also where the forward's mask is (an index, a
+# keyword, or None for a kernel that takes none)
 SDPA_CAUSAL_ARG = {
     "_scaled_dot_product_flash_attention_for_cpu": 4, "_scaled_dot_product_flash_attention": 4,
     "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
@@ -695,10 +744,15 @@ SDPA_BACKWARD_CAUSAL_ARG = {
     "_scaled_dot_product_flash_attention_backward": 11,
     "_scaled_dot_product_efficient_attention_backward": 11,
     "_scaled_dot_product_cudnn_attention_backward": 14}
+SDPA_BACKWARD_MASK_ARG: dict[str, int | str | None] = {
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "attn_mask",
+    "_scaled_dot_product_flash_attention_backward": None,
+    "_scaled_dot_product_efficient_attention_backward": 4,
+    "_scaled_dot_product_cudnn_attention_backward": 8}
 for _op, _at in SDPA_CAUSAL_ARG.items():
     register(f"aten.{_op}", sdpa(_at))
 for _op, _at in SDPA_BACKWARD_CAUSAL_ARG.items():
-    register(f"aten.{_op}", sdpa_backward(_at))
+    register(f"aten.{_op}", sdpa_backward(_at, SDPA_BACKWARD_MASK_ARG[_op]))
 
 
 def _seq_batch(x: T) -> tuple[int, int, int]:

@@ -11,7 +11,9 @@ The key of a call is everything the fake run of the module's internals can depen
   and which of them are the same object, every other attribute: primitives by value, anything
   else by identity, so blocks differing in a flag, an int or a per-instance object never share);
 - the train/eval flag of every module in it, grad mode, default dtype, autocast and the
-  attention counting mode (``ops.aten.attention_counting``: causal or full);
+  attention counting in force (``ops.aten.attention_counting``: causal or full, and the mask
+  structure masked calls are counted by where the call runs: a sliding-window layer's call never
+  replays a global layer's);
 - the arguments: tensors by type, shape, stride, storage offset, dtype, device, requires_grad and
   which of them share storage; non-tensor values by value (tuples, lists, dicts of primitives).
 
@@ -239,7 +241,7 @@ class BlockReuse:
             autocast = torch.is_autocast_enabled()
         counting = current_attention_counting()
         return (static, tuple(s.training for s in subs), torch.is_grad_enabled(),
-                torch.get_default_dtype(), autocast, counting and counting.mode, arg_key)
+                torch.get_default_dtype(), autocast, counting and counting.reuse_key(), arg_key)
 
     def _call(self, m, static, subs, forward, args, kwargs):
         name = self.tracker.names.get(id(m))
