@@ -38,7 +38,7 @@ from layerscope.frontends.onnx_model import (
     load_onnx,
 )
 from layerscope.ops.onnx import CONSTANT, ONNX
-from layerscope.ops.registry import VIEW, OpCost, T
+from layerscope.ops.registry import VIEW, OpCost, TensorDesc
 
 SCOPE_KEY = "pkg.torch.onnx.name_scopes"
 
@@ -88,8 +88,9 @@ def _scope(node) -> str | None:
     return None
 
 
-def _t(info: TensorInfo) -> T:
-    return T(info.shape, dtype_name(info.elem_type), max(BITS.get(info.elem_type, 8) // 8, 1))
+def _t(info: TensorInfo) -> TensorDesc:
+    return TensorDesc(info.shape, dtype_name(info.elem_type),
+                      max(BITS.get(info.elem_type, 8) // 8, 1))
 
 
 def _shape_list(info: TensorInfo | None) -> list:
