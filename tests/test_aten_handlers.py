@@ -2,8 +2,8 @@
 
 Each case gives the op, its arguments as the aten schema orders them (tensors as ``T(shape)``,
 a ``TensorDesc``), its outputs, and the expected MACs and FLOPs derived by hand beside the case.
-Conventions (DESIGN.md section 3): MACs count contractions only; FLOPs = 2 x MACs + everything
-else; bias adds are FLOPs, not MACs.
+Conventions (docs/design.md, "Counting"): MACs count contractions only; FLOPs = 2 x MACs +
+everything else; bias adds are FLOPs, not MACs.
 """
 from __future__ import annotations
 

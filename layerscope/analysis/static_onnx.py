@@ -287,7 +287,7 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
 def analyze_onnx_spec(path: str, inputs: Any, batch_size: int | None, depth: int | None,
                       dtype: Any, mode: str) -> Report:
     """``layerscope.analyze`` of an ONNX file, its arguments as the API and the CLI take them: one
-    row per node, inference only (README "ONNX"); the options that need PyTorch are refused."""
+    row per node, inference only (docs/onnx.md); the options that need PyTorch are refused."""
     if mode != "inference":
         raise UserError(f"{path}: ONNX graphs are analysed for inference only (no mode "
                         "training)", arguments="mode")

@@ -1,6 +1,6 @@
 """Cost handlers for PyTorch aten ops, keyed by overload packet ("aten.addmm") or overload.
 
-Conventions (README "Definitions"):
+Conventions (docs/definitions.md; in short docs/design.md, "Counting"):
 - MACs count contractions only; FLOPs = 2 x MACs + the op's other arithmetic.
 - Elementwise ops cost 1 FLOP per output element unless stated beside their registration.
 - Contraction formulas reuse ``torch.utils.flop_counter`` (its FLOPs are 2 x MACs and leave bias

@@ -1,7 +1,7 @@
 """Cost handlers for ONNX operators, keyed by (domain, op_type, since_version).
 
 The rules mirror ``layerscope/ops/aten.py`` so that a model costs the same exported or not
-(README "Definitions"):
+(docs/definitions.md):
 - MACs count contractions only (Conv, ConvTranspose, Gemm, MatMul, Einsum, Attention, RNN gates'
   projections); FLOPs = 2 x MACs + the op's other arithmetic; bias adds are FLOPs.
 - Elementwise ops cost 1 FLOP per output element; BatchNormalization 4 per element (inference);
