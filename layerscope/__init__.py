@@ -1,7 +1,7 @@
 """layerscope: where a model's compute, memory and time go."""
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.version import __version__
-from layerscope.frontends import trained as _trained
+from layerscope.frontends import run_files as _run_files
 from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
@@ -101,10 +101,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
 # through the renderers, and the model router rebuilds training runs through training's recipes,
 # without either lower layer importing the upper one.
 def _load_training_run(path: str):
-    from layerscope.training.trained import load_trained
+    from layerscope.training.run_model import load_trained
 
     return load_trained(path)
 
 
 _display.install()
-_trained.install_run_loader(_load_training_run)
+_run_files.install_run_loader(_load_training_run)

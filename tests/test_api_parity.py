@@ -154,6 +154,54 @@ def test_onnx_analyze_and_graph_run_without_torch(forms):
         assert done.returncode == 0, done.stderr
 
 
+# analyze of an ONNX file through both doors, with options: (id, CLI flags, API arguments, and
+# when both refuse: the phrases of the API's message that the CLI's names by its flags)
+ONNX_OPTIONS = [
+    ("named-input", ["--input", "x=3x8"], {"inputs": "x=3x8"}, None),
+    ("batch-size", ["--batch-size", "5"], {"batch_size": 5}, None),
+    ("input-and-batch-size", ["--input", "x=3x8", "--batch-size", "2"],
+     {"inputs": "x=3x8", "batch_size": 2}, None),
+    ("functions", ["--functions"], {"functions": True}, [(": functions", ": --functions")]),
+    ("depth", ["--depth", "1"], {"depth": 1}, [(": depth", ": --depth")]),
+    ("training", ["--mode", "training"], {"mode": "training"}, [("(no mode", "(no --mode")]),
+    ("dtype", ["--dtype", "float16"], {"dtype": "float16"}, [(": dtype", ": --dtype")]),
+    ("seq-len", ["--seq-len", "8"], {"seq_len": 8}, [("seq_len:", "--seq-len:"),
+                                                     ("with inputs", "with --input")]),
+]
+
+
+@pytest.mark.parametrize("argv,kwargs,flags", [c[1:] for c in ONNX_OPTIONS],
+                         ids=[c[0] for c in ONNX_OPTIONS])
+def test_onnx_analyze_gives_the_cli_and_the_api_the_same_report(tmp_path, argv, kwargs, flags):
+    """One router (``analysis/analyze.py``) for both: the same report for the same inputs, or the
+    same refusal in each one's words."""
+    m = g.single("MatMul", [g.tensor("x", ["batch", 8]), "w"], ["batch", 4], [g.init("w", [8, 4])])
+    path = g.save(m, tmp_path)
+    code, out, err = run_cli("analyze", path, *argv, "--format", "json")
+    if flags is None:
+        assert code == 0, err
+        cli = json.loads(out)
+        api = json.loads(json.dumps(layerscope.analyze(path, **kwargs).to_dict(), default=str))
+        cli.pop("environment"), api.pop("environment")  # read at each call
+        assert cli == api
+        return
+    with pytest.raises(UserError) as raised:
+        layerscope.analyze(path, **kwargs)
+    message = str(raised.value)
+    for api_words, cli_words in flags:
+        assert api_words in message
+        message = message.replace(api_words, cli_words, 1)
+    assert (code, err) == (2, f"layerscope: error: {message}\n")
+
+
+def test_onnx_analyze_refuses_kwargs(tmp_path):
+    """Keyword inputs mean nothing to an ONNX graph (its inputs are bound by name with inputs=);
+    they used to be ignored without a word."""
+    m = g.single("Relu", [g.tensor("x", [1, 4])], [1, 4])
+    with pytest.raises(UserError, match=r"kwargs: an ONNX model's inputs are named in the graph"):
+        layerscope.analyze(g.save(m, tmp_path), kwargs={"x": (1, 4)})
+
+
 # the LLM commands take presets and hf: configs only (not the model forms above)
 LLM_COMMANDS = {
     "llm": (["--seq-len", "64", "--gpu", "l4"],

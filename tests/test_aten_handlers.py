@@ -1,16 +1,17 @@
 """Handler tables: every aten handler called directly on shape descriptions.
 
-Each case gives the op, its arguments as the aten schema orders them (tensors as ``T(shape)``),
-its outputs, and the expected MACs and FLOPs derived by hand beside the case.
-Conventions (DESIGN.md section 3): MACs count contractions only; FLOPs = 2 x MACs + everything
-else; bias adds are FLOPs, not MACs.
+Each case gives the op, its arguments as the aten schema orders them (tensors as ``T(shape)``,
+a ``TensorDesc``), its outputs, and the expected MACs and FLOPs derived by hand beside the case.
+Conventions (docs/design.md, "Counting"): MACs count contractions only; FLOPs = 2 x MACs +
+everything else; bias adds are FLOPs, not MACs.
 """
 from __future__ import annotations
 
 import pytest
 
 from layerscope.ops.aten import ATEN
-from layerscope.ops.registry import ALLOC, COMPUTE, VIEW, HandlerTable, OpCost, T
+from layerscope.ops.registry import ALLOC, COMPUTE, VIEW, HandlerTable, OpCost
+from layerscope.ops.registry import TensorDesc as T  # short: the case tables hold hundreds
 
 
 def cost(op: str, args: tuple, out, kwargs: dict | None = None) -> OpCost:

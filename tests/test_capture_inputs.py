@@ -1,5 +1,5 @@
 """Capture and inputs: shared modules and tied weights, lazy modules, wrapped models, keyword and
-non-tensor inputs, modules without forward, the real-tensor fallback (issue 11, 10, 15)."""
+non-tensor inputs, modules without forward, the real-tensor fallback."""
 import json
 import sys
 import threading

@@ -1,4 +1,4 @@
-"""The capture engine is a public sub-package (issue 12 part 4): its users import documented
+"""The capture engine is a public sub-package: its users import documented
 public names only, and its parts stay of ordinary size."""
 from __future__ import annotations
 

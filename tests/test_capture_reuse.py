@@ -1,4 +1,4 @@
-"""Repeated blocks analysed once (issue 14 item 5, ``capture.reuse``): a capture that replays
+"""Repeated blocks analysed once (``capture.reuse``): a capture that replays
 repeated block calls gives exactly the figures of one that traces every call (per-module calls,
 shapes, ops, MACs/FLOPs/bytes, activation and output bytes; op count, uncounted ops, the peak of
 live activations), replays where blocks are the same and never where they differ, and leaves the

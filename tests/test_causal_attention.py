@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from layerscope.ops import aten
-from layerscope.ops.registry import T
+from layerscope.ops.registry import TensorDesc
 from layerscope.ops.rules import cached_causal_scores, causal_scores
 
 KERNELS = sorted(aten.SDPA_CAUSAL_ARG.items()) + sorted(aten.SDPA_BACKWARD_CAUSAL_ARG.items())
@@ -71,7 +71,7 @@ def test_every_kernel_counts_causal_scores_unless_full_is_asked(op, at, mode):
     # q: (B=2, H=8, 16, 32); k, v: 2 kv heads (grouped-query): every query head computes
     # scores: causal 16 x 17 / 2 = 136, full 256 per head; forward MACs 2 x 8 x scores x 64,
     # backward (recompute + 4 gradient products) 5 x 2 x 8 x scores x 32
-    q, k = T((2, 8, 16, 32)), T((2, 2, 16, 32))
+    q, k = TensorDesc((2, 8, 16, 32)), TensorDesc((2, 2, 16, 32))
     scores = 136 if mode == "causal" else 256
     per = 5 * 32 if "backward" in op else 64
     with aten.attention_counting(mode) as counting:
@@ -83,14 +83,14 @@ def test_every_kernel_counts_causal_scores_unless_full_is_asked(op, at, mode):
 
 
 def test_is_causal_given_by_keyword():
-    q = T((1, 1, 4, 8))
+    q = TensorDesc((1, 1, 4, 8))
     cost = _handler("_scaled_dot_product_flash_attention_for_cpu")((q, q, q), {"is_causal": True},
                                                                     None)
     assert cost.macs == 10 * 16  # 4 x 5 / 2 scores x (8 + 8)
 
 
 def test_flops_count_the_softmax_of_visible_scores_only():
-    q = T((1, 1, 4, 8))
+    q = TensorDesc((1, 1, 4, 8))
     cost = _handler("_scaled_dot_product_flash_attention_for_cpu")((q, q, q, 0.0, True), {}, None)
     assert cost.flops == 2 * 160 + aten.ATTN_PER_SCORE * 10
 

@@ -1,4 +1,4 @@
-"""`layerscope env` and the environment every report records (issue 16, item 8)."""
+"""`layerscope env` and the environment every report records."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""``analyze --functions`` (issue 16 item 12): a container's "(own ops)" row split into one row per
+"""``analyze --functions``: a container's "(own ops)" row split into one row per
 torch function its forward calls, rows still summing exactly to the totals, the default output
 untouched and nothing left installed."""
 from __future__ import annotations

@@ -617,7 +617,8 @@ def test_pytorch_commands_refuse_a_huge_declared_input_before_allocating(tmp_pat
 
 
 def test_sweep_cell_says_why_a_huge_input_was_not_run(tmp_path, monkeypatch):
-    # a sweep reports a cell that cannot run and goes on (README "sweep"); nothing is allocated
+    # a sweep reports a cell that cannot run and goes on (docs/profiling.md, "Sweeps"); nothing
+    # is allocated
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("sweep", "mnist-cnn", "--input", "1x1x100000x100000", "--runs", "1",
                              "--format", "json")

@@ -1,7 +1,7 @@
 """The trainers' callbacks (layerscope.integrations) against the real Lightning and Hugging Face
 Trainer, on tiny models and synthetic data, CPU.
 
-The acceptance (issue 13): a script's breakdown through its trainer's callback is the one
+The acceptance: a script's breakdown through its trainer's callback is the one
 ``layerscope run`` gives for the same script: the same step count (the trainer's own count of
 optimizer steps), the same phases present, and in each the phases sum to the measured wall time.
 The scripts (tests/trainer_scripts/) are plain trainer scripts; ``--layerscope OUT`` is the one

@@ -1,7 +1,7 @@
 """End to end: ``layerscope.analyze`` on tiny modules, every expected number derived by hand.
 
-MACs count contractions only; FLOPs = 2 x MACs + the rest; bias adds are FLOPs (DESIGN.md
-section 3). Shapes are small so the whole file runs in a few seconds.
+MACs count contractions only; FLOPs = 2 x MACs + the rest; bias adds are FLOPs (docs/design.md,
+"Counting"). Shapes are small so the whole file runs in a few seconds.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ never silently written."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,3 +68,60 @@ def test_check_golden_fails_on_a_difference(tmp_path):
     (tmp_path / "g.txt").write_text("old", encoding="utf-8")
     with pytest.raises(AssertionError, match="differs"):
         check_golden("g.txt", "new", False, golden=tmp_path)
+
+
+# What code and tests may cite: files of this repository (docs/design.md holds the conventions),
+# never a document outside it or a tracker's issue number. The patterns are built from pieces so
+# this file does not match itself.
+OUTSIDE_CITATIONS = [
+    (re.compile(r"\b(?:DESIGN|REFERENCES)" + r"\.md\b"), "a design document outside the "
+     "repository: cite docs/design.md (or state the rule)"),
+    (re.compile(r"\bissues?" + r" #?\d+", re.IGNORECASE), "a tracker's issue number: state the "
+     "rule or the fact instead"),
+]
+DOCS_SECTION = re.compile(r"docs/([a-z0-9-]+\.md), \"([^\"]+)\"")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for top in ("layerscope", "tests") for p in (ROOT / top).rglob("*")
+                  if p.is_file() and p.suffix in (".py", ".md", ".txt", ".toml", ".json", ".html")
+                  and "__pycache__" not in p.parts)
+
+
+def test_code_and_tests_cite_nothing_a_maintainer_cannot_open():
+    found = []
+    for path in _sources():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for n, line in enumerate(text.splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{n}: {why}: {line.strip()}"
+                      for pattern, why in OUTSIDE_CITATIONS if pattern.search(line)]
+    assert not found, "\n".join(found)
+
+
+def _headings(page: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in page.read_text(encoding="utf-8").splitlines()
+            if line.startswith("#")]
+
+
+def test_cited_docs_sections_exist():
+    """A citation 'docs/PAGE.md, "Section"' names a page of the site and one of its headings."""
+    missing = []
+    for path in _sources():
+        for page, section in DOCS_SECTION.findall(path.read_text(encoding="utf-8",
+                                                                 errors="replace")):
+            doc = ROOT / "docs" / page
+            if not doc.is_file() or not any(h.startswith(section) for h in _headings(doc)):
+                missing.append(f"{path.relative_to(ROOT)}: docs/{page}, \"{section}\"")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("line,cites", [
+    ("Method (" + "REFERENCES" + '.md "Measuring time"):', True),
+    ("(see " + "DESIGN" + ".md section 1)", True),
+    ("# " + "issue" + " 10: 2 threads", True),
+    ("(" + "Issue" + "s 11, 10)", True),
+    ('Method (docs/design.md, "Timing and noise"):', False),
+    ("an issue with 2 threads", False),
+], ids=["references", "design", "issue", "issues", "docs-design", "prose"])
+def test_outside_citation_patterns(line, cites):
+    assert any(p.search(line) for p, _ in OUTSIDE_CITATIONS) == cites

@@ -1,4 +1,4 @@
-"""Speed at scale (issue 14 item 5), checked by what is done rather than by the clock: a model of
+"""Speed at scale, checked by what is done rather than by the clock: a model of
 many identical blocks traces one block and replays the others, and naming a factory file does
 not import torchvision (seconds of a 405B analysis went there)."""
 from __future__ import annotations

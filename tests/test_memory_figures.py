@@ -1,4 +1,4 @@
-"""The activation-memory figures users compare with (issue 16, item 5): torchinfo's
+"""The activation-memory figures users compare with: torchinfo's
 "Forward/backward pass size" reproduced exactly, and the plain sum of layer outputs."""
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def _stats(median, p10, p90, mean, n=20, std=0.0):
     pytest.param(_stats(1.2, 1.0, 2.0, 1.3), QUIET, 1,
                  {"p90_over_p10": 2.0, "oversubscribed": False,
                   "warnings": ["Noisy measurement (p90/p10 = 2.00)"]}, id="spread"),
-    # issue 10: 2 threads + floor(2.3) = 2 busy CPUs > 2 CPUs; p90/p10 = 80/1
+    # oversubscribed: 2 threads + floor(2.3) = 2 busy CPUs > 2 CPUs; p90/p10 = 80/1
     pytest.param(_stats(1.0, 1.0, 80.0, 9.0), MachineReading((2.3, 2.0, 1.0), 2, 2), 2,
                  {"p90_over_p10": 80.0, "busy_cpus": 2, "oversubscribed": True,
                   "mean_over_median": 9.0,

@@ -19,7 +19,7 @@ from layerscope.core.report import Report
 from tests.helpers import check_golden, run_cli
 from tests.onnx_graphs import external_tensor, memory_graph, model, save, single, tensor
 
-# torchvision definitions, input 1x3x224x224 (README "Reference counts")
+# torchvision definitions, input 1x3x224x224 (docs/definitions.md, "Reference counts")
 REFERENCE = {
     "alexnet": (714_188_480, 61_100_840),
     "resnet50": (4_089_184_256, 25_557_032),

@@ -95,6 +95,8 @@ CASES = [
     ("depth-on-onnx", lambda p: _matmul(p, "--depth", "1"), "--depth needs a module hierarchy"),
     ("training-on-onnx", lambda p: _matmul(p, "--mode", "training"), "inference only"),
     ("dtype-on-onnx", lambda p: _matmul(p, "--dtype", "float16"), "--dtype does not apply"),
+    ("functions-on-onnx", lambda p: _matmul(p, "--functions"),
+     "--functions splits a PyTorch module's rows by torch function; ONNX rows are nodes already"),
     # NAME=SHAPE is a keyword argument for a PyTorch model; resnet20's forward has no 'image'
     ("unknown-keyword-for-pytorch", lambda p: ["analyze", "resnet20", "--input", "image=1x3x32x32"],
      "rejected input image=1x3x32x32: TypeError"),

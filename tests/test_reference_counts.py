@@ -1,4 +1,5 @@
-"""The reference counts of REFERENCES.md, through the CLI's JSON and the Python API."""
+"""The reference counts of docs/definitions.md ("Reference counts"), through the CLI's JSON and
+the Python API."""
 import json
 
 import pytest

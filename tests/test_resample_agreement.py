@@ -1,4 +1,4 @@
-"""F.interpolate costs the same analysed as a module and exported to ONNX (README "Definitions").
+"""F.interpolate costs the same analysed as a module and exported to ONNX (docs/definitions.md).
 
 Rule (layerscope/ops/aten.py, resample_flops): an output element blends taps input elements,
 taps = product over the resized axes of 1 (nearest), 2 (linear), 4 (cubic), antialiased

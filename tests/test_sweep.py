@@ -87,7 +87,7 @@ def test_sweep_cli_json(tmp_path):
 
 
 def test_eager_type_shares_add_to_at_most_the_whole_run_and_sweep_has_noise():
-    # issue 16: the types' shares added to 106% (shares of the bare median, times from the
+    # the types' shares once added to 106% (shares of the bare median, times from the
     # instrumented runs); now shares of the same instrumented runs, rows never overlapping
     report = layerscope.sweep("mnist-cnn", batch_sizes=[1], threads=[1], runs=3, warmup=1)
     cell = report.cells[0]

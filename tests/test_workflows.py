@@ -1,5 +1,5 @@
 """The reference workflows end to end: export then verify, a trained run analysed, the same
-model in every command (issue 16)."""
+model in every command."""
 from __future__ import annotations
 
 import json

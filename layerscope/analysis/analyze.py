@@ -1,6 +1,8 @@
-"""``layerscope.analyze``: static cost of a model as a Report. Which engine runs is decided here:
-an ONNX file goes to the graph walk (``static_onnx``, no PyTorch loaded), everything else to the
-fake-tensor capture (``analyze_torch``)."""
+"""``layerscope.analyze``: static cost of a model as a Report. The one router of the command, for
+the API and the CLI alike (``cli/analyze_cmd.py`` parses flags and calls ``analyze``): it checks
+the arguments, refuses those that do not apply to the model's kind, and sends an ONNX file to the
+graph walk (``static_onnx``, no PyTorch loaded) and everything else to the fake-tensor capture
+(``analyze_torch``, which loads torch)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -44,14 +46,36 @@ def analyze(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                         f"{' or '.join(ATTENTION_COUNTS)}")
     ref = detect(model)
     if ref.is_onnx:
-        model = ref.spec  # a pathlib.Path as its text
-        if seq_len is not None:
-            raise UserError("seq_len: for an ONNX model give the inputs' shapes with inputs",
-                            arguments=("seq_len", "inputs"))
+        _refuse_torch_options(ref.spec, kwargs, depth, dtype, mode, functions, seq_len)
         from layerscope.analysis.static_onnx import analyze_onnx_spec
 
-        return analyze_onnx_spec(model, inputs, batch_size, depth, dtype, mode)
+        return analyze_onnx_spec(ref.spec, inputs, batch_size)  # ref.spec: a Path as its text
     from layerscope.analysis.analyze_torch import analyze_module
 
     return analyze_module(model, inputs, kwargs, batch_size, depth, dtype, mode, optimizer,
                           functions, seq_len, attention)
+
+
+def _refuse_torch_options(path: str, kwargs: dict[str, Any] | None, depth: int | None,
+                          dtype: Any, mode: str, functions: bool, seq_len: int | None) -> None:
+    """An ONNX graph is analysed per node, for inference, with the types and input names it
+    declares: the arguments that only a PyTorch module gives a meaning are refused, not ignored."""
+    if seq_len is not None:
+        raise UserError("seq_len: for an ONNX model give the inputs' shapes with inputs",
+                        arguments=("seq_len", "inputs"))
+    if mode != "inference":
+        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no mode "
+                        "training)", arguments="mode")
+    if depth is not None:
+        raise UserError(f"{path}: depth needs a module hierarchy; ONNX rows are nodes "
+                        "(each row's 'scope' names the module the exporter recorded)",
+                        arguments="depth")
+    if functions:
+        raise UserError(f"{path}: functions splits a PyTorch module's rows by torch function; "
+                        "ONNX rows are nodes already", arguments="functions")
+    if dtype is not None:
+        raise UserError(f"{path}: dtype does not apply to ONNX models; their types are fixed "
+                        "in the graph", arguments="dtype")
+    if kwargs:
+        raise UserError(f"{path}: kwargs: an ONNX model's inputs are named in the graph; give "
+                        "their shapes with inputs ('NAME=SHAPE')", arguments=("kwargs", "inputs"))

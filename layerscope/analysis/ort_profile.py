@@ -1,7 +1,7 @@
 """``layerscope profile model.onnx``: onnxruntime's per-node latency joined with each node's
 static cost.
 
-Method (REFERENCES.md "ONNX and onnxruntime"):
+Method (docs/design.md, "ONNX Runtime profiling"):
 - two sessions on the same model: a bare one and one with ``enable_profiling``; after warm-up
   their runs alternate, so ``end_to_end`` comes from the bare session and ``overhead`` compares
   the two, as in ``layerscope profile`` for PyTorch;

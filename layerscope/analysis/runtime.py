@@ -1,14 +1,14 @@
 """``layerscope.profile``: measured per-layer latency joined with the static cost of each layer.
 
-Method (REFERENCES.md "Measuring time"):
+Method (docs/design.md, "Timing and noise"):
 - warm-up runs, then bare and instrumented runs *alternate*, so drift and noise hit both alike;
 - end-to-end statistics come from the bare runs only (no hooks installed);
 - per-layer times come from the instrumented runs (``timing.ForwardTimer``), per run, then
   reduced to statistics; containers' rows get their own-code time (``tree.own_time``:
   inclusive minus the nearest descendants that were called, so the blocks in a never-called
   ``ModuleList`` are subtracted from the module whose code calls them);
-- self-measurement, in every output, each from quantities measured side by side (issue 10: a
-  ratio of medians taken from different samples swung from 28% to 70% on a loaded machine):
+- self-measurement, in every output, each from quantities measured side by side (a ratio of
+  medians taken from different samples swung from 28% to 70% on a loaded machine):
   ``coverage`` = median over instrumented runs of (sum of the rows' times in that run / that
   run's wall time); the rows never overlap (leaves, depth-cut subtrees, containers' own ops), so
   their sum is the time attributed to some layer. ``overhead`` = median over the interleaved

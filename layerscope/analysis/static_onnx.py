@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.analysis import memory
-from layerscope.core.errors import UserError
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
 from layerscope.frontends.onnx_model import (
     BITS,
@@ -38,7 +37,7 @@ from layerscope.frontends.onnx_model import (
     load_onnx,
 )
 from layerscope.ops.onnx import CONSTANT, ONNX
-from layerscope.ops.registry import VIEW, OpCost, T
+from layerscope.ops.registry import VIEW, OpCost, TensorDesc
 
 SCOPE_KEY = "pkg.torch.onnx.name_scopes"
 
@@ -88,8 +87,9 @@ def _scope(node) -> str | None:
     return None
 
 
-def _t(info: TensorInfo) -> T:
-    return T(info.shape, dtype_name(info.elem_type), max(BITS.get(info.elem_type, 8) // 8, 1))
+def _t(info: TensorInfo) -> TensorDesc:
+    return TensorDesc(info.shape, dtype_name(info.elem_type),
+                      max(BITS.get(info.elem_type, 8) // 8, 1))
 
 
 def _shape_list(info: TensorInfo | None) -> list:
@@ -283,20 +283,10 @@ def analyze_onnx(path: str, inputs: Sequence[str] | None = None, *,
     )
 
 
-def analyze_onnx_spec(path: str, inputs: Any, batch_size: int | None, depth: int | None,
-                      dtype: Any, mode: str) -> Report:
-    """``layerscope.analyze`` of an ONNX file, its arguments as the API and the CLI take them: one
-    row per node, inference only (README "ONNX"); the options that need PyTorch are refused."""
-    if mode != "inference":
-        raise UserError(f"{path}: ONNX graphs are analysed for inference only (no mode "
-                        "training)", arguments="mode")
-    if depth is not None:
-        raise UserError(f"{path}: depth needs a module hierarchy; ONNX rows are nodes "
-                        "(each row's 'scope' names the module the exporter recorded)",
-                        arguments="depth")
-    if dtype is not None:
-        raise UserError(f"{path}: dtype does not apply to ONNX models; their types are fixed "
-                        "in the graph", arguments="dtype")
+def analyze_onnx_spec(path: str, inputs: Any, batch_size: int | None) -> Report:
+    """``layerscope.analyze`` of an ONNX file, ``inputs`` as the API and the CLI take them: one
+    row per node, inference only (docs/onnx.md). ``analysis/analyze.py`` routes here and has
+    refused the options that need PyTorch."""
     if isinstance(inputs, str):
         inputs = [inputs]
     elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(d, int) for d in inputs):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class Cost:
-    """MACs and FLOPs follow README "Definitions": FLOPs = 2 x MACs + everything else."""
+    """MACs and FLOPs follow docs/definitions.md: FLOPs = 2 x MACs + everything else."""
 
     macs: int = 0
     flops: int = 0

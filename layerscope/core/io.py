@@ -1,6 +1,6 @@
 """Every file layerscope writes goes through here, so an output never damages what is there.
 
-The rules (DESIGN.md section 5; README "Output files and safety"):
+The rules (docs/design.md, "Output files"; for users docs/reports.md, "Output files and safety"):
 
 - a regular file or a new path: a temporary file in the same folder, fsync, rename; an existing
   file keeps its permission bits, a new one gets the mode ``open()`` would give it (umask);

@@ -1,17 +1,18 @@
 """How far a timed result can be trusted: the ``noise`` section every profile, sweep and ablation
-carries (DESIGN.md section 6).
+carries (docs/design.md, "Timing and noise").
 
 ``noise_section`` is a pure function of timing statistics and environment readings, so its
 thresholds are tested with fixed numbers; ``read_machine`` takes the readings (at the start of a
 measurement, before our own work adds to the load).
 
-Thresholds (decisions, stated in the README "Noisy machines"):
+Thresholds (decisions, stated for users in docs/profiling.md, "Noisy machines"):
 - spread: p90/p10 of the end-to-end samples above ``SPREAD_LIMIT`` (1.5: the middle 80% of runs
   differ by more than half the fast ones) means the figures move more than most effects one
   wants to measure;
 - oversubscription: ``threads`` + the CPUs other work keeps busy (floor of the 1-minute load
   average) above the CPUs this process may use. OpenMP threads then wait for each other at every
-  parallel region, which gives the heavy tails (p90 tens of times the median) seen in issue 10;
+  parallel region, which gives the heavy tails (p90 tens of times the median) seen on a busy
+  2-core machine;
 - mean far above median: mean / median above ``MEAN_LIMIT`` (1.5) means a few runs were much
   slower than the typical one (outliers); the median describes the typical run, the mean what a
   long series of runs averages, and they are both shown. The same test is made for every layer

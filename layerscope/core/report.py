@@ -1,6 +1,7 @@
 """The Report every analysis fills: a header, one row per layer, totals and what was not counted.
 
-Plain data only (see DESIGN.md section 1): renderers turn it into text, JSON, CSV or HTML.
+Plain data only (docs/design.md, "Results are plain data"): renderers turn it into text, JSON,
+CSV or HTML.
 """
 from __future__ import annotations
 

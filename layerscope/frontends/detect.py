@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerscope.core.infiles import special_kind
-from layerscope.frontends import trained
+from layerscope.frontends import run_files
 from layerscope.frontends.llm_configs import HF_PREFIX
 
 KINDS = ("module", "builtin", "hf", "factory", "torchscript", "onnx", "trained", "unknown")
@@ -86,11 +86,11 @@ def detect(ref: Any) -> ModelRef:
 
 def _file(path: str) -> ModelRef:
     """A path: a training run folder or checkpoint (``torch.save`` bundle), or TorchScript."""
-    if os.path.isdir(path) and not trained.is_run_folder(path):
+    if os.path.isdir(path) and not run_files.is_run_folder(path):
         return ModelRef("unknown", path, f"{path} is a directory but not a training run folder "
                         "(no model.pt or checkpoints/): pass a run folder, a checkpoint or a "
                         "TorchScript file")
     if os.path.isdir(path) or (zipfile.is_zipfile(path)
-                               and not trained.is_torchscript_archive(path)):
+                               and not run_files.is_torchscript_archive(path)):
         return ModelRef("trained", path)
     return ModelRef("torchscript", path)  # loading checks that it is one

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends import llm_configs, llm_models, trained, zoo
+from layerscope.frontends import llm_configs, llm_models, run_files, zoo
 from layerscope.frontends.detect import detect
 from layerscope.frontends.inputs import InputSpec, split_inputs
 
@@ -245,7 +245,7 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
             module, args, kwargs = _from_factory(_call_factory(spec), spec)
         return LoadedModel(module, args, spec, _frontend_of(module), kwargs=kwargs)
     if ref.kind == "trained":
-        run = trained.load_run(spec)
+        run = run_files.load_run(spec)
         name = os.path.basename(os.path.normpath(spec))
         return LoadedModel(run.module, [InputSpec((1,) + run.input_shape)], name, "torch",
                            {"source": "trained", "recipe": run.recipe.name,

@@ -1,6 +1,6 @@
 """Cost handlers for PyTorch aten ops, keyed by overload packet ("aten.addmm") or overload.
 
-Conventions (README "Definitions"):
+Conventions (docs/definitions.md; in short docs/design.md, "Counting"):
 - MACs count contractions only; FLOPs = 2 x MACs + the op's other arithmetic.
 - Elementwise ops cost 1 FLOP per output element unless stated beside their registration.
 - Contraction formulas reuse ``torch.utils.flop_counter`` (its FLOPs are 2 x MACs and leave bias
@@ -21,7 +21,7 @@ from typing import Protocol
 
 from torch.utils import flop_counter as fc
 
-from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, T
+from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, TensorDesc
 from layerscope.ops.rules import (
     ATTENTION_COUNTS,
     ATTN_PER_SCORE,
@@ -44,14 +44,14 @@ register = ATEN.register
 ZERO = OpCost()
 
 
-def _first_out(out) -> T:
+def _first_out(out) -> TensorDesc:
     while isinstance(out, (tuple, list)):
         out = out[0]
     return out
 
 
-def _outs(out) -> list[T]:
-    if isinstance(out, T):
+def _outs(out) -> list[TensorDesc]:
+    if isinstance(out, TensorDesc):
         return [out]
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in _outs(o)]
@@ -274,7 +274,7 @@ def upsample_backward(interp: str, antialias: bool = False):
 GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
 
 
-def _grid_taps(x: T, mode) -> int:
+def _grid_taps(x: TensorDesc, mode) -> int:
     return TAPS_PER_AXIS[GRID_MODES.get(int(mode), "linear")] ** (len(x.shape) - 2)
 
 
@@ -327,8 +327,8 @@ register("aten._upsample_bicubic2d_aa_backward", upsample_backward("cubic", anti
 # NORM_NORMALISE / NORM_APPLY / NORM_STATS and SOFTMAX: ops/rules.py (shared with onnx.py).
 
 
-def _norm(x: T, weight, bias, stats: bool) -> OpCost:
-    affine = isinstance(weight, T) + isinstance(bias, T)
+def _norm(x: TensorDesc, weight, bias, stats: bool) -> OpCost:
+    affine = isinstance(weight, TensorDesc) + isinstance(bias, TensorDesc)
     per = NORM_NORMALISE + affine + (NORM_STATS if stats else 0)
     return OpCost(flops=per * x.numel)
 
@@ -431,7 +431,7 @@ def dot(args, kwargs, out) -> OpCost:
     return OpCost(macs=macs, flops=2 * macs)
 
 
-def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
+def _conv(x: TensorDesc, w: TensorDesc, y: TensorDesc, has_bias: bool, transposed: bool) -> OpCost:
     # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
     # MACs = N * Cout * prod(out) * Cin/g * prod(k);
     # transposed: N * Cin * prod(in) * Cout/g * prod(k)
@@ -442,12 +442,12 @@ def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
 def convolution(args, kwargs, out) -> OpCost:
     # convolution / _convolution / convolution_overrideable(x, w, bias?, stride, padding,
     # dilation, transposed, output_padding, groups, ...)
-    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], T), bool(args[6]))
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], TensorDesc), bool(args[6]))
 
 
 def mkldnn_convolution(args, kwargs, out) -> OpCost:
     # mkldnn_convolution(x, w, bias?, padding, stride, dilation, groups): never transposed
-    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], T), False)
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[2], TensorDesc), False)
 
 
 def cudnn_convolution(transposed: bool):
@@ -461,7 +461,7 @@ def cudnn_convolution(transposed: bool):
 
 def slow_conv2d(args, kwargs, out) -> OpCost:
     # _slow_conv2d_forward(x, w, kernel_size, bias?, stride, padding)
-    return _conv(args[0], args[1], _first_out(out), isinstance(args[3], T), False)
+    return _conv(args[0], args[1], _first_out(out), isinstance(args[3], TensorDesc), False)
 
 
 def convolution_backward(args, kwargs, out) -> OpCost:
@@ -493,7 +493,7 @@ register("aten._slow_conv2d_forward", slow_conv2d)
 register("aten.convolution_backward", convolution_backward)
 
 
-def _spanned(x: T, expand, total: int) -> dict[int, int]:
+def _spanned(x: TensorDesc, expand, total: int) -> dict[int, int]:
     # x unsqueezed at `expand` to `total` dims -> {dim it spans: size}
     kept = [d for d in range(total) if d not in set(expand)]
     return dict(zip(kept, x.shape))
@@ -546,7 +546,7 @@ def embedding_bag(args, kwargs, out) -> OpCost:
     mode = int(args[4]) if len(args) > 4 else BAG_SUM
     flops = max(n - y.shape[0], 0) * d + (y.numel if mode == BAG_MEAN else 0)
     psw = args[6] if len(args) > 6 else kwargs.get("per_sample_weights")
-    return OpCost(flops=flops + (n * d if isinstance(psw, T) else 0))
+    return OpCost(flops=flops + (n * d if isinstance(psw, TensorDesc) else 0))
 
 
 def embedding_bag_backward(mode_at: int, psw_at: int):
@@ -560,7 +560,7 @@ def embedding_bag_backward(mode_at: int, psw_at: int):
         mode = int(args[mode_at]) if len(args) > mode_at else BAG_SUM
         flops = {BAG_SUM: n * d, BAG_MEAN: 2 * n * d}.get(mode, grad.numel)
         psw = args[psw_at] if len(args) > psw_at else None
-        return OpCost(flops=flops + (n * d if isinstance(psw, T) else 0))
+        return OpCost(flops=flops + (n * d if isinstance(psw, TensorDesc) else 0))
 
     handler.__name__ = "embedding_bag_backward"
     return handler
@@ -671,7 +671,8 @@ def _causal_flag(args, kwargs, at: int) -> bool:
     return bool(args[at]) if len(args) > at else bool(kwargs.get("is_causal", False))
 
 
-def _sdpa(q: T, k: T, v: T, is_causal: bool = False, scores: int | None = None) -> OpCost:
+def _sdpa(q: TensorDesc, k: TensorDesc, v: TensorDesc, is_causal: bool = False,
+          scores: int | None = None) -> OpCost:
     """``scores``: visible scores per head when known (a masked call's structure), otherwise
     the whole matrix or, with ``is_causal``, what the counting mode says."""
     b, h, lq, e = q.shape
@@ -681,7 +682,7 @@ def _sdpa(q: T, k: T, v: T, is_causal: bool = False, scores: int | None = None) 
     return OpCost(macs=macs, flops=2 * macs + ATTN_PER_SCORE * scores)
 
 
-def _masked_scores(q: T, k: T) -> int | None:
+def _masked_scores(q: TensorDesc, k: TensorDesc) -> int | None:
     """Scores per head of a masked call when the structure in force knows them (tallied)."""
     counting = _ATTENTION.get()
     if counting is None:
@@ -701,7 +702,7 @@ def sdpa(causal_at: int):
         # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev) -> (B, H, Lq, Ev);
         # is_causal at args[causal_at]; a mask (attn_bias) tensor, if any, before it or as the
         # keyword attn_mask
-        if any(isinstance(x, T) for x in (*args[3:causal_at], kwargs.get("attn_mask"))):
+        if any(isinstance(x, TensorDesc) for x in (*args[3:causal_at], kwargs.get("attn_mask"))):
             scores = _masked_scores(args[0], args[1])
             if scores is not None:
                 return _sdpa(*args[:3], scores=scores)
@@ -722,7 +723,7 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
         lk = k.shape[-2]
         mask = kwargs.get(mask_at) if isinstance(mask_at, str) else \
             args[mask_at] if mask_at is not None and len(args) > mask_at else None
-        visible = _masked_scores(q, k) if isinstance(mask, T) else None
+        visible = _masked_scores(q, k) if isinstance(mask, TensorDesc) else None
         if visible is None:
             visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
         macs = full // (lq * lk) * visible  # flop_counter's count is B*H*Lq*Lk*(...)
@@ -755,20 +756,21 @@ for _op, _at in SDPA_BACKWARD_CAUSAL_ARG.items():
     register(f"aten.{_op}", sdpa_backward(_at, SDPA_BACKWARD_MASK_ARG[_op]))
 
 
-def _seq_batch(x: T) -> tuple[int, int, int]:
+def _seq_batch(x: TensorDesc) -> tuple[int, int, int]:
     """(B, L, E) for the fast paths, which always run batch-first."""
     b, length, e = x.shape
     return b, length, e
 
 
-def _mha(q: T, k: T, v: T, num_heads: int, has_in_bias: bool, has_out_bias: bool) -> OpCost:
+def _mha(q: TensorDesc, k: TensorDesc, v: TensorDesc, num_heads: int, has_in_bias: bool,
+         has_out_bias: bool) -> OpCost:
     """nn.MultiheadAttention: in-projections, attention, out-projection (as the unfused path)."""
     b, lq, e = _seq_batch(q)
     lk, lv = k.shape[1], v.shape[1]
     proj_macs = b * (lq + lk + lv) * e * e + b * lq * e * e
     head = e // num_heads
-    attn = _sdpa(T((b, num_heads, lq, head)), T((b, num_heads, lk, head)),
-                 T((b, num_heads, lv, head)))
+    attn = _sdpa(TensorDesc((b, num_heads, lq, head)), TensorDesc((b, num_heads, lk, head)),
+                 TensorDesc((b, num_heads, lv, head)))
     bias = (b * (lq + lk + lv) * e if has_in_bias else 0) + (b * lq * e if has_out_bias else 0)
     return OpCost(macs=proj_macs + attn.macs, flops=2 * proj_macs + attn.flops + bias)
 
@@ -779,7 +781,8 @@ def native_mha(args, kwargs, out) -> OpCost:
     # need_weights=True, average_attn_weights=True, ...)
     q, k = args[0], args[1]
     heads = int(args[4])
-    cost = _mha(q, k, args[2], heads, isinstance(args[6], T), isinstance(args[8], T))
+    cost = _mha(q, k, args[2], heads, isinstance(args[6], TensorDesc),
+                isinstance(args[8], TensorDesc))
     need_weights = bool(args[10]) if len(args) > 10 else kwargs.get("need_weights", True)
     average = bool(args[11]) if len(args) > 11 else kwargs.get("average_attn_weights", True)
     if need_weights and average:
@@ -796,7 +799,8 @@ def transformer_encoder_layer(args, kwargs, out) -> OpCost:
     # ffn1_w: (F, E), ffn1_b, ffn2_w: (E, F), ffn2_b, mask?, mask_type?)
     src = args[0]
     b, length, e = _seq_batch(src)
-    attn = _mha(src, src, src, int(args[2]), isinstance(args[4], T), isinstance(args[6], T))
+    attn = _mha(src, src, src, int(args[2]), isinstance(args[4], TensorDesc),
+                isinstance(args[6], TensorDesc))
     f = args[14].shape[0]
     tokens = b * length
     ffn_macs = 2 * tokens * e * f
@@ -819,8 +823,8 @@ register("aten._transformer_encoder_layer_fwd", transformer_encoder_layer)
 CUDNN_MODES = {0: "rnn", 1: "rnn", 2: "lstm", 3: "gru"}
 
 
-def _rnn_cost(steps: int, weights: list[T], kind: str, has_biases: bool) -> OpCost:
-    matrices = [w for w in weights if isinstance(w, T) and len(w.shape) == 2]
+def _rnn_cost(steps: int, weights: list[TensorDesc], kind: str, has_biases: bool) -> OpCost:
+    matrices = [w for w in weights if isinstance(w, TensorDesc) and len(w.shape) == 2]
     macs = steps * sum(w.numel for w in matrices)
     gates = GATES[kind]
     # every w_ih (first of each layer-direction's pair) has G*H rows
@@ -831,7 +835,7 @@ def _rnn_cost(steps: int, weights: list[T], kind: str, has_biases: bool) -> OpCo
     return OpCost(macs=macs, flops=2 * macs + elementwise + bias)
 
 
-def _steps(x: T, batch_first: bool) -> int:
+def _steps(x: TensorDesc, batch_first: bool) -> int:
     # (T, B, I) or (B, T, I) or unbatched (T, I): time steps x batch
     return x.shape[0] * x.shape[1] if len(x.shape) == 3 else x.shape[0]
 
@@ -877,7 +881,8 @@ def cudnn_rnn(args, kwargs, out) -> OpCost:
     # _cudnn_rnn(x: (T, B, I), weights[], weight_stride0, weight_buf, hx, cx, mode, hidden, proj,
     # num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
     weights = list(args[1])
-    has_biases = len(weights) > 2 and any(isinstance(w, T) and len(w.shape) == 1 for w in weights)
+    has_biases = len(weights) > 2 and any(isinstance(w, TensorDesc) and len(w.shape) == 1
+                                          for w in weights)
     return _rnn_cost(_steps(args[0], bool(args[10])), weights,
                      CUDNN_MODES.get(int(args[6]), "lstm"), has_biases)
 
@@ -889,7 +894,7 @@ def fused_cell(kind: str):
         rows = args[0].shape[-1]
         batch = args[0].numel // rows
         units = rows // GATES[kind]
-        bias = 2 * rows * batch if len(args) > 3 and isinstance(args[3], T) else 0
+        bias = 2 * rows * batch if len(args) > 3 and isinstance(args[3], TensorDesc) else 0
         return OpCost(flops=batch * units * GATE_FLOPS[kind] + bias)
 
     handler.__name__ = f"fused_{kind}_cell"

@@ -1,7 +1,7 @@
 """Cost handlers for ONNX operators, keyed by (domain, op_type, since_version).
 
 The rules mirror ``layerscope/ops/aten.py`` so that a model costs the same exported or not
-(README "Definitions"):
+(docs/definitions.md):
 - MACs count contractions only (Conv, ConvTranspose, Gemm, MatMul, Einsum, Attention, RNN gates'
   projections); FLOPs = 2 x MACs + the op's other arithmetic; bias adds are FLOPs.
 - Elementwise ops cost 1 FLOP per output element; BatchNormalization 4 per element (inference);
@@ -14,7 +14,7 @@ The rules mirror ``layerscope/ops/aten.py`` so that a model costs the same expor
   traffic, no new tensor (onnxruntime reuses the input buffer).
 
 A handler is ``handler(ins, outs, attrs) -> OpCost``: ``ins``/``outs`` are lists of
-:class:`~layerscope.ops.registry.T` (``None`` for an omitted optional input), ``attrs`` the
+:class:`~layerscope.ops.registry.TensorDesc` (``None`` for an omitted optional input), ``attrs`` the
 node's attributes as Python values. Its first comment gives the shapes it reads.
 
 ``since_version`` is the first opset from which a registration applies; most cost rules do not
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from layerscope.ops import rules
-from layerscope.ops.registry import COMPUTE, VIEW, OpCost, T, VersionedHandlerTable
+from layerscope.ops.registry import COMPUTE, VIEW, OpCost, TensorDesc, VersionedHandlerTable
 
 ONNX = VersionedHandlerTable("onnx")
 CONSTANT = "constant"  # a Constant node: its output is resident data, like an initializer
@@ -42,7 +42,7 @@ def register(op_types, since: int, handler, *, domain: str = "", kind: str = COM
                       buffers=buffers)
 
 
-def _out(outs) -> T:
+def _out(outs) -> TensorDesc:
     return outs[0]
 
 
@@ -224,7 +224,7 @@ register(["Softmax", "LogSoftmax"], 1, softmax)
 
 
 # ---------------------------------------------------------------- contractions
-def _conv(x: T, w: T, y: T, has_bias: bool, transposed: bool) -> OpCost:
+def _conv(x: TensorDesc, w: TensorDesc, y: TensorDesc, has_bias: bool, transposed: bool) -> OpCost:
     # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
     # MACs = N * Cout * prod(out) * Cin/g * prod(k) = numel(y) * prod(w[1:]);
     # transposed: N * Cin * prod(in) * Cout/g * prod(k) = numel(x) * prod(w[1:]).
@@ -254,7 +254,7 @@ def qlinear_conv(ins, outs, attrs) -> OpCost:
     return _conv(ins[0], ins[3], _out(outs), len(ins) > 8 and ins[8] is not None, False)
 
 
-def _matmul_macs(a: T, y: T) -> int:
+def _matmul_macs(a: TensorDesc, y: TensorDesc) -> int:
     # a: (..., m, k) or (k,) @ b -> y (numpy broadcasting): every output element is a k-long
     # dot product, so MACs = numel(y) * k
     return y.numel * a.shape[-1]

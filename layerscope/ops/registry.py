@@ -1,9 +1,9 @@
 """Handler tables and the plain tensor description handlers receive.
 
 A handler is a pure function of shapes and dtypes: it gets ``args``/``kwargs`` with every tensor
-replaced by a :class:`T` (shape, dtype, itemsize), and ``out`` likewise, and returns an
+replaced by a :class:`TensorDesc` (shape, dtype, itemsize), and ``out`` likewise, and returns an
 :class:`OpCost`. Memory traffic is not a handler's job: the engine derives it uniformly from the
-tensors an op reads and writes (see README "Definitions").
+tensors an op reads and writes (docs/definitions.md).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class T:
+class TensorDesc:
     """A tensor as handlers see it."""
 
     shape: tuple[int, ...]

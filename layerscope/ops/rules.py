@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 # ---------------------------------------------------------------- resampling
-# Interpolation (README "Definitions"; onnx.py's Resize uses the same function, so a model costs
+# Interpolation (docs/definitions.md; onnx.py's Resize uses the same function, so a model costs
 # the same exported or not): an output element is a weighted sum of `taps` input elements,
 # taps = product over the resized axes (input size != output size) of the taps per axis:
 # nearest 1, linear 2, cubic 4. Antialiased downsampling by in/out > 1 widens the filter to

@@ -55,7 +55,7 @@ def _image(path: str, data: str) -> torch.Tensor:
 
 def predict(source: str, *, index: int | None = None, image: str | None = None,
             data_dir: str | None = None, k: int = 5) -> Prediction:
-    from layerscope.training.trained import load_trained
+    from layerscope.training.run_model import load_trained
 
     run = load_trained(source)
     state, recipe, model = run.state, run.recipe, run.module

@@ -165,7 +165,8 @@ def profile_warnings(report) -> list[str]:
 
 def definitions(report) -> tuple[str, str]:
     """How ``overhead`` and ``coverage`` were computed. Reports saved before the noise section
-    (and the same-run rule, issue 10) used ratios of medians from different samples."""
+    (and the rule that ratios come from the same runs) used ratios of medians from different
+    samples."""
     if report.noise is None:
         return "instrumented / bare median - 1", "sum of row medians / bare median"
     return ("median of instrumented / bare over interleaved pairs, - 1",

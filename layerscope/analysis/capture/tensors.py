@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from layerscope.ops.registry import T
+from layerscope.ops.registry import TensorDesc
 
 
 def tensor_nbytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> int:
@@ -40,12 +40,13 @@ def tensors(obj, found: list | None = None) -> list[torch.Tensor]:
     return found
 
 
-def _meta(t: torch.Tensor) -> T:
-    return T(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."), t.element_size())
+def _meta(t: torch.Tensor) -> TensorDesc:
+    return TensorDesc(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."),
+                      t.element_size())
 
 
 def described(obj):
-    """The same structure with every tensor replaced by its T description (what handlers see)."""
+    """The same structure with every tensor replaced by its TensorDesc (what handlers see)."""
     if isinstance(obj, torch.Tensor):
         return _meta(obj)
     if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):

@@ -1,6 +1,6 @@
 """A ``layerscope train`` run folder or checkpoint as a model: the recipe's module with the
 trained weights. The router (``frontends.torch_module``) sniffs run folders and calls
-``load_trained`` through ``frontends.trained.load_run``."""
+``load_trained`` through ``frontends.run_files.load_run``."""
 from __future__ import annotations
 
 import os

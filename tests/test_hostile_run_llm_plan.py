@@ -1,6 +1,7 @@
-"""Hostile inputs to this round's commands (run, llm, plan, analyze --seq-len): each one ends
-with exactly one stderr line naming what was wrong, exit code 2, no traceback, and nothing of
-the script's run (a script that cannot start has no report either)."""
+"""Hostile inputs to run (scripts, distributed options, watch), llm, plan and analyze --seq-len
+(configs, presets, sizes too large for a tensor): each one ends with exactly one stderr line
+naming what was wrong, exit code 2, no traceback, and nothing of the script's run (a script that
+cannot start has no report either)."""
 from __future__ import annotations
 
 import json

@@ -5,7 +5,7 @@ TorchScript, so a ``.pt`` file is sniffed before it is loaded: a TorchScript arc
 (``torch.jit.save``) is a zip holding ``constants.pkl`` and ``code/``; a ``torch.save`` bundle
 is a zip holding ``data.pkl`` only (or, in the legacy format, a bare pickle).
 
-Rebuilding the model needs the training recipes, a layer above this one: ``training/trained.py``
+Rebuilding the model needs the training recipes, a layer above this one: ``training/run_model.py``
 does it, and ``layerscope/__init__.py`` installs it here as the run loader (so this layer never
 imports training)."""
 from __future__ import annotations
