@@ -109,3 +109,25 @@ def test_report_says_the_groups_and_round_trips(tmp_path):
     assert code == 0
     saved = load_result(json.loads(out.read_text()))
     assert [(g.label, g.layers) for g in saved.activations.groups] == [("dense", 2), ("MoE", 3)]
+
+
+class _Lookup(torch.nn.Module):
+    """Token rows of a 2-D table, by indexing or by F.embedding, squared, then a tied head."""
+
+    def __init__(self, by_index: bool):
+        super().__init__()
+        self.by_index = by_index
+        self.table = torch.nn.Parameter(torch.empty(64, 16, device="meta"))
+
+    def forward(self, ids):
+        x = self.table[ids] if self.by_index else torch.nn.functional.embedding(ids, self.table)
+        return (x * x) @ self.table.T
+
+
+def test_rows_of_a_2d_table_picked_by_index_are_activations():
+    # only matrices of a stacked (experts x out x in) parameter are weight copies; the rows an
+    # embedding picks are what the next op keeps, whether picked by index or F.embedding
+    by_index, by_embedding = (measure_saved(_Lookup(flag), 2, 8, torch.bfloat16)
+                              for flag in (True, False))
+    assert by_index.total == by_embedding.total and by_index.gathered == 0
+    assert by_index.total >= 2 * 8 * 16 * 2  # the looked-up rows (bf16), kept by the product

@@ -173,7 +173,9 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
 
 
 def _gathered_weights(t: torch.Tensor, own: set[int]) -> bool:
-    """Whether ``t`` is rows of a parameter picked by an index (``weight[ids]``). transformers'
+    """Whether ``t`` is matrices of a stacked parameter (experts x out x in) picked by an index
+    (``gate_up_proj[expert_ids]``); rows of a 2-D table (an embedding written as
+    ``weight[ids]``) are activations the next op keeps, and counted. transformers'
     ``batched_mm`` experts, which the model is built with (its MACs are the chosen experts'),
     copy each (token, expert) pair's weights this way and multiply them in one bmm, which saves
     the copies: tokens x k x 3 x hidden x expert width, 1.4 TB per DeepSeek-V3 layer at 2,048
@@ -183,8 +185,8 @@ def _gathered_weights(t: torch.Tensor, own: set[int]) -> bool:
     not activations."""
     fn = t.grad_fn
     return fn is not None and fn.name() == "IndexBackward0" and any(
-        f is not None and hasattr(f, "variable") and f.variable.untyped_storage()._cdata in own
-        for f, _ in fn.next_functions)
+        f is not None and hasattr(f, "variable") and f.variable.dim() >= 3
+        and f.variable.untyped_storage()._cdata in own for f, _ in fn.next_functions)
 
 
 @dataclass(frozen=True)
