@@ -11,19 +11,26 @@ parameters, Psi/(t p) per device; the d = N/(t p) data-parallel replicas then ke
 - zero3 / fsdp (full shard): weights too, 16 Psi/(t p d).
 Training in fp32 keeps 4 + 4 + 8 (momentum, variance) bytes per parameter.
 
-Activations are measured, not taken from a formula: the model built with one and with two
-decoder blocks runs forward in training mode (with its loss) on fake CUDA tensors (no memory,
-no GPU needed; fake CUDA dispatches to what a GPU would run, e.g. dropout saves a 1-byte mask,
-not the CPU's float noise tensor), under ``torch.autograd.graph.saved_tensors_hooks``; the
-distinct storages autograd saves for backward, parameters and buffers excluded, are summed.
-Two blocks minus one block is one block's activations; one block minus that is what the
-embeddings, final norm, head and loss save. Tests check the per-block figure against Korthikanti
-et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), sbh(34 + 5as/h).
+Activations are measured, not taken from a formula: the model built with its first n decoder
+blocks runs forward in training mode (with its loss) on fake CUDA tensors (no memory, no GPU
+needed; fake CUDA dispatches to what a GPU would run, e.g. dropout saves a 1-byte mask, not the
+CPU's float noise tensor), under ``torch.autograd.graph.saved_tensors_hooks``; the distinct
+storages autograd saves for backward, parameters and buffers excluded, are summed. The layers
+are grouped by structure as ``llm`` groups them (analysis/llm_structure.py: the blocks' modules
+and shapes and each layer's attention; DeepSeek-V3's dense first layers and its MoE layers,
+Gemma-3's window and global layers): the first f + 1 blocks minus the first f, f a group's
+member, is that group's block; one block minus its block is what the embeddings, final norm,
+head and loss save (a first layer alone in its group is measured against the model of no
+blocks). All blocks alike: two blocks minus one. Tests check the per-block figure against
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+sbh(34 + 5as/h), and the grouped sum against the full model's measurement.
 
 Then per device:
 - pipeline: a stage holds L/p blocks; with the 1F1B schedule the first stage keeps p
   micro-batches in flight, so it holds (L/p) x p micro-batches' activations (Korthikanti et al.
-  section 4.2.3); we assume at least p micro-batches per step;
+  section 4.2.3); we assume at least p micro-batches per step. With layers of several
+  structures stage k (contiguous layers) keeps p - k micro-batches, and the stage holding the
+  most counts;
 - tensor parallelism with sequence parallelism divides every saved tensor by t (Korthikanti et
   al. eq. 4, sbh(34/t + 5as/(ht))); the embeddings/head/loss are divided by t too (vocabulary-
   parallel head) and counted once, on the stage that is the peak;
