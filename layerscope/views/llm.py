@@ -151,7 +151,8 @@ def plan_facts(p) -> list[tuple[str, str]]:
               f"{gb(a.per_layer_kept_bytes)} kept")]
     if groups:
         facts.append(("Layer groups", " + ".join(
-            f"{g.layers} {g.label} layers × {gb(g.per_layer_kept_bytes)}" for g in groups)
+            f"{g.layers} {g.label} layer{'s' if g.layers > 1 else ''} × "
+            f"{gb(g.per_layer_kept_bytes)}" for g in groups)
             + " kept"))
     facts += [("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
               ("Per device", f"{a.layers_per_stage} layers × {a.micro_batches_in_flight} "
