@@ -5,6 +5,7 @@ The grouped figure (each group's block x its layers + what lies outside the bloc
 what autograd saves for the FULL model built by transformers, byte for byte."""
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from helpers import run_cli
 from test_llm_groups import FAMILIES
 
 from layerscope.analysis import llm as llm_mod
-from layerscope.analysis.plan import measure_activations, measure_saved, plan
+from layerscope.analysis.plan import SavedCounter, measure_activations, measure_saved, plan
 from layerscope.core.results import load_result
 
 pytest.importorskip("transformers")
@@ -131,3 +132,43 @@ def test_rows_of_a_2d_table_picked_by_index_are_activations():
                               for flag in (True, False))
     assert by_index.total == by_embedding.total and by_index.gathered == 0
     assert by_index.total >= 2 * 8 * 16 * 2  # the looked-up rows (bf16), kept by the product
+
+
+def _experts_saved(implementation: str, fake: bool):
+    """What DeepSeek-V3's experts module saves for 24 tokens, 2 of 8 experts each (h 64, expert
+    width 32, bf16): with ``implementation``, on fake CUDA tensors or run for real on the CPU."""
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Experts
+
+    config = transformers.AutoConfig.for_model(**{**V3, "n_routed_experts": 8})
+    config._experts_implementation = implementation
+    experts = DeepseekV3Experts(config).to(torch.bfloat16)
+    for p in experts.parameters():
+        torch.nn.init.normal_(p)
+    with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
+        device = "cuda" if fake else "cpu"
+        weights = {n: torch.nn.Parameter(p.detach().to(device)) for n, p in
+                   experts.named_parameters()}
+        counter = SavedCounter({p.untyped_storage()._cdata for p in weights.values()}, 24)
+        x = torch.randn(24, 64, dtype=torch.bfloat16, device=device, requires_grad=True)
+        chosen = torch.stack([torch.arange(24) % 8, (torch.arange(24) + 3) % 8], 1).to(device)
+        share = torch.rand(24, 2, device=device, requires_grad=True)
+        with counter.hooks():
+            torch.func.functional_call(experts, weights, (x, chosen, share))
+    return counter.saved()
+
+
+def test_experts_save_what_a_grouped_gemm_saves():
+    """Per (token, expert) pair, S = 48 of them: the token's input (e h), gate/up output
+    (2 e I), SiLU output (e I), their product (e I, the down projection's input), the output
+    (e h), the fp32 routing weight (4) and the int64 expert id (8): S (2 e h + 4 e I + 12) =
+    48 x (256 + 256 + 12) = 25,152 bytes. batched_mm measured (fake CUDA, the weight copies left
+    out) saves that; grouped_mm run for real on the CPU saves it plus its sort's two int64
+    index tensors and int32 offsets per expert: 2 x 8 S + 4 x 8 = 800."""
+    pytest.importorskip("torch", minversion="2.9")  # grouped_mm's CPU kernel
+    batched = _experts_saved("batched_mm", fake=True)
+    grouped = _experts_saved("grouped_mm", fake=False)
+    assert batched.total == 48 * (2 * 2 * 64 + 4 * 2 * 32 + 12) == 25_152
+    assert batched.gathered == 48 * 3 * 32 * 64 * 2  # the copies, counted apart
+    assert grouped.total == batched.total + 2 * 8 * 48 + 4 * 8 and grouped.gathered == 0

@@ -127,22 +127,51 @@ class FlashAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class SavedCounter:
+    """``saved_tensors_hooks`` that count the distinct storages autograd saves for backward
+    (views of one tensor count once), leaving out ``own`` storages (parameters, buffers) and
+    expert weights copied per token (``_gathered_weights``, counted apart). A storage whose
+    last two dimensions are (seq, seq) is an attention score's."""
+
+    def __init__(self, own: set[int], seq: int):
+        self.own, self.seq = own, seq
+        self.found: dict[int, tuple[int, bool]] = {}
+        self.gathered: dict[int, int] = {}
+        # every saved tensor is held until the count is done: a storage freed meanwhile (an op
+        # whose result nothing uses) could hand its address to a later one, which would then
+        # be taken for the same storage and not counted
+        self.held: list[torch.Tensor] = []
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        self.held.append(t)
+        storage = t.untyped_storage()
+        if _gathered_weights(t, self.own):
+            self.gathered[storage._cdata] = storage.nbytes()
+        elif storage._cdata not in self.own:
+            square = t.dim() >= 2 and t.shape[-1] == self.seq and t.shape[-2] == self.seq
+            seen = self.found.get(storage._cdata, (0, False))
+            self.found[storage._cdata] = (storage.nbytes(), seen[1] or square)
+        return t
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+    def saved(self) -> Saved:
+        return Saved(total=sum(b for b, _ in self.found.values()),
+                     scores=sum(b for b, square in self.found.values() if square),
+                     gathered=sum(self.gathered.values()))
+
+
 def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                   device: str = "cuda") -> Saved:
     """Run ``model`` forward in training mode on fake tensors of ``device`` and sum the bytes of
-    the distinct storages autograd saves for backward (views of one tensor count once;
-    parameters and buffers are not activations). The model is not changed: its parameters are
-    replaced for the call only (``torch.func.functional_call``) and its train flags restored."""
+    the distinct storages autograd saves for backward (``SavedCounter``; parameters and buffers
+    are not activations). The model is not changed: its parameters are replaced for the call
+    only (``torch.func.functional_call``) and its train flags restored."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
     flags = [(m, m.training) for m in model.modules()]
-    found: dict[int, tuple[int, bool]] = {}
-    # every saved tensor is held until the count is done: a storage freed meanwhile (an op
-    # whose result nothing uses) could hand its address to a later one, which would then be
-    # taken for the same storage and not counted
-    held: list[torch.Tensor] = []
-    gathered: dict[int, int] = {}
     try:
         model.train()
         with FakeTensorMode():
@@ -151,22 +180,10 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                 float_dtype = dtype if t.is_floating_point() else t.dtype
                 state[name] = torch.empty(t.shape, dtype=float_dtype, device=device,
                                           requires_grad=isinstance(t, nn.Parameter))
-            own = {t.untyped_storage()._cdata for t in state.values()}
+            counter = SavedCounter({t.untyped_storage()._cdata for t in state.values()}, seq)
             ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
-
-            def pack(t: torch.Tensor) -> torch.Tensor:
-                held.append(t)
-                storage = t.untyped_storage()
-                if _gathered_weights(t, own):
-                    gathered[storage._cdata] = storage.nbytes()
-                elif storage._cdata not in own:
-                    square = t.dim() >= 2 and t.shape[-1] == seq and t.shape[-2] == seq
-                    seen = found.get(storage._cdata, (0, False))
-                    found[storage._cdata] = (storage.nbytes(), seen[1] or square)
-                return t
-
             flash = FlashAttention() if device == "cuda" else contextlib.nullcontext()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), flash:
+            with counter.hooks(), flash:
                 out = functional_call(model, state, (ids,), strict=False, tie_weights=True)
                 logits = getattr(out, "logits", out)
                 # the loss as trainers compute it: cross-entropy of fp32 logits
@@ -174,9 +191,7 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
     finally:
         for m, flag in flags:
             m.training = flag
-    return Saved(total=sum(b for b, _ in found.values()),
-                 scores=sum(b for b, square in found.values() if square),
-                 gathered=sum(gathered.values()))
+    return counter.saved()
 
 
 def _gathered_weights(t: torch.Tensor, own: set[int]) -> bool:
