@@ -245,7 +245,7 @@ def _hf_source(spec: str) -> LLMSource:
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
                 json.dump(_with_layers(data, key, c.num_layers), f)  # a scratch file
             model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
-                                             shown=spec)
+                                             shown=spec, checked=True)
         return model
 
     # the config block describes the model as built (norm, MLP, biases, positions, tied head):
@@ -310,9 +310,8 @@ def _count(module: nn.Module, batch: int, seq: int, attention: str) -> Counts:
     return Counts(t.params, active, t.macs, t.flops)
 
 
-def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
-    """How the whole model's counts follow from models of its first n layers
-    (``llm_structure.prefix_terms``): its layers grouped by structure (the blocks' modules and
+def source_layer_keys(source: LLMSource) -> tuple[list[object], list[str]]:
+    """One key per layer, equal for layers of the same structure (the blocks' modules and
     shapes in the model built on the meta device, and each layer's attention), and a note when
     the blocks could not be found (then they are taken as alike)."""
     n = source.config.num_layers
@@ -322,6 +321,14 @@ def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
         keys = [0] * n
         notes.append(f"the model's {n} decoder blocks were not found (no list of {n} modules): "
                      "they are counted as alike, from its first one and two blocks")
+    return keys, notes
+
+
+def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
+    """How the whole model's counts follow from models of its first n layers
+    (``llm_structure.prefix_terms``) of its layers grouped by structure
+    (``source_layer_keys``), and the notes on the grouping."""
+    keys, notes = source_layer_keys(source)
     return llm_structure.prefix_terms(keys), notes
 
 

@@ -184,3 +184,43 @@ def describe_groups(keys: Sequence[object]) -> list[tuple[int, int]]:
     for i, key in enumerate(keys):
         seen.setdefault(key, []).append(i)
     return [(v[0], len(v)) for v in seen.values()]
+
+
+def _is_mixture(key: object) -> bool | None:
+    """Whether a ``layer_keys`` key's block holds an ``experts`` module (None: no block)."""
+    if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple)):
+        return None
+    return any("experts" in str(entry[0]).split(".") for entry in key[0])
+
+
+def _attention_words(key: object) -> str | None:
+    a = key[1] if isinstance(key, tuple) and len(key) == 2 else None
+    if not isinstance(a, LayerAttention):
+        return None
+    return (f"window-{a.window}" if a.window is not None else
+            f"chunked-{a.chunk}" if a.chunk is not None else
+            a.kind if a.kind != UNKNOWN else "unknown-attention")
+
+
+def group_labels(keys: Sequence[object]) -> list[str]:
+    """A name for each group of ``describe_groups(keys)``, from what tells the groups apart:
+    "MoE" or "dense" (an ``experts`` module in the block or none), the attention ("window-W",
+    "chunked-C", "causal", "mla"), else (or where two names would be the same) the layer it
+    starts at. One group: ""."""
+    spans = describe_groups(keys)
+    if len(spans) == 1:
+        return [""]
+    firsts = [keys[f] for f, _ in spans]
+    moe = [_is_mixture(k) for k in firsts]
+    attention = [_attention_words(k) for k in firsts]
+    labels = []
+    for i in range(len(spans)):
+        words = []
+        if len(set(moe)) > 1 and moe[i] is not None:
+            words.append("MoE" if moe[i] else "dense")
+        if len(set(attention)) > 1 and attention[i] is not None:
+            words.append(attention[i])
+        labels.append(", ".join(words))
+    return [label if label and labels.count(label) == 1 else
+            ", ".join(filter(None, [label, f"like layer {first}"]))
+            for label, (first, _) in zip(labels, spans)]

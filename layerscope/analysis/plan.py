@@ -11,19 +11,26 @@ parameters, Psi/(t p) per device; the d = N/(t p) data-parallel replicas then ke
 - zero3 / fsdp (full shard): weights too, 16 Psi/(t p d).
 Training in fp32 keeps 4 + 4 + 8 (momentum, variance) bytes per parameter.
 
-Activations are measured, not taken from a formula: the model built with one and with two
-decoder blocks runs forward in training mode (with its loss) on fake CUDA tensors (no memory,
-no GPU needed; fake CUDA dispatches to what a GPU would run, e.g. dropout saves a 1-byte mask,
-not the CPU's float noise tensor), under ``torch.autograd.graph.saved_tensors_hooks``; the
-distinct storages autograd saves for backward, parameters and buffers excluded, are summed.
-Two blocks minus one block is one block's activations; one block minus that is what the
-embeddings, final norm, head and loss save. Tests check the per-block figure against Korthikanti
-et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), sbh(34 + 5as/h).
+Activations are measured, not taken from a formula: the model built with its first n decoder
+blocks runs forward in training mode (with its loss) on fake CUDA tensors (no memory, no GPU
+needed; fake CUDA dispatches to what a GPU would run, e.g. dropout saves a 1-byte mask, not the
+CPU's float noise tensor), under ``torch.autograd.graph.saved_tensors_hooks``; the distinct
+storages autograd saves for backward, parameters and buffers excluded, are summed. The layers
+are grouped by structure as ``llm`` groups them (analysis/llm_structure.py: the blocks' modules
+and shapes and each layer's attention; DeepSeek-V3's dense first layers and its MoE layers,
+Gemma-3's window and global layers): the first f + 1 blocks minus the first f, f a group's
+member, is that group's block; one block minus its block is what the embeddings, final norm,
+head and loss save (a first layer alone in its group is measured against the model of no
+blocks). All blocks alike: two blocks minus one. Tests check the per-block figure against
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+sbh(34 + 5as/h), and the grouped sum against the full model's measurement.
 
 Then per device:
 - pipeline: a stage holds L/p blocks; with the 1F1B schedule the first stage keeps p
   micro-batches in flight, so it holds (L/p) x p micro-batches' activations (Korthikanti et al.
-  section 4.2.3); we assume at least p micro-batches per step;
+  section 4.2.3); we assume at least p micro-batches per step. With layers of several
+  structures stage k (contiguous layers) keeps p - k micro-batches, and the stage holding the
+  most counts;
 - tensor parallelism with sequence parallelism divides every saved tensor by t (Korthikanti et
   al. eq. 4, sbh(34/t + 5as/(ht))); the embeddings/head/loss are divided by t too (vocabulary-
   parallel head) and counted once, on the stage that is the peak;
@@ -61,13 +68,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from layerscope.analysis import llm_structure
 from layerscope.analysis.block_bytes import (
     fused_layer_bytes,
     gathered_input_bytes,
@@ -77,9 +85,9 @@ from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
     dtype_name,
-    param_count,
     param_counts,
     resolve_llm,
+    source_layer_keys,
     with_layers,
 )
 from layerscope.core import values
@@ -91,6 +99,7 @@ from layerscope.core.llm_records import (
     STRATEGIES,
     TRAIN_DTYPES,
     PlanActivations,
+    PlanLayerGroup,
     PlanReport,
     PlanRow,
 )
@@ -106,6 +115,7 @@ class Saved:
 
     total: int
     scores: int
+    gathered: int = 0  # weights picked per token (batched_mm's expert copies), not counted
 
 
 class FlashAttention(TorchFunctionMode):
@@ -132,17 +142,51 @@ class FlashAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class SavedCounter:
+    """``saved_tensors_hooks`` that count the distinct storages autograd saves for backward
+    (views of one tensor count once), leaving out ``own`` storages (parameters, buffers) and
+    expert weights copied per token (``_gathered_weights``, counted apart). A storage whose
+    last two dimensions are (seq, seq) is an attention score's."""
+
+    def __init__(self, own: set[int], seq: int):
+        self.own, self.seq = own, seq
+        self.found: dict[int, tuple[int, bool]] = {}
+        self.gathered: dict[int, int] = {}
+        # every saved tensor is held until the count is done: a storage freed meanwhile (an op
+        # whose result nothing uses) could hand its address to a later one, which would then
+        # be taken for the same storage and not counted
+        self.held: list[torch.Tensor] = []
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        self.held.append(t)
+        storage = t.untyped_storage()
+        if _gathered_weights(t, self.own):
+            self.gathered[storage._cdata] = storage.nbytes()
+        elif storage._cdata not in self.own:
+            square = t.dim() >= 2 and t.shape[-1] == self.seq and t.shape[-2] == self.seq
+            seen = self.found.get(storage._cdata, (0, False))
+            self.found[storage._cdata] = (storage.nbytes(), seen[1] or square)
+        return t
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+    def saved(self) -> Saved:
+        return Saved(total=sum(b for b, _ in self.found.values()),
+                     scores=sum(b for b, square in self.found.values() if square),
+                     gathered=sum(self.gathered.values()))
+
+
 def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                   device: str = "cuda") -> Saved:
     """Run ``model`` forward in training mode on fake tensors of ``device`` and sum the bytes of
-    the distinct storages autograd saves for backward (views of one tensor count once;
-    parameters and buffers are not activations). The model is not changed: its parameters are
-    replaced for the call only (``torch.func.functional_call``) and its train flags restored."""
+    the distinct storages autograd saves for backward (``SavedCounter``; parameters and buffers
+    are not activations). The model is not changed: its parameters are replaced for the call
+    only (``torch.func.functional_call``) and its train flags restored."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
     flags = [(m, m.training) for m in model.modules()]
-    found: dict[int, tuple[int, bool]] = {}
     try:
         model.train()
         with FakeTensorMode():
@@ -151,19 +195,10 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                 float_dtype = dtype if t.is_floating_point() else t.dtype
                 state[name] = torch.empty(t.shape, dtype=float_dtype, device=device,
                                           requires_grad=isinstance(t, nn.Parameter))
-            own = {t.untyped_storage()._cdata for t in state.values()}
+            counter = SavedCounter({t.untyped_storage()._cdata for t in state.values()}, seq)
             ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
-
-            def pack(t: torch.Tensor) -> torch.Tensor:
-                storage = t.untyped_storage()
-                if storage._cdata not in own:
-                    square = t.dim() >= 2 and t.shape[-1] == seq and t.shape[-2] == seq
-                    seen = found.get(storage._cdata, (0, False))
-                    found[storage._cdata] = (storage.nbytes(), seen[1] or square)
-                return t
-
             flash = FlashAttention() if device == "cuda" else contextlib.nullcontext()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), flash:
+            with counter.hooks(), flash:
                 out = functional_call(model, state, (ids,), strict=False, tie_weights=True)
                 logits = getattr(out, "logits", out)
                 # the loss as trainers compute it: cross-entropy of fp32 logits
@@ -171,37 +206,105 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
     finally:
         for m, flag in flags:
             m.training = flag
-    return Saved(total=sum(b for b, _ in found.values()),
-                 scores=sum(b for b, square in found.values() if square))
+    return counter.saved()
+
+
+def _gathered_weights(t: torch.Tensor, own: set[int]) -> bool:
+    """Whether ``t`` is matrices of a stacked parameter (experts x out x in) picked by an index
+    (``gate_up_proj[expert_ids]``); rows of a 2-D table (an embedding written as
+    ``weight[ids]``) are activations the next op keeps, and counted. transformers'
+    ``batched_mm`` experts, which the model is built with (its MACs are the chosen experts'),
+    copy each (token, expert) pair's weights this way and multiply them in one bmm, which saves
+    the copies: tokens x k x 3 x hidden x expert width, 1.4 TB per DeepSeek-V3 layer at 2,048
+    tokens. A GPU trains the experts with ``grouped_mm`` (transformers' default there), which
+    reads the weights in place and saves what batched_mm saves besides the copies (the tokens'
+    inputs, the gate/up and SiLU outputs, the products, the outputs). The copies are weights,
+    not activations."""
+    fn = t.grad_fn
+    return fn is not None and fn.name() == "IndexBackward0" and any(
+        f is not None and hasattr(f, "variable") and f.variable.dim() >= 3
+        and f.variable.untyped_storage()._cdata in own for f, _ in fn.next_functions)
+
+
+@dataclass(frozen=True)
+class GroupMeasured:
+    """One group of identical layers (``llm_structure.describe_groups``): its first layer, how
+    many, its name in the report, one block's saved bytes, their seq x seq part and the block's
+    parameters."""
+
+    first: int
+    layers: int
+    label: str
+    per_layer: int
+    scores: int
+    params: int
 
 
 @dataclass(frozen=True)
 class Measured:
-    per_layer: int
-    scores: int
+    groups: tuple[GroupMeasured, ...]
+    layer_group: tuple[int, ...]  # each layer's index into groups
     other: int
     device: str
+    notes: tuple[str, ...] = ()
+    gathered: bool = False  # expert weights copied per token were left out
+
+    @property
+    def heaviest(self) -> GroupMeasured:
+        return max(self.groups, key=lambda g: g.per_layer)
+
+    @property
+    def per_layer(self) -> int:
+        return self.heaviest.per_layer
+
+    @property
+    def scores(self) -> int:
+        return self.heaviest.scores
 
 
 def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: str) -> Measured:
-    """One block's saved bytes (two blocks minus one) and the rest's (embeddings, head, loss)."""
+    """Each group of identical layers' block (the model of the first f + 1 layers minus that of
+    the first f, f the group's first member after layer 0, else layer 0 against the model of no
+    layers) and what lies outside the blocks (embeddings, head, loss: the first layer's model
+    less its block). Layers are grouped as ``llm`` groups them (analysis/llm_structure.py: the
+    blocks' modules and shapes, and each layer's attention): DeepSeek-V3's first three dense
+    layers, the mixture-of-experts ones after, Gemma-3's window and global layers are measured
+    apart. The whole model's figure, sum of group x layers + outside, is that of the full model
+    (tests compare it)."""
     torch_dtype = TORCH_DTYPES[dtype]
+    keys, notes = source_layer_keys(source)
+    spans = llm_structure.describe_groups(keys)
+    index = {keys[first]: i for i, (first, _) in enumerate(spans)}
+    layer_group = tuple(index[k] for k in keys)
+    measured_at = [next((j for j in range(1, len(keys)) if layer_group[j] == i), 0)
+                   for i in range(len(spans))]
+    sizes = sorted({1} | set(measured_at) | {m + 1 for m in measured_at})
+    models = {n: source.build(with_layers(source.config, n)) for n in sizes}
+    probe = _probe_seq(seq, source, list(models.values()))
     for device in ("cuda", "meta"):
         try:
-            one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
-                                      seq, torch_dtype, device) for n in (1, 2))
+            saved = {n: measure_saved(models[n], micro_batch, seq, torch_dtype, device)
+                     for n in sizes}
+            # some model dimension equals seq: (.., seq, seq) is not only scores
+            at_probe = saved if probe == seq else {
+                n: measure_saved(models[n], micro_batch, probe, torch_dtype, device)
+                for n in sizes}
         except (RuntimeError, NotImplementedError, AssertionError, ValueError) as exc:
             if device == "meta":
                 raise _measure_error(source, micro_batch, seq, exc) from None
             continue
-        per_layer = two.total - one.total
-        scores = two.scores - one.scores
-        probe = _probe_seq(seq, source)
-        if probe != seq:  # some model dimension equals seq: (.., seq, seq) is not only scores
-            one, two = (measure_saved(source.build(with_layers(source.config, n)), micro_batch,
-                                      probe, torch_dtype, device) for n in (1, 2))
-            scores = round((two.scores - one.scores) * seq * seq / (probe * probe))
-        return Measured(per_layer, scores, one.total - per_layer, device)
+        params = {n: sum(p.numel() for p in models[n].parameters()) for n in sizes}
+        groups = []
+        for (first, layers), at, label in zip(spans, measured_at,
+                                               llm_structure.group_labels(keys)):
+            scores = at_probe[at + 1].scores - at_probe[at].scores
+            groups.append(GroupMeasured(
+                first, layers, label, saved[at + 1].total - saved[at].total,
+                scores if probe == seq else round(scores * seq * seq / (probe * probe)),
+                params[at + 1] - params[at]))
+        other = saved[1].total - groups[layer_group[0]].per_layer
+        return Measured(tuple(groups), layer_group, other, device, tuple(notes),
+                        any(x.gathered for x in saved.values()))
     raise AssertionError("unreachable")
 
 
@@ -222,14 +325,18 @@ def _measure_error(source: LLMSource, batch: int, seq: int, exc: Exception) -> U
                      "measurement for this architecture; please report it")
 
 
-def _probe_seq(seq: int, source: LLMSource) -> int:
+def _probe_seq(seq: int, source: LLMSource, models: list[nn.Module]) -> int:
     """``seq``, or the next length no dimension of the model has: the seq x seq tensors are told
     apart by their last two dimensions, which a (batch, seq, hidden) tensor shares when hidden
-    equals seq (Llama-3-70B at 8192). Their bytes grow as seq^2, so a probe length scales back
-    exactly. A learned position table caps the probe (BERT at its 512 positions probes 511)."""
+    equals seq (Llama-3-70B at 8192), or a (tokens, width) one when an expert's width equals seq
+    (DeepSeek-V3's 2048). The dimensions are the config's and every parameter's and buffer's in
+    the built ``models`` (expert widths, latent ranks, expert counts). Their bytes grow as seq^2,
+    so a probe length scales back exactly. A learned position table caps the probe (BERT at its
+    512 positions probes 511)."""
     c = source.config
     dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
             c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
+    dims |= {d for m in models for t in (*m.parameters(), *m.buffers()) for d in t.shape}
     top = c.max_position if c.position == "learned" else values.INT64_MAX
     for step in range(len(dims) + 1):  # among seq +- 0..len(dims), one is free of dims
         for probe in (seq + step, seq - step):
@@ -305,12 +412,12 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
                         f"mixture of experts: {fix}", arguments=name)
     dp = gpus // (tp * pp)
     params, active = param_counts(source)
-    block_params = param_count(_layers(source, 2)) - param_count(_layers(source, 1))
     elem = 4 if dtype == "fp32" else 2
     measured = measure_activations(source, micro_batch, seq_len, dtype)
+    # the largest block is gathered (a mixture-of-experts block, not a dense first layer)
+    block_params = max(g.params for g in measured.groups)
     acts = _activations(measured, config, micro_batch, seq_len, elem, pp, recompute, kernels)
-    held = ((acts.per_layer_kept_bytes * acts.layers_per_stage * acts.micro_batches_in_flight
-             + acts.other_bytes) // tp)
+    held = (acts.blocks_bytes + acts.other_bytes) // tp
     working = acts.recompute_working_bytes // tp
     loss_grad = micro_batch * seq_len * config.vocab_size * 4 // tp  # fp32, vocab-parallel
     loss_parallel = loss_grad if tp > 1 else 0  # (one-hot + exp(log-probabilities)), fp32
@@ -353,28 +460,40 @@ def _gathered_bytes(config: LLMConfig, batch: int, seq: int, elem: int, tp: int,
     return (kept * block + head) * (tp - 1) // tp
 
 
-def _layers(source: LLMSource, layers: int) -> LLMSource:
-    return replace(source, config=with_layers(source.config, layers))
-
-
 def _activations(m: Measured, config: LLMConfig, batch: int, seq: int, elem: int, pp: int,
                  recompute: str, kernels: str) -> PlanActivations:
-    if kernels == "fused":  # flash attention: no seq x seq tensor
-        per_layer, scores = fused_layer_bytes(config, batch, seq, elem), 0
-    else:
-        per_layer, scores = m.per_layer, m.scores
-    if recompute == "op":
-        kept = op_checkpoint_bytes(config, batch, seq, elem)
-        working = max(per_layer - kept, 0)
-    else:
-        kept = {"none": per_layer, "selective": per_layer - scores,
-                "full": batch * seq * config.hidden_size * elem}[recompute]
-        working = {"none": 0, "selective": scores, "full": per_layer}[recompute]
+    """Each group's per-layer figures after the kernels and recompute; the blocks' kept bytes on
+    the stage that holds the most: the layers in contiguous stages of ceil(L/p), stage k (from
+    0) holding p - k micro-batches under 1F1B (all alike: the first stage, L/p x p)."""
+    groups, working = [], 0
+    for g in m.groups:
+        if kernels == "fused":  # flash attention: no seq x seq tensor
+            per_layer, scores = fused_layer_bytes(config, batch, seq, elem), 0
+        else:
+            per_layer, scores = g.per_layer, g.scores
+        if recompute == "op":
+            kept = op_checkpoint_bytes(config, batch, seq, elem)
+            rework = max(per_layer - kept, 0)
+        else:
+            kept = {"none": per_layer, "selective": per_layer - scores,
+                    "full": batch * seq * config.hidden_size * elem}[recompute]
+            rework = {"none": 0, "selective": scores, "full": per_layer}[recompute]
+        working = max(working, rework)
+        groups.append(PlanLayerGroup(first_layer=g.first, layers=g.layers, label=g.label,
+                                     per_layer_bytes=per_layer, per_layer_kept_bytes=kept,
+                                     attention_scores_bytes=scores))
+    per_stage = math.ceil(config.num_layers / pp)
+    stages = [m.layer_group[i:i + per_stage] for i in range(0, config.num_layers, per_stage)]
+    blocks = max((pp - k) * sum(groups[i].per_layer_kept_bytes for i in stage)
+                 for k, stage in enumerate(stages))
+    top = groups[m.groups.index(m.heaviest)]
     return PlanActivations(
-        per_layer_bytes=per_layer, per_layer_kept_bytes=kept, attention_scores_bytes=scores,
-        other_bytes=m.other, recompute_working_bytes=working,
-        layers_per_stage=math.ceil(config.num_layers / pp), micro_batches_in_flight=pp,
-        measured_on=f"{m.device} (fake tensors)", measured_per_layer_bytes=m.per_layer)
+        per_layer_bytes=top.per_layer_bytes, per_layer_kept_bytes=top.per_layer_kept_bytes,
+        attention_scores_bytes=top.attention_scores_bytes, other_bytes=m.other,
+        recompute_working_bytes=working, layers_per_stage=per_stage,
+        micro_batches_in_flight=pp, measured_on=f"{m.device} (fake tensors)",
+        measured_per_layer_bytes=m.per_layer, groups=groups if len(groups) > 1 else [],
+        blocks_bytes=blocks)
 
 
 def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str, working: int,
@@ -384,7 +503,15 @@ def _notes(m: Measured, tp: int, pp: int, dtype: str, recompute: str, working: i
              f"({'fp32 master weights, momentum, variance' if k == 12 else 'momentum, variance'})"
              " per parameter before sharding (ZeRO, Rajbhandari et al. 2020); fsdp = zero3",
              "activations: what autograd saves in one forward with the loss, measured on "
-             f"{m.device} fake tensors (saved-tensor hooks; parameters excluded)"]
+             f"{m.device} fake tensors (saved-tensor hooks; parameters excluded)", *m.notes]
+    if len(m.groups) > 1:
+        notes.append("activations per group of identical layers, each measured on one of its "
+                     "layers: " + " + ".join(f"{g.layers} {g.label}" for g in m.groups)
+                     + " layers")
+    if m.gathered:
+        notes.append("mixture of experts: measured as a GPU's grouped GEMM trains it; the "
+                     "per-token copies of the expert weights that transformers' batched_mm "
+                     "makes are weights, not counted")
     if kernels == "fused":
         notes.append("kernels fused: per layer, what fused RMSNorm/LayerNorm, fused SwiGLU "
                      "(bias-GeLU) and flash attention on un-expanded K/V save, counted from the "

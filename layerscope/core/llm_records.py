@@ -158,6 +158,22 @@ class PlanRow(Record):
 
 
 @dataclass
+class PlanLayerGroup(Record):
+    """Layers of one structure (a dense MLP or a mixture of experts, the same attention),
+    measured on one of them."""
+
+    first_layer: int = field(metadata=_COUNT)
+    layers: int = field(metadata=_COUNT)
+    label: str
+    per_layer_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer with the report's kernels"})
+    per_layer_kept_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer after --recompute"})
+    attention_scores_bytes: int = field(metadata={
+        **_COUNT, "description": "per layer: the seq x seq tensors"})
+
+
+@dataclass
 class PlanActivations(Record):
     """What autograd saves for backward for one micro-batch on one device before pipeline and
     tensor-parallel division: measured (saved-tensor hooks on fake tensors) with the unfused
@@ -180,6 +196,14 @@ class PlanActivations(Record):
     measured_per_layer_bytes: int | None = field(default=None, metadata=omit_none(
         **_COUNT, description="per layer as measured (the block's code as written); added "
                               "after 0.1"))
+    # added after 0.1: layers of more than one structure (the per-layer fields above are then
+    # the heaviest group's)
+    groups: list[PlanLayerGroup] = field(default_factory=list, metadata=omit_empty(
+        description="one entry per group of identical layers, when there are several"))
+    blocks_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="the blocks' kept activations on the stage that holds the most "
+                              "(layers x micro-batches in flight), before tensor-parallel "
+                              "division"))
 
 
 @dataclass

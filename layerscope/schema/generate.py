@@ -55,6 +55,7 @@ GENERATED: dict[str, type[Record]] = {
     "llm_attention_layers": lr.AttentionLayers,
     "plan": lr.PlanReport,
     "plan_activations": lr.PlanActivations,
+    "plan_layer_group": lr.PlanLayerGroup,
     "plan_row": lr.PlanRow,
 }
 _NAMES = {cls: name for name, cls in GENERATED.items()}

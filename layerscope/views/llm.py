@@ -143,13 +143,20 @@ def plan_facts(p) -> list[tuple[str, str]]:
     a = p.activations
     how = "measured" if p.kernels in (None, "unfused") else \
         f"with {p.kernels} kernels (unfused, measured: {gb(a.measured_per_layer_bytes or 0)})"
+    groups = getattr(a, "groups", None) or []
+    top = max(groups, key=lambda g: g.per_layer_bytes).label if groups else ""
     facts = [("Parameters", exact(p.params_total))]
     if p.params_active is not None and p.params_active != p.params_total:
         facts.append(("Active per token", exact(p.params_active)))
-    facts += [("Activations per layer", f"{gb(a.per_layer_bytes)} {how}, "
-                                        f"{gb(a.attention_scores_bytes)} seq×seq, "
-                                        f"{gb(a.per_layer_kept_bytes)} kept"),
-              ("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
+    facts.append(("Activations per layer" + (f" (heaviest: {top})" if top else ""),
+                  f"{gb(a.per_layer_bytes)} {how}, {gb(a.attention_scores_bytes)} seq×seq, "
+                  f"{gb(a.per_layer_kept_bytes)} kept"))
+    if groups:
+        facts.append(("Layer groups", " + ".join(
+            f"{g.layers} {g.label} layer{'s' if g.layers > 1 else ''} × "
+            f"{gb(g.per_layer_kept_bytes)}" for g in groups)
+            + " kept"))
+    facts += [("Outside the blocks", f"{gb(a.other_bytes)} (embeddings, head, loss)"),
               ("Per device", f"{a.layers_per_stage} layers × {a.micro_batches_in_flight} "
                              "micro-batches in flight")]
     first = p.strategies[0] if p.strategies else None
