@@ -5,10 +5,11 @@ KV cache holds: plain causal attention, a sliding window of W keys (Mistral's ``
 on every layer; Qwen2's ``use_sliding_window`` from ``max_window_layers`` on; Gemma-2/3 and
 Cohere-2 local/global patterns via ``layer_types`` or ``sliding_window_pattern``), multi-head
 latent attention (DeepSeek-V2/V3: ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``,
-``v_head_dim``), multi-/grouped-query attention (``num_key_value_heads``; Falcon's
-``multi_query``, ``new_decoder_architecture`` and ``num_kv_heads``) and ``head_dim`` given
-separately. A layer type the rules do not know (``chunked_attention``, linear attention, ...) is
-``kind="unknown"``: its scores are counted as the whole matrix, and said so.
+``v_head_dim``), multi-/grouped-query attention (``num_key_value_heads``; GPT-BigCode's
+``multi_query``; Falcon's ``multi_query``, ``new_decoder_architecture`` and ``num_kv_heads``)
+and ``head_dim`` given separately. A layer type the rules do not know (``chunked_attention``,
+linear attention, ...) is ``kind="unknown"``: its scores are counted as the whole matrix, and
+said so.
 
 The layer types are those transformers' configuration class derives (``layer_types``, which
 many families compute from other keys) when transformers is installed; without it, or for a
@@ -85,7 +86,8 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         heads = _positive(lambda k: get(k, 12), "n_head", where)
         d = _positive(lambda k: get(k, 768), "n_embd", where) // heads
         layers = _positive(lambda k: get(k, 12), "n_layer", where)
-        return (LayerAttention(CAUSAL, heads, heads, d, d, 2 * heads * d),) * layers
+        kv = gpt2_kv_heads(data, heads)
+        return (LayerAttention(CAUSAL, heads, kv, d, d, 2 * kv * d),) * layers
     layers_key = "n_layer" if "n_layer" in data else "num_hidden_layers"
     heads_key = "n_head" if "n_head" in data else "num_attention_heads"
     for key in (layers_key, heads_key, "hidden_size"):
@@ -117,6 +119,15 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         else:
             out.append(base)
     return tuple(out)
+
+
+def gpt2_kv_heads(data: Mapping[str, Any], heads: int) -> int:
+    """Key/value heads of a config in GPT-2's keys (``n_embd``, ``n_head``): GPT-BigCode
+    (SantaCoder, StarCoder) shares them and is multi-query unless ``multi_query`` is false (its
+    configuration's default is true): one K and one V head serve all the query heads."""
+    if data.get("model_type") == "gpt_bigcode" and data.get("multi_query", True):
+        return 1
+    return heads
 
 
 def _base_attention(data: Mapping[str, Any], heads: int, hidden: int,

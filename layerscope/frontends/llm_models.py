@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from layerscope.core import values
 from layerscope.core.errors import UserError
 from layerscope.core.infiles import check_input_file
-from layerscope.frontends import hf_config_keys
+from layerscope.frontends import hf_config_keys, llm_attention
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 from layerscope.frontends.llm_moe import moe_from_hf
 
@@ -281,7 +281,8 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
             raise UserError(f"{where}: n_embd {h} is not a multiple of n_head {heads}")
         return LLMConfig(
             name, vocab_size=count("vocab_size", 50257), hidden_size=h,
-            num_layers=count("n_layer", 12), num_heads=heads, num_kv_heads=heads,
+            num_layers=count("n_layer", 12), num_heads=heads,
+            num_kv_heads=llm_attention.gpt2_kv_heads(config, heads),
             intermediate_size=count("n_inner") if get("n_inner") else 4 * h,
             max_position=count("n_positions", 1024), norm="layernorm", mlp="gelu",
             position="learned", qkv_bias=True, proj_bias=True,
