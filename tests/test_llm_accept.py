@@ -162,6 +162,29 @@ def test_configs_llm_cannot_count_get_their_true_reason(tmp_path, config, comman
     assert "not a decoder-only causal LM" not in err
 
 
+def test_gpt_neo_layer_types_not_one_per_layer_is_one_line(tmp_path):
+    # GPT-Neo's attention_types must expand to one type per layer
+    config = {"model_type": "gpt_neo", "vocab_size": 256, "hidden_size": 64, "num_heads": 4,
+              "num_layers": 3, "attention_types": [[["global", "local"], 1]]}
+    code, _, err = run_cli("llm", write_config(tmp_path, config), "--seq-len", "16")
+    assert code == 2 and "attention_types gives 2 layer types for 3 layers" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_what_transformers_cannot_read_is_one_line(tmp_path, monkeypatch):
+    import transformers
+
+    def refuse(*args, **kwargs):  # transformers' validation errors span several lines
+        raise ValueError("Class validation error for validator 'validate_architecture':\n"
+                         "    ValueError: more detail")
+
+    monkeypatch.setattr(transformers.AutoConfig, "for_model", refuse)
+    with pytest.raises(UserError) as info:
+        llm_models.from_hf(write_config(tmp_path, LLAMA))
+    assert "transformers cannot read this config (Class validation error" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("config", [BLOOM, MAMBA], ids=["bloom", "mamba"])
 def test_analyze_counts_what_llm_refuses(tmp_path, config):
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",

@@ -279,6 +279,39 @@ def test_llm_gpt_bigcode_multi_query_cache(tmp_path):
     assert r.decode.macs_per_token == per_token + 2 * 4 * 32 * 41
 
 
+GPT_NEO = {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "vocab_size": 256,
+           "hidden_size": 64, "num_heads": 4, "num_layers": 2, "max_position_embeddings": 64,
+           "attention_types": [[["global", "local"], 1]],
+           "attention_layers": ["global", "local"], "window_size": 4}
+
+
+def test_gpt_neo_and_mpt_key_names_and_local_layers():
+    # GPT-Neo names its sizes num_layers / num_heads; its local layers see window_size keys
+    assert [(a.kind, a.window, a.heads) for a in llm_attention.from_hf(GPT_NEO)] == [
+        (C, None, 4), (S, 4, 4)]
+    # MPT: n_layers, n_heads, d_model
+    mpt = llm_attention.from_hf({"model_type": "mpt", "d_model": 64, "n_heads": 4,
+                                 "n_layers": 3})
+    assert [(a.kind, a.heads, a.qk_head_dim) for a in mpt] == [(C, 4, 16)] * 3
+
+
+def test_llm_gpt_neo_local_layers_by_hand(tmp_path):
+    pytest.importorskip("transformers")
+    r = llm(_write(tmp_path, GPT_NEO), seq_len=16, context=40)
+    # per token, 2 layers of q, k, v, out (4 x 64 x 64) and MLP 2 x 64 x 256, the tied head
+    # 64 x 256: 114,688; per score 4 heads x (16 + 16) = 128 MACs, the global layer 16 x 17 / 2
+    # = 136 scores, the local one (window 4) 4 x 5 / 2 + 12 x 4 = 58
+    per_token = 2 * (4 * 64 * 64 + 2 * 64 * 256) + 64 * 256
+    assert r.prefill.macs == 16 * per_token + 128 * (136 + 58)
+    # decode at 40: 41 keys globally, 4 locally
+    assert r.decode.macs_per_token == per_token + 128 * (41 + 4)
+    # K and V, 64 values each, per layer per token; the local layer holds 4 tokens
+    assert r.kv_cache.bytes_per_token == 2 * 2 * 64 * 2
+    assert r.kv_cache.bytes_total == 256 * 40 + 256 * 4
+    assert [(a.kind, a.layers, a.window) for a in r.attention_layers] == [(C, 1, None),
+                                                                          (S, 1, 4)]
+
+
 def test_decode_is_one_token_not_a_prefill_difference(tmp_path):
     pytest.importorskip("transformers")
     path = _write(tmp_path, TINY)

@@ -52,7 +52,7 @@ from layerscope.core.llm_records import (
     LLMRoofline,
     PrefillCost,
 )
-from layerscope.frontends import llm_attention
+from layerscope.frontends import hf_config_keys, llm_attention
 from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
 
@@ -237,8 +237,7 @@ def _hf_source(spec: str) -> LLMSource:
 
     name, data = llm_models.hf_config_dict(spec)
     config = llm_models.llm_config_from_hf(data, name, spec)
-    key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
-        else "num_hidden_layers"
+    key = hf_config_keys.layers_key(data)
 
     def build(c: LLMConfig) -> nn.Module:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
@@ -266,10 +265,15 @@ def _hf_source(spec: str) -> LLMSource:
 
 def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
     """The config with ``layers`` blocks: the first ones (per-layer lists such as
-    ``layer_types`` cut to match, as transformers checks their length)."""
+    ``layer_types`` cut to match, as transformers checks their length; GPT-Neo's
+    ``attention_types``, runs of layer types, rewritten as one run per kept layer)."""
     out = {**data, key: layers}
     if isinstance(data.get("layer_types"), list):
         out["layer_types"] = data["layer_types"][:layers]
+    if data.get("model_type") == "gpt_neo":
+        kinds = llm_attention.gpt_neo_layer_types(data)[:layers]
+        out["attention_types"] = [[[kind], 1] for kind in kinds]
+        out["attention_layers"] = kinds
     return out
 
 

@@ -400,7 +400,8 @@ def from_hf(spec: str, shown: str | None = None) -> tuple[nn.Module, LLMConfig |
     try:
         config = transformers.AutoConfig.for_model(**data)
     except Exception as exc:
-        raise UserError(f"{spec}: transformers cannot read this config ({exc})") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{spec}: transformers cannot read this config ({first})") from None
     config._attn_implementation = attention_implementation(transformers, config)
     if hasattr(config, "_experts_implementation"):
         # mixture of experts: "batched_mm" gathers each (token, chosen expert) pair's weights and
