@@ -153,9 +153,8 @@ ZERO_KV = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
 @pytest.mark.parametrize("config,command,expected", [
     (ZERO_KV, "llm", "num_key_value_heads must be at least 1, got 0"),
     (ZERO_KV, "analyze", "num_key_value_heads must be at least 1, got 0"),
-    (BLOOM, "llm", "bloom adds ALiBi biases to the attention scores"),
     (MAMBA, "llm", "mamba is a state-space model (state_size, no num_attention_heads)"),
-], ids=["kv-heads-0-llm", "kv-heads-0-analyze", "bloom-alibi", "mamba-no-attention"])
+], ids=["kv-heads-0-llm", "kv-heads-0-analyze", "mamba-no-attention"])
 def test_configs_llm_cannot_count_get_their_true_reason(tmp_path, config, command, expected):
     code, _, err = run_cli(command, write_config(tmp_path, config), "--seq-len", "16")
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
@@ -185,8 +184,27 @@ def test_what_transformers_cannot_read_is_one_line(tmp_path, monkeypatch):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("config", [BLOOM, MAMBA], ids=["bloom", "mamba"])
-def test_analyze_counts_what_llm_refuses(tmp_path, config):
+FALCON_ALIBI = {"model_type": "falcon", "vocab_size": 1000, "hidden_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "alibi": True,
+                "multi_query": False, "parallel_attn": False, "bias": True}
+
+
+@pytest.mark.parametrize("config", [BLOOM, FALCON_ALIBI], ids=["bloom", "falcon-alibi"])
+def test_alibi_models_are_counted(tmp_path, config):
+    # ALiBi adds a bias per score (elementwise: no MACs) and caches K and V as usual. Both:
+    # 2 layers of fused q/k/v 64 x 192, output 64 x 64, MLP 2 x 64 x 256, the head 64 x 1000;
+    # per score 4 heads x (16 + 16) = 128 MACs, 16 x 17 / 2 scores per head and layer
+    r = llm(write_config(tmp_path, config), seq_len=16, context=40)
+    per_token = 2 * (64 * 192 + 64 * 64 + 2 * 64 * 256) + 64 * 1000
+    assert r.params_total > 0 and r.config["position"] == "alibi"
+    assert r.prefill.macs == 16 * per_token + 2 * 128 * 136
+    assert r.decode.macs_per_token == per_token + 2 * 128 * 41
+    assert r.kv_cache.bytes_per_token == 2 * 2 * 64 * 2
+    assert r.attention_count == "causal"
+
+
+def test_analyze_counts_what_llm_refuses(tmp_path):
+    config = MAMBA
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",
                              "--depth", "0", "--format", "json")
     assert code == 0 and json.loads(out)["totals"]["macs"] > 0, err

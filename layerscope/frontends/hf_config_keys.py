@@ -108,8 +108,3 @@ def refuse_unsupported(config: dict[str, Any], where: str) -> None:
         raise UserError(f"{where}: {kind} is a state-space model (state_size, no "
                         "num_attention_heads): it has no attention and no KV cache for layerscope "
                         "llm to count; `layerscope analyze` counts its parameters and MACs")
-    if kind == "bloom" or config.get("alibi"):
-        raise UserError(f"{where}: {kind} adds ALiBi biases to the attention scores instead of "
-                        "position embeddings (model_type bloom or alibi: true), which layerscope "
-                        "llm does not describe; `layerscope analyze` counts its parameters and "
-                        "MACs")
