@@ -203,6 +203,35 @@ def test_alibi_models_are_counted(tmp_path, config):
     assert r.attention_count == "causal"
 
 
+MPT = {"model_type": "mpt", "vocab_size": 256, "d_model": 64, "n_heads": 4, "n_layers": 2,
+       "max_seq_len": 32, "expansion_ratio": 4, "no_bias": True,
+       "attn_config": {"alibi": True}}
+
+
+def test_mpt_counted_within_its_alibi_table(tmp_path):
+    # MPT names its sizes d_model / n_heads / n_layers. 2 layers of Wqkv 64 x 192, out_proj
+    # 64 x 64, MLP 2 x 64 x 256, the tied head 64 x 256; per score 4 x (16 + 16) = 128 MACs
+    path = write_config(tmp_path, MPT)
+    r = llm(path, seq_len=16, context=31)
+    per_token = 2 * (64 * 192 + 64 * 64 + 2 * 64 * 256) + 64 * 256
+    assert r.prefill.macs == 16 * per_token + 2 * 128 * 136
+    assert r.decode.macs_per_token == per_token + 2 * 128 * 32
+    assert r.config["position"] == "alibi" and r.config["max_position"] == 32
+    assert llm(path, seq_len=32).decode.context == 31  # the default context fits the table
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (("--seq-len", "33"), "--seq-len 33 needs 33 positions, more than model's ALiBi biases, "
+                          "computed for max_seq_len (32 positions)"),
+    (("--seq-len", "8", "--context", "32"), "--context 32 needs 33 positions"),
+])
+def test_mpt_beyond_its_alibi_table_is_refused(tmp_path, flags, expected):
+    # transformers' MPT computes its ALiBi biases once, for max_seq_len positions, and fails
+    # on longer inputs
+    code, _, err = run_cli("llm", write_config(tmp_path, MPT), *flags)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_analyze_counts_what_llm_refuses(tmp_path):
     config = MAMBA
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",

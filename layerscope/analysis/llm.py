@@ -198,6 +198,9 @@ class LLMSource:
     # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
     # plain causal attention with the config's heads on every layer
     attention: tuple[LayerAttention, ...] = field(default=(), kw_only=True)
+    # what caps the positions at config.max_position, the model failing beyond it (None: a
+    # learned position table when config.position is "learned", else nothing)
+    position_table: str | None = field(default=None, kw_only=True)
 
     def layer_attention(self) -> tuple[LayerAttention, ...]:
         c = self.config
@@ -258,8 +261,11 @@ def _hf_source(spec: str) -> LLMSource:
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
                  "config's attention description, checked against the traced matmuls",)
+    # MPT computes its ALiBi biases once, for max_seq_len positions: longer inputs fail
+    table = "ALiBi biases, computed for max_seq_len" if data.get("model_type") == "mpt" \
+        else None
     return LLMSource(name, config, build, notes=notes,
-                     attention=llm_attention.from_hf(data, spec))
+                     attention=llm_attention.from_hf(data, spec), position_table=table)
 
 
 
@@ -538,20 +544,20 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
                         "attention heads", arguments="tp")
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
-    if context is None:  # the prompt's length; a learned position table caps it (decode
-        # at context L runs position L + 1)
-        context = min(seq_len, config.max_position - 1) if config.position == "learned" \
-            else seq_len
+    table = source.position_table or ("learned position table" if config.position == "learned"
+                                      else None)
+    if context is None:  # the prompt's length; a position table caps it (decode at context
+        # L runs position L + 1)
+        context = min(seq_len, config.max_position - 1) if table else seq_len
     else:
         context = values.positive_int(context, "context")
     check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
     check_tokens(config, 1, context + 1, "context")
     notes = list(source.notes)
     for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
-        if config.position == "learned" and n > config.max_position:
+        if table and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
-                            f"learned position table ({config.max_position} positions)",
-                            arguments=what)
+                            f"{table} ({config.max_position} positions)", arguments=what)
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")

@@ -311,7 +311,8 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
             raise UserError(f"{where}: rope_scaling must be a JSON object, got {rope!r:.40}")
         moe = moe_from_hf(config, where)  # every key name transformers uses
         experts, per_token = moe.routed_experts, moe.experts_per_token
-        max_position = count("max_position_embeddings", 2048)
+        max_position = count("max_seq_len") if get("model_type") == "mpt" and \
+            get("max_seq_len") else count("max_position_embeddings", 2048)
         return LLMConfig(
             name, vocab_size=count("vocab_size"), hidden_size=hidden,
             num_layers=count("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
