@@ -36,7 +36,7 @@ def own_names(data: Mapping[str, Any]) -> dict[str, str]:
     try:
         from transformers import CONFIG_MAPPING
 
-        cls = CONFIG_MAPPING[data.get("model_type")]
+        cls = CONFIG_MAPPING[str(data.get("model_type"))]
     except Exception:  # no transformers, an unknown or missing model_type
         return {}
     return dict(getattr(cls, "attribute_map", None) or {})
