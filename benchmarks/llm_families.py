@@ -120,7 +120,15 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
     elif kind == "opt":
         heads, f = d["num_attention_heads"], d["ffn_dim"]
         per_token = layers_n * (4 * h * h + 2 * h * f)
-        assert d["word_embed_proj_dim"] == h  # no project_in/out matmuls
+        proj = d.get("word_embed_proj_dim") or h
+        if proj != h:  # project_in (proj -> h), project_out (h -> proj); the head is proj wide
+            per_token += 2 * proj * h - h * vocab + proj * vocab
+        attn = [(heads, h // heads, h // heads, None, 2 * h)] * layers_n
+    elif kind in ("gptj", "phi"):  # q, k, v, out; fc_in/fc1, fc_out/fc2
+        heads = d.get("n_head") or d["num_attention_heads"]
+        f = d.get("n_inner") or d.get("intermediate_size") or 4 * h
+        layers_n = d.get("n_layer") or d["num_hidden_layers"]
+        per_token = layers_n * (4 * h * h + 2 * h * f)
         attn = [(heads, h // heads, h // heads, None, 2 * h)] * layers_n
     elif kind == "gpt_neox":
         heads, f = d["num_attention_heads"], d["intermediate_size"]
