@@ -153,17 +153,87 @@ ZERO_KV = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
 @pytest.mark.parametrize("config,command,expected", [
     (ZERO_KV, "llm", "num_key_value_heads must be at least 1, got 0"),
     (ZERO_KV, "analyze", "num_key_value_heads must be at least 1, got 0"),
-    (BLOOM, "llm", "bloom adds ALiBi biases to the attention scores"),
     (MAMBA, "llm", "mamba is a state-space model (state_size, no num_attention_heads)"),
-], ids=["kv-heads-0-llm", "kv-heads-0-analyze", "bloom-alibi", "mamba-no-attention"])
+], ids=["kv-heads-0-llm", "kv-heads-0-analyze", "mamba-no-attention"])
 def test_configs_llm_cannot_count_get_their_true_reason(tmp_path, config, command, expected):
     code, _, err = run_cli(command, write_config(tmp_path, config), "--seq-len", "16")
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
     assert "not a decoder-only causal LM" not in err
 
 
-@pytest.mark.parametrize("config", [BLOOM, MAMBA], ids=["bloom", "mamba"])
-def test_analyze_counts_what_llm_refuses(tmp_path, config):
+def test_gpt_neo_layer_types_not_one_per_layer_is_one_line(tmp_path):
+    # GPT-Neo's attention_types must expand to one type per layer
+    config = {"model_type": "gpt_neo", "vocab_size": 256, "hidden_size": 64, "num_heads": 4,
+              "num_layers": 3, "attention_types": [[["global", "local"], 1]]}
+    code, _, err = run_cli("llm", write_config(tmp_path, config), "--seq-len", "16")
+    assert code == 2 and "attention_types gives 2 layer types for 3 layers" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_what_transformers_cannot_read_is_one_line(tmp_path, monkeypatch):
+    import transformers
+
+    def refuse(*args, **kwargs):  # transformers' validation errors span several lines
+        raise ValueError("Class validation error for validator 'validate_architecture':\n"
+                         "    ValueError: more detail")
+
+    monkeypatch.setattr(transformers.AutoConfig, "for_model", refuse)
+    with pytest.raises(UserError) as info:
+        llm_models.from_hf(write_config(tmp_path, LLAMA))
+    assert "transformers cannot read this config (Class validation error" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+FALCON_ALIBI = {"model_type": "falcon", "vocab_size": 1000, "hidden_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "alibi": True,
+                "multi_query": False, "parallel_attn": False, "bias": True}
+
+
+@pytest.mark.parametrize("config", [BLOOM, FALCON_ALIBI], ids=["bloom", "falcon-alibi"])
+def test_alibi_models_are_counted(tmp_path, config):
+    # ALiBi adds a bias per score (elementwise: no MACs) and caches K and V as usual. Both:
+    # 2 layers of fused q/k/v 64 x 192, output 64 x 64, MLP 2 x 64 x 256, the head 64 x 1000;
+    # per score 4 heads x (16 + 16) = 128 MACs, 16 x 17 / 2 scores per head and layer
+    r = llm(write_config(tmp_path, config), seq_len=16, context=40)
+    per_token = 2 * (64 * 192 + 64 * 64 + 2 * 64 * 256) + 64 * 1000
+    assert r.params_total > 0 and r.config["position"] == "alibi"
+    assert r.prefill.macs == 16 * per_token + 2 * 128 * 136
+    assert r.decode.macs_per_token == per_token + 2 * 128 * 41
+    assert r.kv_cache.bytes_per_token == 2 * 2 * 64 * 2
+    assert r.attention_count == "causal"
+
+
+MPT = {"model_type": "mpt", "vocab_size": 256, "d_model": 64, "n_heads": 4, "n_layers": 2,
+       "max_seq_len": 32, "expansion_ratio": 4, "no_bias": True,
+       "attn_config": {"alibi": True}}
+
+
+def test_mpt_counted_within_its_alibi_table(tmp_path):
+    # MPT names its sizes d_model / n_heads / n_layers. 2 layers of Wqkv 64 x 192, out_proj
+    # 64 x 64, MLP 2 x 64 x 256, the tied head 64 x 256; per score 4 x (16 + 16) = 128 MACs
+    path = write_config(tmp_path, MPT)
+    r = llm(path, seq_len=16, context=31)
+    per_token = 2 * (64 * 192 + 64 * 64 + 2 * 64 * 256) + 64 * 256
+    assert r.prefill.macs == 16 * per_token + 2 * 128 * 136
+    assert r.decode.macs_per_token == per_token + 2 * 128 * 32
+    assert r.config["position"] == "alibi" and r.config["max_position"] == 32
+    assert llm(path, seq_len=32).decode.context == 31  # the default context fits the table
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (("--seq-len", "33"), "--seq-len 33 needs 33 positions, more than model's ALiBi biases, "
+                          "computed for max_seq_len (32 positions)"),
+    (("--seq-len", "8", "--context", "32"), "--context 32 needs 33 positions"),
+])
+def test_mpt_beyond_its_alibi_table_is_refused(tmp_path, flags, expected):
+    # transformers' MPT computes its ALiBi biases once, for max_seq_len positions, and fails
+    # on longer inputs
+    code, _, err = run_cli("llm", write_config(tmp_path, MPT), *flags)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_analyze_counts_what_llm_refuses(tmp_path):
+    config = MAMBA
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",
                              "--depth", "0", "--format", "json")
     assert code == 0 and json.loads(out)["totals"]["macs"] > 0, err

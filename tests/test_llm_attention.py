@@ -106,6 +106,16 @@ def test_head_dim_given_separately_and_gqa():
     # Falcon with multi_query false: multi-head, 4 layers x 2 x 8 x 8 x 2
     ({"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 4,
       "num_attention_heads": 8, "multi_query": False}, 4 * 2 * 8 * 8 * 2),
+    # GPT-BigCode (SantaCoder): multi_query, one KV head of 2048 / 16 = 128:
+    # 24 layers x 2 x 1 x 128 x 2 bytes = 12,288; multi_query false: 16 heads, 16 x that;
+    # without the key its configuration's default (multi-query)
+    ({"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16, "n_layer": 24,
+      "multi_query": True}, 12_288),
+    ({"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16, "n_layer": 24,
+      "multi_query": False}, 16 * 12_288),
+    ({"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16, "n_layer": 24}, 12_288),
+    # GPT-2 (same keys): multi-head, 12 x 2 x 12 x 64 x 2 = 36,864
+    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12}, 36_864),
     # Mistral-7B: 32 layers x 2 x 8 KV heads x 128 x 2 = 131,072
     ({"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
       "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096}, 131_072),
@@ -245,6 +255,61 @@ def test_llm_mla_scores_and_latent_cache(tmp_path):
     # the cache holds the 16-value latent and the 8-value rotary key: 2 x 24 x 2 bytes
     assert causal.kv_cache.bytes_per_token == 96
     assert causal.kv_cache.bytes_total == 96 * 40
+
+
+BIGCODE = {"architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode",
+           "vocab_size": 256, "n_embd": 64, "n_head": 4, "n_layer": 2, "n_inner": 128,
+           "n_positions": 64, "multi_query": True}
+
+
+def test_llm_gpt_bigcode_multi_query_cache(tmp_path):
+    pytest.importorskip("transformers")
+    r = llm(_write(tmp_path, BIGCODE), seq_len=8, context=40)
+    # one K and one V head of 64 / 4 = 16 per layer: 2 layers x 2 x 16 x 2 bytes = 128 per
+    # token (not the 4 heads' 512), 40 tokens of it
+    assert r.kv_cache.bytes_per_token == 128
+    assert r.kv_cache.bytes_total == 128 * 40
+    assert [(a.heads, a.kv_heads) for a in r.attention_layers] == [(4, 1)]
+    assert r.config["num_kv_heads"] == 1
+    # the scores do not depend on it: 2 layers x 4 heads x (16 + 16) x 8 x 9 / 2 of prefill
+    # and 41 keys of decode, beside one token's matmuls: c_attn 64 x (64 + 2 x 16), c_proj
+    # 64 x 64, c_fc and c_proj 2 x 64 x 128 per layer, the head 64 x 256
+    per_token = 2 * (64 * 96 + 64 * 64 + 2 * 64 * 128) + 64 * 256
+    assert r.prefill.macs == 8 * per_token + 2 * 4 * 32 * 36
+    assert r.decode.macs_per_token == per_token + 2 * 4 * 32 * 41
+
+
+GPT_NEO = {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "vocab_size": 256,
+           "hidden_size": 64, "num_heads": 4, "num_layers": 2, "max_position_embeddings": 64,
+           "attention_types": [[["global", "local"], 1]],
+           "attention_layers": ["global", "local"], "window_size": 4}
+
+
+def test_gpt_neo_and_mpt_key_names_and_local_layers():
+    # GPT-Neo names its sizes num_layers / num_heads; its local layers see window_size keys
+    assert [(a.kind, a.window, a.heads) for a in llm_attention.from_hf(GPT_NEO)] == [
+        (C, None, 4), (S, 4, 4)]
+    # MPT: n_layers, n_heads, d_model
+    mpt = llm_attention.from_hf({"model_type": "mpt", "d_model": 64, "n_heads": 4,
+                                 "n_layers": 3})
+    assert [(a.kind, a.heads, a.qk_head_dim) for a in mpt] == [(C, 4, 16)] * 3
+
+
+def test_llm_gpt_neo_local_layers_by_hand(tmp_path):
+    pytest.importorskip("transformers")
+    r = llm(_write(tmp_path, GPT_NEO), seq_len=16, context=40)
+    # per token, 2 layers of q, k, v, out (4 x 64 x 64) and MLP 2 x 64 x 256, the tied head
+    # 64 x 256: 114,688; per score 4 heads x (16 + 16) = 128 MACs, the global layer 16 x 17 / 2
+    # = 136 scores, the local one (window 4) 4 x 5 / 2 + 12 x 4 = 58
+    per_token = 2 * (4 * 64 * 64 + 2 * 64 * 256) + 64 * 256
+    assert r.prefill.macs == 16 * per_token + 128 * (136 + 58)
+    # decode at 40: 41 keys globally, 4 locally
+    assert r.decode.macs_per_token == per_token + 128 * (41 + 4)
+    # K and V, 64 values each, per layer per token; the local layer holds 4 tokens
+    assert r.kv_cache.bytes_per_token == 2 * 2 * 64 * 2
+    assert r.kv_cache.bytes_total == 256 * 40 + 256 * 4
+    assert [(a.kind, a.layers, a.window) for a in r.attention_layers] == [(C, 1, None),
+                                                                          (S, 1, 4)]
 
 
 def test_decode_is_one_token_not_a_prefill_difference(tmp_path):

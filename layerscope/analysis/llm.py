@@ -52,7 +52,7 @@ from layerscope.core.llm_records import (
     LLMRoofline,
     PrefillCost,
 )
-from layerscope.frontends import llm_attention
+from layerscope.frontends import hf_config_keys, llm_attention
 from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
 
@@ -198,6 +198,9 @@ class LLMSource:
     # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
     # plain causal attention with the config's heads on every layer
     attention: tuple[LayerAttention, ...] = field(default=(), kw_only=True)
+    # what caps the positions at config.max_position, the model failing beyond it (None: a
+    # learned position table when config.position is "learned", else nothing)
+    position_table: str | None = field(default=None, kw_only=True)
 
     def layer_attention(self) -> tuple[LayerAttention, ...]:
         c = self.config
@@ -237,8 +240,7 @@ def _hf_source(spec: str) -> LLMSource:
 
     name, data = llm_models.hf_config_dict(spec)
     config = llm_models.llm_config_from_hf(data, name, spec)
-    key = "n_layer" if "n_embd" in data or data.get("model_type") == "gpt2" \
-        else "num_hidden_layers"
+    key = hf_config_keys.layers_key(data)
 
     def build(c: LLMConfig) -> nn.Module:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
@@ -259,17 +261,25 @@ def _hf_source(spec: str) -> LLMSource:
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
                  "config's attention description where the traced matmuls agree with it",)
+    # MPT computes its ALiBi biases once, for max_seq_len positions: longer inputs fail
+    table = "ALiBi biases, computed for max_seq_len" if data.get("model_type") == "mpt" \
+        else None
     return LLMSource(name, config, build, notes=notes,
-                     attention=llm_attention.from_hf(data, spec))
+                     attention=llm_attention.from_hf(data, spec), position_table=table)
 
 
 
 def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
     """The config with ``layers`` blocks: the first ones (per-layer lists such as
-    ``layer_types`` cut to match, as transformers checks their length)."""
+    ``layer_types`` cut to match, as transformers checks their length; GPT-Neo's
+    ``attention_types``, runs of layer types, rewritten as one run per kept layer)."""
     out = {**data, key: layers}
     if isinstance(data.get("layer_types"), list):
         out["layer_types"] = data["layer_types"][:layers]
+    if data.get("model_type") == "gpt_neo":
+        kinds = llm_attention.gpt_neo_layer_types(data)[:layers]
+        out["attention_types"] = [[[kind], 1] for kind in kinds]
+        out["attention_layers"] = kinds
     return out
 
 
@@ -555,20 +565,20 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
                         "attention heads", arguments="tp")
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
-    if context is None:  # the prompt's length; a learned position table caps it (decode
-        # at context L runs position L + 1)
-        context = min(seq_len, config.max_position - 1) if config.position == "learned" \
-            else seq_len
+    table = source.position_table or ("learned position table" if config.position == "learned"
+                                      else None)
+    if context is None:  # the prompt's length; a position table caps it (decode at context
+        # L runs position L + 1)
+        context = min(seq_len, config.max_position - 1) if table else seq_len
     else:
         context = values.positive_int(context, "context")
     check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
     check_tokens(config, 1, context + 1, "context")
     notes = list(source.notes)
     for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
-        if config.position == "learned" and n > config.max_position:
+        if table and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
-                            f"learned position table ({config.max_position} positions)",
-                            arguments=what)
+                            f"{table} ({config.max_position} positions)", arguments=what)
         if n > config.max_position:
             notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
                          f"trained context ({config.max_position:,} tokens); counted anyway")

@@ -9,6 +9,7 @@ gives it, so a short config means what transformers builds from it. Nothing here
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from layerscope.core import values
@@ -28,6 +29,40 @@ def check_sizes(data: dict[str, Any], where: str) -> None:
             values.positive_int(data[key], f"{where}: {key}")
 
 
+def own_names(data: Mapping[str, Any]) -> dict[str, str]:
+    """Standard name -> the key this family's config class stores it under (its
+    ``attribute_map``: MPT's ``n_layers``, GPT-Neo's ``num_layers`` and ``num_heads``, GPT-2's
+    ``n_layer``); empty without transformers or for a model type it does not know."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[str(data.get("model_type"))]
+    except Exception:  # no transformers, an unknown or missing model_type
+        return {}
+    return dict(getattr(cls, "attribute_map", None) or {})
+
+
+def standard_names(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the standard names (``num_hidden_layers``, ``num_attention_heads``,
+    ``hidden_size``, ...) added where the family's config class renames them."""
+    out = dict(data)
+    for standard, own in own_names(data).items():
+        if out.get(standard) is None and out.get(own) is not None:
+            out[standard] = out[own]
+    return out
+
+
+def layers_key(data: Mapping[str, Any]) -> str:
+    """The key holding the number of decoder layers in this config file."""
+    own = own_names(data).get("num_hidden_layers")
+    if own is not None and own in data:
+        return own
+    if "num_hidden_layers" not in data and ("n_layer" in data or "n_embd" in data
+                                            or data.get("model_type") == "gpt2"):
+        return "n_layer"
+    return "num_hidden_layers"
+
+
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` plus what transformers' config class sets for the keys it leaves out, and the
     standard names (``num_attention_heads``, ...) of the keys a class renames. Without
@@ -37,7 +72,7 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
         config = transformers.AutoConfig.for_model(**data)
     except Exception:  # no transformers, an unknown model_type, values it refuses: the file
-        return dict(data)
+        return standard_names(data)  # (building it says what transformers refuses)
     merged = {**config.to_dict(), **data}
     for standard, own in getattr(config, "attribute_map", {}).items():
         if merged.get(standard) is None and merged.get(own) is not None:
@@ -73,8 +108,3 @@ def refuse_unsupported(config: dict[str, Any], where: str) -> None:
         raise UserError(f"{where}: {kind} is a state-space model (state_size, no "
                         "num_attention_heads): it has no attention and no KV cache for layerscope "
                         "llm to count; `layerscope analyze` counts its parameters and MACs")
-    if kind == "bloom" or config.get("alibi"):
-        raise UserError(f"{where}: {kind} adds ALiBi biases to the attention scores instead of "
-                        "position embeddings (model_type bloom or alibi: true), which layerscope "
-                        "llm does not describe; `layerscope analyze` counts its parameters and "
-                        "MACs")

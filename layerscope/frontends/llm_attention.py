@@ -5,10 +5,11 @@ KV cache holds: plain causal attention, a sliding window of W keys (Mistral's ``
 on every layer; Qwen2's ``use_sliding_window`` from ``max_window_layers`` on; Gemma-2/3 and
 Cohere-2 local/global patterns via ``layer_types`` or ``sliding_window_pattern``), multi-head
 latent attention (DeepSeek-V2/V3: ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``,
-``v_head_dim``), multi-/grouped-query attention (``num_key_value_heads``; Falcon's
-``multi_query``, ``new_decoder_architecture`` and ``num_kv_heads``) and ``head_dim`` given
-separately. A layer type the rules do not know (``chunked_attention``, linear attention, ...) is
-``kind="unknown"``: its scores are counted as the whole matrix, and said so.
+``v_head_dim``), multi-/grouped-query attention (``num_key_value_heads``; GPT-BigCode's
+``multi_query``; Falcon's ``multi_query``, ``new_decoder_architecture`` and ``num_kv_heads``)
+and ``head_dim`` given separately. A layer type the rules do not know (``chunked_attention``,
+linear attention, ...) is ``kind="unknown"``: its scores are counted as the whole matrix, and
+said so.
 
 The layer types are those transformers' configuration class derives (``layer_types``, which
 many families compute from other keys) when transformers is installed; without it, or for a
@@ -25,6 +26,7 @@ from typing import Any
 
 from layerscope.core import values
 from layerscope.core.errors import UserError
+from layerscope.frontends import hf_config_keys
 
 CAUSAL, SLIDING, CHUNKED, MLA, UNKNOWN = "causal", "sliding", "chunked", "mla", "unknown"
 
@@ -85,7 +87,10 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         heads = _positive(lambda k: get(k, 12), "n_head", where)
         d = _positive(lambda k: get(k, 768), "n_embd", where) // heads
         layers = _positive(lambda k: get(k, 12), "n_layer", where)
-        return (LayerAttention(CAUSAL, heads, heads, d, d, 2 * heads * d),) * layers
+        kv = gpt2_kv_heads(data, heads)
+        return (LayerAttention(CAUSAL, heads, kv, d, d, 2 * kv * d),) * layers
+    data = hf_config_keys.standard_names(data)  # MPT's n_layers, GPT-Neo's num_heads, ...
+    get = data.get
     layers_key = "n_layer" if "n_layer" in data else "num_hidden_layers"
     heads_key = "n_head" if "n_head" in data else "num_attention_heads"
     for key in (layers_key, heads_key, "hidden_size"):
@@ -117,6 +122,15 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         else:
             out.append(base)
     return tuple(out)
+
+
+def gpt2_kv_heads(data: Mapping[str, Any], heads: int) -> int:
+    """Key/value heads of a config in GPT-2's keys (``n_embd``, ``n_head``): GPT-BigCode
+    (SantaCoder, StarCoder) shares them and is multi-query unless ``multi_query`` is false (its
+    configuration's default is true): one K and one V head serve all the query heads."""
+    if data.get("model_type") == "gpt_bigcode" and data.get("multi_query", True):
+        return 1
+    return heads
 
 
 def _base_attention(data: Mapping[str, Any], heads: int, hidden: int,
@@ -157,8 +171,20 @@ def _kv_heads(data: Mapping[str, Any], heads: int, where: str) -> int:
     return kv
 
 
+def gpt_neo_layer_types(data: Mapping[str, Any]) -> list[str]:
+    """GPT-Neo's layer types (``global``, ``local``), layer by layer: ``attention_types`` lists
+    runs, [[types, repeats], ...] (its configuration's default: global, local x 12)."""
+    runs = data.get("attention_types") or [[["global", "local"], 12]]
+    try:
+        return [kind for kinds, repeats in runs for _ in range(repeats) for kind in kinds]
+    except (TypeError, ValueError):
+        return list(data.get("attention_layers") or [])
+
+
 def _window(data: Mapping[str, Any], where: str) -> int | None:
     get = data.get
+    if get("model_type") == "gpt_neo":  # its local layers see the last window_size keys
+        return values.positive_int(get("window_size", 256), f"{where}: window_size")
     if get("sliding_window") is None or get("use_sliding_window") is False:
         return None
     return values.positive_int(get("sliding_window"), f"{where}: sliding_window")
@@ -170,6 +196,12 @@ def _layer_kinds(data: Mapping[str, Any], layers: int, where: str) -> list[str]:
     get = data.get
     window = _window(data, where)
     types = get("layer_types")
+    if types is None and get("model_type") == "gpt_neo":
+        names = {"global": "full_attention", "local": "sliding_attention"}
+        types = [names.get(t, str(t)) for t in gpt_neo_layer_types(data)]
+        if len(types) != layers:
+            raise UserError(f"{where}: attention_types gives {len(types)} layer types for "
+                            f"{layers} layers (num_layers): give one per layer")
     if types is None:
         types = _resolved_layer_types(data, layers)
     if types is not None:

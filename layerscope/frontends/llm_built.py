@@ -87,6 +87,20 @@ def describe(model: nn.Module) -> dict[str, Any]:
     embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding) and m is not inputs]
     if embeddings:
         out["position"] = "learned"
+    elif _alibi(getattr(model, "config", None)):  # (Falcon builds a rotary module regardless)
+        out["position"] = "alibi"
     elif any("rotary" in type(m).__name__.lower() for m in model.modules()):
         out["position"] = "rope"
     return out
+
+
+def _alibi(config: Any) -> bool:
+    """Whether a Hugging Face config adds ALiBi biases to the attention scores instead of
+    position embeddings: Bloom always, Falcon with ``alibi``, MPT with ``attn_config.alibi``
+    (elementwise additions: they cost no MACs and leave the KV cache as it is)."""
+    if config is None:
+        return False
+    attn = getattr(config, "attn_config", None)
+    inner = attn.get("alibi") if isinstance(attn, dict) else getattr(attn, "alibi", False)
+    return getattr(config, "model_type", None) == "bloom" or bool(
+        getattr(config, "alibi", False)) or bool(inner)

@@ -27,7 +27,8 @@ class LLMConfig:
     max_position: int
     norm: str = "rmsnorm"  # "rmsnorm" | "layernorm" (with bias)
     mlp: str = "gated_silu"  # "gated_silu" (gate, up, down) | "gelu" (fc, proj)
-    position: str = "rope"  # "rope" | "learned" (an absolute position embedding table)
+    # "rope" | "learned" (an absolute position embedding table) | "alibi" (score biases)
+    position: str = "rope"
     qkv_bias: bool = False
     proj_bias: bool = False  # bias on the attention output and MLP projections (GPT-2: yes)
     tied_embeddings: bool = False

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from layerscope.core import values
 from layerscope.core.errors import UserError
 from layerscope.core.infiles import check_input_file
-from layerscope.frontends import hf_config_keys
+from layerscope.frontends import hf_config_keys, llm_attention
 from layerscope.frontends.llm_configs import HF_PREFIX, PRESETS, LLMConfig
 from layerscope.frontends.llm_moe import moe_from_hf
 
@@ -281,7 +281,8 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
             raise UserError(f"{where}: n_embd {h} is not a multiple of n_head {heads}")
         return LLMConfig(
             name, vocab_size=count("vocab_size", 50257), hidden_size=h,
-            num_layers=count("n_layer", 12), num_heads=heads, num_kv_heads=heads,
+            num_layers=count("n_layer", 12), num_heads=heads,
+            num_kv_heads=llm_attention.gpt2_kv_heads(config, heads),
             intermediate_size=count("n_inner") if get("n_inner") else 4 * h,
             max_position=count("n_positions", 1024), norm="layernorm", mlp="gelu",
             position="learned", qkv_bias=True, proj_bias=True,
@@ -310,7 +311,8 @@ def llm_config_from_hf(config: dict[str, Any], name: str = "hf",
             raise UserError(f"{where}: rope_scaling must be a JSON object, got {rope!r:.40}")
         moe = moe_from_hf(config, where)  # every key name transformers uses
         experts, per_token = moe.routed_experts, moe.experts_per_token
-        max_position = count("max_position_embeddings", 2048)
+        max_position = count("max_seq_len") if get("model_type") == "mpt" and \
+            get("max_seq_len") else count("max_position_embeddings", 2048)
         return LLMConfig(
             name, vocab_size=count("vocab_size"), hidden_size=hidden,
             num_layers=count("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
@@ -403,7 +405,8 @@ def from_hf(spec: str, shown: str | None = None, *, checked: bool = False
     try:
         config = transformers.AutoConfig.for_model(**data)
     except Exception as exc:
-        raise UserError(f"{spec}: transformers cannot read this config ({exc})") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{spec}: transformers cannot read this config ({first})") from None
     config._attn_implementation = attention_implementation(transformers, config)
     if hasattr(config, "_experts_implementation"):
         # mixture of experts: "batched_mm" gathers each (token, chosen expert) pair's weights and
