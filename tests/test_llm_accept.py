@@ -232,6 +232,25 @@ def test_mpt_beyond_its_alibi_table_is_refused(tmp_path, flags, expected):
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("command,flags", [
+    ("plan", ("--gpus", "1", "--seq-len", "33")),
+    ("analyze", ("--seq-len", "33")),
+])
+def test_plan_and_analyze_refuse_mpt_beyond_its_alibi_table(tmp_path, command, flags):
+    # the same cap as llm's: the trace used to fail inside transformers with a shape error
+    code, _, err = run_cli(command, write_config(tmp_path, MPT), *flags)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "ALiBi biases, computed for max_seq_len (32 positions)" in err, err
+
+
+def test_plan_and_analyze_run_mpt_within_its_alibi_table(tmp_path):
+    path = write_config(tmp_path, MPT)
+    assert plan(path, 1, seq_len=32).seq_len == 32
+    code, out, err = run_cli("analyze", path, "--seq-len", "32", "--depth", "0",
+                             "--format", "json")
+    assert code == 0 and json.loads(out)["totals"]["macs"] > 0, err
+
+
 def test_analyze_counts_what_llm_refuses(tmp_path):
     config = MAMBA
     code, out, err = run_cli("analyze", write_config(tmp_path, config), "--seq-len", "16",

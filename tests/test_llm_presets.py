@@ -302,7 +302,8 @@ def test_hf_config_that_is_not_a_causal_lm(tmp_path):
 
 # ---------------------------------------------------------------- --seq-len and the CLI
 @pytest.mark.parametrize("argv,expected", [
-    (["gpt2", "--seq-len", "2048"], "longer than the model's 1024 learned positions"),
+    (["gpt2", "--seq-len", "2048"],
+     "longer than the model's learned position table (1024 positions)"),
     (["resnet18", "--seq-len", "16"], "this model takes none; give --input instead"),
     (["llama-3-8b", "--attention", "half"], "invalid choice"),
 ], ids=["gpt2-positions", "no-token-input", "attention-choice"])

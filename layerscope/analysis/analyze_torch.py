@@ -65,10 +65,11 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
         loaded.kwargs = kwargs_with_batch_size(loaded.kwargs, batch_size)
     if seq_len is not None:
         llm = loaded.extras.get("llm_config") or getattr(loaded.module, "config", None)
-        learned = getattr(llm, "position", None) == "learned"
+        table = loaded.extras.get("position_table") or (
+            "learned position table" if getattr(llm, "position", None) == "learned" else None)
         loaded.inputs, loaded.kwargs = with_seq_len(
             loaded.inputs, loaded.kwargs, seq_len, loaded.name,
-            llm.max_position if learned else None)
+            llm.max_position if table else None, table or "learned position table")
     return loaded
 
 

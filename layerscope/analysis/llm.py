@@ -202,6 +202,12 @@ class LLMSource:
     # learned position table when config.position is "learned", else nothing)
     position_table: str | None = field(default=None, kw_only=True)
 
+    def position_cap(self) -> str | None:
+        """What caps the positions at ``config.max_position`` (None: nothing does)."""
+        from layerscope.frontends.llm_models import position_table
+
+        return self.position_table or position_table(self.config)
+
     def layer_attention(self) -> tuple[LayerAttention, ...]:
         c = self.config
         return self.attention or llm_attention.uniform(c.num_layers, c.num_heads,
@@ -261,11 +267,9 @@ def _hf_source(spec: str) -> LLMSource:
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
                  "config's attention description where the traced matmuls agree with it",)
-    # MPT computes its ALiBi biases once, for max_seq_len positions: longer inputs fail
-    table = "ALiBi biases, computed for max_seq_len" if data.get("model_type") == "mpt" \
-        else None
     return LLMSource(name, config, build, notes=notes,
-                     attention=llm_attention.from_hf(data, spec), position_table=table)
+                     attention=llm_attention.from_hf(data, spec),
+                     position_table=llm_models.position_table(config, data))
 
 
 
@@ -565,8 +569,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
                         "attention heads", arguments="tp")
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
-    table = source.position_table or ("learned position table" if config.position == "learned"
-                                      else None)
+    table = source.position_cap()
     if context is None:  # the prompt's length; a position table caps it (decode at context
         # L runs position L + 1)
         context = min(seq_len, config.max_position - 1) if table else seq_len

@@ -331,13 +331,13 @@ def _probe_seq(seq: int, source: LLMSource, models: list[nn.Module]) -> int:
     equals seq (Llama-3-70B at 8192), or a (tokens, width) one when an expert's width equals seq
     (DeepSeek-V3's 2048). The dimensions are the config's and every parameter's and buffer's in
     the built ``models`` (expert widths, latent ranks, expert counts). Their bytes grow as seq^2,
-    so a probe length scales back exactly. A learned position table caps the probe (BERT at its
-    512 positions probes 511)."""
+    so a probe length scales back exactly. A position table (learned, or MPT's ALiBi biases)
+    caps the probe (BERT at its 512 positions probes 511)."""
     c = source.config
     dims = {c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim, c.num_heads,
             c.num_kv_heads * c.head_dim, c.num_heads * c.head_dim, c.max_position}
     dims |= {d for m in models for t in (*m.parameters(), *m.buffers()) for d in t.shape}
-    top = c.max_position if c.position == "learned" else values.INT64_MAX
+    top = c.max_position if source.position_cap() else values.INT64_MAX
     for step in range(len(dims) + 1):  # among seq +- 0..len(dims), one is free of dims
         for probe in (seq + step, seq - step):
             if 1 <= probe <= top and probe not in dims:
@@ -392,9 +392,10 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
     config = source.config
     seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
                                                                                   "seq_len")
-    if config.position == "learned" and seq_len > config.max_position:
-        raise UserError(f"seq_len {seq_len} is longer than {source.name}'s learned position "
-                        f"table ({config.max_position} positions)", arguments="seq_len")
+    table = source.position_cap()
+    if table and seq_len > config.max_position:
+        raise UserError(f"seq_len {seq_len} is longer than {source.name}'s {table} "
+                        f"({config.max_position} positions)", arguments="seq_len")
     check_tokens(config, micro_batch, seq_len, "micro_batch x seq_len")
     if pp > config.num_layers:
         raise UserError(f"pp {pp} is more pipeline stages than {source.name} has layers "

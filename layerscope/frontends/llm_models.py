@@ -427,6 +427,17 @@ def from_hf(spec: str, shown: str | None = None, *, checked: bool = False
     return model, llm, name
 
 
+def position_table(config: LLMConfig | None, data: dict[str, Any] | None = None) -> str | None:
+    """What caps a model's positions at ``config.max_position``, the model failing beyond it
+    (None where nothing does): a learned position table (GPT-2, OPT), or MPT's ALiBi biases,
+    computed once for ``max_seq_len`` positions (``data``: the Hugging Face config)."""
+    if data is not None and data.get("model_type") == "mpt" and data.get("max_seq_len"):
+        return "ALiBi biases, computed for max_seq_len"
+    if config is not None and config.position == "learned":
+        return "learned position table"
+    return None
+
+
 def attention_implementation(transformers: Any, config: Any) -> str:
     """``sdpa`` where the model's class can express its attention with it: the kernels
     layerscope costs by their is_causal flag (eager materialises a mask and counts the whole

@@ -59,14 +59,16 @@ def _batched(x: Any, batch_size: int) -> Any:
 
 
 def with_seq_len(inputs: list[Any], kwargs: dict[str, Any], seq_len: int, name: str,
-                 max_position: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+                 max_position: int | None = None, table: str = "learned position table"
+                 ) -> tuple[list[Any], dict[str, Any]]:
     """Set the sequence length: the second dimension of every 2-D input given by shape (token
-    ids and attention masks, B x S). ``max_position``: the model's table of learned positions
-    (GPT-2), which a longer sequence would index past."""
+    ids and attention masks, B x S). ``max_position``: the positions the model's ``table``
+    holds (GPT-2's learned positions, MPT's ALiBi biases), which a longer sequence would index
+    past."""
     seq_len = values.positive_int(seq_len, "seq_len")
     if max_position is not None and seq_len > max_position:
-        raise UserError(f"{name}: seq_len {seq_len} is longer than the model's "
-                        f"{max_position} learned positions", arguments="seq_len")
+        raise UserError(f"{name}: seq_len {seq_len} is longer than the model's {table} "
+                        f"({max_position} positions)", arguments="seq_len")
 
     def sequence(x: Any) -> bool:
         return isinstance(x, InputSpec) and len(x.shape) == 2
@@ -238,8 +240,10 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
     if ref.kind == "hf":
         module, llm, name = llm_models.from_hf(spec)
         seq = llm.default_seq_len if llm is not None else 2048
+        table = llm_models.position_table(llm, llm_models.hf_config_dict(spec)[1])
         return LoadedModel(module, [InputSpec((1, seq), torch.int64)], name, "torch",
-                           {"source": "hf", **_llm_extras(llm)})
+                           {"source": "hf", **_llm_extras(llm),
+                            **({"position_table": table} if table else {})})
     if ref.kind == "factory":
         with zoo.seeded(seed):
             module, args, kwargs = _from_factory(_call_factory(spec), spec)
