@@ -2,12 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 
 from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
-from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
+from layerscope.core.settings import spec_of
+from layerscope.core.values import (
+    DEVICE_HELP,
+    WIDTH_RANGE,
+    arg,
+    positive_int,
+    width,
+)
 from layerscope.renderers import FORMATS, pick_format, render
 
 OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
@@ -110,6 +118,62 @@ def declare_inputs(args) -> None:
         path = getattr(args, attr, None)
         if isinstance(path, str):
             check_not_input(path, option)
+
+
+def add_device(p) -> None:
+    """--device, declared once for every command that runs torch (checked by the API:
+    ``core.values.device``, then whether a GPU is there)."""
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+# options every command declares the same way, by name (a settings field's ``shared``)
+SHARED_OPTIONS = {"device": add_device}
+
+
+def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
+    """The options of a settings dataclass (``core.settings``), in field order: those of
+    ``group`` (its title, None: the fields in no group) added to ``group``'s argparse group
+    when given one, else to ``p``. Each option's dest is the field's name."""
+    into = p
+    if group is not None:
+        into = next((g for g in p._action_groups if g.title == group), None) \
+            or p.add_argument_group(group)
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec is None or not spec.cli or spec.group != group:
+            continue
+        if spec.shared:
+            SHARED_OPTIONS[spec.shared](into)
+            continue
+        kwargs: dict = {"default": f.default, "help": spec.help}
+        if isinstance(f.default, bool):
+            kwargs["action"] = "store_false" if f.default else "store_true"
+        else:
+            if spec.parse is not None:
+                kwargs["type"] = arg(spec.parse, **spec.bounds())
+            if spec.choices is not None:
+                kwargs["choices"] = spec.choices
+            if spec.metavar:
+                kwargs["metavar"] = spec.metavar
+        if spec.positional:
+            into.add_argument(f.name, nargs="?", **kwargs)
+        elif spec.folder:
+            add_output_folder(p, spec.flag or _flag(f.name), dest=f.name, **kwargs)
+        else:
+            into.add_argument(spec.flag or _flag(f.name), dest=f.name, **kwargs)
+        if spec.reads:
+            input_options(p, f.name)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def settings_from(cls, args: argparse.Namespace):
+    """The settings dataclass ``cls`` made from the options ``add_settings`` declared (it
+    validates itself: a UserError names the field, which cli.main shows as the flag)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                  if (spec := spec_of(f)) is not None and spec.cli})
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,13 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_highlight, add_model_inputs, add_output, emit
+from layerscope.cli.common import (
+    add_device,
+    add_highlight,
+    add_model_inputs,
+    add_output,
+    emit,
+)
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import (
     MIN_TIME_MAX,
@@ -20,7 +26,7 @@ LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them
 def register(sub) -> None:
     p = sub.add_parser("profile", help="per-layer latency (median, p10, p90), overhead, coverage")
     add_model_inputs(p)
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device(p)
     p.add_argument("--threads", type=arg(thread_count), default=None, help="torch intra-op threads")
     runs = p.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=arg(positive_int), default=None,

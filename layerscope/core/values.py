@@ -132,6 +132,19 @@ def width(value: Any, name: str | None = "width") -> int:
     return whole_number(value, name, minimum=WIDTH_RANGE[0], maximum=WIDTH_RANGE[1])
 
 
+# ---------------------------------------------------------------- words
+DEVICES = ("cpu", "cuda")
+DEVICE_HELP = "cpu (default) or cuda"
+
+
+def device(value: Any, name: str | None = "device") -> str:
+    """Where torch runs: cpu or cuda (whether a GPU is there is the caller's check)."""
+    if value not in DEVICES:
+        raise UserError(f"unknown {name or 'device'} {_shown(value)}: use cpu or cuda",
+                        arguments=_argument(name))
+    return str(value)
+
+
 # ---------------------------------------------------------------- floats
 def finite_float(value: Any, name: str | None = None, *, minimum: float | None = None,
                  exclusive_minimum: float | None = None, maximum: float | None = None) -> float:
