@@ -1,9 +1,14 @@
 """Options declared once: every ``TrainConfig`` field is a ``layerscope train`` option built from
 its metadata, read back into the same value, and validated by the config itself (the Python API
-names the argument, the CLI the flag); ``--device`` is one declaration."""
+names the argument, the CLI the flag); ``--device`` is one declaration; ``-o FILE.csv`` writes CSV
+on every command that writes a result."""
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import json
+import textwrap
 
 import pytest
 
@@ -166,3 +171,68 @@ def test_device_is_declared_once():
 def _subparsers():
     parser = build_parser()
     return next(a for a in parser._actions if a.dest == "command").choices
+
+
+SCRIPT = textwrap.dedent("""\
+    import torch
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+    """)
+
+
+def _saved(tmp):
+    path = tmp / "saved.json"
+    assert run_cli("analyze", "mnist-cnn", "-o", str(path))[0] == 0
+    return [str(path)]
+
+
+def _script(tmp):
+    (tmp / "s.py").write_text(SCRIPT)
+    return [str(tmp / "s.py")]
+
+
+# (command, its words before -o, extra words after -o); every command that writes a result
+# (-o of activations, export, report and rewrite is an arrays, ONNX or HTML file)
+WRITES_A_RESULT = [
+    ("analyze", lambda t: ["analyze", "mnist-cnn"], []),
+    ("profile", lambda t: ["profile", "mnist-cnn", "--runs", "2", "--warmup", "0",
+                           "--no-roofline", "-q"], []),
+    ("ops", lambda t: ["ops", "mnist-cnn", "--runs", "1", "--warmup", "0"], []),
+    ("sweep", lambda t: ["sweep", "mnist-cnn", "--runs", "2", "--warmup", "0"], []),
+    ("llm", lambda t: ["llm", "gpt2"], []),
+    ("plan", lambda t: ["plan", "gpt2", "--gpus", "1"], []),
+    ("graph", lambda t: ["graph", "mnist-cnn"], []),
+    ("compare", lambda t: ["compare", "mnist-cnn", "mnist-cnn"], []),
+    ("render", lambda t: ["render", *_saved(t)], []),
+    ("train", lambda t: ["train", "--synthetic", "--dry-run", "-q", "--out", str(t / "run")], []),
+    ("ablate", lambda t: ["ablate", "digits-cnn", "--variants", "baseline", "--steps", "2",
+                          "--warmup-steps", "0", "-q"], []),
+    ("run", lambda t: ["run"], _script),
+]
+
+
+@pytest.mark.parametrize("before,after", [c[1:] for c in WRITES_A_RESULT],
+                         ids=[c[0] for c in WRITES_A_RESULT])
+def test_o_csv_writes_csv(tmp_path, monkeypatch, before, after):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "result.csv"
+    tail = after(tmp_path) if callable(after) else after
+    code, _, err = run_cli(*before(tmp_path), "-o", str(out), *tail)
+    assert code == 0, err
+    text = out.read_text()
+    assert not text.lstrip().startswith(("{", "[")), text[:80]
+    rows = list(csv.reader(io.StringIO(text)))
+    assert len(rows) >= 2 and len(rows[0]) >= 2
+    assert all(len(r) == len(rows[0]) for r in rows if r), text[:200]
+
+
+def test_train_format_json_still_wins_over_the_extension(tmp_path):
+    out = tmp_path / "r.csv"
+    code, _, err = run_cli("train", "--synthetic", "--dry-run", "-q", "--out",
+                           str(tmp_path / "run"), "--format", "json", "-o", str(out))
+    assert code == 0, err
+    assert json.loads(out.read_text())["kind"] == "train"

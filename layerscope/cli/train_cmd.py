@@ -4,13 +4,12 @@ from __future__ import annotations
 import sys
 
 from layerscope.cli.common import (
-    add_report_files,
+    add_output,
     add_settings,
     check_outputs,
+    emit,
     in_flags,
     settings_from,
-    write_output,
-    write_report_files,
 )
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.errors import UserError
@@ -40,12 +39,7 @@ def register(sub) -> None:
     g.add_argument("--rdzv-endpoint", type=arg(endpoint), metavar="HOST:PORT",
                    help="the machine of node rank 0 and a free port on it")
     add_settings(p, TrainConfig, DISTRIBUTED)
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
-                   help="table (default), json, or csv: one row per phase of the run, each "
-                        "epoch and each rank")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report here (JSON; CSV with --format csv)")
-    add_report_files(p)
+    add_output(p)
     add_quiet(p)
     p.set_defaults(run=run)
 
@@ -88,11 +82,11 @@ def _finished_line(done) -> str:
 
 
 def run(args) -> int:
-    import json
     import warnings
 
     from rich.console import Console
 
+    from layerscope.renderers import pick_format
     from layerscope.training import distributed
     from layerscope.training.loop import AlreadyFinished, train
     from layerscope.views.training import epoch_line
@@ -103,7 +97,7 @@ def run(args) -> int:
     if env is None and (args.nproc_per_node or args.nnodes > 1):
         return _launch(args)
     err = Console(stderr=True, highlight=False)
-    table = args.format == "table" and not args.output
+    table = pick_format(args.format, args.output) == "table" and not args.output
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         quiet = args.quiet or (env is not None and env.rank != 0)
@@ -130,17 +124,5 @@ def run(args) -> int:
     for w in caught:  # re-shown through the CLI's one-line warning printer (cli/main.py)
         if "layerscope" in str(w.filename) or "no ImageNet weights" in str(w.message):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if args.format == "csv":
-        from layerscope.renderers import render
-
-        text = render(report, "csv")
-    else:
-        text = json.dumps(report.to_dict(), indent=2) + "\n"
-    if args.output:
-        write_output(args.output, text)
-    if table:
-        Console(highlight=False).print(report)
-    elif not args.output:
-        sys.stdout.write(text)
-    write_report_files(report, args)
+    emit(report, args)  # --format, else -o's extension (-o run.csv: CSV), as every command
     return 0
