@@ -1,7 +1,7 @@
 """Options declared once: every ``TrainConfig`` field is a ``layerscope train`` option built from
 its metadata, read back into the same value, and validated by the config itself (the Python API
-names the argument, the CLI the flag); ``--device`` is one declaration; ``-o FILE.csv`` writes CSV
-on every command that writes a result."""
+names the argument, the CLI the flag); ``--device`` and onnxruntime's optimisation level are one
+declaration each; ``-o FILE.csv`` writes CSV on every command that writes a result."""
 from __future__ import annotations
 
 import csv
@@ -143,6 +143,10 @@ BAD_FLAGS = [
     ("profile-device", ["profile", "mnist-cnn", "--device", "tpu"], "unknown --device 'tpu'"),
     ("ops-device", ["ops", "mnist-cnn", "--device", "tpu"], "unknown --device 'tpu'"),
     ("roofline-device", ["roofline", "--device", "tpu"], "unknown --device 'tpu'"),
+    ("profile-optimization", ["profile", "mnist-cnn", "--optimization", "fast"],
+     "--optimization must be one of disabled, basic, extended, all"),
+    ("verify-optimization", ["verify", "a.onnx", "b.onnx", "--ort-optimization", "fast"],
+     "--ort-optimization must be one of disabled, basic, extended, all"),
 ]
 
 
@@ -171,6 +175,28 @@ def test_device_is_declared_once():
 def _subparsers():
     parser = build_parser()
     return next(a for a in parser._actions if a.dest == "command").choices
+
+
+# (id, API call or command line, the level it means): one vocabulary, old spellings kept
+@pytest.mark.parametrize("word,level", [("disabled", "disabled"), ("disable", "disabled"),
+                                        ("basic", "basic"), ("extended", "extended"),
+                                        ("all", "all")])
+def test_ort_levels_one_vocabulary_with_aliases(word, level):
+    assert values.ort_level(word, "optimization") == level
+    subs = _subparsers()
+    assert subs["profile"].parse_args(["m.onnx", "--optimization", word]).optimization == level
+    verify = subs["verify"].parse_args(["a.onnx", "b.onnx", "--ort-optimization", word])
+    assert verify.ort_optimization == level
+
+
+def test_ort_levels_map_to_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    from layerscope.analysis.ort_profile import graph_level
+
+    G = ort.GraphOptimizationLevel
+    assert [graph_level(w) for w in ("disable", *values.ORT_LEVELS)] == [
+        G.ORT_DISABLE_ALL, G.ORT_DISABLE_ALL, G.ORT_ENABLE_BASIC, G.ORT_ENABLE_EXTENDED,
+        G.ORT_ENABLE_ALL]
 
 
 SCRIPT = textwrap.dedent("""\

@@ -11,8 +11,11 @@ from layerscope.core.io import STDOUT, outputs
 from layerscope.core.settings import spec_of
 from layerscope.core.values import (
     DEVICE_HELP,
+    ORT_LEVEL_HELP,
+    ORT_LEVELS,
     WIDTH_RANGE,
     arg,
+    ort_level,
     positive_int,
     width,
 )
@@ -61,7 +64,8 @@ class Parser(argparse.ArgumentParser):
 
 
 # the public API's argument names that differ from the dest of the option setting them
-API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop"}
+API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop",
+             "optimization": "ort_optimization"}
 
 
 def in_flags(exc: UserError, args: argparse.Namespace) -> UserError:
@@ -124,6 +128,13 @@ def add_device(p) -> None:
     """--device, declared once for every command that runs torch (checked by the API:
     ``core.values.device``, then whether a GPU is there)."""
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def add_ort_level(p, flag: str, note: str = "") -> None:
+    """onnxruntime's graph optimisation level (``profile --optimization``, ``verify
+    --ort-optimization``): one vocabulary, ``core.values.ORT_LEVELS``, with its aliases."""
+    p.add_argument(flag, type=arg(ort_level), choices=ORT_LEVELS, default=ORT_LEVELS[0],
+                   help=ORT_LEVEL_HELP + note)
 
 
 # options every command declares the same way, by name (a settings field's ``shared``)

@@ -5,6 +5,7 @@ from layerscope.cli.common import (
     add_device,
     add_highlight,
     add_model_inputs,
+    add_ort_level,
     add_output,
     emit,
 )
@@ -46,10 +47,7 @@ def register(sub) -> None:
                    help="split each container's own-code row into one timed row per torch "
                         "function it calls (F.relu, the residual add, torch.cat), as analyze "
                         "--functions counts them; forward only")
-    p.add_argument("--optimization", choices=["disabled", "basic", "extended", "all"],
-                   default="disabled",
-                   help="ONNX models: onnxruntime's graph optimisation level (fused nodes are "
-                        "reported as such)")
+    add_ort_level(p, "--optimization", note="; ONNX models (fused nodes are reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
     loop = p.add_argument_group("inference over a data loader (--loop)")
