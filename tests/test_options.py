@@ -147,6 +147,14 @@ BAD_FLAGS = [
      "--optimization must be one of disabled, basic, extended, all"),
     ("verify-optimization", ["verify", "a.onnx", "b.onnx", "--ort-optimization", "fast"],
      "--ort-optimization must be one of disabled, basic, extended, all"),
+    # a command whose -o is one kind of file refuses a name whose extension says a format
+    # (-o FILE.csv means CSV on every command)
+    ("activations-o-csv", ["activations", "mnist-cnn", "-o", "a.csv"],
+     "-o a.csv: activations writes arrays (.npz), and .csv names another format"),
+    ("report-o-json", ["report", "saved.json", "-o", "page.json"],
+     "-o page.json: report writes an HTML page (.html, .htm), and .json names"),
+    ("rewrite-o-txt", ["rewrite", "tile-linear", "m.onnx", "-o", "out.txt"],
+     "-o out.txt: rewrite writes an ONNX graph (.onnx), and .txt names another format"),
 ]
 
 
@@ -262,3 +270,10 @@ def test_train_format_json_still_wins_over_the_extension(tmp_path):
                            str(tmp_path / "run"), "--format", "json", "-o", str(out))
     assert code == 0, err
     assert json.loads(out.read_text())["kind"] == "train"
+
+
+def test_o_of_its_own_kind_is_written(tmp_path):
+    out = tmp_path / "a.npz"
+    code, _, err = run_cli("activations", "mnist-cnn", "-o", str(out), "--format", "json")
+    assert code == 0, err
+    assert out.read_bytes()[:2] == b"PK"  # a zip archive: numpy's .npz

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
 
@@ -19,7 +20,7 @@ from layerscope.core.values import (
     positive_int,
     width,
 )
-from layerscope.renderers import FORMATS, pick_format, render
+from layerscope.renderers import FORMATS, format_of, pick_format, render
 
 OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
 INPUT_FILES = "input_files"  # the attribute listing the dests that name files the command reads
@@ -91,6 +92,31 @@ def input_options(p: argparse.ArgumentParser, *dests: str) -> None:
     p.set_defaults(**{INPUT_FILES: (*(p.get_default(INPUT_FILES) or ()), *dests)})
 
 
+OUTPUT_KIND = "output_kind"  # (what, suffixes) of a command whose -o is one kind of file
+
+
+def add_file_output(p: argparse.ArgumentParser, what: str, suffixes: tuple[str, ...],
+                    **kwargs) -> None:
+    """-o/--output of a command that writes one kind of file (arrays, an ONNX graph, an HTML
+    page), not a result in a chosen format: a name whose extension says a format
+    (``-o acts.csv``) is refused before any work, since -o FILE.csv means CSV on every
+    command (``check_output_kind``)."""
+    p.add_argument("-o", "--output", **kwargs)
+    p.set_defaults(**{OUTPUT_KIND: (what, suffixes)})
+
+
+def check_output_kind(args) -> None:
+    kind = getattr(args, OUTPUT_KIND, None)
+    path = getattr(args, "output", None)
+    if not kind or not isinstance(path, str) or path == STDOUT:
+        return
+    what, suffixes = kind
+    ext = os.path.splitext(path)[1].lower()
+    if format_of(path) is not None and ext not in suffixes:
+        raise UserError(f"-o {path}: {args.command} writes {what} ({', '.join(suffixes)}), and "
+                        f"{ext} names another format; give a name ending in {suffixes[0]}")
+
+
 OUTPUT_OPTIONS = (("-o", "output"), ("--html", "html"), ("--plot", "plot"), ("--trace", "trace"))
 
 
@@ -110,18 +136,20 @@ def _paths(value) -> list[str]:
 def declare_inputs(args) -> None:
     """Tell the output transaction which files the command reads, then refuse at once an -o,
     --html, --plot or --trace that is one of them (``report A.json -o A.json`` would replace
-    its own input): before any work, and again when any output is written."""
+    its own input): before any work, and again when any output is written. An -o whose
+    extension names a format the command does not write is refused too
+    (``check_output_kind``)."""
     from layerscope.core.io import check_not_input, current
 
     tx = current()
-    if tx is None:
-        return
-    for dest in getattr(args, INPUT_FILES, None) or ():
-        tx.reads(*_paths(getattr(args, dest, None)))
-    for option, attr in OUTPUT_OPTIONS:
-        path = getattr(args, attr, None)
-        if isinstance(path, str):
-            check_not_input(path, option)
+    if tx is not None:
+        for dest in getattr(args, INPUT_FILES, None) or ():
+            tx.reads(*_paths(getattr(args, dest, None)))
+        for option, attr in OUTPUT_OPTIONS:
+            path = getattr(args, attr, None)
+            if isinstance(path, str):
+                check_not_input(path, option)
+    check_output_kind(args)
 
 
 def add_device(p) -> None:
