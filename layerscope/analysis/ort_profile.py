@@ -34,21 +34,28 @@ from layerscope.core.records import Achieved, EndToEnd
 from layerscope.core.report import LayerRow, Report
 from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
 
-LEVELS = ("disabled", "basic", "extended", "all")
+# onnxruntime's names of the levels of core.values.ORT_LEVELS (the one vocabulary)
+_GRAPH_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                 "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 _NUMPY = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
           "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8,
           "bool": np.bool_}
+
+
+def graph_level(level: str):
+    """onnxruntime's ``GraphOptimizationLevel`` for a level of ``core.values.ORT_LEVELS`` (or
+    an alias of one), for every session layerscope creates (profile, verify)."""
+    import onnxruntime as ort
+
+    return getattr(ort.GraphOptimizationLevel,
+                   _GRAPH_LEVELS[values.ort_level(level, "optimization")])
 
 
 def _options(level: str, threads: int | None, profile_dir: str | None):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = {
-        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    opts.graph_optimization_level = graph_level(level)
     if threads:
         opts.intra_op_num_threads = threads
     opts.add_session_config_entry("session.disable_prepacking", "1")
@@ -102,9 +109,7 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
 
     from layerscope.analysis.analyze import analyze
 
-    if optimization not in LEVELS:
-        raise UserError(f"unknown optimization {optimization!r}: use {', '.join(LEVELS)}",
-                        arguments="optimization")
+    optimization = values.ort_level(optimization, "optimization")
     runs = 30 if runs is None else values.positive_int(runs, "runs")
     warmup = values.non_negative_int(warmup, "warmup")
     if threads is not None:

@@ -46,8 +46,7 @@ Progress = Callable[[int, int], None]
 
 
 def check_device(device: str) -> None:
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}: use cpu or cuda", arguments="device")
+    values.device(device, "device")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("device cuda: no CUDA GPU is available here "
                         "(torch.cuda.is_available() is False); use cpu",

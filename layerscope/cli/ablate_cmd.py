@@ -1,9 +1,9 @@
 """layerscope ablate RECIPE: optimisation variants, each in a fresh process."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_report_files, emit
+from layerscope.cli.common import add_device, add_output, emit
 from layerscope.cli.progress import add_quiet, progress_bar
-from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count, width
+from layerscope.core.values import arg, non_negative_int, positive_int, seed, thread_count
 
 
 def register(sub) -> None:
@@ -18,16 +18,13 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=arg(positive_int), default=1)
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=None,
                    help="steps left out of the breakdown (default 5, at most half of --steps)")
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--batch-size", type=arg(positive_int))
     p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")
     p.add_argument("--data-dir")
     p.add_argument("--seed", type=arg(seed), default=0)
     p.add_argument("--threads", type=arg(thread_count))
-    p.add_argument("--format", choices=["table", "json"], default=None)
-    p.add_argument("-o", "--output", metavar="FILE")
-    p.add_argument("--width", type=arg(width), default=None)
-    add_report_files(p)
+    add_output(p)
     add_quiet(p)
     p.set_defaults(run=run)
 

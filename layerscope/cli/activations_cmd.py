@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_model_inputs
+from layerscope.cli.common import add_file_output, add_model_inputs
 from layerscope.core.values import arg, seed, width
 
 UNLIMITED_WIDTH = 10_000
@@ -18,7 +18,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=arg(seed), default=0,
                    help="seed of the random input and of a built-in model's random weights "
                         "(default 0, as in every command)")
-    p.add_argument("-o", "--output", default=None, metavar="FILE.npz", help="save arrays here")
+    add_file_output(p, "arrays", (".npz",), default=None, metavar="FILE.npz",
+                    help="save arrays here")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--width", type=arg(width), default=None,
                    help="table width in characters (default: the terminal's; unlimited when "

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import re
 import sys
 
 from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
-from layerscope.core.values import WIDTH_RANGE, arg, positive_int, width
-from layerscope.renderers import FORMATS, pick_format, render
+from layerscope.core.settings import spec_of
+from layerscope.core.values import (
+    DEVICE_HELP,
+    ORT_LEVEL_HELP,
+    ORT_LEVELS,
+    WIDTH_RANGE,
+    arg,
+    ort_level,
+    positive_int,
+    width,
+)
+from layerscope.renderers import FORMATS, format_of, pick_format, render
 
 OPTION_FLAGS = "option_flags"  # the attribute holding the command's dest -> option table
 INPUT_FILES = "input_files"  # the attribute listing the dests that name files the command reads
@@ -53,7 +65,8 @@ class Parser(argparse.ArgumentParser):
 
 
 # the public API's argument names that differ from the dest of the option setting them
-API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop"}
+API_NAMES = {"inputs": "input", "batches": "runs", "path": "output", "dataset": "loop",
+             "optimization": "ort_optimization"}
 
 
 def in_flags(exc: UserError, args: argparse.Namespace) -> UserError:
@@ -79,6 +92,31 @@ def input_options(p: argparse.ArgumentParser, *dests: str) -> None:
     p.set_defaults(**{INPUT_FILES: (*(p.get_default(INPUT_FILES) or ()), *dests)})
 
 
+OUTPUT_KIND = "output_kind"  # (what, suffixes) of a command whose -o is one kind of file
+
+
+def add_file_output(p: argparse.ArgumentParser, what: str, suffixes: tuple[str, ...],
+                    **kwargs) -> None:
+    """-o/--output of a command that writes one kind of file (arrays, an ONNX graph, an HTML
+    page), not a result in a chosen format: a name whose extension says a format
+    (``-o acts.csv``) is refused before any work, since -o FILE.csv means CSV on every
+    command (``check_output_kind``)."""
+    p.add_argument("-o", "--output", **kwargs)
+    p.set_defaults(**{OUTPUT_KIND: (what, suffixes)})
+
+
+def check_output_kind(args) -> None:
+    kind = getattr(args, OUTPUT_KIND, None)
+    path = getattr(args, "output", None)
+    if not kind or not isinstance(path, str) or path == STDOUT:
+        return
+    what, suffixes = kind
+    ext = os.path.splitext(path)[1].lower()
+    if format_of(path) is not None and ext not in suffixes:
+        raise UserError(f"-o {path}: {args.command} writes {what} ({', '.join(suffixes)}), and "
+                        f"{ext} names another format; give a name ending in {suffixes[0]}")
+
+
 OUTPUT_OPTIONS = (("-o", "output"), ("--html", "html"), ("--plot", "plot"), ("--trace", "trace"))
 
 
@@ -98,18 +136,83 @@ def _paths(value) -> list[str]:
 def declare_inputs(args) -> None:
     """Tell the output transaction which files the command reads, then refuse at once an -o,
     --html, --plot or --trace that is one of them (``report A.json -o A.json`` would replace
-    its own input): before any work, and again when any output is written."""
+    its own input): before any work, and again when any output is written. An -o whose
+    extension names a format the command does not write is refused too
+    (``check_output_kind``)."""
     from layerscope.core.io import check_not_input, current
 
     tx = current()
-    if tx is None:
-        return
-    for dest in getattr(args, INPUT_FILES, None) or ():
-        tx.reads(*_paths(getattr(args, dest, None)))
-    for option, attr in OUTPUT_OPTIONS:
-        path = getattr(args, attr, None)
-        if isinstance(path, str):
-            check_not_input(path, option)
+    if tx is not None:
+        for dest in getattr(args, INPUT_FILES, None) or ():
+            tx.reads(*_paths(getattr(args, dest, None)))
+        for option, attr in OUTPUT_OPTIONS:
+            path = getattr(args, attr, None)
+            if isinstance(path, str):
+                check_not_input(path, option)
+    check_output_kind(args)
+
+
+def add_device(p) -> None:
+    """--device, declared once for every command that runs torch (checked by the API:
+    ``core.values.device``, then whether a GPU is there)."""
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def add_ort_level(p, flag: str, note: str = "") -> None:
+    """onnxruntime's graph optimisation level (``profile --optimization``, ``verify
+    --ort-optimization``): one vocabulary, ``core.values.ORT_LEVELS``, with its aliases."""
+    p.add_argument(flag, type=arg(ort_level), choices=ORT_LEVELS, default=ORT_LEVELS[0],
+                   help=ORT_LEVEL_HELP + note)
+
+
+# options every command declares the same way, by name (a settings field's ``shared``)
+SHARED_OPTIONS = {"device": add_device}
+
+
+def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
+    """The options of a settings dataclass (``core.settings``), in field order: those of
+    ``group`` (its title, None: the fields in no group) added to ``group``'s argparse group
+    when given one, else to ``p``. Each option's dest is the field's name."""
+    into = p
+    if group is not None:
+        into = next((g for g in p._action_groups if g.title == group), None) \
+            or p.add_argument_group(group)
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec is None or not spec.cli or spec.group != group:
+            continue
+        if spec.shared:
+            SHARED_OPTIONS[spec.shared](into)
+            continue
+        kwargs: dict = {"default": f.default, "help": spec.help}
+        if isinstance(f.default, bool):
+            kwargs["action"] = "store_false" if f.default else "store_true"
+        else:
+            if spec.parse is not None:
+                kwargs["type"] = arg(spec.parse, **spec.bounds())
+            if spec.choices is not None:
+                kwargs["choices"] = spec.choices
+            if spec.metavar:
+                kwargs["metavar"] = spec.metavar
+        if spec.positional:
+            into.add_argument(f.name, nargs="?", **kwargs)
+        elif spec.folder:
+            add_output_folder(p, spec.flag or _flag(f.name), dest=f.name, **kwargs)
+        else:
+            into.add_argument(spec.flag or _flag(f.name), dest=f.name, **kwargs)
+        if spec.reads:
+            input_options(p, f.name)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def settings_from(cls, args: argparse.Namespace):
+    """The settings dataclass ``cls`` made from the options ``add_settings`` declared (it
+    validates itself: a UserError names the field, which cli.main shows as the flag)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                  if (spec := spec_of(f)) is not None and spec.cli})
 
 
 def add_model_inputs(p: argparse.ArgumentParser) -> None:

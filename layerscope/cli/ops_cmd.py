@@ -1,14 +1,14 @@
 """layerscope ops MODEL: torch.profiler's operator table and a trace with module ranges."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_model_inputs, add_output, emit
+from layerscope.cli.common import add_device, add_model_inputs, add_output, emit
 from layerscope.core.values import arg, non_negative_int, positive_int, thread_count
 
 
 def register(sub) -> None:
     p = sub.add_parser("ops", help="per-operator time (torch.profiler) and a Chrome/Perfetto trace")
     add_model_inputs(p)
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device(p)
     p.add_argument("--threads", type=arg(thread_count), default=None, help="torch intra-op threads")
     p.add_argument("--top", type=arg(positive_int), default=10, help="rows to show (default 10)")
     p.add_argument("--sort", choices=["self", "total"], default="self")

@@ -1,7 +1,14 @@
 """layerscope profile MODEL: measured per-layer latency with statistics and the roofline."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_highlight, add_model_inputs, add_output, emit
+from layerscope.cli.common import (
+    add_device,
+    add_highlight,
+    add_model_inputs,
+    add_ort_level,
+    add_output,
+    emit,
+)
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import (
     MIN_TIME_MAX,
@@ -20,7 +27,7 @@ LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them
 def register(sub) -> None:
     p = sub.add_parser("profile", help="per-layer latency (median, p10, p90), overhead, coverage")
     add_model_inputs(p)
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device(p)
     p.add_argument("--threads", type=arg(thread_count), default=None, help="torch intra-op threads")
     runs = p.add_mutually_exclusive_group()
     runs.add_argument("--runs", type=arg(positive_int), default=None,
@@ -40,10 +47,7 @@ def register(sub) -> None:
                    help="split each container's own-code row into one timed row per torch "
                         "function it calls (F.relu, the residual add, torch.cat), as analyze "
                         "--functions counts them; forward only")
-    p.add_argument("--optimization", choices=["disabled", "basic", "extended", "all"],
-                   default="disabled",
-                   help="ONNX models: onnxruntime's graph optimisation level (fused nodes are "
-                        "reported as such)")
+    add_ort_level(p, "--optimization", note="; ONNX models (fused nodes are reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
     loop = p.add_argument_group("inference over a data loader (--loop)")

@@ -1,13 +1,13 @@
 """layerscope report RESULT.json... -o report.html: one HTML page, a section per result."""
 from __future__ import annotations
 
-from layerscope.cli.common import output
+from layerscope.cli.common import add_file_output, output
 
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="one self-contained HTML page from saved JSON results")
     p.add_argument("results", nargs="+", metavar="RESULT.json")
-    p.add_argument("-o", "--output", default=None, metavar="FILE.html",
+    add_file_output(p, "an HTML page", (".html", ".htm"), default=None, metavar="FILE.html",
                    help="write here (atomically); default: standard output")
     p.add_argument("--title", default=None, help="page title (default: 'layerscope report')")
     p.set_defaults(run=run)

@@ -11,7 +11,7 @@ from layerscope.core.values import arg, positive_int, seed
 
 
 def register(sub) -> None:
-    from layerscope.cli.common import Parser, add_output_folder
+    from layerscope.cli.common import Parser, add_file_output, add_output_folder
     from layerscope.cli.verify_cmd import add_tolerances
     from layerscope.rewrite import PASSES
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
                               description="Exit code 0 (1 with --verify when the outputs "
                                           "differ).")
         t.add_argument("input", metavar="IN.onnx")
-        t.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+        add_file_output(t, "an ONNX graph", (".onnx",), required=True, metavar="OUT.onnx")
         for opt in info.options:
             t.add_argument(opt.flag, type=opt.type, default=opt.default, help=opt.help)
         t.add_argument("--verify", action="store_true",

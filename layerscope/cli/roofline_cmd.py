@@ -4,12 +4,13 @@ from __future__ import annotations
 import json
 import sys
 
+from layerscope.cli.common import add_device
 from layerscope.core.values import arg, thread_count
 
 
 def register(sub) -> None:
     p = sub.add_parser("roofline", help="the machine's measured compute and bandwidth ceilings")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    add_device(p)
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     p.add_argument("--threads", type=arg(thread_count), default=None)
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")

@@ -1,14 +1,16 @@
 """layerscope scaling RECIPE --nproc 1,2,4: data-parallel throughput per world size."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_output, check_outputs, emit
+from layerscope.cli.common import add_device, add_output, check_outputs, emit
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.values import arg, list_arg, non_negative_int, positive_int, seed, thread_count
 
 
 def register(sub) -> None:
     p = sub.add_parser("scaling", help="data-parallel (DDP) throughput, speed-up and "
-                                       "communication share per number of processes")
+                                       "communication share per number of processes",
+                       description="Each world size is a DDP run: gloo on --device cpu, NCCL "
+                                   "with one GPU per rank on --device cuda.")
     p.add_argument("recipe", help="a training recipe (digits-cnn, mnist-cnn, ...)")
     p.add_argument("--nproc", type=list_arg(positive_int), default=[1, 2],
                    help="world sizes, e.g. 1,2,4 (default 1,2); each is launched with "
@@ -20,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=arg(positive_int), help="per rank (default: the recipe's)")
     p.add_argument("--threads", type=arg(thread_count), default=1,
                    help="intra-op threads per rank (default 1)")
-    p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
+    add_device(p)  # gloo on cpu, NCCL with one GPU per rank on cuda
     p.add_argument("--synthetic", action="store_true", help="generated data (no dataset needed)")
     p.add_argument("--data-dir")
     p.add_argument("--seed", type=arg(seed), default=0)

@@ -7,7 +7,8 @@ from layerscope.core.values import arg, finite_non_negative_float, positive_int,
 
 
 def add_tolerances(p) -> None:
-    from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
+    from layerscope.cli.common import add_ort_level
+    from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL
 
     p.add_argument("--runs", type=arg(positive_int), default=5,
                    help="random inputs to compare on (default 5)")
@@ -18,9 +19,7 @@ def add_tolerances(p) -> None:
     p.add_argument("--seed", type=arg(seed), default=0,
                    help="seed of the random inputs and of model A's random weights when A is a "
                         "built-in model or factory (default 0, as in export)")
-    p.add_argument("--ort-optimization", choices=OPTIMIZATIONS, default="disable",
-                   help="onnxruntime graph optimisation level (default: disable, run the graphs "
-                        "as written)")
+    add_ort_level(p, "--ort-optimization")
 
 
 def register(sub) -> None:

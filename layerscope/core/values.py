@@ -132,6 +132,37 @@ def width(value: Any, name: str | None = "width") -> int:
     return whole_number(value, name, minimum=WIDTH_RANGE[0], maximum=WIDTH_RANGE[1])
 
 
+# ---------------------------------------------------------------- words
+DEVICES = ("cpu", "cuda")
+DEVICE_HELP = "cpu (default) or cuda"
+
+
+def device(value: Any, name: str | None = "device") -> str:
+    """Where torch runs: cpu or cuda (whether a GPU is there is the caller's check)."""
+    if value not in DEVICES:
+        raise UserError(f"unknown {name or 'device'} {_shown(value)}: use cpu or cuda",
+                        arguments=_argument(name))
+    return str(value)
+
+
+# onnxruntime's graph optimisation levels, one vocabulary for every command and API function
+# that creates a session (profile's optimization, verify's and rewrite's ort-optimization);
+# "disable", verify's spelling before the vocabulary was shared, is still accepted
+ORT_LEVELS = ("disabled", "basic", "extended", "all")
+ORT_LEVEL_ALIASES = {"disable": "disabled"}
+ORT_LEVEL_HELP = ("onnxruntime's graph optimisation level: disabled (default: run the graph as "
+                  "written), basic, extended or all (disable: the same as disabled)")
+
+
+def ort_level(value: Any, name: str | None = None) -> str:
+    """One of ``ORT_LEVELS`` (an alias becomes its level)."""
+    level = ORT_LEVEL_ALIASES.get(value, value) if isinstance(value, str) else value
+    if level not in ORT_LEVELS:
+        raise _fail(name, f"must be one of {', '.join(ORT_LEVELS)} (disable: the same as "
+                          f"disabled), got {_shown(value)}")
+    return level
+
+
 # ---------------------------------------------------------------- floats
 def finite_float(value: Any, name: str | None = None, *, minimum: float | None = None,
                  exclusive_minimum: float | None = None, maximum: float | None = None) -> float:

@@ -11,13 +11,16 @@ _EXT = {".json": "json", ".csv": "csv", ".txt": "table", ".html": "html", ".htm"
         ".png": "png"}
 
 
+def format_of(path: str) -> str | None:
+    """The format a file name's extension names (r.csv: csv), or None."""
+    return _EXT.get(os.path.splitext(path)[1].lower())
+
+
 def pick_format(fmt: str | None, output: str | None) -> str:
     """--format wins; else the output file's extension; else a table."""
     if fmt:
         return fmt
-    if output:
-        return _EXT.get(os.path.splitext(output)[1].lower(), "table")
-    return "table"
+    return (format_of(output) if output else None) or "table"
 
 
 def render(report, fmt: str, width: int | None = None, **options) -> str:

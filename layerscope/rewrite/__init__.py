@@ -17,7 +17,6 @@ __all__ = ["tile_linear", "PassResult", "verify", "VerifyResult", "linear_model"
 # verify's defaults, here so that the CLI can show them without importing numpy.
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-8
-OPTIMIZATIONS = ("disable", "basic", "extended", "all")  # onnxruntime graph optimisation levels
 
 PASSES: dict[str, PassInfo] = {}
 

@@ -33,12 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from layerscope.analysis.ort_profile import graph_level
 from layerscope.core import values
 from layerscope.core.callable_module import make_callable
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.limits import check_input_bytes
 from layerscope.frontends.detect import is_onnx_path
-from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL, OPTIMIZATIONS
+from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL
 from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
@@ -82,12 +83,13 @@ class VerifyResult:
 
 
 def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           seed: int = 0, optimization: str = "disable") -> VerifyResult:
+           seed: int = 0, optimization: str = "disabled") -> VerifyResult:
     """Compare A and B on ``runs`` seeded random inputs; see the module docstring.
 
     ``a``: an ONNX path, a model spec or an ``nn.Module`` (its train/eval flag is restored).
 
-    ``optimization``: onnxruntime's graph optimisation level. The default, "disable", runs each
+    ``optimization``: onnxruntime's graph optimisation level (``core.values.ORT_LEVELS``;
+    "disable" is accepted for "disabled"). The default, "disabled", runs each
     graph as written (what is being verified) and creates sessions of big tiled graphs far
     faster (alexnet tiled by 64, 14,506 nodes: ~6 s against ~90 s at "all").
     """
@@ -95,9 +97,7 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
     rtol = values.finite_non_negative_float(rtol, "rtol")
     atol = values.finite_non_negative_float(atol, "atol")
     seed = values.seed(seed, "seed")
-    if optimization not in OPTIMIZATIONS:
-        raise UserError(f"unknown optimization level {optimization!r}: use one of "
-                        f"{', '.join(OPTIMIZATIONS)}")
+    optimization = values.ort_level(optimization, "optimization")
     seconds = {}
     t0 = time.perf_counter()
     runner_a = (_OnnxRunner(a, optimization) if is_onnx_path(a) else _TorchRunner(a, seed))
@@ -254,11 +254,7 @@ class _OnnxRunner:
         self.path = str(path)
         check_file(self.path)
         options = ort.SessionOptions()
-        options.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+        options.graph_optimization_level = graph_level(optimization)
         options.log_severity_level = 3
         try:
             self.session = ort.InferenceSession(self.path, options,

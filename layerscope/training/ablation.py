@@ -160,6 +160,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
         warmup_steps = min(DEFAULT_WARMUP_STEPS, steps // 2)
     warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
     seed = values.seed(seed, "seed")
+    device = values.device(device, "device")
     if batch_size is not None:
         batch_size = values.positive_int(batch_size, "batch_size")
     if threads is not None:

@@ -1,46 +1,75 @@
 """What one ``layerscope train`` run is asked to do: the settings a checkpoint saves and a resumed
-run validates (``checkpoint._config_problem``), apart from the loop that runs them."""
+run validates (``checkpoint._config_problem``), apart from the loop that runs them.
+
+Each setting is declared here once (``core.settings.option``): its default, its help, the parser
+or choices its values must pass. ``TrainConfig`` validates itself when it is made, so the
+Python API and ``layerscope train`` (whose options are built from these fields by
+``cli.common.add_settings``) refuse the same values, each in its own words."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from layerscope.core import values
+from layerscope.core.settings import check_settings, option
+
+OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta")  # training.recipes builds each of them
+DISTRIBUTED = "several processes and machines (torch.distributed)"  # the options' group
+
 
 @dataclass
 class TrainConfig:
-    recipe: str = "digits-cnn"
-    epochs: int | None = None
-    steps: int | None = None  # stop after this many optimizer steps in total
-    batch_size: int | None = None
-    lr: float | None = None
-    optimizer: str | None = None
-    data_dir: str | None = None
-    download: bool = False
-    synthetic: bool = False
-    synthetic_size: tuple[int, int] | None = None  # (train, val) samples; default: the real sizes
-    device: str = "cpu"
-    num_workers: int = 0
-    pin_memory: bool = False
-    compile: bool = False
-    torchscript: bool = False
-    cudnn_benchmark: bool = False
-    amp: bool = False
-    channels_last: bool = False
-    profile: str | None = None  # cprofile | torch | pyinstrument
-    dry_run: bool = False
-    resume: str | None = None
-    out: str | None = None
-    tensorboard: bool = False
-    seed: int = 0
-    weights: str | None = None
-    warmup_steps: int = 0  # excluded from the phase breakdown (ablation)
-    evaluate: bool = True
-    threads: int | None = None
-    checkpoint_every: int | None = None  # also a mid-epoch checkpoint every K optimizer steps
+    recipe: str = option("digits-cnn", "digits-cnn (default, offline), mnist-cnn, "
+                                       "cifar10-resnet20, cifar100-resnet50", positional=True)
+    epochs: int | None = option(None, parse=values.positive_int)
+    steps: int | None = option(None, "stop after this many optimizer steps",
+                               parse=values.positive_int)
+    batch_size: int | None = option(None, parse=values.positive_int)
+    lr: float | None = option(None, parse=values.finite_positive_float, maximum=values.LR_MAX)
+    optimizer: str | None = option(None, choices=OPTIMIZERS)
+    data_dir: str | None = option(None)
+    download: bool = option(False, "download the dataset to --data-dir")
+    synthetic: bool = option(False, "deterministic generated data of the real shapes and class "
+                                    "counts")
+    # (train, val) samples; default: the real sizes
+    synthetic_size: tuple[int, int] | None = option(None, cli=False)
+    device: str = option("cpu", parse=values.device, shared="device")
+    num_workers: int = option(0, parse=values.non_negative_int, maximum=values.WORKERS_MAX)
+    pin_memory: bool = option(False)
+    compile: bool = option(False, "torch.compile the model")
+    torchscript: bool = option(False, "torch.jit.trace the model")
+    cudnn_benchmark: bool = option(False)
+    amp: bool = option(False, "autocast (float16 on CUDA, bfloat16 on CPU)")
+    channels_last: bool = option(False)
+    profile: str | None = option(None, choices=("cprofile", "torch", "pyinstrument"))
+    dry_run: bool = option(False, "one small batch (8 samples unless --batch-size) through "
+                                  "training, validation, checkpoint and outputs")
+    resume: str | None = option(None, "a checkpoint or a run directory", metavar="CKPT",
+                                reads=True)
+    out: str | None = option(None, "run directory (default runs/RECIPE-TIME); -o, --html and "
+                                   "--plot may go inside it", folder=True)
+    tensorboard: bool = option(False, "TensorBoard scalars in RUN_DIR/tensorboard")
+    seed: int = option(0, parse=values.seed)
+    weights: str | None = option(None, "ImageNet weights for cifar100-resnet50", reads=True)
+    threads: int | None = option(None, "torch intra-op threads", parse=values.thread_count)
+    # excluded from the phase breakdown (ablation)
+    warmup_steps: int = option(0, "steps left out of the phase breakdown",
+                               parse=values.non_negative_int)
+    evaluate: bool = option(True, "skip validation", flag="--no-eval")
+    checkpoint_every: int | None = option(
+        None, "also checkpoint every K optimizer steps (besides every epoch)",
+        parse=values.positive_int, metavar="K")
     # several processes (torchrun/srun, or train --nproc-per-node): how the model is replicated
     # and how long a collective may wait before the run ends (seconds)
-    strategy: str = "ddp"
-    comm_timeout: float = 600.0  # core.values.COMM_TIMEOUT_S
+    strategy: str = option("ddp", "DistributedDataParallel (default) or FSDP2 fully_shard",
+                           choices=("ddp", "fsdp"), group=DISTRIBUTED)
+    comm_timeout: float = option(
+        values.COMM_TIMEOUT_S, "a collective waiting longer ends the run (a hung or dead rank)",
+        parse=values.finite_positive_float, maximum=values.COMM_TIMEOUT_MAX,
+        metavar="SECONDS", group=DISTRIBUTED)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -152,30 +152,11 @@ class _Run:
         self.env = env
         self.rank, self.world = (env.rank, env.world_size) if env else (0, 1)
         self.device = device or c.device
-        if c.device not in ("cpu", "cuda"):
-            raise UserError(f"unknown device {c.device!r}: use cpu or cuda", arguments="device")
+        # the settings' values were checked when the config was made (TrainConfig); what
+        # depends on this machine and this launch is checked here
         if c.device == "cuda" and not torch.cuda.is_available():
             raise UserError("device cuda: no CUDA GPU is available here; use cpu",
                             arguments="device")
-        for name, value in (("epochs", c.epochs), ("steps", c.steps),
-                            ("batch_size", c.batch_size)):
-            if value is not None:
-                values.positive_int(value, name)
-        values.non_negative_int(c.num_workers, "num_workers", maximum=values.WORKERS_MAX)
-        values.non_negative_int(c.warmup_steps, "warmup_steps")
-        values.seed(c.seed, "seed")
-        if c.lr is not None:
-            values.finite_positive_float(c.lr, "lr", maximum=values.LR_MAX)
-        if c.threads is not None:
-            values.thread_count(c.threads, "threads")
-        if c.profile not in (None, "cprofile", "torch", "pyinstrument"):
-            raise UserError(f"unknown profile {c.profile!r}: use cprofile, torch or pyinstrument",
-                            arguments="profile")
-        if c.strategy not in ("ddp", "fsdp"):
-            raise UserError(f"unknown strategy {c.strategy!r}: use ddp or fsdp",
-                            arguments="strategy")
-        if c.checkpoint_every is not None:
-            values.positive_int(c.checkpoint_every, "checkpoint_every")
         if env and c.torchscript:
             raise UserError("torchscript cannot be trained by several processes (DDP and FSDP "
                             "wrap the module); leave it out", arguments="torchscript")

@@ -166,8 +166,7 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
     sizes = sorted({values.positive_int(n, "nproc", maximum=NPROC_MAX) for n in nproc})
     if not sizes:
         raise UserError("nproc: give at least one world size, e.g. 1,2", arguments="nproc")
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"unknown device {device!r}: use cpu or cuda", arguments="device")
+    device = values.device(device, "device")
     if device == "cuda" and sizes[-1] > torch.cuda.device_count():
         raise UserError(f"nproc {sizes[-1]}: {torch.cuda.device_count()} CUDA GPUs here; one "
                         f"process per GPU", arguments="nproc")
