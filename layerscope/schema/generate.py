@@ -25,8 +25,11 @@ import types
 import typing
 from typing import Any, Union
 
+from layerscope.core import activation_records as ar
+from layerscope.core import compare_records as cr
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
+from layerscope.core import sweep_records as sr
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.report import LayerRow, Totals, UncountedOp
@@ -56,6 +59,14 @@ GENERATED: dict[str, type[Record]] = {
     "plan": lr.PlanReport,
     "plan_activations": lr.PlanActivations,
     "plan_row": lr.PlanRow,
+    "sweep": sr.SweepReport,
+    "sweep_cell": sr.SweepCell,
+    "compare": cr.Comparison,
+    "compare_total": cr.TotalRow,
+    "compare_row": cr.CompareRow,
+    "compare_unrelated": cr.Unrelated,
+    "activations": ar.ActivationCapture,
+    "activations_layer": ar.ActivationStat,
 }
 _NAMES = {cls: name for name, cls in GENERATED.items()}
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -105,6 +116,8 @@ def record_schema(cls: type[Record]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     props, required = {}, []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.metadata.get("transient"):  # never written
+            continue
         props[f.name] = _property(hints[f.name], f.metadata)
         has_default = not (f.default is dataclasses.MISSING
                            and f.default_factory is dataclasses.MISSING)
