@@ -19,7 +19,8 @@ Records also read like the dicts they replaced (``row.time["median_s"]``, ``.get
 ``dict(record)``), so code written against the dicts keeps working.
 
 ``ResultDocument`` adds what every saved result shares: ``schema_version`` and ``kind`` first,
-and a notebook view.
+a notebook view, and its place in the kinds table (``core.kinds.Result``: the class's ``kind``
+default registers it).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any, ClassVar, TypeVar, Union
 
-from layerscope.core.display import Displayed
+from layerscope.core.kinds import Result
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")
@@ -168,9 +169,9 @@ class DictRecord(Record, Mapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
 
-class ResultDocument(Record, Displayed):
+class ResultDocument(Record, Result):
     """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields; they show
-    themselves in a terminal and a notebook (``Displayed``)."""
+    themselves in a terminal and a notebook (``Displayed``) and declare their kind (``Result``)."""
 
     _json_first: ClassVar[tuple[str, ...]] = ("schema_version", "kind")
 
