@@ -1,48 +1,15 @@
 """Activation capture: forward hooks save the outputs of matching layers (real run)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from layerscope.core import values
-from layerscope.core.display import Displayed
+from layerscope.core.activation_records import ActivationCapture, ActivationStat
 from layerscope.core.errors import UserError, first_line
 from layerscope.frontends.inputs import real_inputs
-
-
-@dataclass
-class ActivationStat:
-    name: str
-    type: str
-    shape: list[int]
-    mean: float
-    std: float
-    zero_fraction: float
-
-
-@dataclass
-class ActivationCapture(Displayed):
-    model: str
-    pattern: str
-    stats: list[ActivationStat]
-    arrays: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> numpy array
-
-    kind = "activations"
-
-    def to_dict(self) -> dict[str, Any]:
-        from layerscope.core.report import SCHEMA_VERSION
-
-        return {"schema_version": SCHEMA_VERSION, "kind": "activations", "model": self.model,
-                "pattern": self.pattern, "layers": [s.__dict__ for s in self.stats]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ActivationCapture:
-        """The statistics only; the arrays live in the .npz file."""
-        return cls(d["model"], d["pattern"], [ActivationStat(**s) for s in d["layers"]])
-
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:

@@ -17,53 +17,20 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.records import Noise
-from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
+from layerscope.core.sweep_records import SweepCell, SweepReport
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")
-
-
-@dataclass
-class SweepCell:
-    device: str
-    backend: str
-    dtype: str
-    threads: int | None
-    batch_size: int
-    status: str = "ok"  # ok | error
-    error: str | None = None
-    latency: dict[str, Any] | None = None  # TimingStats.to_dict()
-    throughput_per_s: float | None = None
-    # eager only: share of time per layer type (profile's by_type: over rows that never overlap,
-    # shares of the same instrumented runs, so they add up to the profile's coverage, not more)
-    by_type: list[dict[str, Any]] | None = None
-    speedup: float | None = None  # throughput / first cell's throughput
-    within_noise: bool | None = None
-
-
-@dataclass
-class SweepReport(ResultDocument):
-    model: str
-    cells: list[SweepCell]
-    settings: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    noise: Noise | None = None
-    kind: str = "sweep"
-    schema_version: str = SCHEMA_VERSION
-
 
 
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,

@@ -3,10 +3,11 @@
 renderers above them.
 
 Every result class takes both hooks from one mixin, ``Displayed``. The renderers layer installs
-the drawing functions (``renderers/display.py``) for every class of the kinds table
-(``core/results.py``), so a result kind that can be loaded can also be shown;
-``layerscope/__init__.py`` installs them when the package is imported, which happens before any
-record can exist. A record's hooks look the drawing function up by class, the most derived first.
+the drawing functions (``renderers/display.py``) once, on the base of every result class
+(``core.kinds.Result``), so a result kind that can be loaded can also be shown, with no list of
+classes to keep; ``layerscope/__init__.py`` installs them when the package is imported, which
+happens before any record can exist. A record's hooks look the drawing function up by class, the
+most derived first.
 """
 from __future__ import annotations
 
@@ -15,24 +16,24 @@ from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
-_RICH: dict[str, Callable[[Any], Any]] = {}
-_HTML: dict[str, Callable[[Any], str]] = {}
-_TEXT: dict[str, Callable[[Any], str]] = {}
+_RICH: dict[type, Callable[[Any], Any]] = {}
+_HTML: dict[type, Callable[[Any], str]] = {}
+_TEXT: dict[type, Callable[[Any], str]] = {}
 
 
-def install(rich: dict[str, Callable[[Any], Any]], html: dict[str, Callable[[Any], str]],
-            text: dict[str, Callable[[Any], str]] | None = None) -> None:
-    """Drawing functions keyed by record class name (a subclass without one uses its base's):
+def install(rich: dict[type, Callable[[Any], Any]], html: dict[type, Callable[[Any], str]],
+            text: dict[type, Callable[[Any], str]] | None = None) -> None:
+    """Drawing functions keyed by record class (a subclass without one uses its base's):
     rich renderables, HTML, and the plain text ``str()`` gives."""
     _RICH.update(rich)
     _HTML.update(html)
     _TEXT.update(text or {})
 
 
-def _drawer(table: dict[str, Callable[[Any], _T]], record: Any, hook: str) -> Callable[[Any], _T]:
+def _drawer(table: dict[type, Callable[[Any], _T]], record: Any, hook: str) -> Callable[[Any], _T]:
     for cls in type(record).__mro__:
-        if cls.__name__ in table:
-            return table[cls.__name__]
+        if cls in table:
+            return table[cls]
     raise TypeError(f"no {hook} display is installed for {type(record).__name__}")
 
 

@@ -10,6 +10,8 @@ layerscope/schema/generate.py). Field metadata that shapes the JSON:
 - ``omit_empty``: the key is left out when the value is None or an empty list or dict (lists
   added after 1.0 that are usually empty, so a result that has nothing to say is written as
   earlier versions wrote it);
+- ``transient``: kept in memory only, never written nor read back (e.g. arrays that are saved to
+  a file of their own);
 - ``description``, ``minimum``, ``optional`` (not in the schema's ``required`` list although
   the dataclass needs it), ``schema`` (a hand-written schema for an open value): for the schema.
 
@@ -17,7 +19,8 @@ Records also read like the dicts they replaced (``row.time["median_s"]``, ``.get
 ``dict(record)``), so code written against the dicts keeps working.
 
 ``ResultDocument`` adds what every saved result shares: ``schema_version`` and ``kind`` first,
-and a notebook view.
+a notebook view, and its place in the kinds table (``core.kinds.Result``: the class's ``kind``
+default registers it).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any, ClassVar, TypeVar, Union
 
-from layerscope.core.display import Displayed
+from layerscope.core.kinds import Result
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Record")
@@ -44,7 +47,14 @@ def omit_empty(**metadata: Any) -> dict[str, Any]:
     return {"omit_empty": True, **metadata}
 
 
+def transient(**metadata: Any) -> dict[str, Any]:
+    """Metadata for a field that is never written to the JSON nor read from it."""
+    return {"transient": True, **metadata}
+
+
 def _omitted(f: dataclasses.Field[Any], value: Any) -> bool:
+    if f.metadata.get("transient"):
+        return True
     if f.metadata.get("omit_empty"):
         return value is None or (isinstance(value, (list, dict)) and not value)
     return bool(f.metadata.get("omit_none")) and value is None
@@ -104,7 +114,7 @@ def build(cls: type[T], d: Mapping[str, Any]) -> T:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.init:
             continue
-        if f.name in d:
+        if f.name in d and not f.metadata.get("transient"):
             values[f.name] = from_json_value(hints[f.name], d[f.name])
         elif f.metadata.get("optional") and f.default is dataclasses.MISSING \
                 and f.default_factory is dataclasses.MISSING:
@@ -159,9 +169,9 @@ class DictRecord(Record, Mapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
 
-class ResultDocument(Record, Displayed):
+class ResultDocument(Record, Result):
     """Mixin for result dataclasses that have ``kind`` and ``schema_version`` fields; they show
-    themselves in a terminal and a notebook (``Displayed``)."""
+    themselves in a terminal and a notebook (``Displayed``) and declare their kind (``Result``)."""
 
     _json_first: ClassVar[tuple[str, ...]] = ("schema_version", "kind")
 

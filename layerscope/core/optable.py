@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from layerscope.core.document import ResultDocument, omit_none
 from layerscope.core.records import Noise
@@ -39,4 +39,6 @@ class OpTable(ResultDocument):
     noise: Noise | None = field(default=None, metadata=omit_none())
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
+
+    _schema_generated: ClassVar[bool] = False  # its definition is written by hand
 

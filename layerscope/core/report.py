@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from layerscope.core.display import Displayed
 from layerscope.core.document import Record, build, omit_none
+from layerscope.core.kinds import Result
 from layerscope.core.records import (
     AboveRoof,
     Achieved,
@@ -143,7 +143,7 @@ class UncountedOp(Record):
 
 
 @dataclass
-class Report(Record, Displayed):
+class Report(Record, Result):
     """Header + rows + totals.
 
     ``op_coverage`` is the share of op calls that had a cost handler. Measured reports
@@ -181,6 +181,12 @@ class Report(Record, Displayed):
         description="static memory plan (ONNX)"))
     noise: Noise | None = field(default=None, metadata=omit_none())
 
+    # a static analysis (analyze) and a measured one (profile: the report plus its measured
+    # sections); their schema definitions are written by hand
+    kinds: ClassVar[tuple[str, ...]] = ("analyze", "profile")
+    _schema_generated: ClassVar[bool] = False
+    _schema_refs: ClassVar[dict[str, tuple[str, ...]]] = {"analyze": ("report",),
+                                                           "profile": ("report", "profile")}
     _json_first: ClassVar[tuple[str, ...]] = (
         "schema_version", "kind", "model", "frontend", "inputs", "settings", "totals", "layers",
         "uncounted_ops", "op_coverage", "notes", "environment")

@@ -1,36 +1,63 @@
 """Saved results: turn any JSON object layerscope wrote back into its result object.
 
-The one place that knows which class reads which ``kind``; ``layerscope render`` and
-``layerscope report`` go through it. Result classes are imported lazily (some import torch).
+The one place that reads a result back; ``layerscope render``, ``layerscope report`` and
+``layerscope.load`` go through it. Which class reads which ``kind`` is the kinds table
+(core/kinds.py: every result class declares its kind); its record modules are imported on the
+first read, never at start-up.
 """
 from __future__ import annotations
 
 import importlib
 import json
+from functools import cache
 from typing import Any
 
+from layerscope.core import kinds
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.infiles import check_input_file
 from layerscope.core.report import SCHEMA_VERSION
 
-# kind -> (module, class); every class has from_dict() and a ``kind`` attribute
-_CLASSES = {
-    "analyze": ("layerscope.core.report", "Report"),
-    "profile": ("layerscope.core.report", "Report"),
-    "ops": ("layerscope.core.optable", "OpTable"),
-    "sweep": ("layerscope.analysis.sweep", "SweepReport"),
+# Result kinds whose records are not in core yet (they are moved there, and then found by the
+# kinds table): kind -> (module, class), imported when a result of that kind is read. The only
+# module names above core that core holds; tests/test_architecture.py lists them, so that this
+# table only shrinks.
+_NOT_YET_IN_CORE = {
     "train": ("layerscope.training.loop", "TrainReport"),
     "ablate": ("layerscope.training.ablation", "AblationReport"),
-    "activations": ("layerscope.analysis.activations", "ActivationCapture"),
-    "compare": ("layerscope.analysis.compare", "Comparison"),
     "loop": ("layerscope.training.inference_loop", "LoopProfile"),
     "scaling": ("layerscope.training.scaling", "ScalingReport"),
-    "llm": ("layerscope.core.llm_records", "LLMReport"),
-    "plan": ("layerscope.core.llm_records", "PlanReport"),
 }
-KINDS = tuple(_CLASSES)
-# the result classes' names, each once (what core/display draws)
-RESULT_CLASSES = tuple(dict.fromkeys(name for _, name in _CLASSES.values()))
+
+
+@cache
+def _core_kinds() -> dict[str, type[kinds.Result]]:
+    """The kinds table, less the kinds listed above (their classes register themselves too, once
+    something imports them: what the table holds must not depend on that)."""
+    return {k: cls for k, cls in kinds.table().items() if k not in _NOT_YET_IN_CORE}
+
+
+def all_kinds() -> tuple[str, ...]:
+    """Every result kind, sorted."""
+    return tuple(sorted(set(_core_kinds()) | set(_NOT_YET_IN_CORE)))
+
+
+def record_class(kind: str, import_above_core: bool = True) -> type[kinds.Result]:
+    """The class that reads results of ``kind``. KeyError for an unknown kind, and for a kind
+    whose record is not in core yet when ``import_above_core`` is False."""
+    found = _core_kinds().get(kind)
+    if found is not None:
+        return found
+    if not import_above_core:
+        raise KeyError(kind)
+    module, name = _NOT_YET_IN_CORE[kind]
+    cls: type[kinds.Result] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def __getattr__(name: str) -> Any:  # KINDS: read on first use (it imports the record modules)
+    if name == "KINDS":
+        return all_kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _major(version: Any) -> int | None:
@@ -64,10 +91,11 @@ def load_result(d: Any, source: str = "result", validate: bool = True) -> Any:
         raise UserError(f"{source}: not a layerscope result (expected a JSON object with "
                         f"'kind' and 'schema_version', got {type(d).__name__})")
     kind = d.get("kind")
-    if kind not in _CLASSES:
+    known = all_kinds()
+    if not isinstance(kind, str) or kind not in known:
         what = f"unknown kind {kind!r}" if "kind" in d else "no 'kind' key"
         raise UserError(f"{source}: not a layerscope result ({what}); layerscope results are "
-                        f"{', '.join(KINDS)}")
+                        f"{', '.join(known)}")
     check_version(d, source)
     if validate:
         from layerscope.schema import first_error
@@ -75,8 +103,7 @@ def load_result(d: Any, source: str = "result", validate: bool = True) -> Any:
         problem = first_error(d)
         if problem:
             raise UserError(f"{source}: not a valid {kind} result: {problem}")
-    module, name = _CLASSES[kind]
-    cls = getattr(importlib.import_module(module), name)
+    cls: Any = record_class(kind)
     try:
         return cls.from_dict(d)
     except UserError:

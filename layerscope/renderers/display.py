@@ -1,7 +1,9 @@
 """The drawing functions behind every record's ``__rich__`` and ``_repr_html_`` (core/display.py).
 
-Installed by ``layerscope/__init__.py``; each renderer module is imported only when a record is
-first shown, so importing layerscope stays cheap."""
+Installed by ``layerscope/__init__.py``, once for the base of every result class
+(``core.kinds.Result``), so every kind of the kinds table is drawn and none can be forgotten;
+each renderer module is imported only when a record is first shown, so importing layerscope stays
+cheap."""
 from __future__ import annotations
 
 import importlib
@@ -9,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layerscope.core import display
-from layerscope.core.results import RESULT_CLASSES
+from layerscope.core.kinds import Result
 
 
 def _later(module: str, function: str) -> Callable[[Any], Any]:
@@ -20,13 +22,12 @@ def _later(module: str, function: str) -> Callable[[Any], Any]:
     return draw
 
 
-# every result class of the kinds table (core/results.py) is drawn, so none can be forgotten:
-# its terminal view (and its str()) is its view's layout (View.terminal), drawn by one
+# a result's terminal view (and its str()) is its view's layout (View.terminal), drawn by one
 # renderer, and its notebook view the same HTML table renderer for every kind
-RICH = {name: _later("terminal", "render_table") for name in RESULT_CLASSES}
-HTML = {name: _later("html_table", "render_html_table") for name in RESULT_CLASSES}
+RICH = {Result: _later("terminal", "render_table")}
+HTML = {Result: _later("html_table", "render_html_table")}
 # print(result): the terminal layout as plain text (no colour, a fixed width)
-TEXT = {name: _later("terminal", "to_text") for name in RESULT_CLASSES}
+TEXT = {Result: _later("terminal", "to_text")}
 
 
 def install() -> None:

@@ -1,12 +1,17 @@
 """Generate the record definitions of ``report.schema.json`` from the record dataclasses.
 
-The definitions in ``GENERATED`` (timing, end_to_end, achieved, roofline_point, ceilings,
-backward, type_timing, noise, layer, totals, uncounted_op) are built from each record's fields:
-the type hints give the JSON types, ``field(metadata=...)`` the descriptions and constraints
+Generated from the kinds table (core/kinds.py): the list of kinds in the header, the dispatch on
+``kind`` (the top-level ``allOf``: a result of each kind must match its definitions), and the
+definition of every kind whose record class says so (``_schema_generated``), named after its
+kind, with the records it holds named ``<kind>_<field>`` (a list's field in the singular) unless
+``GENERATED`` names them. ``GENERATED`` names the records that several kinds share (timing,
+end_to_end, achieved, roofline_point, ceilings, backward, type_timing, noise, layer, totals,
+uncounted_op) and keeps earlier names. A definition is built from the record's fields: the type
+hints give the JSON types, ``field(metadata=...)`` the descriptions and constraints
 (``description``, ``minimum``, ``optional``, ``schema``), the class docstring the definition's
 description. Every integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (all the
-integers layerscope writes are counts, sizes or ranks). The rest of the schema (the header, the
-per-kind definitions of the other result kinds, ``report`` and ``profile``) is hand-written
+integers layerscope writes are counts, sizes or ranks). The rest of the schema (the header's
+fields, the definitions of the kinds written by hand, ``report`` and ``profile``) is hand-written
 and refers to the generated definitions with ``$ref``. The phases of a training breakdown's
 ``seconds`` (and of each rank's ``phases``) are written from ``core.phases.STEP_PHASES``.
 
@@ -23,17 +28,20 @@ import json
 import sys
 import types
 import typing
+from functools import cache
 from typing import Any, Union
 
+from layerscope.core import kinds
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.report import LayerRow, Totals, UncountedOp
+from layerscope.core.results import all_kinds, record_class
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema
 
-# $defs name -> record class
+# $defs name -> record class: shared records, and names kept from before they were derived
 GENERATED: dict[str, type[Record]] = {
     "timing": TimingStats,
     "end_to_end": r.EndToEnd,
@@ -47,25 +55,78 @@ GENERATED: dict[str, type[Record]] = {
     "layer": LayerRow,
     "totals": Totals,
     "uncounted_op": UncountedOp,
-    "llm": lr.LLMReport,
     "llm_prefill": lr.PrefillCost,
     "llm_decode": lr.DecodeCost,
     "llm_kv_cache": lr.KVCache,
     "llm_roofline": lr.LLMRoofline,
     "llm_attention_layers": lr.AttentionLayers,
-    "plan": lr.PlanReport,
     "plan_activations": lr.PlanActivations,
     "plan_layer_group": lr.PlanLayerGroup,
     "plan_row": lr.PlanRow,
 }
-_NAMES = {cls: name for name, cls in GENERATED.items()}
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _records_in(hint: Any) -> list[tuple[type[Record], bool]]:
+    """The records a field's type hint holds (directly, ``| None``, in a list or as dict
+    values), each with whether it is a list's item."""
+    if isinstance(hint, type) and issubclass(hint, Record) and dataclasses.is_dataclass(hint):
+        return [(hint, False)]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return [found for a in args for found in _records_in(a)]
+    if origin in (list, tuple) and args:
+        return [(cls, True) for cls, _ in _records_in(args[0])]
+    if origin is dict and len(args) == 2:
+        return _records_in(args[1])
+    return []
+
+
+def _kind_classes() -> dict[str, type[Record]]:
+    """$defs name -> record class of every kind whose definition is generated (named after
+    the class's first kind in sorted order; only the kinds whose records are in core)."""
+    found: dict[str, type[Record]] = {}
+    for kind in all_kinds():
+        try:
+            cls: Any = record_class(kind, import_above_core=False)
+        except LookupError:  # a kind not in core yet: written by hand
+            continue
+        if getattr(cls, "_schema_generated", False) and cls not in found.values():
+            found[kind] = cls
+    return found
+
+
+@cache
+def definitions() -> dict[str, type[Record]]:
+    """Every generated definition: $defs name -> record class."""
+    out = dict(GENERATED)
+    named = {cls: name for name, cls in out.items()}
+
+    def walk(name: str, cls: type[Record]) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            for inner, is_item in _records_in(hints[f.name]):
+                if inner in named:
+                    continue
+                inner_name = f"{name}_{f.name[:-1] if is_item and f.name.endswith('s') else f.name}"
+                named[inner], out[inner_name] = inner_name, inner
+                walk(inner_name, inner)
+
+    for name, cls in _kind_classes().items():
+        named[cls] = name
+        out[name] = cls
+    for name, cls in _kind_classes().items():
+        walk(name, cls)
+    for name, cls in GENERATED.items():
+        walk(name, cls)
+    return out
 
 
 def type_schema(hint: Any) -> dict[str, Any]:
     """The JSON schema of a type hint (records become ``$ref``s to their definitions)."""
-    if hint in _NAMES:
-        return {"$ref": f"#/$defs/{_NAMES[hint]}"}
+    names = {cls: name for name, cls in definitions().items()}
+    if hint in names:
+        return {"$ref": f"#/$defs/{names[hint]}"}
     if hint in _SCALARS:
         return {"type": _SCALARS[hint]}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -106,6 +167,8 @@ def record_schema(cls: type[Record]) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     props, required = {}, []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.metadata.get("transient"):  # never written
+            continue
         props[f.name] = _property(hints[f.name], f.metadata)
         has_default = not (f.default is dataclasses.MISSING
                            and f.default_factory is dataclasses.MISSING)
@@ -142,11 +205,24 @@ def _set_phases(defs: dict[str, Any]) -> None:
         {"communication": "time inside collectives (overlaps backward; not in step_s)"})
 
 
+def _dispatch(kind: str) -> dict[str, Any]:
+    """``if kind == <kind> then <its definitions>``."""
+    try:
+        refs = kinds.schema_refs(record_class(kind, import_above_core=False), kind)
+    except LookupError:  # a kind not in core yet: its definition is named after it
+        refs = (kind,)
+    then = [{"$ref": f"#/$defs/{ref}"} for ref in refs]
+    return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+            "then": then[0] if len(then) == 1 else {"allOf": then}}
+
+
 def generated_schema(base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``base`` (the shipped schema) with every generated definition rebuilt."""
+    """``base`` (the shipped schema) with the kinds and every generated definition rebuilt."""
     schema: dict[str, Any] = json.loads(json.dumps(base if base is not None else load_schema()))
     defs = schema.setdefault("$defs", {})
-    for name, cls in GENERATED.items():
+    defs["header"]["properties"]["kind"] = {"enum": list(all_kinds())}
+    schema["allOf"] = [_dispatch(kind) for kind in all_kinds()]
+    for name, cls in definitions().items():
         defs[name] = record_schema(cls)
     _set_phases(defs)
     return schema

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from layerscope.analysis.compare.result import LABELS, ROW_METRICS
+from layerscope.core.compare_records import LABELS, ROW_METRICS
 from layerscope.core.units import shape_str, si
 from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
 
