@@ -1,11 +1,12 @@
 """Generate the record definitions of ``report.schema.json`` from the record dataclasses.
 
-The definitions in ``GENERATED`` (timing, end_to_end, achieved, roofline_point, ceilings,
-backward, type_timing, noise, layer, totals, uncounted_op) are built from each record's fields:
-the type hints give the JSON types, ``field(metadata=...)`` the descriptions and constraints
-(``description``, ``minimum``, ``optional``, ``schema``), the class docstring the definition's
-description. Every integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (all the
-integers layerscope writes are counts, sizes or ranks). The rest of the schema (the header, the
+The definitions in ``GENERATED`` (the measured sections, the layer rows, and the llm, plan,
+train, ablate, loop and scaling kinds with their sections) are built from each record's fields:
+the type hints give the JSON types (``dict[str, X]``: an object whose values are X),
+``field(metadata=...)`` the descriptions and constraints (``description``, ``minimum``,
+``optional``, ``schema``), the class docstring the definition's description. Every integer is
+``minimum: 0`` unless its metadata says ``minimum: None`` (all the integers layerscope writes
+are counts, sizes or ranks). The rest of the schema (the header, the environment, the
 per-kind definitions of the other result kinds, ``report`` and ``profile``) is hand-written
 and refers to the generated definitions with ``$ref``. The phases of a training breakdown's
 ``seconds`` (and of each rank's ``phases``) are written from ``core.phases.STEP_PHASES``.
@@ -29,6 +30,7 @@ from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
+from layerscope.core.records import ablate, loop, phases, scaling, train
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema
@@ -56,6 +58,22 @@ GENERATED: dict[str, type[Record]] = {
     "plan": lr.PlanReport,
     "plan_activations": lr.PlanActivations,
     "plan_row": lr.PlanRow,
+    "phases": phases.PhaseBreakdown,
+    "train": train.TrainReport,
+    "train_epoch": train.TrainEpoch,
+    "train_script": train.WatchedScript,
+    "train_layer": train.LayerSeconds,
+    "train_phase_memory": train.PhaseMemory,
+    "train_rank": train.RankEntry,
+    "train_communication": train.Communication,
+    "train_bucket": train.Bucket,
+    "train_straggler": train.Straggler,
+    "ablate": ablate.AblationReport,
+    "ablate_variant": ablate.VariantResult,
+    "loop": loop.LoopProfile,
+    "loop_layer": loop.LoopLayer,
+    "scaling": scaling.ScalingReport,
+    "scaling_point": scaling.ScalingPoint,
 }
 _NAMES = {cls: name for name, cls in GENERATED.items()}
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -79,7 +97,8 @@ def type_schema(hint: Any) -> dict[str, Any]:
     if hint is list or origin in (list, tuple):
         return {"type": "array"} | ({"items": type_schema(args[0])} if args else {})
     if hint is dict or origin is dict:
-        return {"type": "object"}
+        values = type_schema(args[1]) if len(args) == 2 else {}
+        return {"type": "object"} | ({"additionalProperties": values} if values else {})
     return {}  # Any
 
 
@@ -135,8 +154,7 @@ def phases_schema(what: str, extra: dict[str, str] | None = None) -> dict[str, A
 def _set_phases(defs: dict[str, Any]) -> None:
     defs["phases"]["properties"]["seconds"] = phases_schema(
         "seconds by phase, summed over the steps; the phases sum to wall_s")
-    rank = defs["train"]["properties"]["ranks"]["items"]["properties"]
-    rank["phases"] = phases_schema(
+    defs["train_rank"]["properties"]["phases"] = phases_schema(
         "seconds per step by phase: the phases sum to step_s, communication overlaps backward",
         {"communication": "time inside collectives (overlaps backward; not in step_s)"})
 
