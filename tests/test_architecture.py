@@ -171,10 +171,6 @@ def test_imports_point_down():
     assert not wrong, "imports that do not point down a layer:\n" + "\n".join(sorted(set(wrong)))
 
 
-# Module names that core still holds as strings, pointing up (the result records not moved to
-# core yet, core/results.py); the test fails once one is gone, so that this list only shrinks.
-KNOWN_UPWARD_STRINGS = {"layerscope.training.loop", "layerscope.training.ablation",
-                        "layerscope.training.inference_loop", "layerscope.training.scaling"}
 _MODULE_STRING = re.compile(rf"{PACKAGE}(\.\w+)*\.?")
 
 
@@ -200,11 +196,8 @@ def test_core_names_no_module_above_it():
     """core reaches nothing above it, by import or by a module's name in a string: the kinds
     table finds result records among core's own modules."""
     found = _upward_strings()
-    wrong = sorted(f"{where}: {name!r}" for name, where in found.items()
-                   if name not in KNOWN_UPWARD_STRINGS)
+    wrong = sorted(f"{where}: {name!r}" for name, where in found.items())
     assert not wrong, "core names modules above it:\n" + "\n".join(wrong)
-    gone = KNOWN_UPWARD_STRINGS - set(found)
-    assert not gone, f"remove these from KNOWN_UPWARD_STRINGS: {sorted(gone)}"
 
 
 def test_public_aliases_are_not_imported_inside():

@@ -123,7 +123,11 @@ def test_shipped_schema_equals_the_generated_one():
     ("list[str]", {"type": "array", "items": {"type": "string"}}),
     ("TimingStats | None", {"anyOf": [{"$ref": "#/$defs/timing"}, {"type": "null"}]}),
     ("dict[str, Any]", {"type": "object"}),
-], ids=["int", "optional-float", "list-of-str", "optional-record", "open-dict"])
+    ("dict[str, float]", {"type": "object", "additionalProperties": {"type": "number"}}),
+    ("dict[str, TimingStats]", {"type": "object",
+                                "additionalProperties": {"$ref": "#/$defs/timing"}}),
+], ids=["int", "optional-float", "list-of-str", "optional-record", "open-dict", "dict-of-float",
+        "dict-of-record"])
 def test_type_hints_map_to_json_schema(hint, expected):
     from typing import Any  # noqa: F401 - named by the hints evaluated below
 

@@ -354,8 +354,8 @@ def _launch(args) -> int:
     import json
 
     from layerscope.core.io import temp_dir
+    from layerscope.core.records.train import TrainReport
     from layerscope.training import distributed
-    from layerscope.training.loop import TrainReport
     from layerscope.training.ranks import merge_rank_reports
 
     code = 0

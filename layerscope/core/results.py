@@ -7,9 +7,7 @@ first read, never at start-up.
 """
 from __future__ import annotations
 
-import importlib
 import json
-from functools import cache
 from typing import Any
 
 from layerscope.core import kinds
@@ -17,41 +15,16 @@ from layerscope.core.errors import UserError, first_line
 from layerscope.core.infiles import check_input_file
 from layerscope.core.report import SCHEMA_VERSION
 
-# Result kinds whose records are not in core yet (they are moved there, and then found by the
-# kinds table): kind -> (module, class), imported when a result of that kind is read. The only
-# module names above core that core holds; tests/test_architecture.py lists them, so that this
-# table only shrinks.
-_NOT_YET_IN_CORE = {
-    "train": ("layerscope.training.loop", "TrainReport"),
-    "ablate": ("layerscope.training.ablation", "AblationReport"),
-    "loop": ("layerscope.training.inference_loop", "LoopProfile"),
-    "scaling": ("layerscope.training.scaling", "ScalingReport"),
-}
-
-
-@cache
-def _core_kinds() -> dict[str, type[kinds.Result]]:
-    """The kinds table, less the kinds listed above (their classes register themselves too, once
-    something imports them: what the table holds must not depend on that)."""
-    return {k: cls for k, cls in kinds.table().items() if k not in _NOT_YET_IN_CORE}
-
 
 def all_kinds() -> tuple[str, ...]:
     """Every result kind, sorted."""
-    return tuple(sorted(set(_core_kinds()) | set(_NOT_YET_IN_CORE)))
+    return tuple(sorted(kinds.table()))
 
 
 def record_class(kind: str, import_above_core: bool = True) -> type[kinds.Result]:
-    """The class that reads results of ``kind``. KeyError for an unknown kind, and for a kind
-    whose record is not in core yet when ``import_above_core`` is False."""
-    found = _core_kinds().get(kind)
-    if found is not None:
-        return found
-    if not import_above_core:
-        raise KeyError(kind)
-    module, name = _NOT_YET_IN_CORE[kind]
-    cls: type[kinds.Result] = getattr(importlib.import_module(module), name)
-    return cls
+    """The class that reads results of ``kind`` (KeyError for an unknown kind).
+    ``import_above_core`` is kept for callers: every record is in core."""
+    return kinds.table()[kind]
 
 
 def __getattr__(name: str) -> Any:  # KINDS: read on first use (it imports the record modules)

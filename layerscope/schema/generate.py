@@ -6,14 +6,16 @@ definition of every kind whose record class says so (``_schema_generated``), nam
 kind, with the records it holds named ``<kind>_<field>`` (a list's field in the singular) unless
 ``GENERATED`` names them. ``GENERATED`` names the records that several kinds share (timing,
 end_to_end, achieved, roofline_point, ceilings, backward, type_timing, noise, layer, totals,
-uncounted_op) and keeps earlier names. A definition is built from the record's fields: the type
-hints give the JSON types, ``field(metadata=...)`` the descriptions and constraints
-(``description``, ``minimum``, ``optional``, ``schema``), the class docstring the definition's
-description. Every integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (all the
-integers layerscope writes are counts, sizes or ranks). The rest of the schema (the header's
-fields, the definitions of the kinds written by hand, ``report`` and ``profile``) is hand-written
-and refers to the generated definitions with ``$ref``. The phases of a training breakdown's
-``seconds`` (and of each rank's ``phases``) are written from ``core.phases.STEP_PHASES``.
+uncounted_op, phases) and keeps earlier names (llm, plan, train, ablate, loop, scaling
+sections). A definition is built from the record's fields: the type hints give the JSON types
+(``dict[str, X]``: an object whose values are X), ``field(metadata=...)`` the descriptions and
+constraints (``description``, ``minimum``, ``optional``, ``schema``), the class docstring the
+definition's description. Every integer is ``minimum: 0`` unless its metadata says ``minimum:
+None`` (all the integers layerscope writes are counts, sizes or ranks). The rest of the schema
+(the header's fields, the definitions of the kinds written by hand, ``report`` and ``profile``)
+is hand-written and refers to the generated definitions with ``$ref``. The phases of a training
+breakdown's ``seconds`` (and of each rank's ``phases``) are written from
+``core.phases.STEP_PHASES``.
 
     python -m layerscope.schema.generate          # rewrite report.schema.json
     python -m layerscope.schema.generate --check  # exit 1 if the shipped file is out of date
@@ -36,6 +38,7 @@ from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
+from layerscope.core.records import ablate, loop, phases, scaling, train
 from layerscope.core.report import LayerRow, Totals, UncountedOp
 from layerscope.core.results import all_kinds, record_class
 from layerscope.core.stats import TimingStats
@@ -63,6 +66,22 @@ GENERATED: dict[str, type[Record]] = {
     "plan_activations": lr.PlanActivations,
     "plan_layer_group": lr.PlanLayerGroup,
     "plan_row": lr.PlanRow,
+    "phases": phases.PhaseBreakdown,
+    "train": train.TrainReport,
+    "train_epoch": train.TrainEpoch,
+    "train_script": train.WatchedScript,
+    "train_layer": train.LayerSeconds,
+    "train_phase_memory": train.PhaseMemory,
+    "train_rank": train.RankEntry,
+    "train_communication": train.Communication,
+    "train_bucket": train.Bucket,
+    "train_straggler": train.Straggler,
+    "ablate": ablate.AblationReport,
+    "ablate_variant": ablate.VariantResult,
+    "loop": loop.LoopProfile,
+    "loop_layer": loop.LoopLayer,
+    "scaling": scaling.ScalingReport,
+    "scaling_point": scaling.ScalingPoint,
 }
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -141,7 +160,8 @@ def type_schema(hint: Any) -> dict[str, Any]:
     if hint is list or origin in (list, tuple):
         return {"type": "array"} | ({"items": type_schema(args[0])} if args else {})
     if hint is dict or origin is dict:
-        return {"type": "object"}
+        values = type_schema(args[1]) if len(args) == 2 else {}
+        return {"type": "object"} | ({"additionalProperties": values} if values else {})
     return {}  # Any
 
 
@@ -199,8 +219,7 @@ def phases_schema(what: str, extra: dict[str, str] | None = None) -> dict[str, A
 def _set_phases(defs: dict[str, Any]) -> None:
     defs["phases"]["properties"]["seconds"] = phases_schema(
         "seconds by phase, summed over the steps; the phases sum to wall_s")
-    rank = defs["train"]["properties"]["ranks"]["items"]["properties"]
-    rank["phases"] = phases_schema(
+    defs["train_rank"]["properties"]["phases"] = phases_schema(
         "seconds per step by phase: the phases sum to step_s, communication overlaps backward",
         {"communication": "time inside collectives (overlaps backward; not in step_s)"})
 

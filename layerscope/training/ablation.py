@@ -9,16 +9,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.records import Noise
-from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.records.ablate import AblationReport, VariantResult  # also imported from here
 from layerscope.core.stats import TimingStats
 from layerscope.training.phases import PHASES
 
@@ -37,36 +35,6 @@ CUDA_ONLY = {"pin-memory", "cudnn-benchmark"}
 EXCLUSIVE = [("compile", "torchscript")]
 ALL_MAX_WORKERS = 4
 DEFAULT_WARMUP_STEPS = 5
-
-
-@dataclass
-class VariantResult:
-    variant: str
-    flags: list[str]
-    status: str = "ok"  # ok | n/a | error
-    reason: str | None = None
-    repeats: list[dict[str, Any]] = field(default_factory=list)  # per repeat: breakdown dicts
-    step: dict[str, Any] | None = None  # TimingStats of mean step time across repeats
-    phases_ms: dict[str, float] | None = None  # median over repeats of ms per step per phase
-    speedup: float | None = None
-    beyond_noise: bool | None = None
-    expanded: str | None = None  # what ``all`` stood for, e.g. "workers=2+compile+amp"
-
-
-@dataclass
-class AblationReport(ResultDocument):
-    recipe: str
-    device: str
-    steps: int
-    warmup_steps: int
-    repeats: int
-    variants: list[VariantResult]
-    environment: dict[str, Any] = field(default_factory=dict)
-    # core.noise section from the baseline's step times (every speed-up is relative to it)
-    noise: Noise | None = None
-    kind: str = "ablate"
-    schema_version: str = SCHEMA_VERSION
-
 
 
 def usable_cores() -> int:

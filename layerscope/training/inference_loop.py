@@ -10,57 +10,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument, omit_empty, omit_none
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.records import Noise
-from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.records.loop import LoopLayer, LoopProfile  # also imported from here
 from layerscope.core.stats import TimingStats
 from layerscope.training.data import DATASETS, datasets
 from layerscope.training.phases import PhaseTimer, PhaseTotals
 
 LOOP_PHASES = ("data", "h2d", "forward", "other")
 DEFAULT_BATCH = 64
-
-
-@dataclass
-class LoopLayer:
-    name: str
-    type: str
-    time: dict[str, Any]  # TimingStats over the measured batches (seconds per batch)
-    share: float | None  # of the forward phase's median
-
-
-@dataclass
-class LoopProfile(ResultDocument):
-    model: str
-    dataset: str
-    device: str
-    batch_size: int
-    batches: int  # measured (warm-up batches excluded)
-    warmup: int
-    phases: dict[str, Any]  # PhaseTotals.to_dict() over the measured batches
-    batch_time: dict[str, Any]  # TimingStats of the batches' wall time
-    layers: list[LoopLayer]
-    coverage: float | None  # summed layer medians / forward-phase median
-    # how the batches were drawn, when it matters (absent from the JSON when there is none)
-    notes: list[str] = field(default_factory=list, metadata=omit_empty())
-    settings: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    # core.noise section: spread of the batches' wall times, the machine at the start, and the
-    # layers whose mean is far above their median (absent in results saved before it)
-    noise: Noise | None = field(default=None, metadata=omit_none())
-    kind: str = "loop"
-    schema_version: str = SCHEMA_VERSION
-
 
 
 def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

@@ -19,7 +19,6 @@ import resource
 import time
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,11 +27,10 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
 from layerscope.core import values
-from layerscope.core.document import ResultDocument, omit_none
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
-from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.records.train import TrainReport  # its home is core; imported from here too
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
 from layerscope.training import ranks as rank_table
@@ -46,64 +44,6 @@ OP_TABLE_TOP = 10  # operators in the --profile torch table
 TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
 RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
 DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
-
-
-@dataclass(repr=False)  # print() shows its tables (core.display); repr() is one line
-class TrainReport(ResultDocument):
-    recipe: str
-    config: dict[str, Any]
-    run_dir: str
-    epochs: list[dict[str, Any]]  # per-epoch metrics rows
-    breakdown: dict[str, Any]  # PhaseTotals.to_dict() for the run (warm-up excluded)
-    epoch_breakdown: list[dict[str, Any]]
-    step_seconds: list[float]  # wall time of every measured step
-    cpu_utilisation: float | None
-    peak_rss_bytes: int
-    peak_cuda_bytes: int | None
-    notes: list[str] = field(default_factory=list)
-    environment: dict[str, Any] = field(default_factory=dict)
-    ops: dict[str, Any] | None = None  # --profile torch: OpTable.to_dict(), per step
-    # a watched script (layerscope run, layerscope.watch()): what ran, which rank of how many,
-    # per-layer forward time (--layers) and peak memory per phase (--memory)
-    script: dict[str, Any] | None = field(default=None, metadata=omit_none(
-        description="the watched script: name and argv (layerscope run / watch())"))
-    rank: int | None = field(default=None, metadata=omit_none(minimum=0))
-    world_size: int | None = field(default=None, metadata=omit_none(minimum=1))
-    layers: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
-    phase_memory: dict[str, Any] | None = field(default=None, metadata=omit_none())
-    # several processes (torchrun/srun): one entry per rank (ranks.rank_entry), the gradient
-    # communication (CommRecorder.summary) and the slowest rank (ranks.straggler)
-    ranks: list[dict[str, Any]] | None = field(default=None, metadata=omit_none())
-    communication: dict[str, Any] | None = field(default=None, metadata=omit_none())
-    straggler: dict[str, Any] | None = field(default=None, metadata=omit_none())
-    # a watched script: the process group it formed (rank, world_size, backend), if any
-    process_group: dict[str, Any] | None = field(default=None, metadata=omit_none())
-    # several processes: every process's samples over the job's measured time
-    # (ranks.job_throughput)
-    job: dict[str, Any] | None = field(default=None, metadata=omit_none())
-    kind: str = "train"
-    schema_version: str = SCHEMA_VERSION
-
-    @property
-    def final(self) -> dict[str, Any] | None:
-        return self.epochs[-1] if self.epochs else None
-
-    def __repr__(self) -> str:
-        b = self.breakdown
-        return (f"TrainReport({self.recipe!r}, steps={b.get('steps')}, "
-                f"samples={b.get('samples')}, wall_s={b.get('wall_s', 0.0):.3f})")
-
-    @classmethod
-    def from_dict(cls, d):  # type: ignore[override]
-        report = super().from_dict(d)
-        if report.ops:  # the view builds an OpTable from it: a malformed one is a
-            # malformed saved result (one line on load), not a TypeError while rendering
-            from layerscope.core.optable import OpTable
-
-            if not isinstance(report.ops, dict):
-                raise ValueError(f"ops must be an object, got {type(report.ops).__name__}")
-            OpTable.from_dict(report.ops)
-        return report
 
 
 Callback = Callable[..., None]

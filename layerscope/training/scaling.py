@@ -29,16 +29,14 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core import values
-from layerscope.core.document import Record, ResultDocument
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import temp_dir
 from layerscope.core.noise import read_machine
-from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.records.scaling import ScalingPoint, ScalingReport  # also imported from here
 from layerscope.core.stats import TimingStats
 from layerscope.training.ablation import usable_cores
 from layerscope.training.recipes import lookup
@@ -46,47 +44,6 @@ from layerscope.training.recipes import lookup
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 3
 NPROC_MAX = 1024  # a sanity bound on --nproc items: torchrun would start that many processes
-
-
-@dataclass
-class ScalingPoint(Record):
-    """One world size of a scaling run: its step time, throughput, scaling against the first
-    world size, and its communication."""
-
-    world_size: int = field(metadata={"minimum": 1})
-    threads_per_rank: int
-    batch_per_rank: int
-    steps: int
-    step_s: float = field(metadata={"description": "median over steps of the slowest rank's "
-                                                   "step time"})
-    step_p10_s: float
-    step_p90_s: float
-    throughput_per_s: float = field(metadata={"description": "samples per second, all ranks"})
-    speedup: float = field(metadata={"description": "throughput over the first world size's"})
-    efficiency: float = field(metadata={"description": "speedup x N0 / N: 1.0 is linear"})
-    communication_s: float = field(metadata={"description": "per step, inside all-reduces"})
-    communication_share: float
-    exposed_s: float = field(metadata={"description": "per step, communication after "
-                                                      "backward's last gradient"})
-    exposed_share: float
-    buckets: int
-    bytes_per_step: int
-    theory_bytes_per_step: float
-    oversubscribed: bool
-    phases: dict[str, float] = field(default_factory=dict)  # rank-mean of median seconds
-
-
-@dataclass
-class ScalingReport(ResultDocument):
-    recipe: str
-    device: str
-    points: list[ScalingPoint]
-    settings: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    environment: dict[str, Any] = field(default_factory=dict)
-    kind: str = "scaling"
-    schema_version: str = SCHEMA_VERSION
-
 
 
 def _train_at(recipe: str, nproc: int, flags: list[str], workdir: str) -> dict[str, Any]:

@@ -72,8 +72,8 @@ from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.core.records.train import TrainReport
 from layerscope.training.distributed import process_group
-from layerscope.training.loop import TrainReport
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)

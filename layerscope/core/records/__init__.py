@@ -10,6 +10,9 @@ from layerscope.core.document import DictRecord, omit_none
 from layerscope.core.stats import TimingStats
 
 _COUNT = {"minimum": 0}
+# field metadata of a result's ``environment`` (core.environment.environment()): the schema's
+# hand-written definition
+ENVIRONMENT = {"schema": {"$ref": "#/$defs/environment"}}
 
 
 @dataclass(frozen=True, eq=False)

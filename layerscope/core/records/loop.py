@@ -1,0 +1,55 @@
+"""The result of ``layerscope profile MODEL --loop DATASET`` (kind ``loop``): a model's
+inference over a data loader, per phase and per layer, as typed records; their JSON schema is
+generated from these fields (layerscope/schema/generate.py). training/inference_loop.py builds
+them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
+from layerscope.core.records import ENVIRONMENT, Noise
+from layerscope.core.records.phases import PhaseBreakdown
+from layerscope.core.report import SCHEMA_VERSION
+from layerscope.core.stats import TimingStats
+
+
+@dataclass
+class LoopLayer(Record):
+    """One leaf layer's forward time over the measured batches."""
+
+    name: str
+    type: str
+    time: TimingStats = field(metadata={"description": "seconds per batch"})
+    share: float | None = field(metadata={"optional": True,
+                                          "description": "of the forward phase's median"})
+
+
+@dataclass
+class LoopProfile(ResultDocument):
+    """profile --loop: inference over a data loader, per phase and per layer."""
+
+    model: str
+    dataset: str
+    device: str
+    batch_size: int = field(metadata={"minimum": 1})
+    batches: int = field(metadata={"minimum": 1,
+                                   "description": "measured (warm-up batches excluded)"})
+    warmup: int
+    phases: PhaseBreakdown = field(metadata={"description": "over the measured batches"})
+    batch_time: TimingStats = field(metadata={"description": "the batches' wall time"})
+    layers: list[LoopLayer]
+    coverage: float | None = field(metadata={
+        "optional": True, "description": "summed layer medians / forward-phase median"})
+    notes: list[str] = field(default_factory=list, metadata=omit_empty(
+        description="how the batches were drawn, when it matters: passes over the data set (the "
+                    "loader iterated again), samples left out of each pass, a data set smaller "
+                    "than one batch"))
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
+    noise: Noise | None = field(default=None, metadata=omit_none(
+        description="core.noise section: spread of the batches' wall times, the machine at the "
+                    "start, and the layers whose mean is far above their median (absent in "
+                    "results saved before it)"))
+    kind: str = "loop"
+    schema_version: str = SCHEMA_VERSION

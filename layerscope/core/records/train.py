@@ -1,0 +1,206 @@
+"""The result of ``layerscope train`` and of a watched script (``layerscope run``,
+``layerscope.watch()``): kind ``train``, as typed records; their JSON schema is generated from
+these fields (layerscope/schema/generate.py). The training loop (training/loop.py) and the
+watcher (training/watch.py) build it.
+
+The sections were dicts up to 0.1 and are written the same way: each section record reads like
+the dict it replaced (``report.epochs[-1]["val_top1"]``), and a report built by the loop may
+hold the dicts themselves (they are written as they are).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerscope.core.document import DictRecord, ResultDocument, omit_none
+from layerscope.core.records import ENVIRONMENT
+from layerscope.core.records.phases import PhaseBreakdown
+from layerscope.core.report import SCHEMA_VERSION
+
+_NONNEG = {"minimum": 0}
+
+
+@dataclass(eq=False, kw_only=True)
+class TrainEpoch(DictRecord):
+    """One epoch's metrics row; the validation figures when the epoch was evaluated."""
+
+    epoch: int
+    step: int
+    train_loss: float
+    train_top1: float
+    lr: float
+    val_loss: float | None = field(default=None, metadata=omit_none())
+    val_top1: float | None = field(default=None, metadata=omit_none())
+    val_top5: float | None = field(default=None, metadata=omit_none())
+    epoch_seconds: float
+
+
+@dataclass(eq=False, kw_only=True)
+class WatchedScript(DictRecord):
+    """The watched script: its name and the arguments it was given."""
+
+    name: str
+    argv: list[str]
+
+
+@dataclass(eq=False, kw_only=True)
+class LayerSeconds(DictRecord):
+    """``--layers``: one module's forward seconds (inclusive of the modules inside it), own
+    forward seconds (inclusive minus the nearest modules it called) and backward seconds (the
+    autograd nodes its own code made), summed over the measured steps."""
+
+    name: str
+    type: str
+    calls: int
+    forward_s: float
+    forward_s_per_step: float | None = field(default=None, metadata=omit_none(optional=True))
+    own_s: float | None = field(default=None, metadata=omit_none(optional=True))
+    backward_s: float | None = field(default=None, metadata=omit_none(optional=True))
+
+
+@dataclass(eq=False, kw_only=True)
+class PhaseMemory(DictRecord):
+    """``--memory``: the peak resident memory (and CUDA memory allocated) seen at the end of a
+    phase."""
+
+    peak_rss_bytes: int | None = field(default=None, metadata=omit_none(optional=True))
+    peak_cuda_bytes: int | None = field(default=None, metadata=omit_none(optional=True))
+
+
+@dataclass(eq=False, kw_only=True)
+class RankEntry(DictRecord):
+    """One rank of a distributed run (training.ranks.rank_entry): seconds per step by phase,
+    and its samples and measured wall time (for the job's throughput)."""
+
+    rank: int
+    steps: int | None = field(default=None, metadata=omit_none(optional=True))
+    step_s: float = field(metadata=_NONNEG)
+    samples: int | None = field(default=None, metadata=omit_none(optional=True))
+    wall_s: float | None = field(default=None, metadata=omit_none(optional=True, minimum=0))
+    throughput_per_s: float | None = field(default=None, metadata={"optional": True})
+    # its properties are written from core.phases.STEP_PHASES (schema/generate.py)
+    phases: dict[str, float]
+
+
+@dataclass(eq=False, kw_only=True)
+class Bucket(DictRecord):
+    """One gradient bucket of the last step: its collective, its bytes and its median time."""
+
+    op: str | None = field(default=None, metadata=omit_none(optional=True))
+    bytes: int
+    median_s: float | None = field(default=None, metadata={"optional": True})
+
+
+@dataclass(eq=False, kw_only=True)
+class Communication(DictRecord):
+    """The gradient communication per step (training.comm.CommRecorder.summary); see
+    training.comm.communication for each figure."""
+
+    strategy: str | None = field(default=None, metadata={"optional": True})
+    world_size: int | None = field(default=None, metadata={"optional": True, "minimum": 1})
+    steps: int | None = field(default=None, metadata={"optional": True})
+    bytes_per_step: int | None = field(default=None, metadata={"optional": True})
+    gradient_bytes: int | None = field(default=None, metadata={"optional": True})
+    theory_bytes_per_step: float | None = field(default=None, metadata={
+        "optional": True, **_NONNEG})
+    wire_bytes_per_step: float | None = field(default=None, metadata={"optional": True})
+    bucket_cap_mb: float | None = field(default=None, metadata={"optional": True})
+    communication_s: float | None = field(default=None, metadata={"optional": True})
+    exposed_s: float | None = field(default=None, metadata={"optional": True})
+    bus_bandwidth_bytes_per_s: float | None = field(default=None, metadata={"optional": True})
+    buckets: list[Bucket] = field(default_factory=list, metadata={"optional": True})
+    hints: list[str] = field(default_factory=list, metadata={"optional": True})
+
+
+@dataclass(eq=False, kw_only=True)
+class Straggler(DictRecord):
+    """The slowest rank (the most own work per step: step minus wait and exposed
+    communication), its excess over the median and the phase it comes from
+    (training.ranks.straggler)."""
+
+    rank: int
+    step_s: float | None = field(default=None, metadata={"optional": True, **_NONNEG})
+    busy_s: float | None = field(default=None, metadata={"optional": True, **_NONNEG})
+    median_busy_s: float | None = field(default=None, metadata={"optional": True, **_NONNEG})
+    excess_s: float
+    excess_pct: float
+    phase: str
+    phase_excess_s: float | None = field(default=None, metadata={"optional": True})
+
+
+@dataclass(repr=False)  # print() shows its tables (core.display); repr() is one line
+class TrainReport(ResultDocument):
+    """One training run: per-epoch metrics and the phase breakdown."""
+
+    recipe: str
+    config: dict[str, Any]
+    run_dir: str
+    epochs: list[TrainEpoch]
+    breakdown: PhaseBreakdown  # the run's (warm-up excluded)
+    epoch_breakdown: list[PhaseBreakdown]
+    step_seconds: list[float] = field(metadata={"description": "wall time of every measured step"})
+    cpu_utilisation: float | None
+    peak_rss_bytes: int
+    peak_cuda_bytes: int | None
+    notes: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
+    ops: dict[str, Any] | None = field(default=None, metadata={
+        "description": "--profile torch: the operator table (OpTable.to_dict()), per step"})
+    # a watched script (layerscope run, layerscope.watch()): what ran, which rank of how many,
+    # per-layer forward time (--layers) and peak memory per phase (--memory)
+    script: WatchedScript | None = field(default=None, metadata=omit_none(
+        description="the watched script (layerscope run, layerscope.watch()): its name and the "
+                    "arguments it was given"))
+    rank: int | None = field(default=None, metadata=omit_none(
+        minimum=0, description="torchrun: this process' rank"))
+    world_size: int | None = field(default=None, metadata=omit_none(
+        minimum=1, description="torchrun: the number of ranks"))
+    layers: list[LayerSeconds] | None = field(default=None, metadata=omit_none(
+        description="--layers: per module, forward seconds (inclusive of the modules inside "
+                    "it), own forward seconds (inclusive minus the nearest modules it called) and "
+                    "backward seconds (the autograd nodes its own code made), summed over the "
+                    "measured steps (warm-up left out, as in the phases)"))
+    phase_memory: dict[str, PhaseMemory] | None = field(default=None, metadata=omit_none(
+        description="--memory: peak resident memory (and CUDA memory allocated) seen at the end "
+                    "of each phase"))
+    # several processes (torchrun/srun): one entry per rank (ranks.rank_entry), the gradient
+    # communication (CommRecorder.summary) and the slowest rank (ranks.straggler)
+    ranks: list[RankEntry] | None = field(default=None, metadata=omit_none(
+        description="distributed runs: one entry per rank (training.ranks.rank_entry); the "
+                    "additive phases sum to step_s, communication overlaps backward"))
+    communication: Communication | None = field(default=None, metadata=omit_none(
+        description="the gradient communication per step (training.comm.CommRecorder.summary)"))
+    straggler: Straggler | None = field(default=None, metadata=omit_none(
+        description="the slowest rank (the most own work per step: step minus wait and exposed "
+                    "communication), its excess over the median and the phase it comes from "
+                    "(training.ranks.straggler); absent for one rank"))
+    # a watched script: the process group it formed (rank, world_size, backend), if any
+    process_group: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    # several processes: every process's samples over the job's measured time
+    # (ranks.job_throughput)
+    job: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    kind: str = "train"
+    schema_version: str = SCHEMA_VERSION
+
+    @property
+    def final(self) -> Any:
+        """The last epoch's metrics row (None before the first epoch ends)."""
+        return self.epochs[-1] if self.epochs else None
+
+    def __repr__(self) -> str:
+        b = self.breakdown
+        return (f"TrainReport({self.recipe!r}, steps={b.get('steps')}, "
+                f"samples={b.get('samples')}, wall_s={b.get('wall_s', 0.0):.3f})")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainReport:
+        report = super().from_dict(d)
+        if report.ops:  # the view builds an OpTable from it: a malformed one is a
+            # malformed saved result (one line on load), not a TypeError while rendering
+            from layerscope.core.optable import OpTable
+
+            if not isinstance(report.ops, dict):
+                raise ValueError(f"ops must be an object, got {type(report.ops).__name__}")
+            OpTable.from_dict(report.ops)
+        return report
