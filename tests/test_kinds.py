@@ -27,10 +27,10 @@ WHERE = {
     "activations": "layerscope.core.activation_records.ActivationCapture",
     "llm": "layerscope.core.llm_records.LLMReport",
     "plan": "layerscope.core.llm_records.PlanReport",
-    "train": "layerscope.training.loop.TrainReport",
-    "ablate": "layerscope.training.ablation.AblationReport",
-    "loop": "layerscope.training.inference_loop.LoopProfile",
-    "scaling": "layerscope.training.scaling.ScalingReport",
+    "train": "layerscope.core.records.train.TrainReport",
+    "ablate": "layerscope.core.records.ablate.AblationReport",
+    "loop": "layerscope.core.records.loop.LoopProfile",
+    "scaling": "layerscope.core.records.scaling.ScalingReport",
 }
 
 
@@ -98,10 +98,10 @@ def fresh_table(monkeypatch):
 
     monkeypatch.setattr(kinds, "_TABLE", dict(kinds._TABLE))
     monkeypatch.setattr(views, "VIEWS", dict(views.VIEWS))
-    for cached in (results._core_kinds, generate.definitions):
+    for cached in (generate.definitions,):
         cached.cache_clear()
     yield
-    for cached in (results._core_kinds, generate.definitions):
+    for cached in (generate.definitions,):
         cached.cache_clear()
 
 
