@@ -79,7 +79,7 @@ def summary_writer(folder: str, label: str, name: str, arguments: str | tuple[st
 
 class TensorBoardSink(Sink):
     """Per-step scalars under ``step/`` (loss, lr and throughput where the step has them, each
-    phase in ms under ``step/phase_ms/``) at the step's number, and
+    phase in ms under ``step/phase_ms/``, the step's wall time in ms) at the step's number, and
     each epoch's metrics under their own names at the epoch's number (1-based)."""
 
     def __init__(self, writer):
@@ -95,6 +95,7 @@ class TensorBoardSink(Sink):
             w.add_scalar("step/throughput_per_s", s.samples / s.wall if s.wall else 0.0, step)
         for phase, seconds in s.phases.items():
             w.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
+        w.add_scalar("step/wall_ms", s.wall * 1e3, step)
 
     def on_epoch(self, e: EpochResult) -> None:
         for k, v in e.row.items():
