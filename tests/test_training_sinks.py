@@ -1,6 +1,6 @@
 """One layout for the outputs `train` and `run` share: the same phases give the same TensorBoard
-tags, whichever path wrote them (training/sinks.py); and the sinks see every step and epoch in
-order."""
+tags and the same Chrome-trace rows, whichever path wrote them (training/sinks.py,
+training/chrome_trace.py); and the sinks see every step and epoch in order."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,7 +9,9 @@ import pytest
 
 import layerscope
 from layerscope.cli.run_cmd import _tensorboard
+from layerscope.training.chrome_trace import COMM_TID, PHASE_TID, STEP_TID, merged_trace
 from layerscope.training.sinks import CallbackSink, EpochResult, StepResult
+from layerscope.training.watch import Watch
 
 # one step starting at t = 100 s: data 1 ms, forward 2 ms, backward 3 ms, end to end
 PHASES = {"data": 0.001, "forward": 0.002, "backward": 0.003}
@@ -25,6 +27,36 @@ def _watched(phases, t0, warmup=0):
     return SimpleNamespace(name="train.py", warmup_steps=warmup, step_spans=[(1, t0, t)],
                            intervals=intervals, step_phases=[dict(phases)],
                            step_seconds=[t - t0])
+
+
+def _rows(trace):
+    """(pid, tid) -> row name, and the complete events as (tid, cat, name, ts, dur)."""
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [(e["tid"], e["cat"], e["name"], e["ts"], e["dur"]) for e in trace["traceEvents"]
+             if e["ph"] == "X"]
+    return names, spans
+
+
+def test_both_trace_paths_draw_the_same_rows_for_the_same_phases(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    watched = Watch.chrome_trace(_watched(PHASES, T0))
+    merged = merged_trace([{"rank": 0, "steps": [{"t0": T0, "phases": PHASES,
+                                                   "buckets": []}]}])
+    w_names, w_spans = _rows(watched)
+    m_names, m_spans = _rows(merged)
+    # the same rows; the distributed trace adds the communication row
+    assert w_names == {(0, STEP_TID): "steps", (0, PHASE_TID): "phases"}
+    assert m_names == {**w_names, (0, COMM_TID): "communication"}
+    # phases: same row, category, names and times (us after the first step's start)
+    expected = [(PHASE_TID, "phase", "data", 0, 1000), (PHASE_TID, "phase", "forward", 1000, 2000),
+                (PHASE_TID, "phase", "backward", 3000, 3000)]
+    for spans in (w_spans, m_spans):
+        phases = [s for s in spans if s[0] == PHASE_TID]
+        assert [s[:3] for s in phases] == [e[:3] for e in expected]
+        assert [s[3:] for s in phases] == [pytest.approx(e[3:]) for e in expected]
+        steps = [s for s in spans if s[0] == STEP_TID]
+        assert [(s[1], s[3], s[4]) for s in steps] == [("step", 0, pytest.approx(6000))]
 
 
 def _scalars(folder):

@@ -873,7 +873,7 @@ def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:
              "straggler": rank_table.straggler(entries),
              "job": rank_table.job_throughput(entries)}
     if run.rank == 0:
-        from layerscope.training.dist_trace import write_trace
+        from layerscope.training.chrome_trace import write_trace
 
         write_trace(os.path.join(run.run_dir, RANKS_TRACE), [g[1] for g in gathered])
         run.notes.append(f"every rank's phases and collectives, one process per rank: "
