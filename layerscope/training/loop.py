@@ -46,8 +46,8 @@ from layerscope.training.sinks import (
     StepResult,
     TensorBoardSink,
     summary_writer,
-    write_json,
 )
+from layerscope.training.sinks import write_json as _write_json
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
 TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
@@ -563,7 +563,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         if writes:
             make_dir(run.run_dir, "out")
             make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
-            write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
+            _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
         first_step = run.global_step
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
             report = _train(run, on_epoch if writes else None, progress if writes else None,
@@ -571,7 +571,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
-            write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
+            _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         return report
     finally:
         torch.backends.cudnn.benchmark = old_benchmark
