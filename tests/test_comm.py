@@ -212,7 +212,7 @@ def test_hook_averages_like_ddp(ddp_run, name):
 
 def test_recorder_steps_make_a_merged_trace(ddp_run):
     # What h15-ddp feeds merged_trace: CommRecorder.step_end records beside the phase times.
-    from layerscope.training.dist_trace import COMM_TID, merged_trace
+    from layerscope.training.chrome_trace import COMM_TID, merged_trace
 
     per_rank = [{"rank": r, "steps": [{"t0": s["t0"], "phases": {"step": 0.001},
                                        "buckets": s["buckets"]} for s in run["wide"]["steps"]]}

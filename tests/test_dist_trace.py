@@ -1,4 +1,4 @@
-"""The merged Chrome/Perfetto trace of a distributed run (training/dist_trace.py)."""
+"""The merged Chrome/Perfetto trace of a distributed run (training/chrome_trace.py)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,13 @@ import json
 import pytest
 
 from layerscope.errors import UserError
-from layerscope.training.dist_trace import COMM_TID, PHASE_TID, merged_trace, write_trace
+from layerscope.training.chrome_trace import (
+    COMM_TID,
+    PHASE_TID,
+    STEP_TID,
+    merged_trace,
+    write_trace,
+)
 
 
 def _rank(rank, t0, phases, buckets):
@@ -42,7 +48,9 @@ def test_one_named_process_per_rank():
     (0, [("step 0", 0, 6000), ("forward", 0, 2000), ("backward", 2000, 4000)]),
 ], ids=["durations", "start-dur"])
 def test_phases_are_ranges(pid, expected):
-    got = [(e["name"], e["ts"], e["dur"]) for e in _x(merged_trace(RANKS), pid, PHASE_TID)]
+    trace = merged_trace(RANKS)
+    got = [(e["name"], e["ts"], e["dur"]) for tid in (STEP_TID, PHASE_TID)
+           for e in _x(trace, pid, tid)]
     assert [n for n, _, _ in got] == [n for n, _, _ in expected]
     for (_, ts, dur), (_, ets, edur) in zip(got, expected, strict=True):
         assert ts == pytest.approx(ets)
@@ -68,7 +76,7 @@ def test_written_file_is_valid_chrome_trace(tmp_path):
         assert e["ph"] in ("X", "M")
         assert isinstance(e["pid"], int)
         if e["ph"] == "X":
-            assert e["dur"] >= 0 and e["ts"] >= 0 and e["tid"] in (PHASE_TID, COMM_TID)
+            assert e["dur"] >= 0 and e["ts"] >= 0 and e["tid"] in (STEP_TID, PHASE_TID, COMM_TID)
 
 
 def test_nothing_to_trace_is_a_user_error(tmp_path):

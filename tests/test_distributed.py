@@ -18,6 +18,7 @@ import torch
 
 from layerscope.core.errors import UserError
 from layerscope.training import distributed, ranks
+from layerscope.training.chrome_trace import COMM_TID, PHASE_TID, STEP_TID
 from layerscope.training.recipes import DigitsCNN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,6 +186,13 @@ def test_two_processes_one_epoch(tmp_path):
     run = tmp_path / "run"
     assert sorted(os.listdir(run / "checkpoints")) == ["epoch-001.pt", "last.pt"]
     assert {"config.json", "report.json", "model.pt", "metrics.csv"} <= set(os.listdir(run))
+    # the merged trace: per rank a row of steps, one of their phases, one of collectives
+    trace = json.loads((run / "ranks_trace.json").read_text())["traceEvents"]
+    rows = {(e["pid"], e["args"]["name"]) for e in trace if e["name"] == "thread_name"}
+    assert rows == {(r, row) for r in (0, 1) for row in ("steps", "phases", "communication")}
+    assert {(e["pid"], e["tid"], e["cat"]) for e in trace if e["ph"] == "X"} == {
+        (r, tid, cat) for r in (0, 1)
+        for tid, cat in ((STEP_TID, "step"), (PHASE_TID, "phase"), (COMM_TID, "communication"))}
     # consolidated: the plain model's state dict, loadable by a single process
     state = torch.load(run / "model.pt", weights_only=True)
     DigitsCNN().load_state_dict(state["model"])

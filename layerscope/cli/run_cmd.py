@@ -473,17 +473,12 @@ def _write_files(watch, args) -> None:
 
 
 def _tensorboard(watch, folder: str) -> None:
-    """Per-step phase times (ms) under ``step/phase_ms/``, as ``layerscope train`` writes."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise UserError("--tensorboard needs tensorboard: pip install tensorboard") from None
-    from layerscope.core.io import make_dir
+    """Per-step phase times (ms) under ``step/phase_ms/`` and the step's wall time, through the
+    TensorBoard sink ``layerscope train`` writes with."""
+    from layerscope.training.sinks import StepResult, TensorBoardSink, summary_writer
 
-    writer = SummaryWriter(make_dir(folder, "--tensorboard"))
+    sink = TensorBoardSink(summary_writer(folder, "--tensorboard", "--tensorboard"))
     for step, (phases, wall) in enumerate(zip(watch.step_phases, watch.step_seconds),
                                           start=watch.warmup_steps + 1):
-        for phase, seconds in phases.items():
-            writer.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
-        writer.add_scalar("step/wall_ms", wall * 1e3, step)
-    writer.close()
+        sink.on_step(StepResult(phases, wall, step=step))
+    sink.close()

@@ -8,17 +8,15 @@ uninterrupted run (CPU; same thread count).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import marshal
 import os
 import random
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +37,16 @@ from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
+from layerscope.training.sinks import (
+    CallbackSink,
+    EpochResult,
+    MetricsSink,
+    Sink,
+    StepResult,
+    TensorBoardSink,
+    summary_writer,
+)
+from layerscope.training.sinks import write_json as _write_json
 
 OP_TABLE_TOP = 10  # operators in the --profile torch table
 TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
@@ -306,21 +314,6 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
-def _write_metrics(run_dir: str, history: list[dict[str, Any]]) -> None:
-    if not history:
-        return
-    buf = io.StringIO(newline="")
-    writer = csv.DictWriter(buf, fieldnames=list(history[0]))
-    writer.writeheader()
-    writer.writerows(history)
-    write_file(os.path.join(run_dir, "metrics.csv"), buf.getvalue())
-    _write_json(os.path.join(run_dir, "metrics.json"), history)
-
-
-def _write_json(path: str, obj: Any) -> None:
-    write_file(path, json.dumps(obj, indent=2))
-
-
 def _profiler(kind: str | None, run_dir: str):
     """A context that profiles the training and writes its result into the run directory."""
     if kind is None:
@@ -411,17 +404,6 @@ def _profiler(kind: str | None, run_dir: str):
             return False
 
     return _Pyinstrument()
-
-
-def _step_scalars(writer, run: _Run, loss: float, phases: dict[str, float], wall: float,
-                  samples: int) -> None:
-    """Per-step TensorBoard scalars under ``step/`` (the per-epoch ones keep their names)."""
-    step = run.global_step
-    writer.add_scalar("step/loss", loss, step)
-    writer.add_scalar("step/lr", run.optimizer.param_groups[0]["lr"], step)
-    writer.add_scalar("step/throughput_per_s", samples / wall if wall else 0.0, step)
-    for phase, seconds in phases.items():
-        writer.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
 
 
 def _resumed_config(config: TrainConfig) -> TrainConfig:
@@ -520,36 +502,6 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             dist_run.shutdown()
 
 
-def _tensorboard_writer(run: _Run):
-    """A SummaryWriter in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise UserError("tensorboard needs tensorboard: pip install tensorboard",
-                        arguments="tensorboard") from None
-    writer = SummaryWriter(make_dir(os.path.join(run.run_dir, "tensorboard"),
-                                    "TensorBoard folder"))
-    x, _ = run.train_set[0]
-    try:
-        run.model.eval()
-        writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
-    except Exception as exc:  # a graph that cannot be traced still gets its scalars
-        run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
-    return writer
-
-
-def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
-    """A checkpoint to go on from exactly here: ``batch`` batches of epoch ``epoch`` done, with
-    the epoch's running sums (over all ranks); every rank takes part, rank 0 writes."""
-    if run.env is not None:
-        sums = dist_run.sum_across(sums, run.device)
-    state = run.state(epoch, batch, {"loss_sum": sums[0], "correct": int(sums[1]),
-                                     "seen": int(sums[2])})
-    if run.rank == 0:
-        for name in (f"step-{run.global_step:06d}.pt", "last.pt"):
-            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
-
-
 class AlreadyFinished(Exception):
     """A resumed run with nothing left to do: the checkpoint has ``done`` of ``total``
     ``unit`` ("epochs" or "steps") behind it. Nothing is trained and nothing in ``run_dir``
@@ -579,186 +531,280 @@ def _check_work_left(run: _Run) -> None:
         raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
 
 
+def _tensorboard_sink(run: _Run) -> TensorBoardSink:
+    """TensorBoard in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
+    writer = summary_writer(os.path.join(run.run_dir, "tensorboard"), "TensorBoard folder",
+                            "tensorboard", arguments="tensorboard")
+    x, _ = run.train_set[0]
+    try:
+        run.model.eval()
+        writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
+    except Exception as exc:  # a graph that cannot be traced still gets its scalars
+        run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
+    return TensorBoardSink(writer)
+
+
+class _Checkpoints(Sink):
+    """RUN_DIR/checkpoints: every ``checkpoint_every`` steps inside an epoch (step-NNNNNN.pt)
+    and after each complete epoch (epoch-NNN.pt), each also as last.pt. Every rank takes part
+    (FSDP's consolidated state dict is a collective); rank 0 writes."""
+
+    def __init__(self, run: _Run):
+        self.run = run
+
+    def on_step(self, s: StepResult) -> None:
+        every = self.run.config.checkpoint_every
+        if every and s.step % every == 0 and s.batch < s.epoch_batches:
+            _save_step(self.run, s.epoch, s.batch, s.sums)
+
+    def on_epoch(self, e: EpochResult) -> None:
+        if e.complete:
+            state = self.run.state(e.epoch + 1)
+            if self.run.rank == 0:
+                for name in (f"epoch-{e.epoch + 1:03d}.pt", "last.pt"):
+                    ckpt.save_atomic(state, os.path.join(self.run.run_dir, "checkpoints", name))
+
+
+def _sinks(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> list[Sink]:
+    """The run's outputs, in the order each step and epoch reaches them: TensorBoard (rank 0,
+    asked for), checkpoints (every rank), the metrics files (rank 0), the callbacks."""
+    sinks: list[Sink] = []
+    if run.config.tensorboard and run.rank == 0:
+        sinks.append(_tensorboard_sink(run))
+    sinks.append(_Checkpoints(run))
+    if run.rank == 0:
+        sinks.append(MetricsSink(run.run_dir))
+    sinks.append(CallbackSink(progress, on_epoch))
+    return sinks
+
+
+def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
+    """A checkpoint to go on from exactly here: ``batch`` batches of epoch ``epoch`` done, with
+    the epoch's running sums (over all ranks); every rank takes part, rank 0 writes."""
+    if run.env is not None:
+        sums = dist_run.sum_across(sums, run.device)
+    state = run.state(epoch, batch, {"loss_sum": sums[0], "correct": int(sums[1]),
+                                     "seen": int(sums[2])})
+    if run.rank == 0:
+        for name in (f"step-{run.global_step:06d}.pt", "last.pt"):
+            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
+
+
+@dataclass
+class _Measured:
+    """What the steps of one invocation measured: the phases of the steps after the warm-up
+    (over the run and per epoch), every measured step's wall time, and this rank's steps for
+    the merged trace of a distributed run."""
+    warmup: int
+    totals: PhaseTotals = field(default_factory=PhaseTotals)
+    epoch: PhaseTotals = field(default_factory=PhaseTotals)
+    epoch_breakdown: list[dict[str, Any]] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    trace_steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: int = 0
+
+    def add(self, s: StepResult) -> None:
+        if self.steps >= self.warmup:
+            if s.comm is not None and len(self.trace_steps) < TRACE_STEPS:
+                self.trace_steps.append({"t0": s.comm["t0"], "buckets": s.comm["buckets"],
+                                         "phases": {p: s.phases[p] for p in rank_table.ADDITIVE}})
+            self.totals.add(s.phases, s.wall, s.samples)
+            self.epoch.add(s.phases, s.wall, s.samples)
+            self.step_seconds.append(s.wall)
+        self.steps += 1
+
+    def end_epoch(self) -> None:
+        self.epoch_breakdown.append(self.epoch.to_dict())
+        self.epoch = PhaseTotals()
+
+
+def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
+    """One optimizer step on the next of ``batches``: the copies to the device, forward and
+    loss under ``autocast``, backward, the optimizer (through the GradScaler with CUDA amp),
+    each phase timed; with several processes, the end-of-step barrier and the gradient
+    communication split out of the phases."""
+    c, comm = run.config, run.comm
+    if run.env is not None:
+        dist_run.maybe_fault(run.rank, run.global_step + 1)
+        comm.step_begin()
+    timer.start()
+    x, y = next(batches)
+    timer.mark("data")
+    x = x.to(run.device, non_blocking=c.pin_memory)
+    y = y.to(run.device, non_blocking=c.pin_memory)
+    if c.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    timer.mark("h2d")
+    with autocast:
+        out = run.forward_model(x)
+        timer.mark("forward")
+        loss = run.loss_fn(out, y)
+    timer.mark("loss")
+    run.optimizer.zero_grad(set_to_none=True)
+    (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+    if comm is not None:
+        comm.backward_end()
+    timer.mark("backward")
+    if run.scaler is not None:
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+    else:
+        run.optimizer.step()
+    timer.mark("optimizer")
+    phases, wall = timer.stop()
+    record = None
+    if comm is not None:
+        # the end-of-step barrier: how long this rank waits for the slowest one
+        wait = dist_run.barrier_seconds()
+        record = comm.step_end()
+        phases, wall = rank_table.split_step(phases, wait, record["communication_s"],
+                                             record["exposed_s"])
+    run.global_step += 1
+    # after the step's one synchronisation, reading values costs nothing more
+    return StepResult(phases, wall, samples=len(y), loss=float(loss.detach()),
+                      correct=int((out.detach().argmax(1) == y).sum()),
+                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step)
+
+
+def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
+           autocast: Any, unprofiled: Callable[[], Any]) -> tuple[EpochResult, bool]:
+    """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
+    result and whether the run stops after it."""
+    c = run.config
+    run.model.train()
+    skip, partial = (run.skip_batches, run.partial) if epoch == run.start_epoch else (0, None)
+    loader = run.loader(epoch, skip)
+    if run.resume_rng is not None and skip:
+        ckpt.set_rng_state(run.resume_rng)  # continue the stopped epoch's random stream
+    epoch_batches = skip + len(loader)
+    n_batches = len(loader) if not c.dry_run else 1
+    if c.steps is not None:
+        n_batches = min(n_batches, c.steps - run.global_step)
+    loss_sum, correct, seen = ((partial["loss_sum"], partial["correct"], partial["seen"])
+                               if partial else (0.0, 0, 0))
+    t_epoch = time.perf_counter()
+    it = iter(loader)
+    for i in range(n_batches):
+        s = _step(run, it, timer, autocast)
+        loss_sum += s.loss * s.samples
+        correct += s.correct
+        seen += s.samples
+        m.add(s)
+        s.epoch, s.batch, s.batches, s.epoch_batches = (epoch, skip + i + 1, skip + n_batches,
+                                                        epoch_batches)
+        s.sums = [loss_sum, correct, seen]
+        for sink in sinks:
+            sink.on_step(s)
+    del it
+    stop = c.steps is not None and run.global_step >= c.steps
+    complete = skip + n_batches == epoch_batches
+    if not complete:
+        # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
+        # taken before validation draws from the random streams
+        _save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
+        stop = True
+    result = _end_epoch(run, epoch, complete, [loss_sum, correct, seen], t_epoch, unprofiled)
+    m.end_epoch()
+    for sink in sinks:
+        sink.on_epoch(result)
+    return result, stop
+
+
+def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch: float,
+               unprofiled: Callable[[], Any]) -> EpochResult:
+    """The epoch's metrics row: loss and top-1 over every rank's samples, the learning rate it
+    ran with (the scheduler steps after a complete epoch), validation (unprofiled) and its
+    wall time. A complete epoch joins the history (a partial one is reported, never
+    checkpointed)."""
+    c = run.config
+    loss_sum, correct, seen = sums
+    if run.env is not None:  # the epoch's metrics over every rank's samples
+        loss_sum, correct_f, seen_f = dist_run.sum_across([loss_sum, correct, seen], run.device)
+        correct, seen = int(correct_f), int(seen_f)
+    if run.scheduler is not None:
+        lr = run.scheduler.get_last_lr()[0]
+        if complete:
+            run.scheduler.step()
+    else:
+        lr = run.optimizer.param_groups[0]["lr"]
+    row = {"epoch": epoch + 1, "step": run.global_step,
+           "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
+           "lr": lr}
+    if c.evaluate:
+        with unprofiled():
+            val = run.val_loader()
+            if c.dry_run:
+                val = [next(iter(val))]
+            row.update(evaluate(run.model, val, run.device, run.loss_fn, c.channels_last))
+    row["epoch_seconds"] = time.perf_counter() - t_epoch
+    rows = run.history + [row]
+    if complete:
+        run.history.append(row)
+    return EpochResult(epoch, row, complete, rows)
+
+
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
            unprofiled: Callable[[], Any] = nullcontext) -> TrainReport:
     """The epochs; ``unprofiled()``: a context for work that is not a training step (the
     profiler's pause), so a per-step operator table counts training steps only."""
-    c, r = run.config, run.recipe
-    device = run.device
+    c = run.config
     with unprofiled():
-        writer = _tensorboard_writer(run) if (c.tensorboard and run.rank == 0) else None
+        sinks = _sinks(run, on_epoch, progress)
     timer = PhaseTimer(cuda=run.cuda)
-    totals = PhaseTotals()
-    step_seconds: list[float] = []
-    epoch_breakdown = []
-    measured = 0
+    m = _Measured(c.warmup_steps)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
-    comm = run.comm
-    trace_steps: list[dict[str, Any]] = []  # this rank's steps for the merged trace
-    stop = False
     rows = list(run.history)
     for epoch in range(run.start_epoch, run.epochs):
-        run.model.train()
-        skip, partial = (run.skip_batches, run.partial) if epoch == run.start_epoch else (0, None)
-        loader = run.loader(epoch, skip)
-        if run.resume_rng is not None and skip:
-            ckpt.set_rng_state(run.resume_rng)  # continue the stopped epoch's random stream
-        epoch_batches = skip + len(loader)
-        n_batches = len(loader) if not c.dry_run else 1
-        if c.steps is not None:
-            n_batches = min(n_batches, c.steps - run.global_step)
-        epoch_totals = PhaseTotals()
-        loss_sum, correct, seen = ((partial["loss_sum"], partial["correct"], partial["seen"])
-                                   if partial else (0.0, 0, 0))
-        t_epoch = time.perf_counter()
-        it = iter(loader)
-        for i in range(n_batches):
-            if run.env is not None:
-                dist_run.maybe_fault(run.rank, run.global_step + 1)
-                comm.step_begin()
-            timer.start()
-            x, y = next(it)
-            timer.mark("data")
-            x = x.to(device, non_blocking=c.pin_memory)
-            y = y.to(device, non_blocking=c.pin_memory)
-            if c.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            timer.mark("h2d")
-            with autocast:
-                out = run.forward_model(x)
-                timer.mark("forward")
-                loss = run.loss_fn(out, y)
-            timer.mark("loss")
-            run.optimizer.zero_grad(set_to_none=True)
-            if run.scaler is not None:
-                run.scaler.scale(loss).backward()
-                if comm is not None:
-                    comm.backward_end()
-                timer.mark("backward")
-                run.scaler.step(run.optimizer)
-                run.scaler.update()
-            else:
-                loss.backward()
-                if comm is not None:
-                    comm.backward_end()
-                timer.mark("backward")
-                run.optimizer.step()
-            timer.mark("optimizer")
-            phases, wall = timer.stop()
-            if comm is not None:
-                # the end-of-step barrier: how long this rank waits for the slowest one
-                wait = dist_run.barrier_seconds()
-                step = comm.step_end()
-                phases, wall = rank_table.split_step(phases, wait, step["communication_s"],
-                                                     step["exposed_s"])
-                if measured >= c.warmup_steps and len(trace_steps) < TRACE_STEPS:
-                    trace_steps.append({"t0": step["t0"], "buckets": step["buckets"], "phases": {
-                        p: phases[p] for p in rank_table.ADDITIVE}})
-            # after the step's one synchronisation, reading values costs nothing more
-            step_loss = float(loss.detach())
-            loss_sum += step_loss * len(y)
-            correct += int((out.detach().argmax(1) == y).sum())
-            seen += len(y)
-            run.global_step += 1
-            measured += 1
-            if measured > c.warmup_steps:
-                totals.add(phases, wall, len(y))
-                epoch_totals.add(phases, wall, len(y))
-                step_seconds.append(wall)
-            if writer is not None:
-                _step_scalars(writer, run, step_loss, phases, wall, len(y))
-            if progress:
-                progress(epoch, skip + i + 1, skip + n_batches)
-            if (c.checkpoint_every and run.global_step % c.checkpoint_every == 0
-                    and skip + i + 1 < epoch_batches):
-                _save_step(run, epoch, skip + i + 1, [loss_sum, correct, seen])
-        del it
-        if c.steps is not None and run.global_step >= c.steps:
-            stop = True
-        complete = skip + n_batches == epoch_batches
-        if not complete:
-            # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
-            # taken before validation draws from the random streams
-            _save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
-            stop = True
-        if run.env is not None:  # the epoch's metrics over every rank's samples
-            loss_sum, correct_f, seen_f = dist_run.sum_across([loss_sum, correct, seen], device)
-            correct, seen = int(correct_f), int(seen_f)
-        if run.scheduler is not None:
-            lr = run.scheduler.get_last_lr()[0]
-            if complete:
-                run.scheduler.step()
-        else:
-            lr = run.optimizer.param_groups[0]["lr"]
-        row = {"epoch": epoch + 1, "step": run.global_step,
-               "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
-               "lr": lr}
-        if c.evaluate:
-            with unprofiled():
-                val = run.val_loader()
-                if c.dry_run:
-                    val = [next(iter(val))]
-                row.update(evaluate(run.model, val, device, run.loss_fn, c.channels_last))
-        row["epoch_seconds"] = time.perf_counter() - t_epoch
-        epoch_breakdown.append(epoch_totals.to_dict())
-        if writer is not None:
-            for k, v in row.items():
-                if k not in ("epoch", "step"):
-                    writer.add_scalar(k, v, epoch + 1)
-            writer.flush()
-        rows = run.history + [row]  # a partial epoch's row is reported, never checkpointed
-        if complete:
-            run.history.append(row)
-            state = run.state(epoch + 1)
-            if run.rank == 0:
-                for name in (f"epoch-{epoch + 1:03d}.pt", "last.pt"):
-                    ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
-        if run.rank == 0:
-            _write_metrics(run.run_dir, rows)
-        if on_epoch:
-            on_epoch(row)
+        result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
+        rows = result.rows
         if stop:
             break
-    if writer is not None:
-        writer.close()
+    for sink in sinks:
+        sink.close()
     final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
     if run.rank == 0:
         ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),
-                          "classes": list(run.classes), "recipe": r.name},
+                          "classes": list(run.classes), "recipe": run.recipe.name},
                          os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
-    extra: dict[str, Any] = {}
-    if run.env is not None:
-        gathered = dist_run.gather((rank_table.rank_entry(run.rank, totals.to_dict()),
-                                    {"rank": run.rank, "steps": trace_steps}),
-                                   run.rank, run.world) or []
-        entries = [g[0] for g in gathered]
-        extra = {"world_size": run.world, "ranks": entries,
-                 "communication": comm.summary(run.gradient_bytes,
-                                               param_bytes=run.param_bytes),
-                 "straggler": rank_table.straggler(entries),
-                 "job": rank_table.job_throughput(entries)}
-        if run.rank == 0:
-            from layerscope.training.dist_trace import write_trace
-
-            write_trace(os.path.join(run.run_dir, RANKS_TRACE), [g[1] for g in gathered])
-            run.notes.append(f"every rank's phases and collectives, one process per rank: "
-                             f"{os.path.join(run.run_dir, RANKS_TRACE)} (Perfetto, "
-                             "chrome://tracing)")
-        run.notes.append(f"{run.world} processes ({c.strategy}); --batch-size "
-                         f"{run.batch_size} is per process: {run.batch_size * run.world} "
-                         "samples per step in all")
+    extra = _gather_ranks(run, m) if run.env is not None else {}
     return TrainReport(
-        recipe=r.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
-        breakdown=totals.to_dict(), epoch_breakdown=epoch_breakdown, step_seconds=step_seconds,
+        recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
+        breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
+        step_seconds=m.step_seconds,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
         notes=run.notes, environment=environment(), **extra)
+
+
+def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:
+    """Several processes: every rank's phases and steps gathered on rank 0, which writes the
+    merged trace; the report's per-rank fields and notes."""
+    c = run.config
+    gathered = dist_run.gather((rank_table.rank_entry(run.rank, m.totals.to_dict()),
+                                {"rank": run.rank, "steps": m.trace_steps}),
+                               run.rank, run.world) or []
+    entries = [g[0] for g in gathered]
+    extra = {"world_size": run.world, "ranks": entries,
+             "communication": run.comm.summary(run.gradient_bytes, param_bytes=run.param_bytes),
+             "straggler": rank_table.straggler(entries),
+             "job": rank_table.job_throughput(entries)}
+    if run.rank == 0:
+        from layerscope.training.chrome_trace import write_trace
+
+        write_trace(os.path.join(run.run_dir, RANKS_TRACE), [g[1] for g in gathered])
+        run.notes.append(f"every rank's phases and collectives, one process per rank: "
+                         f"{os.path.join(run.run_dir, RANKS_TRACE)} (Perfetto, "
+                         "chrome://tracing)")
+    run.notes.append(f"{run.world} processes ({c.strategy}); --batch-size "
+                     f"{run.batch_size} is per process: {run.batch_size * run.world} "
+                     "samples per step in all")
+    return extra
 
 
 __all__ = ["AlreadyFinished", "TrainConfig", "TrainReport", "train", "PHASES"]

@@ -73,6 +73,7 @@ from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.records.train import TrainReport
+from layerscope.training import chrome_trace
 from layerscope.training.distributed import process_group
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
@@ -949,23 +950,15 @@ class Watch:
 
     # ---- the result ---------------------------------------------------------------
     def chrome_trace(self) -> dict[str, Any]:
-        """The phases of every step as Chrome trace events (chrome://tracing, Perfetto):
-        steps on one row, their phases on the next; host time (``trace=True`` keeps them)."""
+        """The phases of every step as a Chrome trace (chrome://tracing, Perfetto), in the
+        layout of ``train``'s distributed trace (training.chrome_trace): steps on one row,
+        their phases on the next; host time (``trace=True`` keeps them)."""
         pid = int(os.environ.get("RANK", "0") or 0)
         t0 = self.step_spans[0][1] if self.step_spans else 0.0
-        events: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": self.name}},
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": "steps"}},
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": "phases"}}]
-        for step, a, b in self.step_spans:
-            events.append({"name": f"step {step}", "ph": "X", "pid": pid, "tid": 0,
-                           "ts": (a - t0) * 1e6, "dur": (b - a) * 1e6,
-                           "args": {"warm-up": step <= self.warmup_steps}})
-        for phase, a, b in self.intervals:
-            if b > a:
-                events.append({"name": phase, "cat": "phase", "ph": "X", "pid": pid, "tid": 1,
-                               "ts": (a - t0) * 1e6, "dur": (b - a) * 1e6})
-        return {"traceEvents": events, "displayTimeUnit": "ms"}
+        steps = [(f"step {step}", a - t0, b - a, {"warm-up": step <= self.warmup_steps})
+                 for step, a, b in self.step_spans]
+        phases = [(phase, a - t0, b - a, None) for phase, a, b in self.intervals if b > a]
+        return chrome_trace.trace(chrome_trace.process_events(pid, self.name, steps, phases))
 
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
