@@ -1,16 +1,116 @@
-"""Any result as terminal text (rich): the layout its view gives (``View.terminal``)."""
+"""Any result as terminal text (rich): the sections its view lays out for the terminal
+(``View.terminal``: row tables, lines of text, drawn parts), each kind of section drawn one way
+for every result. A row table is the very declaration the HTML report and the notebook draw;
+its columns' hints (alignment, priority, widths) say how it fits a terminal."""
 from __future__ import annotations
 
 import io
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 
 from layerscope.views import view_for
+from layerscope.views.sections import Drawn, Lines, RowTable
+
+HOT_STYLE = "bold red"  # a hot row (RowTable.hot)
+UNBOUNDED = 1_000_000  # a width no table reaches: to measure one's natural width
+
+
+def default_layout(view, result) -> list:
+    """A view without a terminal layout of its own: what the HTML report shows, in its order."""
+    title, sub = view.heading(result)
+    facts = view.facts(result)
+    return [Lines([title, sub] + [f"Warning: {w}" for w in view.warnings(result)]),
+            *view.tables(result),
+            *([Lines([f"{name}: {value}" for name, value in facts])] if facts else [])]
+
+
+def sections(result, **options) -> list:
+    """The sections the terminal shows for ``result``, in order."""
+    view = view_for(result)
+    if view.terminal is None:
+        return default_layout(view, result)
+    layout = view.terminal(result, **options)
+    return layout if isinstance(layout, list) else [Drawn(layout)]
 
 
 def render_table(result, **options):
     """The rich renderable of ``result`` (what ``print`` in a rich console shows)."""
-    return view_for(result).terminal(result, **options)
+    return Group(*[draw(s) for s in sections(result, **options)])
+
+
+def draw(section):
+    """One section as a rich renderable."""
+    if isinstance(section, RowTable):
+        return FittedTable(section)
+    if isinstance(section, Lines):
+        return Text("\n".join(section.lines))
+    if isinstance(section, Drawn):
+        return section.renderable
+    raise TypeError(f"a terminal layout holds RowTable, Lines and Drawn sections, not "
+                    f"{type(section).__name__}")
+
+
+def _cell_text(cell, column) -> Text:
+    text = cell.text
+    if column.max_chars and len(text) > column.max_chars:
+        text = text[:column.max_chars - 1] + "…"
+    return Text("  " * max(cell.indent, 0) + text, style=cell.style or "")
+
+
+class FittedTable:
+    """A ``RowTable`` drawn at the width it is given: while it is wider, its least essential
+    column is left out (``Column.priority``: the highest level first, right to left within a
+    level, never level 0), and the caption names what was left out."""
+
+    def __init__(self, table: RowTable):
+        self.table = table
+
+    def shown(self) -> list[int]:
+        """The columns a terminal of any width may show (optional ones only when filled)."""
+        t = self.table
+        return [i for i, c in enumerate(t.columns)
+                if not c.optional or any(row[i].text for row in t.rows)]
+
+    def build(self, keep: list[int], left_out: list[str]) -> Table:
+        t = self.table
+        caption = [t.caption] if t.caption else []
+        if left_out:
+            caption.append(f"Left out at this width: {', '.join(left_out)} (every column: "
+                           "a wider terminal, or the HTML or CSV output)")
+        out = Table(title=t.title or None, caption="\n".join(caption) or None,
+                    caption_justify="left", header_style="bold", pad_edge=False)
+        for i in keep:
+            c = t.columns[i]
+            out.add_column(c.label, justify="right" if c.numeric else "left",
+                           no_wrap=not c.fold, overflow="fold" if c.fold else "ellipsis",
+                           min_width=c.min_width)
+        for n, row in enumerate(t.rows):
+            hot = n < len(t.hot) and t.hot[n]
+            out.add_row(*[_cell_text(row[i], t.columns[i]) for i in keep],
+                        style=HOT_STYLE if hot else None)
+        if t.foot:
+            out.add_section()
+            out.add_row(*[Text(t.foot[i], style="bold" if i == 0 else "") for i in keep])
+        return out
+
+    def __rich_console__(self, console, options):
+        keep = self.shown()
+        columns = self.table.columns
+        # the order a too narrow terminal leaves columns out in: the highest priority level
+        # first, right to left within a level; level 0 never
+        order = sorted((i for i in keep if columns[i].priority > 0),
+                       key=lambda i: (-columns[i].priority, -i))
+        left_out: list[int] = []
+        table = self.build(keep, [])
+        unbounded = options.update_width(UNBOUNDED)  # the natural width, not squeezed to fit
+        while order and Measurement.get(console, unbounded, table).maximum > options.max_width:
+            left_out.append(order.pop(0))
+            keep = [i for i in keep if i not in left_out]
+            table = self.build(keep, [columns[i].label for i in sorted(left_out)])
+        yield table
 
 
 def to_text(result, width: int | None = None, **options) -> str:
