@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.views import view_for
-from layerscope.views.sections import Drawn, Lines, RowTable
+from layerscope.views.sections import SHRINK_FLOOR, Drawn, Lines, RowTable
 
 HOT_STYLE = "bold red"  # a hot row (RowTable.hot)
 UNBOUNDED = 1_000_000  # a width no table reaches: to measure one's natural width
@@ -60,10 +60,16 @@ def _cell_text(cell, column) -> Text:
     return Text("  " * max(cell.indent, 0) + text, style=cell.style or "")
 
 
+def _floor(column) -> int:
+    """The narrowest a shrinking column is drawn."""
+    return column.min_width or SHRINK_FLOOR
+
+
 class FittedTable:
-    """A ``RowTable`` drawn at the width it is given: while it is wider, its least essential
+    """A ``RowTable`` drawn at the width it is given. While it is wider, its least essential
     column is left out (``Column.priority``: the highest level first, right to left within a
-    level, never level 0), and the caption names what was left out."""
+    level, never level 0), and the caption names what was left out; a shrinking column then
+    takes what the others leave, a wrapping one goes onto more lines."""
 
     def __init__(self, table: RowTable):
         self.table = table
@@ -74,7 +80,10 @@ class FittedTable:
         return [i for i, c in enumerate(t.columns)
                 if not c.optional or any(row[i].text for row in t.rows)]
 
-    def build(self, keep: list[int], left_out: list[str]) -> Table:
+    def build(self, keep: list[int], left_out: list[str], measuring: bool = False,
+              widths: dict[int, int] | None = None) -> Table:
+        """The rich table of the columns ``keep``. ``measuring``: shrinking columns empty and
+        wrapping ones at their longest word, so that the table measures what it needs."""
         t = self.table
         caption = [t.caption] if t.caption else []
         if left_out:
@@ -85,12 +94,21 @@ class FittedTable:
         for i in keep:
             c = t.columns[i]
             out.add_column(c.label, justify="right" if c.numeric else "left",
-                           no_wrap=not c.fold, overflow="fold" if c.fold else "ellipsis",
-                           min_width=c.min_width)
+                           no_wrap=not c.wrap, overflow="fold" if c.wrap else "ellipsis",
+                           min_width=_floor(c) if measuring and c.shrink else c.min_width,
+                           max_width=(widths or {}).get(i))
+
+        def text(cell, i):
+            c = t.columns[i]
+            if measuring and c.shrink:
+                return Text("")
+            if measuring and c.wrap:
+                return Text(max(cell.text.split() or [""], key=len))
+            return _cell_text(cell, c)
+
         for n, row in enumerate(t.rows):
             hot = n < len(t.hot) and t.hot[n]
-            out.add_row(*[_cell_text(row[i], t.columns[i]) for i in keep],
-                        style=HOT_STYLE if hot else None)
+            out.add_row(*[text(row[i], i) for i in keep], style=HOT_STYLE if hot else None)
         if t.foot:
             out.add_section()
             out.add_row(*[Text(t.foot[i], style="bold" if i == 0 else "") for i in keep])
@@ -99,18 +117,25 @@ class FittedTable:
     def __rich_console__(self, console, options):
         keep = self.shown()
         columns = self.table.columns
+        unbounded = options.update_width(UNBOUNDED)  # the natural width, not squeezed to fit
+
+        def needs(keep: list[int]) -> int:
+            return Measurement.get(console, unbounded, self.build(keep, [], True)).maximum
+
         # the order a too narrow terminal leaves columns out in: the highest priority level
         # first, right to left within a level; level 0 never
         order = sorted((i for i in keep if columns[i].priority > 0),
                        key=lambda i: (-columns[i].priority, -i))
         left_out: list[int] = []
-        table = self.build(keep, [])
-        unbounded = options.update_width(UNBOUNDED)  # the natural width, not squeezed to fit
-        while order and Measurement.get(console, unbounded, table).maximum > options.max_width:
+        while order and needs(keep) > options.max_width:
             left_out.append(order.pop(0))
             keep = [i for i in keep if i not in left_out]
-            table = self.build(keep, [columns[i].label for i in sorted(left_out)])
-        yield table
+        shrink = [i for i in keep if columns[i].shrink]
+        widths = {}
+        if shrink:
+            spare = max(options.max_width - needs(keep), 0) // len(shrink)
+            widths = {i: _floor(columns[i]) + spare for i in shrink}
+        yield self.build(keep, [columns[i].label for i in sorted(left_out)], widths=widths)
 
 
 def to_text(result, width: int | None = None, **options) -> str:

@@ -34,8 +34,11 @@ class Column:
               level 0); what was left out is named under the table
     min_width terminal: at least this many characters wide
     max_chars terminal: a longer text is cut to this many characters, its last one '…'
-    fold      terminal: a text too long for the width is folded onto more lines, never cut
-              (otherwise cells keep to one line and are cut with '…' when they must)
+    wrap      terminal: a text too long for the width goes onto more lines, never cut
+              (otherwise a cell keeps to one line)
+    shrink    terminal: the column takes what the others leave of the width (at least
+              min_width, else SHRINK_FLOOR characters), its texts cut with '…' (a CUDA
+              kernel's name runs to hundreds of characters; the figures beside it stay whole)
     optional  terminal: left out when every cell of the column is empty
     """
     label: str
@@ -43,8 +46,12 @@ class Column:
     priority: int = 0
     min_width: int | None = None
     max_chars: int | None = None
-    fold: bool = False
+    wrap: bool = False
+    shrink: bool = False
     optional: bool = False
+
+
+SHRINK_FLOOR = 12  # the narrowest a shrinking column gets without a min_width of its own
 
 
 @dataclass
