@@ -12,9 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.views import view_for
-from layerscope.views.sections import SHRINK_FLOOR, Drawn, Lines, RowTable
+from layerscope.views.sections import SHRINK_FLOOR, Drawn, Facts, Lines, RowTable
 
-HOT_STYLE = "bold red"  # a hot row (RowTable.hot)
 UNBOUNDED = 1_000_000  # a width no table reaches: to measure one's natural width
 
 
@@ -46,10 +45,20 @@ def draw(section):
     if isinstance(section, RowTable):
         return FittedTable(section)
     if isinstance(section, Lines):
+        if not section.wrap:
+            return Text("\n".join(section.lines), no_wrap=True, overflow="ignore")
         return Text("\n".join(section.lines))
+    if isinstance(section, Facts):
+        grid = Table(title=section.title or None, show_header=False, pad_edge=False, box=None,
+                     title_justify="left")
+        grid.add_column("name", style="bold", no_wrap=True)
+        grid.add_column("value")
+        for name, value in section.pairs:
+            grid.add_row(name, value)
+        return grid
     if isinstance(section, Drawn):
         return section.renderable
-    raise TypeError(f"a terminal layout holds RowTable, Lines and Drawn sections, not "
+    raise TypeError(f"a terminal layout holds RowTable, Lines, Facts and Drawn sections, not "
                     f"{type(section).__name__}")
 
 
@@ -90,7 +99,8 @@ class FittedTable:
             caption.append(f"Left out at this width: {', '.join(left_out)} (every column: "
                            "a wider terminal, or the HTML or CSV output)")
         out = Table(title=t.title or None, caption="\n".join(caption) or None,
-                    caption_justify="left", header_style="bold", pad_edge=False)
+                    caption_justify="left", header_style="bold", pad_edge=False,
+                    title_justify="left" if t.title_left else "center")
         for i in keep:
             c = t.columns[i]
             out.add_column(c.label, justify="right" if c.numeric else "left",
@@ -108,7 +118,7 @@ class FittedTable:
 
         for n, row in enumerate(t.rows):
             hot = n < len(t.hot) and t.hot[n]
-            out.add_row(*[text(row[i], i) for i in keep], style=HOT_STYLE if hot else None)
+            out.add_row(*[text(row[i], i) for i in keep], style=t.emphasis if hot else None)
         if t.foot:
             out.add_section()
             out.add_row(*[Text(t.foot[i], style="bold" if i == 0 else "") for i in keep])

@@ -73,6 +73,8 @@ class RowTable:
     foot: list[str] = field(default_factory=list)  # a totals row, never sorted
     hot: list[bool] = field(default_factory=list)  # per row: emphasise
     caption: str = ""  # terminal: a line under the table (what its emphasis means)
+    emphasis: str = "bold red"  # terminal: the rich style of a hot row
+    title_left: bool = False  # terminal: the title starts at the left edge (else centred)
 
     def __post_init__(self):
         self.columns = [c if isinstance(c, Column) else Column(*c) for c in self.columns]
@@ -80,8 +82,17 @@ class RowTable:
 
 @dataclass
 class Lines:
-    """Lines of text (a table's legend, key figures written out, notes), drawn as they are."""
+    """Lines of text (a table's legend, key figures written out, notes), drawn as they are;
+    ``wrap=False``: a line longer than the width runs on (a listing), never wrapped."""
     lines: list[str]
+    wrap: bool = True
+
+
+@dataclass
+class Facts:
+    """Key figures as a name column (bold) and a value column, without rules, under a title."""
+    title: str
+    pairs: list[tuple[str, str]]
 
 
 @dataclass
@@ -162,7 +173,7 @@ class View:
     """What one result kind shows. Every renderer draws these and nothing else.
 
     heading   result -> (title, one-line description of the settings)
-    terminal  (result, **options) -> [RowTable | Lines | Drawn]: the terminal's sections in
+    terminal  (result, **options) -> [RowTable | Lines | Facts | Drawn]: the terminal's sections in
               order (renderers/terminal.py draws them); None: the heading, the warnings, the
               row tables and the key figures, in that order
     facts     result -> [(name, value)]: key figures, titled ``facts_title``

@@ -323,7 +323,7 @@ def _ranks_table(r) -> RowTable:
         hot.append(e["rank"] == slow)
     title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "
                                              "of the step)" if "communication" in labels else ")")
-    return RowTable("ranks", title, cols, rows, hot=hot)
+    return RowTable("ranks", title, cols, rows, hot=hot, emphasis="bold")
 
 
 def _buckets_table(c: dict) -> RowTable:
