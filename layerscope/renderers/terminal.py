@@ -1,7 +1,8 @@
 """Any result as terminal text (rich): the sections its view lays out for the terminal
-(``View.terminal``: row tables, lines of text, drawn parts), each kind of section drawn one way
-for every result. A row table is the very declaration the HTML report and the notebook draw;
-its columns' hints (alignment, priority, widths) say how it fits a terminal."""
+(``View.terminal``: row tables, lines of text, key figures), each kind of section drawn one way
+for every result; the views import nothing of rich. A row table is the very declaration the
+HTML report and the notebook draw; its columns' hints (alignment, priority, widths) say how it
+fits a terminal."""
 from __future__ import annotations
 
 import io
@@ -12,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.views import view_for
-from layerscope.views.sections import SHRINK_FLOOR, Drawn, Facts, Lines, RowTable
+from layerscope.views.sections import SHRINK_FLOOR, WRAP_WHOLE, Facts, Lines, RowTable
 
 UNBOUNDED = 1_000_000  # a width no table reaches: to measure one's natural width
 
@@ -31,8 +32,7 @@ def sections(result, **options) -> list:
     view = view_for(result)
     if view.terminal is None:
         return default_layout(view, result)
-    layout = view.terminal(result, **options)
-    return layout if isinstance(layout, list) else [Drawn(layout)]
+    return view.terminal(result, **options)
 
 
 def render_table(result, **options):
@@ -46,8 +46,9 @@ def draw(section):
         return FittedTable(section)
     if isinstance(section, Lines):
         if not section.wrap:
-            return Text("\n".join(section.lines), no_wrap=True, overflow="ignore")
-        return Text("\n".join(section.lines))
+            return Text("\n".join(section.lines), style=section.style, no_wrap=True,
+                        overflow="ignore")
+        return Text("\n".join(section.lines), style=section.style)
     if isinstance(section, Facts):
         grid = Table(title=section.title or None, show_header=False, pad_edge=False, box=None,
                      title_justify="left")
@@ -56,9 +57,7 @@ def draw(section):
         for name, value in section.pairs:
             grid.add_row(name, value)
         return grid
-    if isinstance(section, Drawn):
-        return section.renderable
-    raise TypeError(f"a terminal layout holds RowTable, Lines, Facts and Drawn sections, not "
+    raise TypeError(f"a terminal layout holds RowTable, Lines and Facts sections, not "
                     f"{type(section).__name__}")
 
 
@@ -86,13 +85,14 @@ class FittedTable:
     def shown(self) -> list[int]:
         """The columns a terminal of any width may show (optional ones only when filled)."""
         t = self.table
-        return [i for i, c in enumerate(t.columns)
-                if not c.optional or any(row[i].text for row in t.rows)]
+        return [i for i, c in enumerate(t.columns) if c.terminal and (
+            not c.optional or any(row[i].text for row in t.rows))]
 
     def build(self, keep: list[int], left_out: list[str], measuring: bool = False,
               widths: dict[int, int] | None = None) -> Table:
         """The rich table of the columns ``keep``. ``measuring``: shrinking columns empty and
-        wrapping ones at their longest word, so that the table measures what it needs."""
+        wrapping ones' long texts at their longest word, so that the table measures what it
+        needs."""
         t = self.table
         caption = [t.caption] if t.caption else []
         if left_out:
@@ -112,7 +112,7 @@ class FittedTable:
             c = t.columns[i]
             if measuring and c.shrink:
                 return Text("")
-            if measuring and c.wrap:
+            if measuring and c.wrap and len(cell.text) > WRAP_WHOLE:
                 return Text(max(cell.text.split() or [""], key=len))
             return _cell_text(cell, c)
 

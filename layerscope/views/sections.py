@@ -35,11 +35,14 @@ class Column:
     min_width terminal: at least this many characters wide
     max_chars terminal: a longer text is cut to this many characters, its last one '…'
     wrap      terminal: a text too long for the width goes onto more lines, never cut
-              (otherwise a cell keeps to one line)
+              (otherwise a cell keeps to one line); a text of up to WRAP_WHOLE characters is
+              kept on one line before a column of priority > 0 is left out
     shrink    terminal: the column takes what the others leave of the width (at least
               min_width, else SHRINK_FLOOR characters), its texts cut with '…' (a CUDA
               kernel's name runs to hundreds of characters; the figures beside it stay whole)
     optional  terminal: left out when every cell of the column is empty
+    terminal  False: the terminal leaves the column out, its layout writing these texts in
+              full under the table (compare's explanations)
     """
     label: str
     numeric: bool = False
@@ -49,9 +52,11 @@ class Column:
     wrap: bool = False
     shrink: bool = False
     optional: bool = False
+    terminal: bool = True
 
 
 SHRINK_FLOOR = 12  # the narrowest a shrinking column gets without a min_width of its own
+WRAP_WHOLE = 40  # a wrapping column's texts this short stay whole before columns are left out
 
 
 @dataclass
@@ -83,9 +88,11 @@ class RowTable:
 @dataclass
 class Lines:
     """Lines of text (a table's legend, key figures written out, notes), drawn as they are;
-    ``wrap=False``: a line longer than the width runs on (a listing), never wrapped."""
+    ``wrap=False``: a line longer than the width runs on (a listing), never wrapped; ``style``:
+    how they are drawn in the terminal (e.g. "bold")."""
     lines: list[str]
     wrap: bool = True
+    style: str = ""  # a rich style for every line
 
 
 @dataclass
@@ -93,13 +100,6 @@ class Facts:
     """Key figures as a name column (bold) and a value column, without rules, under a title."""
     title: str
     pairs: list[tuple[str, str]]
-
-
-@dataclass
-class Drawn:
-    """A part of a terminal layout that is not a table nor text (e.g. an operator table whose
-    name column gives way to the figures): a rich renderable, passed through as it is."""
-    renderable: Any
 
 
 @dataclass
@@ -173,7 +173,7 @@ class View:
     """What one result kind shows. Every renderer draws these and nothing else.
 
     heading   result -> (title, one-line description of the settings)
-    terminal  (result, **options) -> [RowTable | Lines | Facts | Drawn]: the terminal's sections in
+    terminal  (result, **options) -> [RowTable | Lines | Facts]: the terminal's sections in
               order (renderers/terminal.py draws them); None: the heading, the warnings, the
               row tables and the key figures, in that order
     facts     result -> [(name, value)]: key figures, titled ``facts_title``
