@@ -146,3 +146,15 @@ def test_every_sample_fits_80_columns(kind):
     """No table is cropped at 80 columns: what does not fit is left out by priority."""
     text = to_text(ALL[kind](), width=80)
     assert text.strip() and max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("make", [analyze_report, _training_report, profile_report],
+                         ids=["analyze", "analyze-training", "profile"])
+def test_a_table_is_left_whole_at_exactly_its_width(make):
+    """The width a table is drawn at when nothing is left out is the width the fit needs: one
+    character less leaves a column out."""
+    result = make()
+    wide = to_text(result, width=400)
+    width = max(len(line) for line in wide.splitlines() if line.startswith("┃"))
+    assert "Left out" not in to_text(result, width=width)
+    assert "Left out" in to_text(result, width=width - 1)

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import io
 
+from rich.cells import cell_len
 from rich.console import Console, Group
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from layerscope.views import view_for
 from layerscope.views.sections import SHRINK_FLOOR, WRAP_WHOLE, Facts, Lines, RowTable
-
-UNBOUNDED = 1_000_000  # a width no table reaches: to measure one's natural width
 
 
 def default_layout(view, result) -> list:
@@ -88,11 +86,9 @@ class FittedTable:
         return [i for i, c in enumerate(t.columns) if c.terminal and (
             not c.optional or any(row[i].text for row in t.rows))]
 
-    def build(self, keep: list[int], left_out: list[str], measuring: bool = False,
+    def build(self, keep: list[int], left_out: list[str],
               widths: dict[int, int] | None = None) -> Table:
-        """The rich table of the columns ``keep``. ``measuring``: shrinking columns empty and
-        wrapping ones' long texts at their longest word, so that the table measures what it
-        needs."""
+        """The rich table of the columns ``keep`` (``widths``: the most a column may take)."""
         t = self.table
         caption = [t.caption] if t.caption else []
         if left_out:
@@ -105,32 +101,41 @@ class FittedTable:
             c = t.columns[i]
             out.add_column(c.label, justify="right" if c.numeric else "left",
                            no_wrap=not c.wrap, overflow="fold" if c.wrap else "ellipsis",
-                           min_width=_floor(c) if measuring and c.shrink else c.min_width,
-                           max_width=(widths or {}).get(i))
-
-        def text(cell, i):
-            c = t.columns[i]
-            if measuring and c.shrink:
-                return Text("")
-            if measuring and c.wrap and len(cell.text) > WRAP_WHOLE:
-                return Text(max(cell.text.split() or [""], key=len))
-            return _cell_text(cell, c)
-
+                           min_width=c.min_width, max_width=(widths or {}).get(i))
         for n, row in enumerate(t.rows):
             hot = n < len(t.hot) and t.hot[n]
-            out.add_row(*[text(row[i], i) for i in keep], style=t.emphasis if hot else None)
+            out.add_row(*[_cell_text(row[i], t.columns[i]) for i in keep],
+                        style=t.emphasis if hot else None)
         if t.foot:
             out.add_section()
             out.add_row(*[Text(t.foot[i], style="bold" if i == 0 else "") for i in keep])
         return out
 
+    def natural_width(self, i: int) -> int:
+        """What column ``i`` needs, its padding and rules left aside: its widest text (a
+        wrapping column's long texts at their longest word, a shrinking column at its floor)."""
+        t = self.table
+        c = t.columns[i]
+        if c.shrink:
+            return max(_floor(c), cell_len(c.label))
+        texts = [c.label] + ([t.foot[i]] if t.foot else [])
+        for row in t.rows:
+            text = _cell_text(row[i], c).plain
+            if c.wrap and len(row[i].text) > WRAP_WHOLE:
+                text = max(row[i].text.split() or [""], key=len)
+            texts.append(text)
+        return max([c.min_width or 0] + [cell_len(line) for x in texts
+                                         for line in x.split("\n")])
+
     def __rich_console__(self, console, options):
         keep = self.shown()
         columns = self.table.columns
-        unbounded = options.update_width(UNBOUNDED)  # the natural width, not squeezed to fit
+        natural = {i: self.natural_width(i) for i in keep}
 
         def needs(keep: list[int]) -> int:
-            return Measurement.get(console, unbounded, self.build(keep, [], True)).maximum
+            # each column is padded by a space either side but at the table's edges, and
+            # ruled on both sides: 3 characters a column, less the 2 missing edge pads, plus 1
+            return sum(natural[i] for i in keep) + 3 * len(keep) - 1
 
         # the order a too narrow terminal leaves columns out in: the highest priority level
         # first, right to left within a level; level 0 never
