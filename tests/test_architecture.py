@@ -206,6 +206,24 @@ def test_public_aliases_are_not_imported_inside():
     assert not wrong, "\n".join(wrong)
 
 
+def test_views_draw_nothing():
+    """A view declares sections (row tables with their terminal hints, lines, key figures);
+    renderers/terminal.py draws them. A rich table built in a view was a second copy of the
+    HTML's table, and the two drifted apart."""
+    wrong = []
+    for module, path in sorted(MODULES.items()):
+        if layer_of(module) != "views":
+            continue
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            wrong += [f"{path}:{node.lineno}: imports {n}" for n in names
+                      if n == "rich" or n.startswith("rich.")]
+    assert not wrong, "\n".join(wrong)
+
+
 @pytest.mark.parametrize("table", ["RICH", "HTML", "TEXT"])
 def test_display_hooks_name_existing_renderers(table):
     """Records draw through functions named by string (imported on first use): they exist."""

@@ -16,7 +16,7 @@ from tests.helpers import check_golden, run_cli
 def test_table_golden(update_golden, tmp_path):
     # a file in tmp_path, never os.devnull: writing there used to replace /dev/null
     out = tmp_path / "table.txt"
-    code, _, err = run_cli("analyze", "resnet20", "--depth", "2", "--width", "150",
+    code, _, err = run_cli("analyze", "resnet20", "--depth", "2", "--width", "200",
                            "-o", str(out), "--format", "table")
     assert code == 0, err
     check_golden("analyze_resnet20_depth2.txt", out.read_text(), update_golden)
@@ -27,7 +27,7 @@ def test_training_table_golden(update_golden):
     from layerscope.renderers.terminal import to_text
 
     report = analyze("mnist-cnn", mode="training", optimizer="momentum")
-    check_golden("analyze_mnist_training.txt", to_text(report, width=150), update_golden)
+    check_golden("analyze_mnist_training.txt", to_text(report, width=200), update_golden)
 
 
 def test_csv_rows_sum_to_totals(tmp_path):

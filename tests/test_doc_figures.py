@@ -269,6 +269,12 @@ def test_pasted_profile_counts_are_the_analysis_counts():
     pasted = next(b.body for b in profile if b.lang == "text" and "per-layer latency" in b.body)
     analyzed = next(body for page, _, command, body in PASTED
                     if page == "README.md" and command.startswith("layerscope analyze mnist-cnn"))
-    layers = [row[:2] + [row[5]] for row in _table_rows(analyzed)
-              if row[0] != "Total" and set(row[0]) != {"─"}]
-    assert [row[:3] for row in _table_rows(pasted)] == layers
+    def columns(text: str, names: list[str]) -> list[list[str]]:
+        header = next(line for line in text.splitlines() if line.startswith("┃"))
+        labels = [label.strip() for label in header.strip("┃").split("┃")]
+        at = [labels.index(n) for n in names]
+        return [[row[i] for i in at] for row in _table_rows(text)
+                if row[0] not in ("Total", "End-to-end (bare)") and set(row[0]) != {"─"}]
+
+    names = ["Layer", "Type", "MACs"]
+    assert columns(pasted, names) == columns(analyzed, names)

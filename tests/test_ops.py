@@ -113,7 +113,7 @@ def test_op_table_figures_survive_a_long_kernel_name(width):
     from rich.console import Console
 
     from layerscope.core.optable import OpRow
-    from layerscope.views.ops import render_ops
+    from layerscope.renderers.terminal import render_table
     from tests.sample_results import ops_table
 
     t = ops_table()
@@ -123,7 +123,7 @@ def test_op_table_figures_survive_a_long_kernel_name(width):
               "float, 4, 4> >(at::native::ReduceOp<float, ...>)")
     t.rows.insert(0, OpRow(kernel, 3, 3.0e-4, 3.0e-4, 1.0e-4, 0.4))
     console = Console(width=width, record=True, file=None, force_terminal=False)
-    console.print(render_ops(t))
+    console.print(render_table(t))
     text = console.export_text()
     for header in ("Self ms", "Total ms", "Calls", "Mean ms", "Share"):
         assert header in text, (header, text)

@@ -39,9 +39,7 @@ def test_every_format_draws_every_sample(kind):
 
 def test_a_new_kind_is_one_view_and_one_registration(monkeypatch):
     """What adding a result kind takes: a View and register(); no renderer changes."""
-    from rich.text import Text
-
-    from layerscope.views.sections import Cell, DataTable, RowTable
+    from layerscope.views.sections import Cell, DataTable, Lines, RowTable
 
     class Tally:
         kind = "tally"
@@ -52,7 +50,7 @@ def test_a_new_kind_is_one_view_and_one_registration(monkeypatch):
 
     monkeypatch.setitem(VIEWS, "tally", View(
         heading=lambda r: ("tally", "two counts"),
-        terminal=lambda r: Text(", ".join(f"{k}={v}" for k, v in r.counts.items())),
+        terminal=lambda r: [Lines([", ".join(f"{k}={v}" for k, v in r.counts.items())])],
         tables=lambda r: [RowTable("counts", "Counts", [("Name", False), ("Count", True)],
                                    [[Cell(k, k), Cell(str(v), v)] for k, v in r.counts.items()])],
         csv=lambda r: DataTable(["name", "count"], [list(kv) for kv in r.counts.items()])))

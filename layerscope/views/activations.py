@@ -1,11 +1,11 @@
 """activations (``ActivationCapture``): statistics of the captured layer outputs."""
 from __future__ import annotations
 
-from rich.table import Table
+from dataclasses import replace
 
 from layerscope.core.units import shape_str
 from layerscope.views.common import cell, pct
-from layerscope.views.sections import Cell, DataTable, RowTable, View
+from layerscope.views.sections import Cell, Column, DataTable, RowTable, View
 
 
 def heading(result) -> tuple[str, str]:
@@ -17,8 +17,11 @@ def facts(result) -> list[tuple[str, str]]:
 
 
 def _activations_table(c) -> RowTable:
-    cols = [("Layer", False), ("Type", False), ("Shape", False), ("Mean", True), ("Std", True),
-            ("Zeros", True)]
+    # a name too long for the width is folded onto more lines, never cut
+    longest = max((len(s.name) for s in c.stats), default=5)
+    cols = [Column("Layer", min_width=min(longest, 16), wrap=True), Column("Type"),
+            Column("Shape", priority=1), Column("Mean", True), Column("Std", True),
+            Column("Zeros", True)]
     rows = [[cell(s.name), cell(s.type), cell(shape_str([s.shape])), Cell(f"{s.mean:.4g}", s.mean),
              Cell(f"{s.std:.4g}", s.std), Cell(pct(s.zero_fraction), s.zero_fraction)]
             for s in c.stats]
@@ -29,20 +32,9 @@ def tables(c) -> list[RowTable]:
     return [_activations_table(c)]
 
 
-def activation_table(capture) -> Table:
-    table = Table(title=f"{capture.model}: outputs of layers matching {capture.pattern!r}",
-                  header_style="bold", pad_edge=False)
-    longest = max((len(s.name) for s in capture.stats), default=5)
-    for col, justify in [("Layer", "left"), ("Type", "left"), ("Shape", "left"),
-                         ("Mean", "right"), ("Std", "right"), ("Zeros", "right")]:
-        # a name too long for the width is folded onto more lines, never cut
-        layer = col == "Layer"
-        table.add_column(col, justify=justify, overflow="fold" if layer else "ellipsis",
-                         min_width=min(longest, 16) if layer else None)
-    for s in capture.stats:
-        table.add_row(s.name, s.type, shape_str([s.shape]), f"{s.mean:.4g}", f"{s.std:.4g}",
-                      f"{s.zero_fraction:.1%}")
-    return table
+def activations_terminal(capture) -> list:
+    return [replace(_activations_table(capture),
+                    title=f"{capture.model}: outputs of layers matching {capture.pattern!r}")]
 
 
 def csv(c) -> DataTable:
@@ -52,4 +44,4 @@ def csv(c) -> DataTable:
                        s.zero_fraction] for s in c.stats])
 
 
-VIEW = View(heading=heading, terminal=activation_table, facts=facts, tables=tables, csv=csv)
+VIEW = View(heading=heading, terminal=activations_terminal, facts=facts, tables=tables, csv=csv)

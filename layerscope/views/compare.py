@@ -5,17 +5,22 @@ sentence; for the HTML report and the notebook the same as row tables and one ch
 """
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.compare_records import LABELS, ROW_METRICS
 from layerscope.core.units import shape_str, si
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
-
-
-def _num(row_side: dict | None, metric: str) -> str:
-    return "-" if row_side is None else si(row_side[metric])
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    Column,
+    DataTable,
+    Lines,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def describe_side(label: str, side: dict) -> str:
@@ -37,54 +42,26 @@ def headline(c) -> str:
     return verdict
 
 
-def rows_table(c, show_all: bool = False) -> Table:
-    table = Table(title="Rows joined by module path (B - A explained below)",
-                  header_style="bold", pad_edge=False)
-    for name, justify in [("Module", "left"), ("A MACs", "right"), ("B MACs", "right"),
-                          ("A params", "right"), ("B params", "right"), ("A act. B", "right"),
-                          ("B act. B", "right"), ("Explanation", "left")]:
-        table.add_column(name, justify=justify, no_wrap=name != "Explanation",
-                         min_width=20 if name == "Explanation" else None)
-    for r in c.rows:
-        if not (r.diff or show_all):
-            continue
-        label = Text(r.module)
-        if r.a is None or r.b is None:
-            label.append(" (B only)" if r.a is None else " (A only)", style="dim")
-        table.add_row(label, _num(r.a, "macs"), _num(r.b, "macs"), _num(r.a, "params"),
-                      _num(r.b, "params"), _num(r.a, "activation_bytes"),
-                      _num(r.b, "activation_bytes"), r.summary or ("" if not r.diff else "?"),
-                      style="bold red" if "unexplained" in r.rules else None)
-    return table
-
-
-def totals_table(c) -> Table:
-    table = Table(title="Totals", header_style="bold", pad_edge=False)
-    for name, justify in [("Metric", "left"), ("A", "right"), ("B", "right"),
-                          ("B - A", "right"), ("Change", "right")]:
-        table.add_column(name, justify=justify, no_wrap=True)
-    for t in c.totals:
-        change = "-" if not t.a else f"{t.diff / t.a:+.2%}"
-        table.add_row(LABELS.get(t.metric, t.metric), f"{t.a:,}", f"{t.b:,}",
-                      f"{t.diff:+,}" if t.diff else "=", change if t.diff else "")
-    return table
-
-
-def render_compare(c, show_all: bool = False) -> Group:
-    parts: list = [Text(f"Compare {c.model}"), Text(describe_side("A", c.a)),
-                   Text(describe_side("B", c.b)), Text(headline(c))]
+def compare_terminal(c, show_all: bool = False) -> list:
+    """Both sides, the verdict, the rows that differ (``show_all``: every row; unexplained ones
+    in red), the totals, then every explanation as a sentence."""
+    out: list = [Lines([f"Compare {c.model}", describe_side("A", c.a), describe_side("B", c.b),
+                        headline(c)])]
     if c.unrelated is not None:
-        parts.append(Text(f"Note: {c.unrelated.text}", style="bold"))
+        out.append(Lines([f"Note: {c.unrelated.text}"], style="bold"))
     hidden = len(c.rows) - len(c.differing_rows())
     if c.differing_rows() or show_all:
-        parts.append(rows_table(c, show_all))
+        shown = [r for r in c.rows if r.diff or show_all]
+        out.append(replace(_rows_table(c, shown),
+                           title="Rows joined by module path (B - A explained below)",
+                           hot=["unexplained" in r.rules for r in shown]))
         if hidden and not show_all:
-            parts.append(Text(f"{hidden} equal row(s) not shown (--all shows every row)"))
-    parts.append(totals_table(c))
+            out.append(Lines([f"{hidden} equal row(s) not shown (--all shows every row)"]))
+    out.append(_totals_table(c))
     if c.explanations:
-        parts.append(Text("Explanations:\n" + "\n".join(f"- {e}" for e in c.explanations)))
-    parts += [Text(f"Note: {n}") for n in c.notes]
-    return Group(*parts)
+        out.append(Lines(["Explanations:"] + [f"- {e}" for e in c.explanations]))
+    out += [Lines([f"Note: {n}"]) for n in c.notes]
+    return out
 
 
 def heading(c) -> tuple[str, str]:
@@ -102,28 +79,52 @@ def facts(c) -> list[tuple[str, str]]:
     return out
 
 
-def tables(c) -> list:
-    def num(side, m):
-        return Cell("-", None) if side is None else Cell(si(side[m]), side[m])
+def _side_cell(side: dict | None, metric: str) -> Cell:
+    return Cell("-", None) if side is None else Cell(si(side[metric]), side[metric])
 
-    cols = [("Module", False), ("A type", False), ("B type", False), ("A MACs", True),
-            ("B MACs", True), ("A params", True), ("B params", True), ("A act. B", True),
-            ("B act. B", True), ("Explanation", False)]
-    rows, hot = [], []
-    for r in c.rows:
-        rows.append([Cell(r.module, r.module), Cell(r.a_type or "-", r.a_type),
-                     Cell(r.b_type or "-", r.b_type), num(r.a, "macs"), num(r.b, "macs"),
-                     num(r.a, "params"), num(r.b, "params"), num(r.a, "activation_bytes"),
-                     num(r.b, "activation_bytes"),
-                     Cell(r.explanation or "", r.explanation or "")])
-        hot.append(bool(r.diff))
-    totals = [[Cell(LABELS.get(t.metric, t.metric), t.metric), Cell(f"{t.a:,}", t.a),
-               Cell(f"{t.b:,}", t.b), Cell(f"{t.diff:+,}" if t.diff else "=", t.diff),
-               Cell(t.explanation or "", t.explanation or "")] for t in c.totals]
-    return [RowTable("rows", "Rows joined by module path (rows that differ in bold)", cols, rows,
-                     hot=hot),
-            RowTable("totals", "Totals", [("Metric", False), ("A", True), ("B", True),
-                                          ("B - A", True), ("Explanation", False)], totals)]
+
+def _module_label(r) -> str:
+    """The module path, with "(A only)" or "(B only)" for a row of one side."""
+    if r.a is None or r.b is None:
+        return r.module + (" (B only)" if r.a is None else " (A only)")
+    return r.module
+
+
+def _rows_table(c, rows) -> RowTable:
+    """The joined rows: each side's type and numbers, the rules in a few words, the sentence
+    (written under the table in the terminal)."""
+    cols = [Column("Module"), Column("A type", priority=2), Column("B type", priority=2),
+            Column("A MACs", True), Column("B MACs", True), Column("A params", True),
+            Column("B params", True), Column("A act. B", True, priority=1),
+            Column("B act. B", True, priority=1),
+            Column("Explanation", min_width=20, wrap=True),
+            Column("In full", wrap=True, terminal=False)]
+    return RowTable("rows", "Rows joined by module path (rows that differ in bold)", cols,
+                    [[Cell(_module_label(r), r.module), Cell(r.a_type or "-", r.a_type),
+                      Cell(r.b_type or "-", r.b_type), _side_cell(r.a, "macs"),
+                      _side_cell(r.b, "macs"), _side_cell(r.a, "params"),
+                      _side_cell(r.b, "params"), _side_cell(r.a, "activation_bytes"),
+                      _side_cell(r.b, "activation_bytes"),
+                      Cell(r.summary or ("" if not r.diff else "?")),
+                      Cell(r.explanation or "", r.explanation or "")] for r in rows],
+                    hot=[bool(r.diff) for r in rows])
+
+
+def _totals_table(c) -> RowTable:
+    cols = [Column("Metric"), Column("A", True), Column("B", True), Column("B - A", True),
+            Column("Change", True), Column("Explanation", wrap=True, terminal=False)]
+    rows = []
+    for t in c.totals:
+        change = "-" if not t.a else f"{t.diff / t.a:+.2%}"
+        rows.append([Cell(LABELS.get(t.metric, t.metric), t.metric), Cell(f"{t.a:,}", t.a),
+                     Cell(f"{t.b:,}", t.b), Cell(f"{t.diff:+,}" if t.diff else "=", t.diff),
+                     Cell(change if t.diff else "", t.diff / t.a if t.a else None),
+                     Cell(t.explanation or "", t.explanation or "")])
+    return RowTable("totals", "Totals", cols, rows)
+
+
+def tables(c) -> list:
+    return [_rows_table(c, c.rows), _totals_table(c)]
 
 
 def charts(c) -> list:
@@ -156,5 +157,5 @@ def csv(c) -> DataTable:
     return DataTable(columns, rows)
 
 
-VIEW = View(heading=heading, terminal=render_compare, facts=facts, tables=tables,
+VIEW = View(heading=heading, terminal=compare_terminal, facts=facts, tables=tables,
             charts=charts, csv=csv)

@@ -2,11 +2,9 @@
 picture itself (DOT, SVG, the zoomable HTML page) is renderers/graph_out.py's."""
 from __future__ import annotations
 
-from rich.text import Text
-
 from layerscope.core.units import si
 from layerscope.views.common import cell
-from layerscope.views.sections import Cell, DataTable, RowTable, View
+from layerscope.views.sections import Cell, DataTable, Lines, RowTable, View
 
 TOP_NODES = 15  # the terminal list
 
@@ -64,9 +62,9 @@ def text_lines(g) -> list[str]:
     return lines
 
 
-def terminal(g) -> Text:
+def terminal(g) -> list:
     # never wrapped: a long node name stays on its line, as in a plain listing
-    return Text("\n".join(text_lines(g)), no_wrap=True, overflow="ignore")
+    return [Lines(text_lines(g), wrap=False)]
 
 
 VIEW = View(heading=heading, terminal=terminal, facts=facts, tables=tables, csv=csv)

@@ -3,9 +3,7 @@ roofline; plan (``PlanReport``): bytes per device for each sharding strategy and
 fits. Sizes are shown in GB = 10^9 bytes (MB, kB), as GPU datasheets give memory."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.units import si
 from layerscope.views.common import exact
@@ -14,6 +12,8 @@ from layerscope.views.sections import (
     Cell,
     Chart,
     DataTable,
+    Facts,
+    Lines,
     Point,
     RowTable,
     Series,
@@ -87,14 +87,9 @@ def _attention_kind(g) -> str:
     return kind
 
 
-def llm_terminal(r, **_options) -> Group:
-    t = Table(title=" — ".join(llm_heading(r)), show_header=False, pad_edge=False, box=None,
-              title_justify="left")
-    t.add_column("name", style="bold", no_wrap=True)
-    t.add_column("value")
-    for name, value in llm_facts(r):
-        t.add_row(name, value)
-    return Group(t, Text("\n".join(f"note: {n}" for n in r.notes)))
+def llm_terminal(r, **_options) -> list:
+    return [Facts(" — ".join(llm_heading(r)), llm_facts(r)),
+            Lines([f"note: {n}" for n in r.notes])]
 
 
 def llm_tables(r) -> list[RowTable]:
@@ -189,18 +184,13 @@ def plan_tables(p) -> list[RowTable]:
              Cell(gb(s.peak_bytes), s.peak_bytes),
              Cell("fits" if s.fits else "does not fit", s.fits)] for s in p.strategies]
     return [RowTable("strategies", "Bytes per device", _PLAN_COLUMNS, rows,
-                     hot=[s.fits for s in p.strategies])]
+                     hot=[s.fits for s in p.strategies], emphasis="bold")]
 
 
-def plan_terminal(p, **_options) -> Group:
-    t = Table(title=" — ".join(plan_heading(p)), header_style="bold", pad_edge=False,
-              title_justify="left")
-    for name, numeric in _PLAN_COLUMNS:
-        t.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for row in plan_tables(p)[0].rows:
-        t.add_row(*(c.text for c in row))
-    facts = "\n".join(f"{name}: {value}" for name, value in plan_facts(p))
-    return Group(t, Text(facts + "\n" + "\n".join(f"note: {n}" for n in p.notes)))
+def plan_terminal(p, **_options) -> list:
+    strategies = replace(plan_tables(p)[0], title=" — ".join(plan_heading(p)), title_left=True)
+    return [strategies, Lines([f"{name}: {value}" for name, value in plan_facts(p)]
+                              + [f"note: {n}" for n in p.notes])]
 
 
 def plan_csv(p) -> DataTable:

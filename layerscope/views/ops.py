@@ -1,15 +1,21 @@
 """ops (``OpTable``): the operator table of ``layerscope ops`` (and of a training run)."""
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-
-from layerscope.core.units import si
 from layerscope.views.common import cell, ms, ms_cell, noise_facts, noise_lines, pct
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    Column,
+    DataTable,
+    Lines,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def heading(result) -> tuple[str, str]:
@@ -37,9 +43,15 @@ def facts(result) -> list[tuple[str, str]]:
 def _ops_table(t) -> RowTable:
     memory = t.settings.get("memory")
     shapes = t.settings.get("group_by_shape")
-    cols = [("Operator", False)] + ([("Input shapes", False)] if shapes else []) + [
-        ("Self ms", True), ("Total ms", True), ("Calls", True), ("Mean ms", True),
-        ("Share", True)] + ([("Self mem", True), ("Mem", True)] if memory else [])
+    # a CUDA kernel's name runs to hundreds of characters: the names give way, the figures
+    # keep their width
+    cols = [Column("Operator", shrink=True)] + (
+        [Column("Input shapes", shrink=True, wrap=True)] if shapes else []) + [
+        Column("Self ms", True, min_width=7), Column("Total ms", True, min_width=8),
+        Column("Calls", True, min_width=5), Column("Mean ms", True, min_width=7),
+        Column("Share", True, min_width=6)] + (
+        [Column("Self mem", True, min_width=8), Column("Mem", True, min_width=7)]
+        if memory else [])
     rows = []
     for r in t.rows:
         cells = [cell(r.name)] + ([cell(r.input_shapes or "")] if shapes else []) + [
@@ -78,51 +90,18 @@ def csv(table) -> DataTable:
     return DataTable(names, [[asdict(row)[n] for n in names] for row in table.rows])
 
 
-class _FitWidth:
-    """A table whose name column takes what the figure columns leave of the width it is
-    drawn at (rich cuts a no-wrap column only by cropping the whole table otherwise)."""
-
-    def __init__(self, build):
-        self.build = build
-
-    def __rich_console__(self, console, options):
-        yield self.build(options.max_width)
-
-
-def render_ops(table) -> Group:
+def ops_terminal(table) -> list:
+    """The operator table, titled with the run's settings, then the total and the noise."""
     unit = table.settings.get("unit", "run")  # "step" for a training run's table
-    memory = table.settings.get("memory")
-    shapes = table.settings.get("group_by_shape")
-    names = [("Operator", "left")] + ([("Input shapes", "left")] if shapes else [])
-    figures = [("Self ms", 7), ("Total ms", 8), ("Calls", 5), ("Mean ms", 7), ("Share", 6)] + (
-        [("Self mem", 8), ("Mem", 7)] if memory else [])
-
-    def build(width: int) -> Table:
-        t = Table(title=f"{table.model}: top {len(table.rows)} of {table.ops_total} operators "
+    ops = replace(_ops_table(table), foot=[],
+                  title=f"{table.model}: top {len(table.rows)} of {table.ops_total} operators "
                         f"by {table.sort} time ({table.device}{_threads(table, ', ')}, per "
-                        f"{unit}, {table.runs} {unit}s)",
-                  header_style="bold", pad_edge=False)
-        # each column: its width, one space either side, one rule (the edges: no padding)
-        left = width - sum(w + 3 for _, w in figures) - 3 * len(names) + 1
-        name_width = max(12, left // len(names))
-        for name, _ in names:  # a CUDA kernel's name runs to hundreds of characters
-            t.add_column(name, no_wrap=(name == "Operator"), overflow="ellipsis",
-                         max_width=name_width)
-        for name, w in figures:  # the figures keep their width; the names give way
-            t.add_column(name, justify="right", no_wrap=True, min_width=w)
-        for r in table.rows:
-            cells = [r.name] + ([r.input_shapes or ""] if shapes else []) + [
-                ms(r.self_s), ms(r.total_s), str(r.calls), ms(r.mean_s), f"{r.share:.1%}"]
-            if memory:
-                cells += [si(r.self_memory_bytes), si(r.memory_bytes)]
-            t.add_row(*cells)
-        return t
-
+                        f"{unit}, {table.runs} {unit}s)")
     foot = f"All operators: {ms(table.total_self_s)} ms self time per {unit}"
     if table.trace:
         foot += f"; trace written to {table.trace} (open in ui.perfetto.dev or chrome://tracing)"
-    return Group(_FitWidth(build), Text("\n".join([foot] + noise_lines(table))))
+    return [ops, Lines([foot] + noise_lines(table))]
 
 
-VIEW = View(heading=heading, terminal=render_ops, facts=facts, tables=tables, charts=charts,
+VIEW = View(heading=heading, terminal=ops_terminal, facts=facts, tables=tables, charts=charts,
             csv=csv)

@@ -2,9 +2,7 @@
 layer with its hot rows, key figures, MACs/parameter/latency bars and the roofline."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.units import megabytes, shape_str, si
 from layerscope.views.common import (
@@ -20,7 +18,6 @@ from layerscope.views.common import (
     noise_facts,
     noise_lines,
     num,
-    own_ops_suffix,
     pct,
     row_label,
     type_of,
@@ -29,7 +26,9 @@ from layerscope.views.highlight import describe, hot_predicate, rule_of
 from layerscope.views.sections import (
     Cell,
     Chart,
+    Column,
     DataTable,
+    Lines,
     Point,
     RowTable,
     Series,
@@ -174,16 +173,32 @@ def definitions(report) -> tuple[str, str]:
 
 
 # ---- row tables (HTML report, notebook) -----------------------------------------------
+NAME_CHARS = 48  # a longer layer name is cut in the terminal tables (JSON, CSV keep it whole)
+
+
+def _layer_cell(row) -> Cell:
+    """The Layer cell: the name (and the own-ops note), indented by depth in the terminal."""
+    return Cell(row_label(row), row.name, indent=max(row.depth - 1, 0))
+
+
+# the Layer column: a tree indented by depth, a name of megabytes cut (it took the whole
+# width and minutes to lay out)
+LAYER = Column("Layer", min_width=24, max_chars=NAME_CHARS)
+
+
 def analyze_table(r) -> RowTable:
+    """The per-layer table: the terminal, the HTML report and the notebook draw this one."""
     training = r.totals.backward_macs is not None
-    cols = [("Layer", False), ("Type", False), ("Calls", True), ("Input shape", False),
-            ("Output shape", False), ("Params", True), ("MACs", True), ("FLOPs", True),
-            ("Read B", True), ("Written B", True), ("Act. B", True), ("FLOP/B", True)]
+    cols = [LAYER, Column("Type"), Column("Calls", True, priority=2),
+            Column("Input shape", priority=2), Column("Output shape", priority=1),
+            Column("Params", True), Column("MACs", True), Column("FLOPs", True, priority=1),
+            Column("Read B", True, priority=3), Column("Written B", True, priority=3),
+            Column("Act. B", True, priority=2), Column("FLOP/B", True, priority=3)]
     if training:
-        cols += [("Bwd MACs", True), ("Bwd FLOPs", True)]
+        cols += [Column("Bwd MACs", True, priority=1), Column("Bwd FLOPs", True, priority=2)]
     rows = []
     for row in r.layers:
-        cells = [Cell(row_label(row), row.name), cell(row.type), cell(row.calls, str(row.calls)),
+        cells = [_layer_cell(row), cell(row.type), cell(row.calls, str(row.calls)),
                  cell(shape_str(row.input_shapes)), cell(shape_str(row.output_shapes)),
                  cell(row.params), cell(row.macs), cell(row.flops), cell(row.bytes_read),
                  cell(row.bytes_written), cell(row.activation_bytes),
@@ -202,19 +217,23 @@ def analyze_table(r) -> RowTable:
 
 def profile_table(r) -> RowTable:
     backward = r.backward is not None
-    cols = [("Layer", False), ("Type", False), ("Input shape", False), ("Output shape", False),
-            ("MACs", True), ("FLOPs", True), ("Median ms", True), ("Mean ms", True),
-            ("p10 ms", True), ("p90 ms", True), ("Share", True), ("Rank", True), ("GFLOP/s", True),
-            ("GB/s", True), ("FLOP/B", True), ("Bound", False), ("% roof", True)]
+    cols = [LAYER, Column("Type"), Column("Input shape", priority=3),
+            Column("Output shape", priority=3), Column("MACs", True, priority=1),
+            Column("FLOPs", True, priority=3), Column("Median ms", True),
+            Column("Mean ms", True, priority=1), Column("p10 ms", True, priority=2),
+            Column("p90 ms", True, priority=2), Column("Share", True),
+            Column("Rank", True, priority=1), Column("GFLOP/s", True, priority=2),
+            Column("GB/s", True, priority=2), Column("FLOP/B", True, priority=3),
+            Column("Bound", priority=1), Column("% roof", True, priority=1)]
     if backward:
-        cols.append(("Bwd ms", True))
+        cols.append(Column("Bwd ms", True, priority=1))
     rows, hot = [], []
     is_hot_row = hot_predicate(rule_of(r))
     for row in r.layers:
         t = row.time or {}
         a = row.achieved or {}
         roof = row.roofline or {}
-        cells = [Cell(row_label(row), row.name), cell(row.type), cell(shape_str(row.input_shapes)),
+        cells = [_layer_cell(row), cell(row.type), cell(shape_str(row.input_shapes)),
                  cell(shape_str(row.output_shapes)), cell(row.macs), cell(row.flops),
                  ms_cell(t.get("median_s")), Cell(mean_ms(t), ms_cell(t.get("mean_s")).sort),
                  ms_cell(t.get("p10_s")),
@@ -402,53 +421,6 @@ def profile_csv(report) -> DataTable:
 
 
 # ---- terminal ---------------------------------------------------------------------------
-NAME_CHARS = 48  # a longer layer name is cut in the terminal tables (JSON, CSV keep it whole)
-
-
-def _layer_label(row) -> Text:
-    """The Layer cell: the name indented by depth, cut to NAME_CHARS characters with '…' (a
-    name of megabytes took the whole width and minutes to lay out), then the own-ops note."""
-    name = row.name if len(row.name) <= NAME_CHARS else row.name[:NAME_CHARS - 1] + "…"
-    label = Text("  " * max(row.depth - 1, 0) + name)
-    if own_ops_suffix(row):
-        label.append(own_ops_suffix(row), style="dim")
-    return label
-
-
-def _layer_table(report) -> Table:
-    training = report.totals.backward_macs is not None
-    table = Table(title=f"{report.model} ({report.frontend}, "
-                        f"{report.settings.get('mode', 'inference')})",
-                  show_lines=False, header_style="bold", pad_edge=False)
-    for name, justify in [("Layer", "left"), ("Type", "left"), ("Input shape", "left"),
-                          ("Output shape", "left"),
-                          ("Params", "right"), ("MACs", "right"), ("FLOPs", "right"),
-                          ("Read B", "right"), ("Written B", "right"), ("Act. B", "right"),
-                          ("FLOP/B", "right")]:
-        table.add_column(name, justify=justify, no_wrap=True,
-                         min_width=24 if name == "Layer" else None)
-    if training:
-        table.add_column("Bwd FLOPs", justify="right", no_wrap=True)
-    for row in report.layers:
-        cells = [_layer_label(row), row.type, shape_str(row.input_shapes),
-                 shape_str(row.output_shapes), si(row.params), si(row.macs),
-                 si(row.flops), si(row.bytes_read), si(row.bytes_written),
-                 si(row.activation_bytes),
-                 "-" if row.intensity is None else f"{row.intensity:.1f}"]
-        if training:
-            cells.append(si(row.backward_flops))
-        table.add_row(*cells)
-    t = report.totals
-    cells = [Text("Total", style="bold"), "", "", "", si(t.params), si(t.macs), si(t.flops),
-             si(t.bytes_read), si(t.bytes_written), si(t.activation_bytes),
-             "-" if t.intensity is None else f"{t.intensity:.1f}"]
-    if training:
-        cells.append(si(t.backward_flops))
-    table.add_section()
-    table.add_row(*cells)
-    return table
-
-
 def _outputs_label(report) -> str:
     """``layer_output_bytes`` is the sum of leaf-layer outputs, or of node outputs (ONNX)."""
     return "Sum of node outputs" if report.frontend == "onnx" else "Sum of layer outputs"
@@ -502,59 +474,10 @@ def footer_lines(report) -> list[str]:
     return lines
 
 
-def render_analyze(report) -> Group:
-    return Group(_layer_table(report), Text("\n".join(footer_lines(report))))
-
-
-def _terminal_profile_table(report) -> Table:
-    backward = report.backward is not None
-    legend = mean_mark_legend(row.time for row in report.layers)
-    legend = f"; {legend}" if legend else ""
-    table = Table(title=f"{report.model}: per-layer latency ({report.settings.get('device')}, "
-                        f"batch {report.settings.get('batch_size')}, "
-                        f"{report.settings.get('threads')} threads, n={report.end_to_end['n']})",
-                  caption=f"red rows: {describe(rule_of(report))}{legend}",
-                  caption_justify="left",
-                  header_style="bold", pad_edge=False)
-    is_hot = hot_predicate(rule_of(report))
-    cols = [("Layer", "left"), ("Type", "left"), ("MACs", "right"), ("Median ms", "right"),
-            ("Mean ms", "right"), ("p10-p90 ms", "right"), ("Share", "right"),
-            ("Rank", "right"), ("GFLOP/s", "right"), ("GB/s", "right"), ("Bound", "left"),
-            ("% roof", "right")]
-    if backward:
-        cols.append(("Bwd ms", "right"))
-    for name, justify in cols:
-        table.add_column(name, justify=justify, no_wrap=True,
-                         min_width=24 if name == "Layer" else None)
-    for row in report.layers:
-        t = row.time or {}
-        hot = is_hot(row)
-        roof = row.roofline or {}
-        cells = [_layer_label(row), row.type, si(row.macs), ms(t.get("median_s")),
-                 mean_ms(t),
-                 f"{ms(t.get('p10_s'))}-{ms(t.get('p90_s'))}",
-                 "-" if row.share is None else f"{row.share:.1%}", str(row.rank or "-"),
-                 "-" if not row.achieved else f"{row.achieved['gflops_per_s']:.1f}",
-                 "-" if not row.achieved else f"{row.achieved['gbytes_per_s']:.1f}",
-                 roof.get("bound", "-"),
-                 "-" if roof.get("pct_of_roof") is None else f"{roof['pct_of_roof']:.0%}"]
-        if backward:
-            cells.append(ms((row.backward_time or {}).get("median_s")))
-        table.add_row(*cells, style="bold red" if hot else None)
-    return table
-
-
-def _terminal_type_table(report) -> Table:
-    table = Table(title="Time by layer type (shares: sums of the rows' shares)",
-                  header_style="bold", pad_edge=False)
-    for name, justify in [("Type", "left"), ("Layers", "right"), ("Median ms", "right"),
-                          ("Mean ms", "right"), ("Share", "right"), ("MACs", "right")]:
-        table.add_column(name, justify=justify, no_wrap=True)
-    for d in report.by_type:
-        table.add_row(d["type"], str(d["layers"]), ms(d["time"]["median_s"]),
-                      ms(d["time"].get("mean_s")),
-                      "-" if d["share"] is None else f"{d['share']:.1%}", si(d["macs"]))
-    return table
+def analyze_terminal(report) -> list:
+    """The per-layer table, titled with the model, then torchinfo's summary."""
+    title = f"{report.model} ({report.frontend}, {report.settings.get('mode', 'inference')})"
+    return [replace(analyze_table(report), title=title), Lines(footer_lines(report))]
 
 
 def profile_lines(report) -> list[str]:
@@ -589,16 +512,23 @@ def profile_lines(report) -> list[str]:
     return lines
 
 
-def render_profile(report) -> Group:
-    parts = [_terminal_profile_table(report), Text("\n".join(profile_lines(report)))]
-    if report.by_type:
-        parts.insert(1, _terminal_type_table(report))
-    return Group(*parts)
+def profile_terminal(report) -> list:
+    """The per-layer latency table (hot rows in red), time by layer type, the key figures."""
+    s = report.settings
+    legend = mean_mark_legend(row.time for row in report.layers)
+    layers = replace(profile_table(report),
+                     title=f"{report.model}: per-layer latency ({s.get('device')}, batch "
+                           f"{s.get('batch_size')}, {s.get('threads')} threads, "
+                           f"n={report.end_to_end['n']})",
+                     caption=f"red rows: {describe(rule_of(report))}"
+                             f"{'; ' + legend if legend else ''}")
+    return [layers] + ([type_table(report)] if report.by_type else []) + [
+        Lines(profile_lines(report))]
 
 
-ANALYZE = View(heading=analyze_heading, terminal=render_analyze, facts=analyze_facts,
+ANALYZE = View(heading=analyze_heading, terminal=analyze_terminal, facts=analyze_facts,
                tables=analyze_tables, charts=analyze_charts, csv=analyze_csv,
                facts_title="Totals")
-PROFILE = View(heading=profile_heading, terminal=render_profile, facts=profile_facts,
+PROFILE = View(heading=profile_heading, terminal=profile_terminal, facts=profile_facts,
                tables=profile_tables, charts=profile_charts, csv=profile_csv,
                warnings=profile_warnings, facts_title="Totals")

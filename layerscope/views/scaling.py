@@ -2,13 +2,22 @@
 linear, communication share; one table, one chart (speed-up against the linear line)."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.units import si
 from layerscope.views.common import ms, num, pct
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    Column,
+    DataTable,
+    Lines,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def heading(result) -> tuple[str, str]:
@@ -34,10 +43,13 @@ def facts(result) -> list[tuple[str, str]]:
     return out + [("Note", n) for n in result.notes]
 
 
-COLUMNS = [("Procs", True), ("Threads", True), ("Batch", True), ("Step ms", True),
-           ("p10-p90 ms", False), ("Samples/s", True), ("Speed-up", True), ("Efficiency", True),
-           ("Comm ms", True), ("Comm", True), ("Exposed", True), ("Buckets", True),
-           ("Bytes", True), ("Note", False)]
+COLUMNS = [Column("Procs", True), Column("Threads", True, priority=2),
+           Column("Batch", True, priority=2), Column("Step ms", True),
+           Column("p10-p90 ms", priority=2), Column("Samples/s", True), Column("Speed-up", True),
+           Column("Efficiency", True), Column("Comm ms", True, priority=1),
+           Column("Comm", True), Column("Exposed", True, priority=1),
+           Column("Buckets", True, priority=3), Column("Bytes", True, priority=3),
+           Column("Note", optional=True)]
 
 
 def _ms(seconds: float) -> Cell:
@@ -103,17 +115,11 @@ def csv(result) -> DataTable:
     return DataTable(CSV_COLUMNS, [[getattr(p, c) for c in CSV_COLUMNS] for p in result.points])
 
 
-def render_scaling(result) -> Group:
+def scaling_terminal(result) -> list:
     title, sub = heading(result)
-    t = Table(title=f"{title} ({sub})", header_style="bold", pad_edge=False)
-    keep = len(COLUMNS) if any(p.oversubscribed for p in result.points) else len(COLUMNS) - 1
-    for label, numeric in COLUMNS[:keep]:
-        t.add_column(label, justify="right" if numeric else "left", no_wrap=True)
-    for row in _rows(result):
-        t.add_row(*(c.text for c in row[:keep]))
-    lines = [LEGEND] + [f"note: {n}" for n in result.notes]
-    return Group(t, Text("\n".join(lines)))
+    return [replace(tables(result)[0], title=f"{title} ({sub})"),
+            Lines([LEGEND] + [f"note: {n}" for n in result.notes])]
 
 
-VIEW = View(heading=heading, terminal=render_scaling, facts=facts, tables=tables, charts=charts,
+VIEW = View(heading=heading, terminal=scaling_terminal, facts=facts, tables=tables, charts=charts,
             csv=csv)

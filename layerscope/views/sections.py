@@ -20,20 +20,86 @@ PHASE_COLORS = {p.name: p.color for p in STEP_PHASES}
 
 
 # ---- tables ------------------------------------------------------------------------------
+# A row table is declared once; HTML, the notebook and the terminal draw the same declaration.
+# What only a terminal needs (it has a width and no sorting) is declared on the column or the
+# cell as a hint that the other renderers ignore.
+@dataclass(frozen=True)
+class Column:
+    """One column of a ``RowTable``.
+
+    numeric   right-aligned (every renderer); its cells sort by number (HTML)
+    priority  what a terminal too narrow for the table leaves out: 0 is always shown; 1, 2, 3
+              are less and less essential. While the table is wider than the terminal, one
+              column is left out: of the highest level, the rightmost first (never one of
+              level 0); what was left out is named under the table
+    min_width terminal: at least this many characters wide
+    max_chars terminal: a longer text is cut to this many characters, its last one '…'
+    wrap      terminal: a text too long for the width goes onto more lines, never cut
+              (otherwise a cell keeps to one line); a text of up to WRAP_WHOLE characters is
+              kept on one line before a column of priority > 0 is left out
+    shrink    terminal: the column takes what the others leave of the width (at least
+              min_width, else SHRINK_FLOOR characters), its texts cut with '…' (a CUDA
+              kernel's name runs to hundreds of characters; the figures beside it stay whole)
+    optional  terminal: left out when every cell of the column is empty
+    terminal  False: the terminal leaves the column out, its layout writing these texts in
+              full under the table (compare's explanations)
+    """
+    label: str
+    numeric: bool = False
+    priority: int = 0
+    min_width: int | None = None
+    max_chars: int | None = None
+    wrap: bool = False
+    shrink: bool = False
+    optional: bool = False
+    terminal: bool = True
+
+
+SHRINK_FLOOR = 12  # the narrowest a shrinking column gets without a min_width of its own
+WRAP_WHOLE = 40  # a wrapping column's texts this short stay whole before columns are left out
+
+
 @dataclass
 class Cell:
     text: str
     sort: Any = None  # number or string; None sorts last
+    indent: int = 0  # terminal: the text is indented by this many levels (a tree's depth)
+    style: str | None = None  # terminal: a rich style for this cell (e.g. "red" for an error)
 
 
 @dataclass
 class RowTable:
+    """A table of cells under declared columns. ``columns`` may be given as (label, numeric)
+    pairs; they are read as ``Column``s."""
     id: str
     title: str
-    columns: list[tuple[str, bool]]  # (label, numeric)
+    columns: list[Column]
     rows: list[list[Cell]]
     foot: list[str] = field(default_factory=list)  # a totals row, never sorted
     hot: list[bool] = field(default_factory=list)  # per row: emphasise
+    caption: str = ""  # terminal: a line under the table (what its emphasis means)
+    emphasis: str = "bold red"  # terminal: the rich style of a hot row
+    title_left: bool = False  # terminal: the title starts at the left edge (else centred)
+
+    def __post_init__(self):
+        self.columns = [c if isinstance(c, Column) else Column(*c) for c in self.columns]
+
+
+@dataclass
+class Lines:
+    """Lines of text (a table's legend, key figures written out, notes), drawn as they are;
+    ``wrap=False``: a line longer than the width runs on (a listing), never wrapped; ``style``:
+    how they are drawn in the terminal (e.g. "bold")."""
+    lines: list[str]
+    wrap: bool = True
+    style: str = ""  # a rich style for every line
+
+
+@dataclass
+class Facts:
+    """Key figures as a name column (bold) and a value column, without rules, under a title."""
+    title: str
+    pairs: list[tuple[str, str]]
 
 
 @dataclass
@@ -107,14 +173,16 @@ class View:
     """What one result kind shows. Every renderer draws these and nothing else.
 
     heading   result -> (title, one-line description of the settings)
-    terminal  (result, **options) -> a rich renderable: the terminal layout
+    terminal  (result, **options) -> [RowTable | Lines | Facts]: the terminal's sections in
+              order (renderers/terminal.py draws them); None: the heading, the warnings, the
+              row tables and the key figures, in that order
     facts     result -> [(name, value)]: key figures, titled ``facts_title``
     tables    result -> [RowTable] (HTML report, notebook)
     charts    result -> [Chart] (HTML report's SVG, --plot's PNG)
     csv       result -> DataTable: the CSV's raw values (every kind has one)
     """
     heading: Callable[[Any], tuple[str, str]]
-    terminal: Callable[..., Any]
+    terminal: Callable[..., list] | None = None
     facts: Callable[[Any], list[tuple[str, str]]] = _none
     tables: Callable[[Any], list[RowTable]] = _none
     charts: Callable[[Any], list[Chart]] = _none

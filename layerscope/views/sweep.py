@@ -2,13 +2,22 @@
 throughput against batch size."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.units import shape_str
 from layerscope.views.common import cell, ms, ms_cell, noise_facts, noise_lines, num
-from layerscope.views.sections import PALETTE, Cell, Chart, DataTable, Point, RowTable, Series, View
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    Column,
+    DataTable,
+    Lines,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def heading(result) -> tuple[str, str]:
@@ -40,16 +49,18 @@ def _cell_name(c) -> str:
 
 
 def _sweep_table(s) -> RowTable:
-    cols = [("Device", False), ("Backend", False), ("Dtype", False), ("Threads", True),
-            ("Batch", True), ("Median ms", True), ("p10 ms", True), ("p90 ms", True),
-            ("Samples/s", True), ("Speed-up", True), ("Noise", False),
-            ("Time by layer type / error", False)]
+    cols = [Column("Device"), Column("Backend"), Column("Dtype", priority=1),
+            Column("Threads", True), Column("Batch", True), Column("Median ms", True),
+            Column("p10 ms", True, priority=2), Column("p90 ms", True, priority=2),
+            Column("Samples/s", True), Column("Speed-up", True, priority=1),
+            Column("Noise", priority=1), Column("Time by layer type / error", wrap=True)]
     rows = []
     for c in s.cells:
         head = [cell(c.device), cell(c.backend), cell(c.dtype),
                 Cell(str(c.threads or "-"), c.threads), Cell(str(c.batch_size), c.batch_size)]
         if c.status != "ok":
-            rows.append(head + [Cell("-")] * 6 + [Cell(f"error: {c.error}", c.error)])
+            rows.append(head + [Cell("-")] * 6 + [Cell(f"error: {c.error}", c.error,
+                                                        style="red")])
             continue
         lat = c.latency
         types = ", ".join(f"{d['type']} {d['share']:.0%}" for d in (c.by_type or [])[:3]
@@ -130,30 +141,12 @@ def csv(report) -> DataTable:
     return DataTable(CSV_COLUMNS, rows)
 
 
-def render_sweep(report) -> Group:
-    t = Table(title=f"{report.model}: sweep ({report.settings.get('runs')} runs per cell)",
-              header_style="bold", pad_edge=False)
-    for name, justify in [("Device", "left"), ("Backend", "left"), ("Dtype", "left"),
-                          ("Threads", "right"), ("Batch", "right"), ("Median ms", "right"),
-                          ("p10-p90 ms", "right"), ("Samples/s", "right"), ("Speed-up", "right"),
-                          ("Noise", "left"), ("Time by layer type", "left")]:
-        t.add_column(name, justify=justify, no_wrap=(name != "Time by layer type"))
-    for c in report.cells:
-        head = [c.device, c.backend, c.dtype, str(c.threads or "-"), str(c.batch_size)]
-        if c.status != "ok":
-            t.add_row(*head, "-", "-", "-", "-", "-", Text(f"error: {c.error}", style="red"))
-            continue
-        lat = c.latency
-        types = ", ".join(f"{d['type']} {d['share']:.0%}" for d in (c.by_type or [])[:3]
-                          if d.get("share") is not None)
-        t.add_row(*head, ms(lat["median_s"]), f"{ms(lat['p10_s'])}-{ms(lat['p90_s'])}",
-                  f"{c.throughput_per_s:.1f}", f"{c.speedup:.2f}x",
-                  "within noise" if c.within_noise and c.speedup != 1.0 else "",
-                  types or "-")
-    lines = ["Speed-up: throughput over the first cell; 'within noise': per-sample p10-p90 "
-             "ranges overlap with the first cell's."] + noise_lines(report)
-    return Group(t, Text("\n".join(lines)))
+def sweep_terminal(report) -> list:
+    cells = replace(_sweep_table(report),
+                    title=f"{report.model}: sweep ({report.settings.get('runs')} runs per cell)")
+    return [cells, Lines(["Speed-up: throughput over the first cell; 'within noise': per-sample "
+                          "p10-p90 ranges overlap with the first cell's."] + noise_lines(report))]
 
 
-VIEW = View(heading=heading, terminal=render_sweep, facts=facts, tables=tables, charts=charts,
+VIEW = View(heading=heading, terminal=sweep_terminal, facts=facts, tables=tables, charts=charts,
             csv=csv)

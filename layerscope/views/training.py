@@ -3,9 +3,7 @@ phase (data, host-to-device, forward, loss, backward, optimizer), per epoch, per
 batch, and the training curves."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from dataclasses import replace
 
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.units import si
@@ -29,7 +27,9 @@ from layerscope.views.sections import (
     PALETTE,
     Cell,
     Chart,
+    Column,
     DataTable,
+    Lines,
     Point,
     RowTable,
     Series,
@@ -265,14 +265,17 @@ def variant_label(v) -> str:
     return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
 
 
-def _loop_layers_table(r) -> RowTable:
-    cols = [("Layer", False), ("Type", False), ("Median ms", True), ("Mean ms", True),
-            ("p10 ms", True), ("p90 ms", True), ("Share of forward", True)]
+def _loop_layers_table(r, layers=None) -> RowTable:
+    """Forward time per layer (``layers``: these rows of ``r.layers``, by default all)."""
+    layers = r.layers if layers is None else layers
+    cols = [Column("Layer", wrap=True), Column("Type"), Column("Median ms", True),
+            Column("Mean ms", True, priority=1), Column("p10 ms", True, priority=2),
+            Column("p90 ms", True, priority=2), Column("Share of forward", True)]
     rows = [[cell(row.name), cell(row.type), ms_cell(row.time["median_s"]),
              Cell(mean_ms(row.time), ms_cell(row.time.get("mean_s")).sort),
              ms_cell(row.time["p10_s"]), ms_cell(row.time["p90_s"]),
-             Cell(pct(row.share), row.share)] for row in r.layers]
-    legend = mean_mark_legend(row.time for row in r.layers)
+             Cell(pct(row.share), row.share)] for row in layers]
+    legend = mean_mark_legend(row.time for row in layers)
     return RowTable("layers", "Forward time per layer, per batch"
                     + (f" ({legend})" if legend else ""), cols, rows)
 
@@ -283,13 +286,15 @@ def _ablate_phases(a) -> dict[str, str]:
 
 def _ablate_table(a) -> RowTable:
     labels = _ablate_phases(a)
-    cols = [("Variant", False)] + [(p, True) for p in labels.values()] + [
-        ("Total ms", True), ("Speed-up", True), ("Beyond noise", False), ("Status", False)]
+    cols = [Column("Variant")] + [Column(p, True, priority=2) for p in labels.values()] + [
+        Column("Total ms", True), Column("Speed-up", True), Column("Beyond noise", priority=1),
+        Column("Status", wrap=True)]
     rows = []
     for v in a.variants:
         if v.status != "ok" or not v.phases_ms:
             rows.append([cell(variant_label(v))] + [Cell("-")] * (len(labels) + 3)
-                        + [Cell(v.reason or v.status, v.status)])
+                        + [Cell(v.reason or v.status, v.status,
+                                style="yellow" if v.status == "n/a" else "red")])
             continue
         noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
         rows.append([cell(variant_label(v))]
@@ -318,7 +323,7 @@ def _ranks_table(r) -> RowTable:
         hot.append(e["rank"] == slow)
     title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "
                                              "of the step)" if "communication" in labels else ")")
-    return RowTable("ranks", title, cols, rows, hot=hot)
+    return RowTable("ranks", title, cols, rows, hot=hot, emphasis="bold")
 
 
 def _buckets_table(c: dict) -> RowTable:
@@ -328,15 +333,6 @@ def _buckets_table(c: dict) -> RowTable:
     return RowTable("buckets", "Gradient buckets (all-reduce per step)",
                     [("Bucket", True), ("Bytes", True), ("Median ms", True)], rows,
                     ["Total", f"{si(c['bytes_per_step'])}B", ""])
-
-
-def _rich_table(rt: RowTable) -> Table:
-    t = Table(title=rt.title, title_justify="left")
-    for label, numeric in rt.columns:
-        t.add_column(label, justify="right" if numeric else "left")
-    for row in rt.rows:
-        t.add_row(*(c.text for c in row))
-    return t
 
 
 def _own_cell(seconds: float | None, steps: int) -> Cell:
@@ -524,22 +520,12 @@ def epoch_line(row: dict) -> str:
     return " | ".join(parts)
 
 
-def breakdown_table(breakdown: dict, title: str, labels: dict[str, str] | None = None) -> Table:
-    t = Table(title=title, header_style="bold", pad_edge=False)
-    for name, justify in [("Phase", "left"), ("Seconds", "right"), ("Share", "right"),
-                          ("ms / step", "right")]:
-        t.add_column(name, justify=justify)
-    wall = breakdown["wall_s"] or 0.0
-    steps = breakdown["steps"] or 1
-    for phase, seconds in _ordered(breakdown["seconds"]):
-        t.add_row(_label(phase, labels), f"{seconds:.3f}",
-                  f"{seconds / wall:.1%}" if wall else "-", f"{seconds / steps * 1e3:.2f}")
-    t.add_section()
-    t.add_row("Total", f"{wall:.3f}", "100.0%" if wall else "-", f"{wall / steps * 1e3:.2f}")
-    return t
+def train_terminal(report) -> list:
+    """The phase table, the run's figures, per rank, the watched layers and memory, the
+    operators."""
+    from layerscope.core.optable import OpTable
+    from layerscope.views.ops import ops_terminal
 
-
-def render_train(report) -> Group:
     b = report.breakdown
     lines = [
         f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
@@ -557,22 +543,19 @@ def render_train(report) -> Group:
     if report.final:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += [f"note: {n}" for n in report.notes]
-    title = phase_title((report.config or {}).get("warmup_steps") or 0)
-    parts = [breakdown_table(b, title, phase_labels(report, {})), Text("\n".join(lines))]
+    out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
+                        phase_labels(report, {})), Lines(lines)]
     if report.ranks:
-        parts += [Text(""), ranks_table(report)]
+        out += [Lines([""]), ranks_terminal(report)]
     for extra in _watch_tables(report):
-        parts += [Text(""), _rich_table(extra)]
+        out += [Lines([""]), extra]
     if report.ops:
-        from layerscope.core.optable import OpTable
-        from layerscope.views.ops import render_ops
-
-        parts += [Text(""), render_ops(OpTable.from_dict(report.ops))]
-    return Group(*parts)
+        out += [Lines([""]), *ops_terminal(OpTable.from_dict(report.ops))]
+    return out
 
 
-def ranks_table(report) -> Table:
-    """The per-rank table and the straggler line, for the terminal."""
+def ranks_terminal(report) -> RowTable:
+    """The per-rank table with the straggler line under it."""
     straggler = _straggler_text(report)
     if straggler:
         lines = [f"{report.world_size} processes; straggler {straggler}"]
@@ -584,83 +567,45 @@ def ranks_table(report) -> Table:
         lines.append("job throughput " + job_line(report))
     if report.communication:
         lines.append("gradient communication: " + communication_line(report.communication))
-    t = Table(title=f"Per {_who(report)}, ms per step ({report.world_size} processes)",
-              caption="\n".join(lines), caption_justify="left", header_style="bold",
-              pad_edge=False)
-    labels = _rank_phases(report)
-    phases = list(labels)
-    t.add_column(_who(report).capitalize(), justify="right")
-    t.add_column("Step", justify="right")
-    for p in phases:
-        t.add_column("Comm. (overlaps)" if p == "communication" else labels[p], justify="right")
-    slow = (report.straggler or {}).get("rank")
-    for e in report.ranks:
-        t.add_row(str(e["rank"]), ms(e["step_s"], 2),
-                  *[ms(e["phases"].get(p), 2) for p in phases],
-                  style="bold" if e["rank"] == slow else None)
-    return t
+    return replace(_ranks_table(report), caption="\n".join(lines),
+                   title=f"Per {_who(report)}, ms per step ({report.world_size} processes)")
 
 
-def render_ablation(report) -> Group:
-    t = Table(title=f"{report.recipe}: ablation on {report.device} ({report.steps} steps, "
-                    f"{report.warmup_steps} warm-up steps excluded, {report.repeats} repeat(s); "
-                    f"ms per step)", header_style="bold", pad_edge=False)
-    t.add_column("Variant", justify="left")
-    labels = _ablate_phases(report)
-    for p in labels.values():
-        t.add_column(p, justify="right")
-    for name in ("Total", "Speed-up", "Beyond noise"):
-        t.add_column(name, justify="right" if name != "Beyond noise" else "left")
-    for v in report.variants:
-        label = variant_label(v)
-        if v.status != "ok":
-            t.add_row(label, *["-"] * len(labels), "-", "-",
-                      Text(v.reason or v.status, style="yellow" if v.status == "n/a" else "red"))
-            continue
-        phases = [f"{v.phases_ms.get(p, 0.0):.2f}" for p in labels]
-        noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
-        t.add_row(label, *phases, f"{v.step['median_s'] * 1e3:.2f}",
-                  f"{v.speedup:.2f}x" if v.speedup else "-", noise)
-    lines = ["Speed-up: baseline step time / variant step time. Beyond noise: the variant's "
-             "range (over repeats; p10-p90 of steps with one repeat) does not overlap the "
-             "baseline's."] + noise_lines(report)
-    return Group(t, Text("\n".join(lines)))
+def ablate_terminal(report) -> list:
+    variants = replace(_ablate_table(report),
+                       title=f"{report.recipe}: ablation on {report.device} ({report.steps} "
+                             f"steps, {report.warmup_steps} warm-up steps excluded, "
+                             f"{report.repeats} repeat(s); ms per step)")
+    return [variants, Lines(["Speed-up: baseline step time / variant step time. Beyond noise: "
+                             "the variant's range (over repeats; p10-p90 of steps with one "
+                             "repeat) does not overlap the baseline's."] + noise_lines(report))]
 
 
 LOOP_TOP_LAYERS = 15
 
-def render_loop(result) -> Group:
+
+def loop_terminal(result) -> list:
     """``profile --loop``: the phases of each batch, then the slowest layers."""
     b = result.phases
     title = (f"{result.model} on {result.dataset}: inference loop on {result.device} "
              f"({result.batches} batches of {result.batch_size}, {result.warmup} warm-up "
              f"batch{'es' if result.warmup != 1 else ''} excluded; ms per batch)")
-    t = Table(title=f"Slowest layers (forward ms per batch; top {LOOP_TOP_LAYERS})",
-              header_style="bold", pad_edge=False)
-    for name, justify in [("Layer", "left"), ("Type", "left"), ("Median", "right"),
-                          ("Mean", "right"), ("p10", "right"), ("p90", "right"),
-                          ("Share of forward", "right")]:
-        t.add_column(name, justify=justify)
-    legend = mean_mark_legend(row.time for row in result.layers[:LOOP_TOP_LAYERS])
-    if legend:
-        t.caption, t.caption_justify = legend, "left"
-    for row in result.layers[:LOOP_TOP_LAYERS]:
-        s = row.time
-        t.add_row(row.name, row.type, f"{s['median_s'] * 1e3:.3f}", mean_ms(s),
-                  f"{s['p10_s'] * 1e3:.3f}", f"{s['p90_s'] * 1e3:.3f}",
-                  "-" if row.share is None else f"{row.share:.1%}")
+    top = result.layers[:LOOP_TOP_LAYERS]
+    layers = replace(_loop_layers_table(result, top), caption=mean_mark_legend(
+        row.time for row in top), title=f"Slowest layers (forward ms per batch; top "
+                                        f"{LOOP_TOP_LAYERS})")
     lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
              f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
     lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
-    return Group(breakdown_table(b, title), t, Text("\n".join(lines)))
+    return [replace(_phase_table(b), title=title), layers, Lines(lines)]
 
 
-TRAIN = View(heading=train_heading, terminal=render_train, facts=train_facts,
+TRAIN = View(heading=train_heading, terminal=train_terminal, facts=train_facts,
              tables=train_tables, charts=train_charts, csv=train_csv)
-ABLATE = View(heading=ablate_heading, terminal=render_ablation, facts=ablate_facts,
+ABLATE = View(heading=ablate_heading, terminal=ablate_terminal, facts=ablate_facts,
               tables=ablate_tables, charts=ablate_charts, csv=ablate_csv)
-LOOP = View(heading=loop_heading, terminal=render_loop, facts=loop_facts, tables=loop_tables,
+LOOP = View(heading=loop_heading, terminal=loop_terminal, facts=loop_facts, tables=loop_tables,
             charts=loop_charts, csv=loop_csv)

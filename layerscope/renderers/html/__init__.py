@@ -52,10 +52,10 @@ def kv_table(caption: str, rows: Sequence[tuple[str, str]], cls: str = "ls-kv") 
 
 def row_table(t: RowTable, table_id: str | None = None, interactive: bool = True) -> str:
     """A RowTable as <table>; cells carry data-sort keys for report.js."""
-    num = [n for _, n in t.columns]
+    num = [c.numeric for c in t.columns]
     num_attr = ' class="num"'
-    head = "".join(f'<th scope="col"{num_attr if n else ""}>{_e(label)}</th>'
-                   for label, n in t.columns)
+    head = "".join(f'<th scope="col"{num_attr if c.numeric else ""}>{_e(c.label)}</th>'
+                   for c in t.columns)
     rows = []
     for i, cells in enumerate(t.rows):
         hot = i < len(t.hot) and t.hot[i]
