@@ -141,14 +141,14 @@ def _toy_kind(folder, monkeypatch):
     import importlib
 
     from layerscope.views import register
-    from layerscope.views.sections import DataTable, View
+    from layerscope.views.sections import DataTable, Lines, View
 
     (folder / "toy_records.py").write_text(TOY_RECORDS, encoding="utf-8")
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delitem(__import__("sys").modules, "toy_records", raising=False)
     module = importlib.import_module("toy_records")
     register("toy", View(heading=lambda r: (f"{r.model} — toy", ""),
-                         terminal=lambda r, **_: f"{r.model}: {len(r.items)} items",
+                         terminal=lambda r, **_: [Lines([f"{r.model}: {len(r.items)} items"])],
                          csv=lambda r: DataTable(["name", "count"],
                                                  [[i.name, i.count] for i in r.items])))
     return module.ToyReport(model="tinynet", items=[module.ToyItem("conv1", 3)])

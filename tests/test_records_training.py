@@ -1,7 +1,7 @@
 """The training kinds' records (train, ablate, loop, scaling) live in layerscope/core/records/:
-their schema definitions are generated from the dataclasses, files written by 0.1 load into
-them, the sections the training code writes as dicts are read back as records that write the
-same JSON, and the old import paths name the same classes."""
+their schema definitions are generated from the dataclasses, files written by every earlier
+release load into them, the sections the training code writes as dicts are read back as
+records that write the same JSON, and the old import paths name the same classes."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from layerscope.core.records.ablate import AblationReport, VariantResult
+from layerscope.core.records.ablate import AblationReport, RepeatBreakdown, VariantResult
 from layerscope.core.records.loop import LoopLayer, LoopProfile
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.records.scaling import ScalingPoint, ScalingReport
@@ -26,8 +26,8 @@ from layerscope.core.records.train import (
 )
 from layerscope.core.results import read_result
 from layerscope.schema import errors, load_schema
-from layerscope.schema.generate import GENERATED, generated_schema, record_schema
-from layerscope.training import comm, ranks
+from layerscope.schema.generate import GENERATED, definitions, generated_schema, record_schema
+from layerscope.training import ablation, comm, ranks
 from layerscope.training.phases import PhaseTotals
 from tests.sample_results import ALL
 
@@ -59,12 +59,36 @@ def test_kind_definition_describes_its_record(kind):
     assert schema["type"] == "object" and schema["description"].startswith(KINDS[kind].__name__)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_file_of_the_earlier_release_loads_into_the_core_record(kind):
-    path = DATA / f"{kind}_0.1.json"
+SAVED = sorted(p for kind in KINDS for p in DATA.glob(f"{kind}_*.json"))
+
+
+@pytest.mark.parametrize("path", SAVED, ids=[p.stem for p in SAVED])
+def test_file_of_an_earlier_release_loads_into_the_core_record(path):
     result = read_result(str(path))
-    assert type(result) is KINDS[kind]
+    assert type(result) is KINDS[path.stem.rsplit("_", 1)[0]]
     assert json.dumps(result.to_dict(), indent=2) == path.read_text(encoding="utf-8").rstrip()
+
+
+@pytest.mark.parametrize("release", ["0.2", "0.3", "0.4"])
+def test_ablate_repeats_keep_their_step_spread(release):
+    # ablate writes each repeat's p10/p90 step time since 0.2; a loaded report dropped them,
+    # and a variant of one repeat had no range to judge 'beyond noise' by
+    path = DATA / f"ablate_{release}.json"
+    saved = json.loads(path.read_text(encoding="utf-8"))["variants"][0]["repeats"][0]
+    variant = read_result(str(path)).variants[0]
+    assert isinstance(variant.repeats[0], RepeatBreakdown)
+    assert ablation._range(variant) == (saved["step_p10_s"], saved["step_p90_s"])
+
+
+def test_ablate_repeat_definition_lists_the_phases_and_the_spread():
+    assert definitions()["ablate_variant_repeat"] is RepeatBreakdown
+    repeat = load_schema()["$defs"]["ablate_variant_repeat"]
+    assert repeat["properties"]["seconds"] == load_schema()["$defs"]["phases"]["properties"][
+        "seconds"]
+    assert {"step_p10_s", "step_p90_s"} <= set(repeat["properties"])
+    assert "step_p10_s" not in repeat["required"]  # 0.1 reports have none
+    assert "step_p10_s" not in RepeatBreakdown.from_dict(
+        json.loads((DATA / "ablate_0.1.json").read_text())["variants"][0]["repeats"][0])
 
 
 @pytest.mark.parametrize("module,name", [

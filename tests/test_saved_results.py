@@ -1,9 +1,30 @@
-"""Results saved by layerscope 0.1 (tests/data/*_0.1.json, never regenerated) still load,
-write back byte for byte and render: the guard for every future change of the result records.
+"""Results saved by every earlier release (tests/data/<kind>_<release>.json, never regenerated)
+still load, validate against the current schema, write back byte for byte and render: the guard
+for every future change of the result records.
 
-analyze_0.1.json and profile_0.1.json were written by `layerscope analyze mnist-cnn` and
-`layerscope profile mnist-cnn --runs 5 --backward`; the others are tests/sample_results.py
-objects' to_dict() as 0.1 wrote them."""
+The 0.1 files: analyze_0.1.json and profile_0.1.json were written by `layerscope analyze
+mnist-cnn` and `layerscope profile mnist-cnn --runs 5 --backward`; the others are
+tests/sample_results.py objects' to_dict() as 0.1 wrote them; llm, plan and scaling (kinds 0.1
+did not have) are sample objects saved under the same name by the release that added them (0.3).
+
+The 0.2, 0.3 and 0.4 files were written by the code of each release (0.2.0: ba9dc90, 0.3.0:
+81fd7ca, 0.4.0: a95baf2) on CPU, each kind the release could write, by these commands
+(`compare` joins analyze_<R>.json with a bfloat16 analysis; activations is the JSON printed
+beside the .npz):
+
+    analyze mnist-cnn --format json
+    profile mnist-cnn --runs 3 --warmup 1 --no-roofline --format json
+    ops mnist-cnn --runs 2 --warmup 1 --format json
+    sweep mnist-cnn --batch-sizes 1,2 --threads 1 --runs 2 --warmup 1 --format json
+    train digits-cnn --steps 3 --synthetic --no-eval --out run --format json
+    ablate digits-cnn --steps 2 --repeats 1 --warmup-steps 1 --variants baseline --synthetic
+    profile mnist-cnn --loop mnist --synthetic --runs 2 --warmup 1 --no-roofline --format json
+    activations mnist-cnn --seed 0 --format json -o act.npz
+    compare analyze_<R>.json analyze_bf16.json --format json
+    llm llama-3-8b --format json                               (0.3 on)
+    plan llama-3-8b --gpus 8 --format json                     (0.3 on)
+    scaling digits-cnn --nproc 1 --steps 3 --synthetic --format json   (0.3 on)
+"""
 from __future__ import annotations
 
 import json
@@ -11,16 +32,29 @@ from pathlib import Path
 
 import pytest
 
+import layerscope
 from layerscope.core.results import KINDS, read_result
 from layerscope.schema import errors
 from tests.helpers import run_cli
 
 DATA = Path(__file__).parent / "data"
-FILES = sorted(DATA.glob("*_0.1.json"))
+FILES = sorted(DATA.glob("*_*.json"))
+# release -> the kinds it could write (0.2 had no llm, plan or scaling)
+RELEASES = {"0.1": set(KINDS), "0.2": set(KINDS) - {"llm", "plan", "scaling"},
+            "0.3": set(KINDS), "0.4": set(KINDS)}
 
 
-def test_every_kind_has_a_saved_file():
-    assert sorted(p.name.split("_")[0] for p in FILES) == sorted(KINDS) and len(FILES) > 0
+def _kind_release(path: Path) -> tuple[str, str]:
+    kind, release = path.stem.rsplit("_", 1)
+    return kind, release
+
+
+def test_every_release_keeps_one_file_per_kind_it_could_write():
+    found = {}
+    for path in FILES:
+        kind, release = _kind_release(path)
+        found.setdefault(release, set()).add(kind)
+    assert found == RELEASES
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -29,8 +63,9 @@ def test_saved_result_loads_validates_and_writes_back_the_same_json(path):
     d = json.loads(text)
     assert errors(d) == []
     result = read_result(str(path))
-    assert result.kind == d["kind"]
-    # the typed records write exactly the keys, order and values 0.1 wrote
+    assert result.kind == d["kind"] == _kind_release(path)[0]
+    assert type(layerscope.load(path)) is type(result)
+    # the typed records write exactly the keys, order and values the release wrote
     assert json.dumps(result.to_dict(), indent=2) == text.rstrip("\n")
 
 

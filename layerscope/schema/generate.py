@@ -217,8 +217,11 @@ def phases_schema(what: str, extra: dict[str, str] | None = None) -> dict[str, A
 
 
 def _set_phases(defs: dict[str, Any]) -> None:
-    defs["phases"]["properties"]["seconds"] = phases_schema(
-        "seconds by phase, summed over the steps; the phases sum to wall_s")
+    # every phase breakdown (ablate's repeats extend it) lists the phases of its seconds
+    for name, cls in definitions().items():
+        if issubclass(cls, phases.PhaseBreakdown):
+            defs[name]["properties"]["seconds"] = phases_schema(
+                "seconds by phase, summed over the steps; the phases sum to wall_s")
     defs["train_rank"]["properties"]["phases"] = phases_schema(
         "seconds per step by phase: the phases sum to step_s, communication overlaps backward",
         {"communication": "time inside collectives (overlaps backward; not in step_s)"})

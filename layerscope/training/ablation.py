@@ -16,7 +16,11 @@ from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.records import Noise
-from layerscope.core.records.ablate import AblationReport, VariantResult  # also imported from here
+from layerscope.core.records.ablate import (  # also imported from here
+    AblationReport,
+    RepeatBreakdown,
+    VariantResult,
+)
 from layerscope.core.stats import TimingStats
 from layerscope.training.phases import PHASES
 
@@ -170,10 +174,10 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                 try:
                     rep = _run_variant(recipe, flags, common, seed, workdir,
                                        f"{_tag(name)}-{r}")
-                    breakdown = rep["breakdown"]
                     spread = TimingStats.of(rep["step_seconds"] or [0.0])
-                    breakdown["step_p10_s"], breakdown["step_p90_s"] = spread.p10_s, spread.p90_s
-                    res.repeats.append(breakdown)
+                    res.repeats.append(RepeatBreakdown.from_dict(
+                        {**rep["breakdown"], "step_p10_s": spread.p10_s,
+                         "step_p90_s": spread.p90_s}))
                     step_samples.setdefault(name, []).extend(rep["step_seconds"] or [])
                 except Exception as exc:
                     res.status, res.reason = "error", str(exc)

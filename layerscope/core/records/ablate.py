@@ -7,13 +7,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument
+from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT, Noise
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
 
 STATUSES = ("ok", "n/a", "error")
+
+
+@dataclass(eq=False, kw_only=True)
+class RepeatBreakdown(PhaseBreakdown):
+    """One repeat of a variant: its phase breakdown and the step-to-step spread (p10-p90 of
+    its step times) that tells whether a speed-up is beyond the noise when there is one
+    repeat."""
+
+    step_p10_s: float | None = field(default=None, metadata=omit_none(
+        description="10th percentile of the repeat's step times (absent in 0.1 reports)"))
+    step_p90_s: float | None = field(default=None, metadata=omit_none(
+        description="90th percentile of the repeat's step times (absent in 0.1 reports)"))
 
 
 @dataclass
@@ -26,8 +38,8 @@ class VariantResult(Record):
     flags: list[str]
     status: str = field(default="ok", metadata={"schema": {"enum": list(STATUSES)}})
     reason: str | None = None
-    repeats: list[PhaseBreakdown] = field(default_factory=list, metadata={
-        "description": "per repeat: the phase breakdown"})
+    repeats: list[RepeatBreakdown] = field(default_factory=list, metadata={
+        "description": "per repeat: the phase breakdown and the step times' spread"})
     step: TimingStats | None = field(default=None, metadata={
         "description": "the mean step time across repeats"})
     phases_ms: dict[str, float] | None = field(default=None, metadata={
