@@ -105,6 +105,56 @@ def test_schema_checks_each_kind_by_its_own_definition(validator):
     assert _problems(validator, d)
 
 
+# what the definitions generated from Report and OpTable reject that the hand-written ones let
+# through: the record's types (an analyze report's measured sections), counts, and the
+# sections a profile must have (null is never written for them)
+STRICTER = [
+    ("analyze", lambda d: d.update(overhead="high"), "is not of type"),
+    ("analyze", lambda d: d.update(by_type={}), "is not of type"),
+    ("analyze", lambda d: d.update(noise=[]), "is not of type 'object'"),
+    ("ops", lambda d: d["rows"][0].update(calls=-1), "less than the minimum of 0"),
+    ("ops", lambda d: d["rows"][0].update(calls=1.5), "is not of type 'integer'"),
+    ("profile", lambda d: d["layers"][0].update(time=None), "is not of type 'object'"),
+    ("profile", lambda d: d.update(overhead=None), "is not of type 'number'"),
+]
+
+
+@pytest.mark.parametrize("kind,breaks,message", STRICTER,
+                         ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(STRICTER)])
+def test_report_and_ops_definitions_check_the_records_types(kind, breaks, message, validator):
+    d = json.loads(json.dumps(ALL[kind]().to_dict()))
+    assert not _problems(validator, d)
+    breaks(d)
+    problems = _problems(validator, d)
+    assert problems and any(message in p for p in problems), problems
+
+
+def test_every_kinds_definitions_are_generated():
+    """The dispatch on ``kind`` refers to generated definitions only: no kind is written by
+    hand."""
+    from layerscope.core.kinds import schema_refs
+    from layerscope.core.results import all_kinds, record_class
+    from layerscope.schema.generate import definitions, kind_definitions
+
+    generated = set(definitions()) | set(kind_definitions())
+    for kind in all_kinds():
+        refs = schema_refs(record_class(kind, import_above_core=False), kind)
+        assert set(refs) <= generated, (kind, refs)
+
+
+def test_a_profile_must_have_the_fields_marked_required_in_profile():
+    from layerscope.core.report import Report
+    from layerscope.schema.generate import kind_definitions, required_in
+
+    schema = required_in(Report, "profile")
+    assert schema["required"] == ["end_to_end", "overhead", "coverage", "by_type"]
+    layer = schema["properties"]["layers"]["items"]
+    assert layer["required"] == ["time", "share", "rank"]
+    assert layer["properties"]["time"] == {"$ref": "#/$defs/timing"}  # not null
+    assert required_in(Report, "analyze") is None
+    assert kind_definitions()["profile"]["required"] == schema["required"]
+
+
 def test_shipped_schema_equals_the_generated_one():
     """The record definitions are generated from the dataclasses; regenerate with
     `python -m layerscope.schema.generate` after changing a record."""
