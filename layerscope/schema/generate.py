@@ -6,23 +6,24 @@ definition of every kind, named after its kind (or as ``GENERATED`` names it: ``
 analyze and profile), with the records it holds named ``<kind>_<field>`` (a list's field in the
 singular) unless ``GENERATED`` names them. ``GENERATED`` names the records that several kinds
 share (timing, end_to_end, achieved, roofline_point, ceilings, backward, type_timing, noise,
-layer, totals, uncounted_op, phases) and keeps earlier names (report, llm, plan, train, ablate,
-loop, scaling sections). A definition is built from the record's fields: the type hints give the
-JSON types (``dict[str, X]``: an object whose values are X), ``field(metadata=...)`` the
-descriptions and constraints (``description``, ``minimum``, ``optional``, ``schema``), the class
-docstring the definition's description. Every integer is ``minimum: 0`` unless its metadata says
-``minimum: None`` (all the integers layerscope writes are counts, sizes or ranks, but for
-torch.profiler's memory figures and the differences compare writes).
+layer, totals, uncounted_op, phases) and keeps earlier names (report, compare_side,
+compare_numbers, llm, plan, train, ablate, loop, scaling sections). A definition is built from
+the record's fields: the type hints give the JSON types (``dict[str, X]``: an object whose
+values are X), ``field(metadata=...)`` the descriptions and constraints (``description``,
+``minimum``, ``optional``, ``schema``), the class docstring the definition's description. Every
+integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (the integers layerscope
+writes are counts, sizes or ranks, but for torch.profiler's memory figures and the differences
+compare writes).
 
 A kind that must have more than its class's definition (``_schema_refs`` names a definition
 after the class's own, e.g. ``profile``) gets that definition from the fields whose metadata
 says ``required_in`` that kind: each is required there and not null, also inside the lists of
 records the class holds (a profile's layers need ``time``, ``share`` and ``rank``).
 
-The rest of the schema (the header's fields, ``environment``, ``shapes``, and compare's
-``compare_side`` and ``compare_numbers``) is hand-written and referred to with ``$ref`` (field
-metadata ``schema``). The phases of a training breakdown's ``seconds`` (and of each rank's
-``phases``) are written from ``core.phases.STEP_PHASES``.
+The rest of the schema (the header's fields, ``environment`` and ``shapes``) is hand-written
+and referred to with ``$ref`` (field metadata ``schema``). The phases of a training
+breakdown's ``seconds`` (and of each rank's ``phases``) are written from
+``core.phases.STEP_PHASES``.
 
     python -m layerscope.schema.generate          # rewrite report.schema.json
     python -m layerscope.schema.generate --check  # exit 1 if the shipped file is out of date
@@ -43,6 +44,7 @@ from typing import Any, Union
 from layerscope.core import kinds
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
+from layerscope.core.compare_records import CompareSide, RowNumbers
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.records import ablate, loop, phases, scaling, train
@@ -66,6 +68,8 @@ GENERATED: dict[str, type[Record]] = {
     "totals": Totals,
     "uncounted_op": UncountedOp,
     "report": Report,
+    "compare_side": CompareSide,
+    "compare_numbers": RowNumbers,
     "llm_prefill": lr.PrefillCost,
     "llm_decode": lr.DecodeCost,
     "llm_kv_cache": lr.KVCache,
