@@ -105,6 +105,79 @@ def test_schema_checks_each_kind_by_its_own_definition(validator):
     assert _problems(validator, d)
 
 
+# what the definitions generated from Report, OpTable and compare's sides and row numbers
+# reject that the hand-written ones let through: the record's types (an analyze report's
+# measured sections), counts, and the sections a profile must have (null is never written for
+# them)
+STRICTER = [
+    ("analyze", lambda d: d.update(overhead="high"), "is not of type"),
+    ("analyze", lambda d: d.update(by_type={}), "is not of type"),
+    ("analyze", lambda d: d.update(noise=[]), "is not of type 'object'"),
+    ("ops", lambda d: d["rows"][0].update(calls=-1), "less than the minimum of 0"),
+    ("ops", lambda d: d["rows"][0].update(calls=1.5), "is not of type 'integer'"),
+    ("profile", lambda d: d["layers"][0].update(time=None), "is not of type 'object'"),
+    ("profile", lambda d: d.update(overhead=None), "is not of type 'number'"),
+    ("compare", lambda d: d["rows"][0]["a"].update(macs=-1), "less than the minimum of 0"),
+]
+
+
+@pytest.mark.parametrize("kind,breaks,message", STRICTER,
+                         ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(STRICTER)])
+def test_generated_definitions_check_the_records_types(kind, breaks, message, validator):
+    d = json.loads(json.dumps(ALL[kind]().to_dict()))
+    assert not _problems(validator, d)
+    breaks(d)
+    problems = _problems(validator, d)
+    assert problems and any(message in p for p in problems), problems
+
+
+def test_every_kinds_definitions_are_generated():
+    """The dispatch on ``kind`` refers to generated definitions only: no kind is written by
+    hand, only the header and the open values (environment, shapes) are."""
+    from layerscope.core.kinds import schema_refs
+    from layerscope.core.results import all_kinds, record_class
+    from layerscope.schema import load_schema
+    from layerscope.schema.generate import definitions, kind_definitions
+
+    generated = set(definitions()) | set(kind_definitions())
+    for kind in all_kinds():
+        refs = schema_refs(record_class(kind, import_above_core=False), kind)
+        assert set(refs) <= generated, (kind, refs)
+    assert set(load_schema()["$defs"]) - generated == {"header", "environment", "shapes"}
+
+
+def test_a_comparisons_sides_and_row_numbers_are_records():
+    """What the compare_side and compare_numbers definitions are generated from, written and
+    read back as the dicts they were."""
+    from layerscope.core.compare_records import CompareSide, RowNumbers
+    from layerscope.core.results import load_result
+
+    c = ALL["compare"]()
+    d = c.to_dict()
+    assert d["a"] == {"source": "tinynet", "model": "tinynet", "frontend": "torch",
+                      "inputs": [{"shape": [1, 3, 32, 32], "dtype": "float32"}],
+                      "exporter": None, "layers": 4, "kind": "analyze"}
+    for result in (c, load_result(json.loads(json.dumps(d)))):
+        assert isinstance(result.a, CompareSide) and isinstance(result.b, CompareSide)
+        assert result.a.get("layers") == 4 and result.model == "tinynet vs tinynet.onnx"
+        row = result.rows[0]
+        assert isinstance(row.a, RowNumbers) and row.a["params"] == 448
+        assert row.a == d["rows"][0]["a"]  # reads like the dict it was
+
+
+def test_a_profile_must_have_the_fields_marked_required_in_profile():
+    from layerscope.core.report import Report
+    from layerscope.schema.generate import kind_definitions, required_in
+
+    schema = required_in(Report, "profile")
+    assert schema["required"] == ["end_to_end", "overhead", "coverage", "by_type"]
+    layer = schema["properties"]["layers"]["items"]
+    assert layer["required"] == ["time", "share", "rank"]
+    assert layer["properties"]["time"] == {"$ref": "#/$defs/timing"}  # not null
+    assert required_in(Report, "analyze") is None
+    assert kind_definitions()["profile"]["required"] == schema["required"]
+
+
 def test_shipped_schema_equals_the_generated_one():
     """The record definitions are generated from the dataclasses; regenerate with
     `python -m layerscope.schema.generate` after changing a record."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import DictRecord, Record, ResultDocument, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 ROW_METRICS = ("params", "weight_bytes", "buffer_bytes", "macs", "flops", "bytes_read",
@@ -18,10 +18,40 @@ LABELS = {"params": "parameters", "weight_bytes": "weight bytes", "buffer_bytes"
           "bytes_written": "bytes written", "activation_bytes": "activation bytes",
           "peak_activation_bytes": "peak activation bytes"}
 
-_SIDE = {"schema": {"$ref": "#/$defs/compare_side"}}
-_NUMBERS = {"schema": {"$ref": "#/$defs/compare_numbers"}}
+_NUMBERS = {"description": "one side's rows for this module, summed; null when that side has "
+                           "none"}
 _SIGNED = {"minimum": None}
 _STRINGS = {"schema": {"type": "array", "items": {"type": "string"}}}
+
+
+@dataclass(eq=False)
+class RowNumbers(DictRecord):
+    """One side's rows for a module path, summed (``ROW_METRICS``)."""
+
+    params: int
+    weight_bytes: int
+    buffer_bytes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    activation_bytes: int
+
+
+@dataclass(eq=False)
+class CompareSide(DictRecord):
+    """One side of a comparison: what was compared and its report's header."""
+
+    source: str = field(metadata={"description": "the file or model name as given"})
+    model: str
+    frontend: str
+    inputs: list[dict[str, Any]]
+    exporter: str | None = field(default=None, metadata={
+        "description": "ONNX sides: the exporter that wrote the file (dynamo or legacy)"})
+    layers: int | None = field(default=None, metadata=omit_none(
+        description="the report's rows"))
+    kind: str | None = field(default=None, metadata=omit_none(
+        description="the report's kind (analyze or profile)"))
 
 
 @dataclass
@@ -31,8 +61,8 @@ class CompareRow(Record):
     module: str  # "(root)" for the model's own ops
     a_type: str
     b_type: str
-    a: dict[str, int] | None = field(metadata=_NUMBERS)
-    b: dict[str, int] | None = field(metadata=_NUMBERS)
+    a: RowNumbers | None = field(metadata=_NUMBERS)
+    b: RowNumbers | None = field(metadata=_NUMBERS)
     diff: dict[str, int] = field(metadata={"schema": {
         "type": "object", "additionalProperties": {"type": "integer"}},
         "description": "B - A of the numbers that differ"})
@@ -81,10 +111,10 @@ class Unrelated(Record):
 @dataclass
 class Comparison(ResultDocument):
     """Two reports joined by module path: totals side by side, rows, and every difference
-    explained. ``a``/``b``: source, model, frontend, inputs, exporter, rows."""
+    explained."""
 
-    a: dict[str, Any] = field(metadata=_SIDE)
-    b: dict[str, Any] = field(metadata=_SIDE)
+    a: CompareSide
+    b: CompareSide
     totals: list[TotalRow]
     rows: list[CompareRow]
     explanations: list[str] = field(metadata=_STRINGS)  # every sentence, rows first, then totals

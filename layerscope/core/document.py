@@ -13,7 +13,9 @@ layerscope/schema/generate.py). Field metadata that shapes the JSON:
 - ``transient``: kept in memory only, never written nor read back (e.g. arrays that are saved to
   a file of their own);
 - ``description``, ``minimum``, ``optional`` (not in the schema's ``required`` list although
-  the dataclass needs it), ``schema`` (a hand-written schema for an open value): for the schema.
+  the dataclass needs it), ``schema`` (a hand-written schema for an open value),
+  ``required_in`` (the kinds whose results must have the key, not null: a profile's measured
+  sections): for the schema.
 
 Records also read like the dicts they replaced (``row.time["median_s"]``, ``.get``, ``in``,
 ``dict(record)``), so code written against the dicts keeps working.

@@ -35,10 +35,9 @@ class Result(Displayed):
 
     # the kinds this class reads and writes, when it writes more than one (else its ``kind``)
     kinds: ClassVar[tuple[str, ...]] = ()
-    # its JSON schema definition is generated from its fields (schema/generate.py); False for
-    # a kind whose definition is written by hand in report.schema.json
-    _schema_generated: ClassVar[bool] = True
-    # kind -> the schema definitions a result of that kind must match (default: the kind's)
+    # kind -> the schema definitions a result of that kind must match (default: the kind's);
+    # all generated from the fields (schema/generate.py): a definition after the class's own
+    # from the fields whose metadata says ``required_in`` that kind
     _schema_refs: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

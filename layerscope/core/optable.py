@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from layerscope.core.document import ResultDocument, omit_none
-from layerscope.core.records import Noise
+from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.records import ENVIRONMENT, Noise
 from layerscope.core.report import SCHEMA_VERSION
+
+# torch.profiler's memory figures: allocated minus freed, negative for an op that frees more
+_SIGNED_BYTES = {"minimum": None}
 
 
 @dataclass
-class OpRow:
+class OpRow(Record):
+    """One operator (per input shape with ``--group-by-shape``), per run."""
+
     name: str
     calls: int  # per run
     self_s: float  # per run
@@ -18,12 +23,14 @@ class OpRow:
     mean_s: float  # total_s / calls
     share: float  # of the summed self time of all ops
     input_shapes: str | None = None
-    self_memory_bytes: int | None = None
-    memory_bytes: int | None = None
+    self_memory_bytes: int | None = field(default=None, metadata=_SIGNED_BYTES)
+    memory_bytes: int | None = field(default=None, metadata=_SIGNED_BYTES)
 
 
 @dataclass
 class OpTable(ResultDocument):
+    """torch.profiler's operator table, per run."""
+
     model: str
     device: str
     sort: str
@@ -33,12 +40,9 @@ class OpTable(ResultDocument):
     ops_total: int  # distinct rows before --top
     trace: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     # core.noise section from the profiled runs' wall times (``layerscope ops``; a training
     # run's table, and results saved before it, have none)
     noise: Noise | None = field(default=None, metadata=omit_none())
     kind: str = "ops"
     schema_version: str = SCHEMA_VERSION
-
-    _schema_generated: ClassVar[bool] = False  # its definition is written by hand
-

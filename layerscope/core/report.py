@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from layerscope.core.document import Record, build, omit_none
 from layerscope.core.kinds import Result
 from layerscope.core.records import (
+    ENVIRONMENT,
     AboveRoof,
     Achieved,
     BackwardTiming,
@@ -25,6 +26,8 @@ from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"
 _SHAPES = {"schema": {"$ref": "#/$defs/shapes"}}
+# the fields a measured report (kind profile) must have: its schema definition ``profile``
+_PROFILE = ("profile",)
 
 
 @dataclass
@@ -58,9 +61,9 @@ class LayerRow(Record):
     # Filled by `profile` only (left out of the JSON when None): timing statistics, the share of
     # each instrumented run's wall time (trimmed mean over runs, see analysis.runtime), the rank
     # by median time, achieved rates and roofline placement.
-    time: TimingStats | None = field(default=None, metadata=omit_none())
-    share: float | None = field(default=None, metadata=omit_none())
-    rank: int | None = field(default=None, metadata=omit_none(minimum=0))
+    time: TimingStats | None = field(default=None, metadata=omit_none(required_in=_PROFILE))
+    share: float | None = field(default=None, metadata=omit_none(required_in=_PROFILE))
+    rank: int | None = field(default=None, metadata=omit_none(minimum=0, required_in=_PROFILE))
     backward_time: TimingStats | None = field(default=None, metadata=omit_none())
     achieved: Achieved | None = field(default=None, metadata=omit_none())
     roofline: RooflinePoint | None = field(default=None, metadata=omit_none())
@@ -163,15 +166,21 @@ class Report(Record, Result):
     uncounted_ops: list[UncountedOp] = field(default_factory=list)
     op_coverage: float = 1.0
     settings: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     kind: str = "analyze"
     schema_version: str = SCHEMA_VERSION
     notes: list[str] = field(default_factory=list)  # caveats for the reader (e.g. attribution)
     # Measured sections (left out of the JSON when None)
-    end_to_end: EndToEnd | None = field(default=None, metadata=omit_none())
-    overhead: float | None = field(default=None, metadata=omit_none())
-    coverage: float | None = field(default=None, metadata=omit_none())
-    by_type: list[TypeTiming] | None = field(default=None, metadata=omit_none())
+    end_to_end: EndToEnd | None = field(default=None, metadata=omit_none(
+        required_in=_PROFILE))
+    overhead: float | None = field(default=None, metadata=omit_none(
+        required_in=_PROFILE, description="median over interleaved pairs of instrumented / bare "
+                                          "run time, minus 1"))
+    coverage: float | None = field(default=None, metadata=omit_none(
+        required_in=_PROFILE, description="median over instrumented runs of the rows' summed "
+                                          "time / that run's wall time"))
+    by_type: list[TypeTiming] | None = field(default=None, metadata=omit_none(
+        required_in=_PROFILE))
     backward: BackwardTiming | None = field(default=None, metadata=omit_none())
     roofline: Ceilings | None = field(default=None, metadata=omit_none())
     # layers above 100% of their roof: the ceilings look stale (analysis.roofline.above_roof)
@@ -182,9 +191,11 @@ class Report(Record, Result):
     noise: Noise | None = field(default=None, metadata=omit_none())
 
     # a static analysis (analyze) and a measured one (profile: the report plus its measured
-    # sections); their schema definitions are written by hand
+    # sections, the fields marked ``required_in`` profile)
     kinds: ClassVar[tuple[str, ...]] = ("analyze", "profile")
-    _schema_generated: ClassVar[bool] = False
+    _schema_required: ClassVar[tuple[str, ...]] = (
+        "model", "frontend", "inputs", "settings", "totals", "layers", "uncounted_ops",
+        "op_coverage")
     _schema_refs: ClassVar[dict[str, tuple[str, ...]]] = {"analyze": ("report",),
                                                            "profile": ("report", "profile")}
     _json_first: ClassVar[tuple[str, ...]] = (

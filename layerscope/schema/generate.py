@@ -2,18 +2,26 @@
 
 Generated from the kinds table (core/kinds.py): the list of kinds in the header, the dispatch on
 ``kind`` (the top-level ``allOf``: a result of each kind must match its definitions), and the
-definition of every kind whose record class says so (``_schema_generated``), named after its
-kind, with the records it holds named ``<kind>_<field>`` (a list's field in the singular) unless
-``GENERATED`` names them. ``GENERATED`` names the records that several kinds share (timing,
-end_to_end, achieved, roofline_point, ceilings, backward, type_timing, noise, layer, totals,
-uncounted_op, phases) and keeps earlier names (llm, plan, train, ablate, loop, scaling
-sections). A definition is built from the record's fields: the type hints give the JSON types
-(``dict[str, X]``: an object whose values are X), ``field(metadata=...)`` the descriptions and
-constraints (``description``, ``minimum``, ``optional``, ``schema``), the class docstring the
-definition's description. Every integer is ``minimum: 0`` unless its metadata says ``minimum:
-None`` (all the integers layerscope writes are counts, sizes or ranks). The rest of the schema
-(the header's fields, the definitions of the kinds written by hand, ``report`` and ``profile``)
-is hand-written and refers to the generated definitions with ``$ref``. The phases of a training
+definition of every kind, named after its kind (or as ``GENERATED`` names it: ``report`` for
+analyze and profile), with the records it holds named ``<kind>_<field>`` (a list's field in the
+singular) unless ``GENERATED`` names them. ``GENERATED`` names the records that several kinds
+share (timing, end_to_end, achieved, roofline_point, ceilings, backward, type_timing, noise,
+layer, totals, uncounted_op, phases) and keeps earlier names (report, compare_side,
+compare_numbers, llm, plan, train, ablate, loop, scaling sections). A definition is built from
+the record's fields: the type hints give the JSON types (``dict[str, X]``: an object whose
+values are X), ``field(metadata=...)`` the descriptions and constraints (``description``,
+``minimum``, ``optional``, ``schema``), the class docstring the definition's description. Every
+integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (the integers layerscope
+writes are counts, sizes or ranks, but for torch.profiler's memory figures and the differences
+compare writes).
+
+A kind that must have more than its class's definition (``_schema_refs`` names a definition
+after the class's own, e.g. ``profile``) gets that definition from the fields whose metadata
+says ``required_in`` that kind: each is required there and not null, also inside the lists of
+records the class holds (a profile's layers need ``time``, ``share`` and ``rank``).
+
+The rest of the schema (the header's fields, ``environment`` and ``shapes``) is hand-written
+and referred to with ``$ref`` (field metadata ``schema``). The phases of a training
 breakdown's ``seconds`` (and of each rank's ``phases``) are written from
 ``core.phases.STEP_PHASES``.
 
@@ -36,10 +44,11 @@ from typing import Any, Union
 from layerscope.core import kinds
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
+from layerscope.core.compare_records import CompareSide, RowNumbers
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.records import ablate, loop, phases, scaling, train
-from layerscope.core.report import LayerRow, Totals, UncountedOp
+from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
 from layerscope.core.results import all_kinds, record_class
 from layerscope.core.stats import TimingStats
 from layerscope.schema import SCHEMA_PATH, load_schema
@@ -58,6 +67,9 @@ GENERATED: dict[str, type[Record]] = {
     "layer": LayerRow,
     "totals": Totals,
     "uncounted_op": UncountedOp,
+    "report": Report,
+    "compare_side": CompareSide,
+    "compare_numbers": RowNumbers,
     "llm_prefill": lr.PrefillCost,
     "llm_decode": lr.DecodeCost,
     "llm_kv_cache": lr.KVCache,
@@ -101,16 +113,22 @@ def _records_in(hint: Any) -> list[tuple[type[Record], bool]]:
     return []
 
 
+def _kind_class(kind: str) -> Any:
+    """The record class of ``kind``; None for a kind whose record is not in core yet (its
+    definition is named after it and written by hand)."""
+    try:
+        return record_class(kind, import_above_core=False)
+    except LookupError:
+        return None
+
+
 def _kind_classes() -> dict[str, type[Record]]:
-    """$defs name -> record class of every kind whose definition is generated (named after
-    the class's first kind in sorted order; only the kinds whose records are in core)."""
+    """$defs name -> record class of every kind not named in ``GENERATED`` (named after the
+    class's first kind in sorted order; only the kinds whose records are in core)."""
     found: dict[str, type[Record]] = {}
     for kind in all_kinds():
-        try:
-            cls: Any = record_class(kind, import_above_core=False)
-        except LookupError:  # a kind not in core yet: written by hand
-            continue
-        if getattr(cls, "_schema_generated", False) and cls not in found.values():
+        cls = _kind_class(kind)
+        if cls is not None and cls not in found.values() and cls not in GENERATED.values():
             found[kind] = cls
     return found
 
@@ -227,12 +245,62 @@ def _set_phases(defs: dict[str, Any]) -> None:
         {"communication": "time inside collectives (overlaps backward; not in step_s)"})
 
 
+def _non_null(hint: Any) -> Any:
+    """``X`` of ``X | None``; any other hint as it is."""
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            return inner[0]
+    return hint
+
+
+def required_in(cls: type[Record], kind: str) -> dict[str, Any] | None:
+    """What a result of ``kind`` must have beyond ``cls``'s definition: the fields whose
+    metadata says ``required_in`` that kind, required and not null, and the same inside the
+    records the class holds (a list's items); None where nothing is."""
+    hints = typing.get_type_hints(cls)
+    props, required = {}, []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if kind in f.metadata.get("required_in", ()):
+            required.append(f.name)
+            props[f.name] = _property(_non_null(hints[f.name]), f.metadata)
+            continue
+        for inner, is_item in _records_in(hints[f.name]):
+            nested = required_in(inner, kind)
+            if nested is not None:
+                props[f.name] = {"type": "array", "items": nested} if is_item else nested
+    if not props:
+        return None
+    return {"type": "object", "required": required, "properties": props}
+
+
+def kind_definitions() -> dict[str, dict[str, Any]]:
+    """The definitions a kind has beyond its class's (``_schema_refs``: the names after the
+    class's own), from the fields ``required_in`` that kind."""
+    names = {cls: name for name, cls in definitions().items()}
+    out = {}
+    for kind in all_kinds():
+        cls = _kind_class(kind)
+        if cls is None:
+            continue
+        for ref in kinds.schema_refs(cls, kind):
+            if ref == names[cls]:
+                continue
+            schema = required_in(cls, kind)
+            if schema is None:
+                raise ValueError(f"{cls.__name__}: no field is required_in {kind!r}, so its "
+                                 f"schema definition {ref!r} would be empty")
+            out[ref] = {"type": "object",
+                        "description": f"{cls.__name__} of kind {kind}: the fields it must have "
+                                       f"besides the {names[cls]} definition's",
+                        **{k: v for k, v in schema.items() if k != "type"}}
+    return out
+
+
 def _dispatch(kind: str) -> dict[str, Any]:
     """``if kind == <kind> then <its definitions>``."""
-    try:
-        refs = kinds.schema_refs(record_class(kind, import_above_core=False), kind)
-    except LookupError:  # a kind not in core yet: its definition is named after it
-        refs = (kind,)
+    cls = _kind_class(kind)
+    refs = (kind,) if cls is None else kinds.schema_refs(cls, kind)
     then = [{"$ref": f"#/$defs/{ref}"} for ref in refs]
     return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
             "then": then[0] if len(then) == 1 else {"allOf": then}}
@@ -246,6 +314,7 @@ def generated_schema(base: dict[str, Any] | None = None) -> dict[str, Any]:
     schema["allOf"] = [_dispatch(kind) for kind in all_kinds()]
     for name, cls in definitions().items():
         defs[name] = record_schema(cls)
+    defs.update(kind_definitions())
     _set_phases(defs)
     return schema
 

@@ -28,14 +28,15 @@ from layerscope.analysis.compare.sides import (
     source_of,
 )
 from layerscope.analysis.compare.totals import explain_peak, explain_total
+from layerscope.core.compare_records import CompareSide, RowNumbers
 from layerscope.core.tree import with_ancestors
 
 
 # ------------------------------------------------------------------------------- compare
-def _describe_side(side: Side) -> dict[str, Any]:
+def _describe_side(side: Side) -> CompareSide:
     r = side.report
-    return {"source": side.source, "model": r.model, "frontend": r.frontend, "inputs": r.inputs,
-            "exporter": side.exporter, "layers": len(r.layers), "kind": r.kind}
+    return CompareSide(source=side.source, model=r.model, frontend=r.frontend, inputs=r.inputs,
+                       exporter=side.exporter, layers=len(r.layers), kind=r.kind)
 
 
 def _layers(side: Side) -> set[str]:
@@ -92,8 +93,8 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
         cr = CompareRow(module=key or ROOT_LABEL,
                         a_type=row.a.type_text(side_a.onnx) if row.a else "",
                         b_type=row.b.type_text(side_b.onnx) if row.b else "",
-                        a=row.a.metrics() if row.a else None,
-                        b=row.b.metrics() if row.b else None, diff=diff)
+                        a=RowNumbers(**row.a.metrics()) if row.a else None,
+                        b=RowNumbers(**row.b.metrics()) if row.b else None, diff=diff)
         if diff:
             effects, residuals[key] = explain_row(ctx, row)
             pending[key] = effects
