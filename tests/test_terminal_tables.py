@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from layerscope.renderers.terminal import sections, to_text
+from layerscope.renderers.terminal import FittedTable, sections, to_text
 from layerscope.views import VIEWS, View, view_for
 from layerscope.views.sections import Cell, Column, Lines, RowTable
 from tests.sample_results import ALL, analyze_report, profile_report
@@ -158,3 +158,24 @@ def test_a_table_is_left_whole_at_exactly_its_width(make):
     width = max(len(line) for line in wide.splitlines() if line.startswith("┃"))
     assert "Left out" not in to_text(result, width=width)
     assert "Left out" in to_text(result, width=width - 1)
+
+
+@pytest.mark.parametrize("width", [120, 140, 160])
+def test_numbers_are_never_cut_when_only_long_headers_overflow(width):
+    """A per-rank table of two ranks printed at 160 characters cut its numbers ("0.…" for
+    0.13): columns kept to one line could not wrap their long labels ("Exposed communication"),
+    so the terminal shrank them below their numbers. A numeric column's label wraps onto more
+    lines; its numbers stay whole."""
+    labels = ["Rank", "Step ms", "Data loading", "Host-to-device", "Forward", "Loss",
+              "Backward (compute)", "Exposed communication", "Optimizer", "Wait (barrier)",
+              "Other", "Communication (overlaps)"]
+    numbers = ["0", "39.04", "1.82", "0.01", "13.71", "0.13", "9.53", "7.34", "0.89", "5.61",
+               "0.00", "7.34"]
+    # every label's longest word and every number fit at these widths (at 90 they do not, and
+    # the terminal has to cut something)
+    table = RowTable("ranks", "", [Column(label, numeric=True) for label in labels],
+                     [[Cell(n) for n in numbers]])
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(FittedTable(table))
+    row = next(ln for ln in buf.getvalue().splitlines() if ln.startswith("│"))
+    assert [c.strip() for c in row.strip("│").split("│")] == numbers

@@ -99,8 +99,11 @@ class FittedTable:
                     title_justify="left" if t.title_left else "center")
         for i in keep:
             c = t.columns[i]
+            # a numeric column may wrap: its long label goes onto more lines at its spaces
+            # (a number has none), so a narrow table never cuts a number to "0.…"
             out.add_column(c.label, justify="right" if c.numeric else "left",
-                           no_wrap=not c.wrap, overflow="fold" if c.wrap else "ellipsis",
+                           no_wrap=not (c.wrap or c.numeric),
+                           overflow="fold" if c.wrap else "ellipsis",
                            min_width=c.min_width, max_width=(widths or {}).get(i))
         for n, row in enumerate(t.rows):
             hot = n < len(t.hot) and t.hot[n]
