@@ -1,0 +1,123 @@
+"""``layerscope advise``: rules (advice/rules/, one module each) read the measured facts of a
+saved result (advice/facts.py) and say what to change, by how much it should help (Amdahl over
+the measured shares, with the arithmetic) and the command that measures it; ``verify`` runs
+those commands (``ablate``: every variant in a fresh process, same seed) and marks each rule
+confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from layerscope.advice.facts import KINDS, facts_of
+from layerscope.advice.rules import RULES
+from layerscope.core.environment import environment
+from layerscope.core.errors import UserError
+from layerscope.core.records.advice import Advice, AdviceReport, Gain
+
+DEFAULT_STEPS = 20
+
+
+def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | None,
+                    steps: int, repeats: int) -> str:
+    parts = ["layerscope", "ablate", str(facts.get("recipe")), "--variants",
+             f"baseline,{variant}" if variant else "baseline", "--steps", str(steps)]
+    if repeats > 1:
+        parts += ["--repeats", str(repeats)]
+    parts += ["--seed", str(facts.get("seed", 0))]
+    if facts.get("synthetic", True):
+        parts.append("--synthetic")
+    if facts.get("device", "cpu") != "cpu":
+        parts += ["--device", facts["device"]]
+    if facts.get("batch_size"):
+        parts += ["--batch-size", str(facts["batch_size"])]
+    if threads or facts.get("threads_flag"):
+        parts += ["--threads", str(threads or facts["threads_flag"])]
+    return " ".join(parts)
+
+
+def _verifiable(facts: dict[str, Any]) -> bool:
+    return bool(facts.get("recipe")) and facts.get("kind") in ("train", "ablate")
+
+
+def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_STEPS,
+                  repeats: int = 1) -> AdviceReport:
+    """The advice on a loaded result (train, profile, sweep, scaling or ablate)."""
+    d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    kind = d.get("kind")
+    if kind not in KINDS:
+        raise UserError(f"{source}: advise reads {', '.join(KINDS)} results, not {kind!r}")
+    facts = facts_of(d)
+    if kind == "train":
+        facts["threads_flag"] = (d.get("config") or {}).get("threads")
+    items = []
+    for rule in RULES:
+        found = rule.check(facts)
+        if found is None:
+            continue
+        if found.command:
+            command = found.command
+        elif _verifiable(facts):
+            command = _ablate_command(facts, found.variant, found.threads, steps, repeats)
+        elif found.variant:
+            command = (f"layerscope ablate RECIPE --variants baseline,{found.variant} "
+                       f"(a training recipe of {facts.get('subject')})")
+        else:
+            command = f"layerscope sweep {facts.get('subject')} --threads {found.threads}"
+        items.append(Advice(rule.name, found.cause, found.change, command,
+                            Gain(round(found.low, 4), round(found.high, 4)), found.derivation,
+                            facts=found.facts, variant=found.variant, threads=found.threads))
+    notes = [] if items else ["no rule fired: nothing in the measured facts points at a change "
+                              f"the {len(RULES)} rules know"]
+    return AdviceReport(source, kind, str(facts.get("subject")), str(facts.get("device")),
+                        items, checked=[r.name for r in RULES], notes=notes,
+                        environment=environment())
+
+
+def verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAULT_STEPS,
+           repeats: int = 1, seed: int = 0, synthetic: bool = True,
+           batch_size: int | None = None, threads: int | None = None,
+           progress: Callable[[int, int], None] | None = None) -> AdviceReport:
+    """Run the ablations that test ``report``'s advice and mark each rule's verdict."""
+    from layerscope.training.ablation import ablate, beyond_noise
+
+    common = dict(steps=steps, repeats=repeats, device=device, batch_size=batch_size,
+                  synthetic=synthetic, seed=seed)
+    variants = list(dict.fromkeys(a.variant for a in report.advice if a.variant))
+    main = ablate(recipe, variants=["baseline", *variants], threads=threads, progress=progress,
+                  **common)
+    by_name = {v.variant: v for v in main.variants}
+    base = by_name.get("baseline")
+    report.verify = {"steps": steps, "repeats": repeats, "seed": seed,
+                     "warmup_steps": main.warmup_steps, "device": device}
+    for item in report.advice:
+        if item.variant:
+            _judge(item, by_name.get(item.variant), base, beyond_noise, "ablate")
+        elif item.threads:
+            other = ablate(recipe, variants=["baseline"], threads=item.threads, **common)
+            _judge(item, other.variants[0], base, beyond_noise, f"ablate --threads "
+                                                                f"{item.threads}")
+        else:
+            item.verify_note = "its command is not an ablation: run it by hand"
+    if main.noise and main.noise.warnings:
+        report.notes += [f"verification: {w}" for w in main.noise.warnings]
+    return report
+
+
+def _judge(item: Advice, res, base, beyond_noise, what: str) -> None:
+    if res is None or base is None or res.status != "ok" or base.status != "ok" \
+            or not res.step or not base.step:
+        why = (res.reason if res is not None and res.reason else
+               base.reason if base is not None and base.reason else "no step times")
+        item.verdict, item.verify_note = "not-run", f"{what}: {why}"
+        return
+    new, old = res.step["median_s"], base.step["median_s"]
+    item.measured_gain = round(1 - new / old, 4)
+    beyond = res is not base and beyond_noise(res, base)
+    if not beyond:
+        item.verdict = "within-noise"
+    else:
+        item.verdict = "confirmed" if item.measured_gain > 0 else "refuted"
+    inside = item.predicted_gain.low <= item.measured_gain <= item.predicted_gain.high
+    item.verify_note = (f"{what}: step {new * 1e3:.2f} ms against the baseline's "
+                        f"{old * 1e3:.2f} ms ({'beyond' if beyond else 'within'} the noise); "
+                        f"{'inside' if inside else 'outside'} the predicted range")
