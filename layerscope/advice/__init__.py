@@ -88,14 +88,20 @@ def verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAU
     by_name = {v.variant: v for v in main.variants}
     base = by_name.get("baseline")
     report.verify = {"steps": steps, "repeats": repeats, "seed": seed,
-                     "warmup_steps": main.warmup_steps, "device": device}
+                     "warmup_steps": main.warmup_steps, "device": device,
+                     "baseline_step_s": base.step["median_s"] if base and base.step else None,
+                     "speedups": {v.variant: v.speedup for v in main.variants
+                                  if v.speedup is not None}}
     for item in report.advice:
         if item.variant:
             _judge(item, by_name.get(item.variant), base, beyond_noise, "ablate")
         elif item.threads:
             other = ablate(recipe, variants=["baseline"], threads=item.threads, **common)
-            _judge(item, other.variants[0], base, beyond_noise, f"ablate --threads "
-                                                                f"{item.threads}")
+            res = other.variants[0]
+            _judge(item, res, base, beyond_noise, f"ablate --threads {item.threads}")
+            if res.step and base and base.step:
+                report.verify["speedups"][f"threads={item.threads}"] = (
+                    base.step["median_s"] / res.step["median_s"])
         else:
             item.verify_note = "its command is not an ablation: run it by hand"
     if main.noise and main.noise.warnings:

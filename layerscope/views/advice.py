@@ -77,4 +77,4 @@ def csv(result) -> DataTable:
 
 
 VIEW = View(heading=heading, terminal=advice_terminal, facts=html_facts, tables=tables, csv=csv,
-            facts_title="Advice")
+            facts_title="Advice", name=lambda result: result.subject)

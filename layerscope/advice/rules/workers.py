@@ -13,7 +13,7 @@ def check(facts) -> Finding | None:
     if share is None or (share < MIN_SHARE and not stalled):
         return None
     cores = facts.get("cores") or 1
-    new = min(MAX_WORKERS, max(1, cores), max(workers * 2, 1))
+    new = min(MAX_WORKERS, max(1, cores))
     if new <= workers:
         return None
     variant = f"workers={new}"
