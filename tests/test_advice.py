@@ -192,3 +192,15 @@ def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
             assert (item["verdict"] == "confirmed") == (
                 item["verdict"] != "within-noise" and gain > 0)
     assert read_result(str(out)).kind == "advice"
+
+
+def test_the_api_takes_a_path_and_names_its_own_arguments():
+    import layerscope
+    from layerscope.core.errors import UserError
+
+    report = layerscope.advise(DATA / "train_0.4.json")
+    assert report.kind == "advice" and report.source_kind == "train"
+    assert [a.verdict for a in report.advice] == ["not-run"] * len(report.advice)
+    with pytest.raises(UserError, match="verify runs ablate") as caught:
+        layerscope.advise(str(DATA / "profile_0.4.json"), verify=True)
+    assert "--verify" not in str(caught.value)

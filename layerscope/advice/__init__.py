@@ -5,6 +5,7 @@ those commands (``ablate``: every variant in a fresh process, same seed) and mar
 confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,42 @@ from layerscope.core.errors import UserError
 from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
+
+
+def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
+           progress: Callable[[int, int], None] | None = None) -> AdviceReport:
+    """What ``result`` (a saved result's path, or a result object) says to change: one entry per
+    rule that fired, with its predicted gain and the command that tests it. ``verify=True``
+    runs those commands (ablate: each variant in a fresh process, the result's seed; ``steps``
+    per run, default 20, ``repeats`` per variant) and marks each rule confirmed, refuted or
+    within the noise, the measured gain beside the prediction; it needs a train or ablate
+    result of a training recipe."""
+    from layerscope.core import values
+    from layerscope.core.results import read_result
+
+    source = "result"
+    if isinstance(result, (str, os.PathLike)):
+        source = os.fsdecode(os.fspath(result))
+        result = read_result(source)
+    steps = DEFAULT_STEPS if steps is None else values.positive_int(steps, "steps")
+    repeats = values.positive_int(repeats, "repeats")
+    report = advise_result(result, source, steps=steps, repeats=repeats)
+    if not verify:
+        return report
+    d = result.to_dict()
+    facts = facts_of(d)
+    if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
+            or d.get("script") is not None:
+        raise UserError(f"verify runs ablate, which needs a training recipe: {source} is a "
+                        f"{d['kind']} result of {facts.get('subject')!r}; leave out verify",
+                        arguments="verify")
+    if any(a.variant or a.threads for a in report.advice):
+        config = d.get("config") or {}
+        _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
+                repeats=repeats, seed=facts.get("seed", 0),
+                synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
+                threads=config.get("threads"), progress=progress)
+    return report
 
 
 def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | None,
@@ -73,7 +110,7 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
                         environment=environment())
 
 
-def verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAULT_STEPS,
+def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAULT_STEPS,
            repeats: int = 1, seed: int = 0, synthetic: bool = True,
            batch_size: int | None = None, threads: int | None = None,
            progress: Callable[[int, int], None] | None = None) -> AdviceReport:

@@ -26,31 +26,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from layerscope.advice import DEFAULT_STEPS, advise_result, verify
-    from layerscope.advice.facts import facts_of
-    from layerscope.core.errors import UserError
-    from layerscope.core.results import read_result
+    from layerscope.advice import advise
 
-    result = read_result(args.result)
-    steps = args.steps or DEFAULT_STEPS
-    report = advise_result(result, args.result, steps=steps, repeats=args.repeats)
-    if args.verify:
-        d = result.to_dict()
-        facts = facts_of(d)
-        if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
-                or d.get("script") is not None:
-            raise UserError(f"--verify runs ablate, which needs a training recipe: "
-                            f"{args.result} is a {d['kind']} result of "
-                            f"{facts.get('subject')!r}; leave out --verify")
-        config = d.get("config") or {}
-        verifiable = [a for a in report.advice if a.variant or a.threads]
-        if verifiable:
-            with progress_bar(f"verifying {len(verifiable)} rule(s)",
-                              quiet=args.quiet) as progress:
-                verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"),
-                       steps=steps, repeats=args.repeats, seed=facts.get("seed", 0),
-                       synthetic=facts.get("synthetic", True),
-                       batch_size=config.get("batch_size"), threads=config.get("threads"),
-                       progress=progress)
+    with progress_bar("verifying the advice" if args.verify else "advising",
+                      quiet=args.quiet or not args.verify) as progress:
+        report = advise(args.result, verify=args.verify, steps=args.steps,
+                        repeats=args.repeats, progress=progress)
     emit(report, args)
     return 0
