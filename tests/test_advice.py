@@ -76,6 +76,12 @@ CASES = [
      {"device": "cuda", "launch_bound_share": 0.6, "batch_size": 8, "subject": "m"},
      (0.0, 0.3, None)),
     ("batch-size-cpu", "batch-size", {"device": "cpu", "launch_bound_share": 0.6}, None),
+    # a CUDA training step at MFU 4%: forward+backward 0.8 bounds it: 0 .. 0.4
+    ("batch-size-low-mfu", "batch-size",
+     {"device": "cuda", "mfu": 0.04, "compute_share": 0.8, "batch_size": 64, "subject": "r"},
+     (0.0, 0.4, None)),
+    ("batch-size-high-mfu", "batch-size",
+     {"device": "cuda", "mfu": 0.4, "compute_share": 0.8, "batch_size": 64}, None),
     # exposed 0.36: 0 .. 0.36 x 3/4 = 0.27
     ("bucket-size-exposed", "bucket-size",
      {"exposed_share": 0.36, "buckets": 1, "bytes_per_step": 2**20, "world_size": 2,
@@ -129,6 +135,9 @@ def test_train_facts_shares_sum_to_one_and_count_the_recipe_layers():
     assert facts["data_share"] == pytest.approx(seconds["data"] / sum(seconds.values()))
     assert facts["conv_layers"] == 2 and facts["layers"] >= facts["conv_layers"]
     assert facts["workers"] == 0 and facts["recipe"] == "digits-cnn"
+    assert "mfu" not in facts
+    # a result that carries an efficiency section (MFU): the batch-size rule may read it
+    assert facts_of({**d, "efficiency": {"mfu": 0.04}})["mfu"] == 0.04
 
 
 def test_profile_facts_read_type_shares_and_noise():

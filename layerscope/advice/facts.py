@@ -194,5 +194,8 @@ def facts_of(d: dict[str, Any]) -> dict[str, Any]:
     if out.get("threads") is None:
         out["threads"] = env.get("torch_threads")
     out["gpu_memory_bytes"] = env.get("gpu_memory_bytes")
+    efficiency = d.get("efficiency")  # MFU, when the result carries it
+    if isinstance(efficiency, dict) and efficiency.get("mfu") is not None:
+        out["mfu"] = efficiency["mfu"]
     out["kind"] = d["kind"]
     return {k: v for k, v in out.items() if v is not None}
