@@ -150,7 +150,8 @@ def test_profile_facts_read_type_shares_and_noise():
     assert facts["oversubscribed"] is True  # the saved noise section says so
     # 2 threads, 2 CPUs with 4 busy: the threads rule fires on this profile
     report = advise_result(read_result(str(DATA / "profile_0.4.json")), "p.json")
-    assert "threads" in [a.rule for a in report.advice]
+    threads = next(a for a in report.advice if a.rule == "threads")
+    assert threads.threads == 1 and threads.command == "layerscope sweep mnist-cnn --threads 1,2"
 
 
 def test_scaling_result_gets_the_bucket_rule():

@@ -50,7 +50,8 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
         _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
                 repeats=repeats, seed=facts.get("seed", 0),
                 synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
-                threads=config.get("threads"), progress=progress)
+                threads=config.get("threads"), data_dir=config.get("data_dir"),
+                progress=progress)
     return report
 
 
@@ -63,6 +64,8 @@ def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | N
     parts += ["--seed", str(facts.get("seed", 0))]
     if facts.get("synthetic", True):
         parts.append("--synthetic")
+    elif facts.get("data_dir"):
+        parts += ["--data-dir", str(facts["data_dir"])]
     if facts.get("device", "cpu") != "cpu":
         parts += ["--device", facts["device"]]
     if facts.get("batch_size"):
@@ -99,7 +102,9 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
             command = (f"layerscope ablate RECIPE --variants baseline,{found.variant} "
                        f"(a training recipe of {facts.get('subject')})")
         else:
-            command = f"layerscope sweep {facts.get('subject')} --threads {found.threads}"
+            now = facts.get("threads")
+            command = (f"layerscope sweep {facts.get('subject')} --threads {found.threads}"
+                       + (f",{now}" if now and now != found.threads else ""))
         items.append(Advice(rule.name, found.cause, found.change, command,
                             Gain(round(found.low, 4), round(found.high, 4)), found.derivation,
                             facts=found.facts, variant=found.variant, threads=found.threads))
@@ -113,12 +118,13 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
 def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAULT_STEPS,
            repeats: int = 1, seed: int = 0, synthetic: bool = True,
            batch_size: int | None = None, threads: int | None = None,
+           data_dir: str | None = None,
            progress: Callable[[int, int], None] | None = None) -> AdviceReport:
     """Run the ablations that test ``report``'s advice and mark each rule's verdict."""
     from layerscope.training.ablation import ablate, beyond_noise
 
     common = dict(steps=steps, repeats=repeats, device=device, batch_size=batch_size,
-                  synthetic=synthetic, seed=seed)
+                  synthetic=synthetic, seed=seed, data_dir=data_dir)
     variants = list(dict.fromkeys(a.variant for a in report.advice if a.variant))
     main = ablate(recipe, variants=["baseline", *variants], threads=threads, progress=progress,
                   **common)

@@ -91,6 +91,7 @@ def _train(d: dict[str, Any]) -> dict[str, Any]:
            "compile": bool(config.get("compile")), "batch_size": config.get("batch_size"),
            "steps": config.get("steps"), "seed": config.get("seed"),
            "synthetic": bool(config.get("synthetic")), "threads": config.get("threads"),
+           "data_dir": config.get("data_dir"),
            "peak_cuda_bytes": d.get("peak_cuda_bytes")}
     out.update(_phase_facts((d.get("breakdown") or {}).get("seconds") or {}))
     out.update(_step_facts(d.get("step_seconds")))
