@@ -151,7 +151,9 @@ def test_profile_facts_read_type_shares_and_noise():
     # 2 threads, 2 CPUs with 4 busy: the threads rule fires on this profile
     report = advise_result(read_result(str(DATA / "profile_0.4.json")), "p.json")
     threads = next(a for a in report.advice if a.rule == "threads")
-    assert threads.threads == 1 and threads.command == "layerscope sweep mnist-cnn --threads 1,2"
+    # the setting the profile ran with first: the sweep's speed-up is against it
+    assert threads.threads == 1
+    assert threads.command == "layerscope sweep mnist-cnn --threads 2,1 --batch-sizes 1 --runs 20"
 
 
 def test_scaling_result_gets_the_bucket_rule():
@@ -177,9 +179,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, name, content, words):
     assert len(err.strip().splitlines()) == 1 and words in err
 
 
-def test_verify_needs_a_training_recipe(tmp_path):
-    code, out, err = run_cli("advise", str(DATA / "profile_0.4.json"), "--verify")
+def test_verify_needs_a_recipe_or_a_model(tmp_path):
+    code, out, err = run_cli("advise", str(DATA / "scaling_0.4.json"), "--verify")
     assert code == 2 and "--verify" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_on_a_profile_runs_the_sweep_it_names(tmp_path):
+    out = tmp_path / "advice.json"
+    code, _, err = run_cli("advise", str(DATA / "profile_0.4.json"), "--verify", "--steps", "2",
+                           "--format", "json", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    item = next(a for a in d["advice"] if a["rule"] == "threads")
+    assert item["command"].endswith("--threads 2,1 --batch-sizes 1 --runs 2")
+    assert item["verdict"] in VERDICTS and item["verdict"] != "not-run", item
+    # the measured gain is the sweep's speed-up of its second cell: 1 - 1/speedup
+    speedup = d["verify"]["speedups"]["threads"]
+    assert item["measured_gain"] == pytest.approx(1 - 1 / speedup, abs=1e-4)
 
 
 def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
@@ -212,5 +228,5 @@ def test_the_api_takes_a_path_and_names_its_own_arguments():
     assert report.kind == "advice" and report.source_kind == "train"
     assert [a.verdict for a in report.advice] == ["not-run"] * len(report.advice)
     with pytest.raises(UserError, match="verify runs ablate") as caught:
-        layerscope.advise(str(DATA / "profile_0.4.json"), verify=True)
+        layerscope.advise(str(DATA / "scaling_0.4.json"), verify=True)
     assert "--verify" not in str(caught.value)

@@ -16,16 +16,18 @@ from layerscope.core.errors import UserError
 from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
+SWEEP = "layerscope sweep "  # a rule whose command starts so is verified by running it
 
 
 def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
            progress: Callable[[int, int], None] | None = None) -> AdviceReport:
     """What ``result`` (a saved result's path, or a result object) says to change: one entry per
     rule that fired, with its predicted gain and the command that tests it. ``verify=True``
-    runs those commands (ablate: each variant in a fresh process, the result's seed; ``steps``
-    per run, default 20, ``repeats`` per variant) and marks each rule confirmed, refuted or
-    within the noise, the measured gain beside the prediction; it needs a train or ablate
-    result of a training recipe."""
+    runs those commands (a train or ablate result of a recipe: ablate, each variant in a fresh
+    process, the result's seed, ``steps`` per run, default 20, ``repeats`` per variant; a
+    profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell) and
+    marks each rule confirmed, refuted or within the noise, the measured gain beside the
+    prediction."""
     from layerscope.core import values
     from layerscope.core.results import read_result
 
@@ -40,11 +42,14 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
         return report
     d = result.to_dict()
     facts = facts_of(d)
+    if d["kind"] in ("profile", "sweep"):
+        _verify_sweeps(report, steps)
+        return report
     if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
             or d.get("script") is not None:
-        raise UserError(f"verify runs ablate, which needs a training recipe: {source} is a "
-                        f"{d['kind']} result of {facts.get('subject')!r}; leave out verify",
-                        arguments="verify")
+        raise UserError(f"verify runs ablate (a training recipe) or sweep (a profile's model): "
+                        f"{source} is a {d['kind']} result of {facts.get('subject')!r}; leave "
+                        "out verify", arguments="verify")
     if any(a.variant or a.threads for a in report.advice):
         config = d.get("config") or {}
         _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
@@ -95,7 +100,8 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
         if found is None:
             continue
         if found.command:
-            command = found.command
+            command = found.command + (f" --runs {steps}" if found.command.startswith(SWEEP)
+                                       else "")
         elif _verifiable(facts):
             command = _ablate_command(facts, found.variant, found.threads, steps, repeats)
         elif found.variant:
@@ -103,8 +109,11 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
                        f"(a training recipe of {facts.get('subject')})")
         else:
             now = facts.get("threads")
-            command = (f"layerscope sweep {facts.get('subject')} --threads {found.threads}"
-                       + (f",{now}" if now and now != found.threads else ""))
+            command = (f"{SWEEP}{facts.get('subject')} --threads "
+                       + (f"{now},{found.threads}" if now and now != found.threads
+                          else str(found.threads))
+                       + (f" --batch-sizes {facts['batch_size']}" if facts.get("batch_size")
+                          else "") + f" --runs {steps}")
         items.append(Advice(rule.name, found.cause, found.change, command,
                             Gain(round(found.low, 4), round(found.high, 4)), found.derivation,
                             facts=found.facts, variant=found.variant, threads=found.threads))
@@ -160,13 +169,56 @@ def _judge(item: Advice, res, base, beyond_noise, what: str) -> None:
         item.verdict, item.verify_note = "not-run", f"{what}: {why}"
         return
     new, old = res.step["median_s"], base.step["median_s"]
-    item.measured_gain = round(1 - new / old, 4)
-    beyond = res is not base and beyond_noise(res, base)
+    _mark(item, 1 - new / old, res is not base and beyond_noise(res, base),
+          f"{what}: step {new * 1e3:.2f} ms against the baseline's {old * 1e3:.2f} ms")
+
+
+def _mark(item: Advice, gain: float, beyond: bool, measured: str) -> None:
+    """The verdict: beyond the noise and faster is confirmed, beyond and not faster refuted,
+    else within the noise; the note says what was measured and if it fell in the range."""
+    item.measured_gain = round(gain, 4)
     if not beyond:
         item.verdict = "within-noise"
     else:
         item.verdict = "confirmed" if item.measured_gain > 0 else "refuted"
     inside = item.predicted_gain.low <= item.measured_gain <= item.predicted_gain.high
-    item.verify_note = (f"{what}: step {new * 1e3:.2f} ms against the baseline's "
-                        f"{old * 1e3:.2f} ms ({'beyond' if beyond else 'within'} the noise); "
+    item.verify_note = (f"{measured} ({'beyond' if beyond else 'within'} the noise); "
                         f"{'inside' if inside else 'outside'} the predicted range")
+
+
+def _verify_sweeps(report: AdviceReport, runs: int) -> None:
+    """Run each rule's ``layerscope sweep`` command in a fresh process and judge its second
+    cell against its first (the setting the result ran with): sweep's noise rule (the cells'
+    p10-p90 per sample overlap) and its speed-up in samples per second."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+    import tempfile
+
+    report.verify = {"runs": runs, "speedups": {}}
+    for item in report.advice:
+        if not item.command.startswith(SWEEP):
+            item.verify_note = "its command is not a sweep: run it by hand"
+            continue
+        with tempfile.TemporaryDirectory(prefix="layerscope-advise-") as tmp:
+            out = os.path.join(tmp, "sweep.json")
+            argv = [sys.executable, "-m", "layerscope", *shlex.split(item.command)[1:],
+                    "--quiet", "--format", "json", "-o", out]
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode != 0:
+                lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+                item.verify_note = f"sweep: {lines[-1] if lines else proc.returncode}"
+                continue
+            with open(out, encoding="utf-8") as f:
+                cells = json.load(f)["cells"]
+        ok = [c for c in cells if c.get("status") == "ok" and c.get("speedup")]
+        if len(ok) < 2:
+            why = next((c.get("error") for c in cells if c.get("error")), "fewer than 2 cells")
+            item.verify_note = f"sweep: {why}"
+            continue
+        speedup = ok[1]["speedup"]
+        report.verify["speedups"][item.rule] = speedup
+        _mark(item, 1 - 1 / speedup, not ok[1].get("within_noise"),
+              f"sweep: {ok[1]['throughput_per_s']:.1f} samples/s against "
+              f"{ok[0]['throughput_per_s']:.1f}")
