@@ -6,7 +6,7 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
-           "Totals", "__version__", "scaling", "load"]
+           "Totals", "__version__", "scaling", "advise", "load"]
 
 
 def load(path):
@@ -82,6 +82,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.training.scaling import scaling
 
         return scaling
+    if name == "advise":
+        from layerscope.advice import advise
+
+        return advise
     if name == "export_onnx":
         from layerscope.analysis.onnx_export import export_onnx
 

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ops",),  # cost rules: one pure function per op (aten, onnx; onnx never imports torch)
     ("analysis",),  # static, capture, timing, memory, sweep, roofline, compare, ONNX export
     ("training", "rewrite"),  # the training loop and ablation | ONNX rewrite passes
+    ("advice",),  # rules over a saved result's facts; verified with training's ablation
     ("views",),  # per result kind: which sections it shows
     ("renderers",),  # draw sections as text, CSV, JSON, HTML, PNG
     # layerscope/__init__.py wires the layers together | the command line | the trainers'

@@ -291,7 +291,7 @@ BASE = {
     "env": [], "graph": ["mnist-cnn"], "rewrite fold-identity": ["a.onnx", "-o", "b.onnx"],
     "run": [],  # options only: everything after the script would be the script's
     "scaling": ["digits-cnn"],
-    "llm": ["gpt2"], "plan": ["gpt2", "--gpus", "8"],
+    "llm": ["gpt2"], "plan": ["gpt2", "--gpus", "8"], "advise": ["r.json"],
 }
 
 

@@ -11,6 +11,7 @@ import warnings
 from layerscope.cli import (
     ablate_cmd,
     activations_cmd,
+    advise_cmd,
     analyze_cmd,
     compare_cmd,
     env_cmd,
@@ -39,7 +40,7 @@ from layerscope.core.io import Terminated, outputs
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
             report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd,
-            llm_cmd, plan_cmd]
+            llm_cmd, plan_cmd, advise_cmd]
 
 
 def build_parser() -> Parser:

@@ -221,10 +221,15 @@ def _summarise(results: list[VariantResult]) -> None:
         if not res.step:
             continue
         res.speedup = base.step["median_s"] / res.step["median_s"]
-        # beyond noise: the repeats' ranges (min..max) do not overlap the baseline's
-        lo, hi = _range(res)
-        blo, bhi = _range(base)
-        res.beyond_noise = None if res is base else (hi < blo or lo > bhi)
+        res.beyond_noise = None if res is base else beyond_noise(res, base)
+
+
+def beyond_noise(res: VariantResult, base: VariantResult) -> bool:
+    """Whether a variant's step time differs from the baseline's beyond the noise: the
+    repeats' ranges (min..max; with one repeat, its steps' p10..p90) do not overlap."""
+    lo, hi = _range(res)
+    blo, bhi = _range(base)
+    return hi < blo or lo > bhi
 
 
 def _range(res: VariantResult) -> tuple[float, float]:

@@ -31,6 +31,7 @@ def view_for(result) -> View:
 
 from layerscope.views import (  # noqa: E402
     activations,
+    advice,
     compare,
     graph,
     llm,
@@ -54,3 +55,4 @@ register("graph", graph.VIEW)
 register("scaling", scaling.VIEW)
 register("llm", llm.LLM)
 register("plan", llm.PLAN)
+register("advice", advice.VIEW)

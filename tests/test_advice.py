@@ -1,0 +1,232 @@
+"""layerscope advise: each rule on hand-made facts (fires or not, the predicted range derived by
+hand), the facts read from saved results, bad input (one line, exit 2) and --verify on a tiny
+CPU training run (verdicts and measured gains consistent with the ablation it ran; never a
+wall-clock threshold)."""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+from layerscope.advice import advise_result, rules
+from layerscope.advice.facts import facts_of
+from layerscope.advice.rules import RULES
+from layerscope.core.records.advice import VERDICTS
+from layerscope.core.results import read_result
+from tests.helpers import run_cli
+
+DATA = Path(__file__).parent / "data"
+BY_NAME = {r.name: r for r in RULES}
+
+# (id, rule, facts, expected: None = does not fire, else (low, high, variant or threads))
+CASES = [
+    # data share 22% with 0 workers, 2 cores: workers=2 hide half to all of it:
+    # low = 0.22 x 0.5 = 0.11, high = 0.22
+    ("workers-data-stall", "workers", {"data_share": 0.22, "workers": 0, "cores": 2,
+                                       "device": "cpu"}, (0.11, 0.22, "workers=2")),
+    ("workers-small-share", "workers", {"data_share": 0.03, "workers": 0, "cores": 2}, None),
+    ("workers-already-enough", "workers", {"data_share": 0.3, "workers": 4, "cores": 8}, None),
+    # CUDA, h2d 10% unpinned: hidden = 0.2 + 0.1/2 = 0.25; low 0.125
+    ("workers-and-pinning-on-cuda", "workers",
+     {"data_share": 0.2, "h2d_share": 0.1, "workers": 0, "cores": 8, "device": "cuda"},
+     (0.125, 0.25, "workers=4+pin-memory")),
+    ("workers-loader-verdict", "workers",
+     {"data_share": 0.01, "data_verdict": "data-bound", "workers": 0, "cores": 2},
+     (0.005, 0.01, "workers=2")),
+    # conv share 0.5 on CPU, s = 1..1.3: high = 0.5 x (1 - 1/1.3) = 0.5 x 0.230769 = 0.115385
+    ("channels-last-cpu", "channels-last", {"conv_layers": 2, "conv_share": 0.5,
+                                            "device": "cpu"}, (0.0, 0.115385, "channels-last")),
+    # CUDA s = 1.1..1.5: 0.5 x (1 - 1/1.1) = 0.045455, 0.5 x (1 - 1/1.5) = 0.166667
+    ("channels-last-cuda", "channels-last", {"conv_layers": 20, "conv_share": 0.5,
+                                             "device": "cuda"},
+     (0.045455, 0.166667, "channels-last")),
+    # a train result has no conv share: forward+backward bounds it (0.9 x 0.230769)
+    ("channels-last-bound-by-compute", "channels-last",
+     {"conv_layers": 2, "compute_share": 0.9, "device": "cpu"}, (0.0, 0.207692, "channels-last")),
+    ("channels-last-no-conv", "channels-last", {"conv_layers": 0, "conv_share": 0.0}, None),
+    ("channels-last-already", "channels-last", {"conv_layers": 2, "conv_share": 0.5,
+                                                "channels_last": True}, None),
+    # matmul share 0.6 on CUDA, s = 1.5..3: 0.6 x 1/3 = 0.2, 0.6 x 2/3 = 0.4
+    ("amp-cuda", "amp", {"matmul_share": 0.6, "device": "cuda", "dtype": "float32"},
+     (0.2, 0.4, "amp")),
+    ("amp-small-share", "amp", {"matmul_share": 0.1, "device": "cuda"}, None),
+    ("amp-already-bf16", "amp", {"matmul_share": 0.6, "dtype": "bfloat16"}, None),
+    ("amp-already-on", "amp", {"matmul_share": 0.6, "amp": True}, None),
+    # 30 layers, median 20 µs, non-contraction share 0.4, s = 1..2: 0 .. 0.2
+    ("compile-small-layers", "compile", {"layers": 30, "median_layer_s": 20e-6,
+                                         "elementwise_share": 0.4}, (0.0, 0.2, "compile")),
+    ("compile-few-layers", "compile", {"layers": 10, "elementwise_share": 0.4}, None),
+    ("compile-large-layers", "compile", {"layers": 30, "median_layer_s": 1e-3,
+                                         "elementwise_share": 0.4}, None),
+    # 2 threads, 2 CPUs, 4 kept busy: 1 idle CPU; p10 8 ms, median 10 ms: high = 1 - 0.8
+    ("threads-oversubscribed", "threads",
+     {"oversubscribed": True, "threads": 2, "cpus_available": 2, "busy_cpus": 4,
+      "step_p10_s": 0.008, "step_median_s": 0.010, "device": "cpu"}, (0.0, 0.2, 1)),
+    ("threads-not-oversubscribed", "threads",
+     {"oversubscribed": False, "threads": 2, "cpus_available": 2, "step_p10_s": 0.008,
+      "step_median_s": 0.010}, None),
+    ("threads-one-thread", "threads",
+     {"oversubscribed": True, "threads": 1, "cpus_available": 2, "busy_cpus": 4,
+      "step_p10_s": 0.008, "step_median_s": 0.010}, None),
+    # launch-bound share 0.6 on CUDA: 0 .. 0.6 / 2
+    ("batch-size-launch-bound", "batch-size",
+     {"device": "cuda", "launch_bound_share": 0.6, "batch_size": 8, "subject": "m"},
+     (0.0, 0.3, None)),
+    ("batch-size-cpu", "batch-size", {"device": "cpu", "launch_bound_share": 0.6}, None),
+    # a CUDA training step at MFU 4%: forward+backward 0.8 bounds it: 0 .. 0.4
+    ("batch-size-low-mfu", "batch-size",
+     {"device": "cuda", "mfu": 0.04, "compute_share": 0.8, "batch_size": 64, "subject": "r"},
+     (0.0, 0.4, None)),
+    ("batch-size-high-mfu", "batch-size",
+     {"device": "cuda", "mfu": 0.4, "compute_share": 0.8, "batch_size": 64}, None),
+    # exposed 0.36: 0 .. 0.36 x 3/4 = 0.27
+    ("bucket-size-exposed", "bucket-size",
+     {"exposed_share": 0.36, "buckets": 1, "bytes_per_step": 2**20, "world_size": 2,
+      "subject": "r"}, (0.0, 0.27, None)),
+    ("bucket-size-hidden", "bucket-size", {"exposed_share": 0.02, "buckets": 4}, None),
+    # peak 90% of memory; o = 0.2, f = 0.3: 0.1 - 0.3 = -0.2 .. 0.1 - 0.1 = 0.0
+    ("recompute-memory-full", "recompute",
+     {"peak_cuda_bytes": 90, "gpu_memory_bytes": 100, "forward_share": 0.3,
+      "fixed_share": 0.2}, (-0.2, 0.0, None)),
+    ("recompute-memory-free", "recompute",
+     {"peak_cuda_bytes": 50, "gpu_memory_bytes": 100, "forward_share": 0.3}, None),
+]
+
+
+@pytest.mark.parametrize("rule,facts,expected", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_rule_on_hand_made_facts(rule, facts, expected):
+    found = BY_NAME[rule].check(facts)
+    if expected is None:
+        assert found is None
+        return
+    low, high, test = expected
+    assert found is not None
+    assert found.low == pytest.approx(low, abs=1e-6)
+    assert found.high == pytest.approx(high, abs=1e-6)
+    assert found.low <= found.high
+    if isinstance(test, int):
+        assert found.threads == test
+    else:
+        assert found.variant == test
+    # the arithmetic is written with the numbers in it, ending on the range
+    assert f"{high:.3f}" in found.derivation
+    assert found.cause and found.change
+
+
+def test_every_rule_module_is_registered_once():
+    modules = {m.name for m in pkgutil.iter_modules(rules.__path__)}
+    declared = {importlib.import_module(f"layerscope.advice.rules.{m}").RULE.name
+                for m in modules}
+    assert declared == set(BY_NAME) and len(RULES) == len(modules)
+    for rule in RULES:  # every rule has a test above, both ways
+        assert {c[1] for c in CASES if c[1] == rule.name and c[3] is None}
+        assert {c[1] for c in CASES if c[1] == rule.name and c[3] is not None}
+
+
+def test_train_facts_shares_sum_to_one_and_count_the_recipe_layers():
+    d = json.loads((DATA / "train_0.4.json").read_text())
+    facts = facts_of(d)
+    assert sum(facts["shares"].values()) == pytest.approx(1.0, abs=1e-3)
+    seconds = d["breakdown"]["seconds"]
+    assert facts["data_share"] == pytest.approx(seconds["data"] / sum(seconds.values()))
+    assert facts["conv_layers"] == 2 and facts["layers"] >= facts["conv_layers"]
+    assert facts["workers"] == 0 and facts["recipe"] == "digits-cnn"
+    assert "mfu" not in facts
+    # a result that carries an efficiency section (MFU): the batch-size rule may read it
+    assert facts_of({**d, "efficiency": {"mfu": 0.04}})["mfu"] == 0.04
+
+
+def test_profile_facts_read_type_shares_and_noise():
+    d = json.loads((DATA / "profile_0.4.json").read_text())
+    facts = facts_of(d)
+    rows = [r for r in d["layers"] if r.get("share") is not None]
+    assert facts["layers"] == len(rows)
+    assert facts["conv_share"] == pytest.approx(sum(r["share"] for r in rows
+                                                    if r["type"].startswith("Conv")))
+    assert facts["oversubscribed"] is True  # the saved noise section says so
+    # 2 threads, 2 CPUs with 4 busy: the threads rule fires on this profile
+    report = advise_result(read_result(str(DATA / "profile_0.4.json")), "p.json")
+    threads = next(a for a in report.advice if a.rule == "threads")
+    # the setting the profile ran with first: the sweep's speed-up is against it
+    assert threads.threads == 1
+    assert threads.command == "layerscope sweep mnist-cnn --threads 2,1 --batch-sizes 1 --runs 20"
+
+
+def test_scaling_result_gets_the_bucket_rule():
+    report = advise_result(read_result(str(DATA / "scaling_0.4.json")), "s.json")
+    bucket = next(a for a in report.advice if a.rule == "bucket-size")
+    assert bucket.predicted_gain.high == pytest.approx(
+        round(0.36427925368215297 * 0.75, 4))
+    assert bucket.verdict == "not-run"
+
+
+@pytest.mark.parametrize("name,content,words", [
+    ("notes.txt", "not json at all", "not JSON"),
+    ("analyze.json", None, "advise reads"),
+], ids=["not-a-result", "kind-advise-cannot-read"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, name, content, words):
+    path = tmp_path / name
+    if content is None:
+        path.write_text((DATA / "analyze_0.4.json").read_text())
+    else:
+        path.write_text(content)
+    code, out, err = run_cli("advise", str(path))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_verify_needs_a_recipe_or_a_model(tmp_path):
+    code, out, err = run_cli("advise", str(DATA / "scaling_0.4.json"), "--verify")
+    assert code == 2 and "--verify" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_on_a_profile_runs_the_sweep_it_names(tmp_path):
+    out = tmp_path / "advice.json"
+    code, _, err = run_cli("advise", str(DATA / "profile_0.4.json"), "--verify", "--steps", "2",
+                           "--format", "json", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    item = next(a for a in d["advice"] if a["rule"] == "threads")
+    assert item["command"].endswith("--threads 2,1 --batch-sizes 1 --runs 2")
+    assert item["verdict"] in VERDICTS and item["verdict"] != "not-run", item
+    # the measured gain is the sweep's speed-up of its second cell: 1 - 1/speedup
+    speedup = d["verify"]["speedups"]["threads"]
+    assert item["measured_gain"] == pytest.approx(1 - 1 / speedup, abs=1e-4)
+
+
+def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
+    out = tmp_path / "advice.json"
+    code, _, err = run_cli("advise", str(DATA / "train_0.4.json"), "--verify", "--steps", "2",
+                           "--quiet", "--format", "json", "-o", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["kind"] == "advice" and d["advice"]
+    speedups = d["verify"]["speedups"]
+    for item in d["advice"]:
+        assert item["verdict"] in VERDICTS
+        assert item["predicted_gain"]["low"] <= item["predicted_gain"]["high"]
+        assert "--steps 2" in item["command"] and "--seed 0" in item["command"]
+        if item.get("variant") and item["verdict"] != "not-run":
+            # the measured gain is the ablation's speed-up: 1 - 1/speedup
+            gain = item["measured_gain"]
+            assert isinstance(gain, float)
+            assert gain == pytest.approx(1 - 1 / speedups[item["variant"]], abs=1e-4)
+            assert (item["verdict"] == "confirmed") == (
+                item["verdict"] != "within-noise" and gain > 0)
+    assert read_result(str(out)).kind == "advice"
+
+
+def test_the_api_takes_a_path_and_names_its_own_arguments():
+    import layerscope
+    from layerscope.core.errors import UserError
+
+    report = layerscope.advise(DATA / "train_0.4.json")
+    assert report.kind == "advice" and report.source_kind == "train"
+    assert [a.verdict for a in report.advice] == ["not-run"] * len(report.advice)
+    with pytest.raises(UserError, match="verify runs ablate") as caught:
+        layerscope.advise(str(DATA / "scaling_0.4.json"), verify=True)
+    assert "--verify" not in str(caught.value)
