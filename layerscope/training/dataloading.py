@@ -137,9 +137,9 @@ class LoaderProbe:
         self._pin_s = 0.0
         self._used = 0
         self._dropped = 0
-        self._spawned = 0
         self._pid = os.getpid()
         self._map: mmap.mmap | None = None
+        self._view: Any = None  # the slots (a memoryview of the map) once started
 
     def __enter__(self) -> LoaderProbe:
         self.start()
@@ -249,8 +249,6 @@ class LoaderProbe:
             if loader is None or self._used >= SLOTS:
                 self._dropped += loader is not None
                 return fn(process)
-            if getattr(process, "_start_method", None) not in (None, "fork"):
-                self._spawned += 1
             slot = self._used
             self._used += 1
             base = slot * _FIELDS
@@ -333,27 +331,34 @@ class LoaderProbe:
         return __next__
 
     # ---- the result ----------------------------------------------------------------------
-    def _workers(self) -> dict[int, list[tuple[DataWorker, float]]]:
-        """loader index -> its workers and each one's first fetch time (0: none)."""
+    def _workers(self) -> tuple[dict[int, list[tuple[DataWorker, float]]], int]:
+        """loader index -> its workers and each one's first fetch time (0: none); and how
+        many workers were not forked (their slot is empty)."""
         out: dict[int, list[tuple[DataWorker, float]]] = {}
+        unseen = 0
         v = self._view
+        if v is None:  # never started
+            return out, unseen
         for slot in range(self._used):
             b = slot * _FIELDS
             if not v[b + _USED]:
                 continue
             first = v[b + _T_FIRST]
             fork = v[b + _T_FORK]
+            if not fork:  # not forked (spawn, forkserver): it never took its slot
+                unseen += 1
+                continue
             w = DataWorker(worker=int(v[b + _WORKER]), epoch=int(v[b + _EPOCH]),
                            batches=int(v[b + _BATCHES]), samples=int(v[b + _SAMPLES]),
                            fetch_s=v[b + _FETCH], collate_s=v[b + _COLLATE], cpu_s=v[b + _CPU],
                            startup_s=first - fork if first and fork else None)
             out.setdefault(int(v[b + _LOADER]), []).append((w, first))
-        return out
+        return out, unseen
 
     def result(self, *, h2d_s: float = 0.0, cuda: bool = False,
                cores: int | None = None) -> DataLoading | None:
         """The loaders followed so far (None when no DataLoader gave a batch)."""
-        workers = self._workers()
+        workers, unseen = self._workers()
         loaders = []
         for lo in self._loaders.values():
             if not lo.batches:
@@ -377,8 +382,8 @@ class LoaderProbe:
         if not loaders:
             return None
         notes = []
-        if self._spawned:
-            notes.append(f"{self._spawned} worker process(es) started with spawn/forkserver: "
+        if unseen:
+            notes.append(f"{unseen} worker process(es) started with spawn/forkserver: "
                          "their fetch and collate times are not seen (fork only)")
         if self._dropped:
             notes.append(f"{self._dropped} worker start(s) after the first {SLOTS} not timed")

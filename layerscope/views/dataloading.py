@@ -3,12 +3,12 @@ training.dataloading): one row per DataLoader, one per worker process, and the v
 the knob that removes the wait."""
 from __future__ import annotations
 
-from layerscope.views.common import cell, num
+from layerscope.views.common import cell
 from layerscope.views.sections import Cell, Column, RowTable
 
 
-def _s(x: float | None) -> Cell:
-    return Cell(num(x, ".3f"), x)
+def _s(x: float | None, fmt: str = ".3f") -> Cell:
+    return Cell("" if x is None else format(x, fmt), x)  # empty: an optional column goes
 
 
 def _loader_name(lo) -> str:
@@ -32,8 +32,7 @@ def data_tables(r) -> list[RowTable]:
              Cell(str(lo["epochs"]), lo["epochs"]), Cell(str(lo["batches"]), lo["batches"]),
              _s(lo["wait_s"]), _s(lo["first_wait_s"]), _s(lo["fetch_s"]), _s(lo["collate_s"]),
              _s(lo["cpu_s"]), _s(lo.get("startup_s")),
-             Cell(num(lo.get("ready_mean"), ".1f"), lo.get("ready_mean")),
-             Cell(num(lo.get("in_flight_mean"), ".1f"), lo.get("in_flight_mean"))]
+             _s(lo.get("ready_mean"), ".1f"), _s(lo.get("in_flight_mean"), ".1f")]
             for lo in d["loaders"]]
     out = [RowTable("data_loaders", "Data loaders (wait: the main process in next(); fetch, "
                                     "collate, CPU: the work behind the batches)", cols, rows)]
