@@ -151,6 +151,7 @@ def test_persistent_workers_start_once(tmp_path):
     (lo,) = report["data_loading"]["loaders"]
     assert {w["epoch"] for w in lo["workers"]} == {1}
     assert "worker_startup" not in {f["kind"] for f in report["data_loading"]["findings"]}
+    assert all(w["batches"] > 0 for w in lo["workers"])
 
 
 # ---- the verdict from the figures (hand-made loaders) -------------------------------------
@@ -194,7 +195,8 @@ VERDICTS = [
      [("worker_startup", "persistent_workers", True)]),
     ("persistent-no-start-up", _loader(num_workers=2, prefetch_factor=2, epochs=3, wait_s=2.5,
                                        first_wait_s=2.2, startup_s=2.0, fetch_s=1.0, cpu_s=1.0,
-                                       persistent_workers=True), 8, 0.0, False, []),
+                                       persistent_workers=True), 8, 0.0, False,
+     [("first_batches", None, None)]),
     ("no-pinning", _loader(wait_s=0.1, fetch_s=0.1, cpu_s=0.1), 4, 1.0, True,
      [("no_pinning", "pin_memory", True), ("fine", None, None)]),
     ("pinned", _loader(wait_s=0.1, fetch_s=0.1, cpu_s=0.1, pin_memory=True), 4, 1.0, True,

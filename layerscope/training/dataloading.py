@@ -106,6 +106,7 @@ class _Loader:
     training: bool = False
     starts: list[float] = field(default_factory=list)  # each pass's iter() time
     first_pending: bool = False
+    iter_s: float = 0.0  # the time in the last iter(), until the pass's first batch
     batches: int = 0
     samples: int = 0
     wait_s: float = 0.0
@@ -275,7 +276,8 @@ class LoaderProbe:
     def _iter(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def __iter__(dl: Any) -> Any:
             loader = self._loader(dl.dataset)
-            loader.starts.append(self.clock())
+            t0 = self.clock()
+            loader.starts.append(t0)
             loader.first_pending = True
             loader.num_workers = dl.num_workers
             self._starting = loader
@@ -283,6 +285,8 @@ class LoaderProbe:
                 return fn(dl)
             finally:
                 self._starting = None
+                loader.iter_s = self.clock() - t0  # waited too (workers start here)
+                loader.wait_s += loader.iter_s
         __iter__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __iter__
 
@@ -326,7 +330,8 @@ class LoaderProbe:
                         loader.training = True
                     if loader.first_pending:
                         loader.first_pending = False
-                        loader.first_wait_s += t1 - loader.starts[-1]
+                        loader.first_wait_s += loader.iter_s + t1 - t0
+                        loader.iter_s = 0.0
         __next__.__wrapped__ = fn  # type: ignore[attr-defined]
         return __next__
 
@@ -430,6 +435,7 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
     out: list[tuple[float, DataFinding]] = []
     chosen = [lo for lo in loaders if lo["training"]] or loaders
     for lo in chosen:
+        before = len(out)
         span = lo["span_s"] or lo["wait_s"] or 1e-12
         batches = max(lo["batches"], 1)
         wait, first = lo["wait_s"], lo["first_wait_s"]
@@ -471,7 +477,7 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
                     message=f"{name}: the main process waited {startup:.2f} s on worker "
                             f"start-up over {lo['epochs']} passes ({startup / wait:.0%} of its "
                             f"data wait): set persistent_workers=True")))
-            steady = wait - first
+            steady = max(wait - first, 0.0)
             if steady / span >= DATA_SHARE:
                 w = lo["num_workers"]
                 if need > w and (io or w < cores):
@@ -501,6 +507,13 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
                                 f"waited {steady:.2f} s ({steady / span:.0%}) with "
                                 f"{lo.get('ready_mean') or 0:.1f} batches ready on average: "
                                 f"set prefetch_factor={2 * pf}")))
+        if len(out) == before:  # waits, but on each pass's first batch only
+            out.append((wait, DataFinding(
+                kind="first_batches", figures=figs,
+                message=f"{name}: the loop waited {wait:.2f} s ({wait / span:.0%} of it), "
+                        f"{first:.2f} s of it for each pass's first batch (worker start-up "
+                        f"{lo.get('startup_s') or 0:.2f} s): a cost per pass, which longer "
+                        "passes spread thinner")))
         if cuda and not lo["pin_memory"] and h2d_s / span >= PIN_SHARE:
             out.append((h2d_s, DataFinding(
                 kind="no_pinning", knob="pin_memory", value=True,

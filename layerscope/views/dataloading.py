@@ -34,8 +34,9 @@ def data_tables(r) -> list[RowTable]:
              _s(lo["cpu_s"]), _s(lo.get("startup_s")),
              _s(lo.get("ready_mean"), ".1f"), _s(lo.get("in_flight_mean"), ".1f")]
             for lo in d["loaders"]]
-    out = [RowTable("data_loaders", "Data loaders (wait: the main process in next(); fetch, "
-                                    "collate, CPU: the work behind the batches)", cols, rows)]
+    out = [RowTable("data_loaders", "Data loaders (wait: the main process in iter() and "
+                                    "next(); fetch, collate, CPU: the work behind the batches)",
+                    cols, rows)]
     workers = [(lo, w) for lo in d["loaders"] for w in lo.get("workers") or []]
     if workers:
         out.append(RowTable(

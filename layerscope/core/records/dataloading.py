@@ -47,8 +47,8 @@ class LoaderStats(DictRecord):
     pin_memory: bool
     epochs: int = field(metadata={"description": "passes over the loader (iter() calls)"})
     batches: int
-    wait_s: float = field(metadata={"description": "the main process's time in next()",
-                                    **_NONNEG})
+    wait_s: float = field(metadata={"description": "the main process's time in iter() and "
+                                                   "next()", **_NONNEG})
     first_wait_s: float = field(metadata={
         "description": "of wait_s: the first batch of each pass, iter() included", **_NONNEG})
     span_s: float = field(metadata={"description": "from its first iter() to its last batch: "
@@ -72,7 +72,8 @@ class DataFinding(DictRecord):
     """What holds the data loading back, the knob that removes it and the figures behind it."""
 
     kind: str = field(metadata={"description": "cpu_bound, io_bound, too_few_workers, "
-                                               "prefetch, worker_startup, no_pinning, fine"})
+                                               "prefetch, worker_startup, no_pinning, "
+                                               "first_batches, fine"})
     message: str
     knob: str | None = field(default=None, metadata=omit_none(
         description="the DataLoader argument to change (num_workers, prefetch_factor, "
