@@ -99,7 +99,10 @@ def _watched(tmp_path, *script_args: str) -> dict:
     assert bare.returncode == run.returncode == 0, run.stderr
     assert run.stdout == bare.stdout
     assert len(bare.stdout.splitlines()) == BATCHES
-    return json.loads(out.read_text())
+    report = json.loads(out.read_text())
+    for lo in report["data_loading"]["loaders"]:  # each pass's first batch is part of the wait
+        assert lo["first_wait_s"] <= lo["wait_s"] <= lo["span_s"]
+    return report
 
 
 @pytest.fixture(scope="module")

@@ -85,13 +85,11 @@ class DataFinding(DictRecord):
 
 @dataclass(eq=False, kw_only=True)
 class DataLoading(DictRecord):
-    """The data loaders of a run: one entry each, the findings (the first is the verdict) and
-    the probe's own cost."""
+    """The data loaders of a run: one entry each, and the findings (the first is the
+    verdict)."""
 
     loaders: list[LoaderStats]
     findings: list[DataFinding] = field(default_factory=list)
     pin_s: float | None = field(default=None, metadata=omit_none(
         description="pin_memory's copies to page-locked memory (all loaders)"))
-    overhead_s_per_batch: float | None = field(default=None, metadata=omit_none(
-        description="the probe's own time per batch (clock reads and bookkeeping)"))
     notes: list[str] = field(default_factory=list, metadata=omit_empty())
