@@ -285,3 +285,28 @@ def test_spawned_workers_are_counted_from_the_main_process_and_noted():
     assert (lo.batches, lo.workers, lo.fetch_s) == (2, [], 0.0)
     assert result.notes == ["1 worker process(es) started with spawn/forkserver: their fetch "
                             "and collate times are not seen (fork only)"]
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset that shards itself over the workers (PyTorch's documented way)."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start, step = (info.id, info.num_workers) if info else (0, 1)
+        return iter(torch.arange(start, 10, step, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterable_dataset_is_timed_and_unchanged(workers):
+    def make():
+        return DataLoader(_Stream(), batch_size=3, num_workers=workers)
+    expected = [b.tolist() for b in make()]
+    with probing() as probe:
+        got = [b.tolist() for b in make()]
+    assert got == expected
+    (lo,) = probe.result(cores=2).loaders
+    assert (lo.dataset, lo.batches) == ("_Stream", len(expected))
+    if workers:  # each worker's own batches and samples (a short last batch as it is)
+        assert sorted(w.worker for w in lo.workers) == [0, 1]
+        assert sum(w.batches for w in lo.workers) == len(expected)
+        assert sum(w.samples for w in lo.workers) == 10

@@ -193,9 +193,11 @@ class LoaderProbe:
             if slot is None and loader is None:  # not a batch of a loader we follow
                 return fn(fetcher, index)
             collate = fetcher.collate_fn
-            spent = [0.0]
+            spent = [0.0, 1]  # collate seconds, samples (those it was given)
 
             def timed_collate(data: Any) -> Any:
+                if fetcher.auto_collation:
+                    spent[1] = len(data)
                 t = clock()
                 try:
                     return collate(data)
@@ -212,7 +214,7 @@ class LoaderProbe:
             finally:
                 fetcher.collate_fn = collate
                 t1 = clock()
-                n = len(index) if fetcher.auto_collation and hasattr(index, "__len__") else 1
+                n = spent[1]
                 if slot is not None:
                     v, base = _view, slot * _FIELDS
                     if not v[base + _T_FIRST]:
