@@ -35,6 +35,7 @@ from layerscope.training import ranks as rank_table
 from layerscope.training.comm import gradient_bytes
 from layerscope.training.config import TrainConfig
 from layerscope.training.data import datasets
+from layerscope.training.dataloading import probing
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
 from layerscope.training.sinks import (
@@ -758,11 +759,12 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
     rows = list(run.history)
-    for epoch in range(run.start_epoch, run.epochs):
-        result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
-        rows = result.rows
-        if stop:
-            break
+    with probing() as probe:  # inside the data loaders (training.dataloading)
+        for epoch in range(run.start_epoch, run.epochs):
+            result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
+            rows = result.rows
+            if stop:
+                break
     for sink in sinks:
         sink.close()
     final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
@@ -779,7 +781,9 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
-        notes=run.notes, environment=environment(), **extra)
+        notes=run.notes, environment=environment(),
+        data_loading=probe.result(h2d_s=m.totals.seconds.get("h2d", 0.0), cuda=run.cuda)
+        if probe is not None else None, **extra)
 
 
 def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:

@@ -74,6 +74,7 @@ from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.records.train import TrainReport
 from layerscope.training import chrome_trace
+from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
@@ -211,6 +212,7 @@ class Watch:
         self.name, self.argv = name, list(argv) if argv is not None else None
         self.on_stop, self.clock = on_stop, clock
         self._installed: list[Callable[[], None]] = []  # undo actions, run in reverse
+        self._probe: LoaderProbe | None = None  # inside the data loaders (training.dataloading)
         self._running = False
         self._nested = 0  # with blocks entered again while running (a script's own watch())
         self._reset()
@@ -339,6 +341,11 @@ class Watch:
         self._running = True
         self._cuda_here = torch.cuda.is_available()  # once: it asks the driver
         try:
+            # first: the Watch's own DataLoader patches wrap the probe's (its times are the
+            # loader's alone)
+            self._probe = LoaderProbe(clock=self.clock)
+            self._probe.start()
+            self._installed.append(self._probe.stop)
             self._install()
         except BaseException:
             self.stop()
@@ -407,16 +414,7 @@ class Watch:
     def _patch(self, owner: Any, attr: str, replacement: Any) -> None:
         """Set ``owner.attr`` and queue its exact restoration (deleted again when it was only
         inherited, so the class dict ends as it began)."""
-        had = attr in vars(owner)
-        old = vars(owner).get(attr)
-        setattr(owner, attr, replacement)
-
-        def undo() -> None:
-            if had:
-                setattr(owner, attr, old)
-            else:
-                delattr(owner, attr)
-        self._installed.append(undo)
+        self._installed.append(patch(owner, attr, replacement))
 
     # ---- the phase stack ----------------------------------------------------------
     def _enter(self, phase: str) -> None:
@@ -1028,7 +1026,10 @@ class Watch:
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
-            process_group=group)
+            process_group=group,
+            data_loading=self._probe.result(h2d_s=totals.seconds.get("h2d", 0.0),
+                                            cuda=self.cuda_used)
+            if self._probe is not None else None)
 
 
 def process_group_note(group: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from layerscope.views.common import (
     phase_stack,
     spent_phases,
 )
+from layerscope.views.dataloading import data_facts, data_lines, data_tables
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -151,6 +152,7 @@ def train_facts(result) -> list[tuple[str, str]]:
                         f"{final['val_loss']:.4f} / {final['val_top1']:.2%} / "
                         f"{final['val_top5']:.2%}"))
     out += _distributed_facts(result)
+    out += data_facts(result)
     out += [("Note", n) for n in result.notes]
     return out
 
@@ -380,7 +382,7 @@ def train_tables(r) -> list[RowTable]:
         tables.append(_ranks_table(r))
     if r.communication:
         tables.append(_buckets_table(r.communication))
-    return tables + _watch_tables(r)
+    return tables + _watch_tables(r) + data_tables(r)
 
 
 def ablate_tables(a) -> list[RowTable]:
@@ -547,8 +549,10 @@ def train_terminal(report) -> list:
                         phase_labels(report, {})), Lines(lines)]
     if report.ranks:
         out += [Lines([""]), ranks_terminal(report)]
-    for extra in _watch_tables(report):
+    for extra in _watch_tables(report) + data_tables(report):
         out += [Lines([""]), extra]
+    if data_lines(report):
+        out.append(Lines(data_lines(report)))
     if report.ops:
         out += [Lines([""]), *ops_terminal(OpTable.from_dict(report.ops))]
     return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from layerscope.core.document import DictRecord, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
+from layerscope.core.records.dataloading import DataLoading
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 
@@ -180,6 +181,11 @@ class TrainReport(ResultDocument):
     # several processes: every process's samples over the job's measured time
     # (ranks.job_throughput)
     job: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    data_loading: DataLoading | None = field(default=None, metadata=omit_none(
+        description="inside the data loaders: per DataLoader, what the main process waited "
+                    "for batches and the work behind them (dataset fetch, collate, pinning) in "
+                    "its workers, and the findings with the knob that removes each "
+                    "(training.dataloading); absent in results saved before it"))
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
