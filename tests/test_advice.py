@@ -34,8 +34,11 @@ CASES = [
      {"data_share": 0.2, "h2d_share": 0.1, "workers": 0, "cores": 8, "device": "cuda"},
      (0.125, 0.25, "workers=4+pin-memory")),
     ("workers-loader-verdict", "workers",
-     {"data_share": 0.01, "data_verdict": "data-bound", "workers": 0, "cores": 2},
+     {"data_share": 0.01, "data_verdict": "io_bound", "workers": 0, "cores": 2},
      (0.005, 0.01, "workers=2")),
+    # a verdict more workers do not remove (start-up each epoch) and a small share: no advice
+    ("workers-startup-verdict", "workers",
+     {"data_share": 0.01, "data_verdict": "worker_startup", "workers": 0, "cores": 2}, None),
     # conv share 0.5 on CPU, s = 1..1.3: high = 0.5 x (1 - 1/1.3) = 0.5 x 0.230769 = 0.115385
     ("channels-last-cpu", "channels-last", {"conv_layers": 2, "conv_share": 0.5,
                                             "device": "cpu"}, (0.0, 0.115385, "channels-last")),
@@ -138,6 +141,18 @@ def test_train_facts_shares_sum_to_one_and_count_the_recipe_layers():
     assert "mfu" not in facts
     # a result that carries an efficiency section (MFU): the batch-size rule may read it
     assert facts_of({**d, "efficiency": {"mfu": 0.04}})["mfu"] == 0.04
+
+
+def test_train_facts_read_the_data_loaders_verdict():
+    # the data_loading section run/train write: its first finding is the verdict
+    d = json.loads((DATA / "train_0.4.json").read_text())
+    loading = {"loaders": [], "findings": [
+        {"kind": "io_bound", "message": "...", "knob": "num_workers", "value": 8},
+        {"kind": "worker_startup", "message": "...", "knob": "persistent_workers",
+         "value": True}]}
+    facts = facts_of({**d, "data_loading": loading})
+    assert facts["data_verdict"] == "io_bound" and facts["data_suggested_workers"] == 8
+    assert "data_verdict" not in facts_of(d)
 
 
 def test_profile_facts_read_type_shares_and_noise():

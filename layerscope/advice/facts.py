@@ -95,9 +95,12 @@ def _train(d: dict[str, Any]) -> dict[str, Any]:
            "peak_cuda_bytes": d.get("peak_cuda_bytes")}
     out.update(_phase_facts((d.get("breakdown") or {}).get("seconds") or {}))
     out.update(_step_facts(d.get("step_seconds")))
-    loader = d.get("data_loader") or {}
-    if isinstance(loader, dict) and loader.get("verdict"):
-        out["data_verdict"] = loader["verdict"]
+    findings = (d.get("data_loading") or {}).get("findings") or []
+    if findings and isinstance(findings[0], dict) and findings[0].get("kind"):
+        # the data loader's verdict (its first finding) and the worker count it suggests
+        out["data_verdict"] = findings[0]["kind"]
+        if findings[0].get("knob") == "num_workers":
+            out["data_suggested_workers"] = findings[0].get("value")
     comm = d.get("communication") or {}
     if comm.get("exposed_s") is not None and out.get("step_median_s"):
         out.update(exposed_share=comm["exposed_s"] / out["step_median_s"],

@@ -4,12 +4,15 @@ from layerscope.advice.rule import Finding, Rule, pick
 
 MIN_SHARE = 0.05
 MAX_WORKERS = 4
+# data-loader verdicts (the first finding of a run's data_loading) that more workers remove
+STALLED = ("cpu_bound", "io_bound", "too_few_workers")
 
 
 def check(facts) -> Finding | None:
     share = facts.get("data_share")
     workers = facts.get("workers") or 0
-    stalled = facts.get("data_verdict") in ("data-bound", "stalled", "loader-bound")
+    # the data loader's verdict says the loop waits on too few workers or on the transforms
+    stalled = facts.get("data_verdict") in STALLED
     if share is None or (share < MIN_SHARE and not stalled):
         return None
     cores = facts.get("cores") or 1
