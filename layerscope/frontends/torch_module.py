@@ -240,7 +240,8 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
     if ref.kind == "hf":
         module, llm, name = llm_models.from_hf(spec)
         seq = llm.default_seq_len if llm is not None else 2048
-        table = llm_models.position_table(llm, llm_models.hf_config_dict(spec)[1])
+        config = getattr(module, "config", None)  # a transformers PreTrainedModel's config
+        table = llm_models.position_table(llm, config.to_dict() if config is not None else {})
         return LoadedModel(module, [InputSpec((1, seq), torch.int64)], name, "torch",
                            {"source": "hf", **_llm_extras(llm),
                             **({"position_table": table} if table else {})})
