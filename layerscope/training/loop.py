@@ -602,6 +602,8 @@ class _Measured:
     step_seconds: list[float] = field(default_factory=list)
     trace_steps: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0
+    # every measured step's input (shape, dtype): its FLOPs are counted once per distinct one
+    inputs: list[tuple[Any, Any]] = field(default_factory=list)
 
     def add(self, s: StepResult) -> None:
         if self.steps >= self.warmup:
@@ -611,6 +613,7 @@ class _Measured:
             self.totals.add(s.phases, s.wall, s.samples)
             self.epoch.add(s.phases, s.wall, s.samples)
             self.step_seconds.append(s.wall)
+            self.inputs.append(s.inputs)
         self.steps += 1
 
     def end_epoch(self) -> None:
@@ -663,7 +666,8 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
     # after the step's one synchronisation, reading values costs nothing more
     return StepResult(phases, wall, samples=len(y), loss=float(loss.detach()),
                       correct=int((out.detach().argmax(1) == y).sum()),
-                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step)
+                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step,
+                      inputs=(tuple(x.shape), x.dtype))
 
 
 def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
@@ -772,6 +776,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
                          os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
     extra = _gather_ranks(run, m) if run.env is not None else {}
+    with unprofiled():
+        extra["efficiency"] = _efficiency(run, m)
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
@@ -780,6 +786,28 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
         notes=run.notes, environment=environment(), **extra)
+
+
+def _efficiency(run: _Run, m: _Measured) -> Any:
+    """MFU/HFU of the measured steps: each distinct input's step FLOPs counted once by the
+    capture ``analyze`` uses, against this device's peaks (per rank: one device's). None, with
+    a note, when the model cannot be counted or no step was measured."""
+    from layerscope.analysis import efficiency as eff
+
+    if not m.step_seconds:
+        return None
+    try:
+        counted = {key: eff.step_flops(run.model, torch.zeros(key[0], dtype=key[1],
+                                                               device=run.device),
+                                       optimizer=run.optimizer)
+                   for key in dict.fromkeys(m.inputs)}
+        dtype = run.amp_dtype if run.config.amp else torch.float32
+        return eff.of_steps(counted, m.inputs, m.step_seconds, run.device, dtype or torch.float32,
+                            world_size=run.world)
+    except Exception as exc:  # noqa: BLE001 - a model the capture cannot count still trains
+        run.notes.append(f"MFU not given: the step's FLOPs could not be counted "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        return None
 
 
 def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:

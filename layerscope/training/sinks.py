@@ -41,6 +41,7 @@ class StepResult:
     batches: int = 0
     epoch_batches: int = 0
     sums: list[float] = field(default_factory=list)
+    inputs: Any = None  # the batch's (shape, dtype), for its FLOPs (MFU)
 
 
 @dataclass

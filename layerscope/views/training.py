@@ -11,6 +11,8 @@ from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
+    efficiency_facts,
+    efficiency_lines,
     mean_mark_legend,
     mean_ms,
     median,
@@ -151,6 +153,7 @@ def train_facts(result) -> list[tuple[str, str]]:
                         f"{final['val_loss']:.4f} / {final['val_top1']:.2%} / "
                         f"{final['val_top5']:.2%}"))
     out += _distributed_facts(result)
+    out += efficiency_facts(result)
     out += [("Note", n) for n in result.notes]
     return out
 
@@ -542,6 +545,7 @@ def train_terminal(report) -> list:
         lines.append(f"run directory: {report.run_dir}")
     if report.final:
         lines.insert(0, "final: " + epoch_line(report.final))
+    lines += efficiency_lines(report)
     lines += [f"note: {n}" for n in report.notes]
     out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
                         phase_labels(report, {})), Lines(lines)]

@@ -15,6 +15,7 @@ from typing import Any
 
 from layerscope.core.document import DictRecord, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 
@@ -180,6 +181,9 @@ class TrainReport(ResultDocument):
     # several processes: every process's samples over the job's measured time
     # (ranks.job_throughput)
     job: dict[str, Any] | None = field(default=None, metadata=omit_none())
+    efficiency: Efficiency | None = field(default=None, metadata=omit_none(
+        description="MFU and HFU of the measured steps against the measured peak (and a GPU's "
+                    "datasheet dense peak); absent in results saved before it"))
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 

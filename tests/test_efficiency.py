@@ -1,0 +1,187 @@
+"""MFU, HFU and MBU: the step's FLOPs derived by hand, the record's figures are each other's
+quotients exactly, and a ratio above 100% is refused with its cause. No test reads a clock
+threshold: the measured ceilings are replaced by hand-made ones where a peak matters."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import layerscope
+from layerscope.analysis import roofline
+from layerscope.analysis.efficiency import step_flops
+from layerscope.core.records import Ceilings
+from layerscope.core.records.efficiency import Efficiency, efficiency
+from layerscope.core.report import Report
+
+
+# ---- a nanoGPT-shaped block: qkv projection, causal SDPA, output projection, then a head ----
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, d=16, heads=2, vocab=10, checkpointed=True):
+        super().__init__()
+        self.block = Block(d, heads)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.checkpointed = checkpointed
+
+    def forward(self, x):
+        y = (checkpoint(self.block, x, use_reentrant=False) if self.checkpointed
+             else self.block(x))
+        return self.head(y)
+
+
+# B=2, S=8, D=16, H=2 heads of dh=8, vocab V=10; one micro-batch:
+#   forward F:  qkv 2*B*S*D*3D = 24,576; causal SDPA: B*H*S(S+1)/2 = 144 visible scores,
+#               MACs 144*(dh+dh) = 2,304, FLOPs 2*2,304 + 6 per score (scale, mask, softmax)
+#               *144 = 5,472; proj 2*B*S*D*D = 8,192; head 2*B*S*D*V = 5,120  -> F = 43,360
+#   backward:   qkv: weight gradient only (the input needs none) 24,576; SDPA: the scores
+#               again + 4 gradient products = 5 products over the visible scores, MACs
+#               5*B*H*dh*36 = 5,760, FLOPs 2*5,760 + (6+4)*144 = 12,960; proj input and weight
+#               gradients 2*8,192 = 16,384; head 2*5,120 = 10,240            -> 64,160
+#   recompute:  the checkpointed block's forward runs again in backward up to the last tensor
+#               backward needs: qkv 24,576 + SDPA 5,472 (proj saved only its input, so its
+#               matmul is not run again)                                     -> 30,048
+#   optimizer:  Adam, 13 FLOPs per parameter (analysis.efficiency), parameters
+#               16*48 + 16*16 + 16*10 = 1,184                                 -> 15,392
+# gradient accumulation 2: two micro-batches of forward and backward, one optimizer step.
+MODEL_PER_STEP = 2 * (43_360 + 64_160) + 15_392  # 230,432
+HARDWARE_PER_STEP = MODEL_PER_STEP + 2 * 30_048  # 290,528
+
+
+@pytest.mark.parametrize("checkpointed, model, hardware", [
+    pytest.param(True, MODEL_PER_STEP, HARDWARE_PER_STEP, id="checkpointed"),
+    pytest.param(False, MODEL_PER_STEP, MODEL_PER_STEP, id="no-checkpointing"),
+])
+def test_step_flops_of_a_small_causal_transformer_by_hand(checkpointed, model, hardware):
+    got = step_flops(TinyGPT(checkpointed=checkpointed), (2, 8, 16), optimizer="adam",
+                     micro_batches=2)
+    assert (got.forward, got.backward, got.optimizer) == (2 * 43_360, 2 * 64_160, 15_392)
+    assert (got.model, got.hardware) == (model, hardware)
+
+
+def test_optimizer_flops_follow_the_torch_optimizer():
+    from layerscope.analysis.efficiency import optimizer_flops
+
+    params = [nn.Parameter(torch.zeros(10))]
+    cases = [(torch.optim.SGD(params, lr=0.1), 2 * 10),
+             (torch.optim.SGD(params, lr=0.1, momentum=0.9), 4 * 10),
+             (torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4), 6 * 10),
+             (torch.optim.Adam(params), 13 * 10), (torch.optim.AdamW(params), 14 * 10)]
+    assert [optimizer_flops(o, 10) for o, _ in cases] == [n for _, n in cases]
+
+
+@pytest.mark.parametrize("flops, seconds, peak", [
+    pytest.param(1e9, [0.5, 0.25, 1.0], 1e10, id="three-steps"),
+    pytest.param([1e9, 2e9], [0.5, 0.5], 8e9, id="two-shapes"),
+    pytest.param(3e6, 1e-3, 3e9, id="at-the-peak"),
+])
+def test_the_record_is_its_own_quotients(flops, seconds, peak):
+    e = efficiency(flops, seconds, peak)
+    assert 0 < e.mfu <= 1
+    assert e.mfu == e.achieved_flops_per_s / e.peak_flops_per_s
+    assert e.hfu == e.mfu and e.hardware_flops_per_step is None
+    assert e.peak_source == "measured" and not e.notes
+    assert all(0 < r <= 1 for r in e.mfu_per_step)
+
+
+@pytest.mark.parametrize("kwargs, field, cause", [
+    pytest.param(dict(peak_flops_per_s=1e9), "mfu", "roofline --refresh", id="mfu-measured"),
+    pytest.param(dict(peak_flops_per_s=1e12, bytes_per_step=4e9, peak_bytes_per_s=1e9),
+                 "mbu", "CPU caches", id="mbu-measured"),
+])
+def test_a_ratio_above_one_is_refused_with_its_cause(kwargs, field, cause):
+    e = efficiency(2e9, 1.0, **kwargs)  # 2 GFLOP/s and 4 GB/s achieved
+    assert getattr(e, field) is None
+    assert len(e.notes) == 1 and "above 100%" in e.notes[0] and cause in e.notes[0]
+    assert Efficiency.from_dict(json.loads(json.dumps(e.to_dict()))).notes == e.notes
+
+
+def test_datasheet_peak_is_given_beside_the_measured_one():
+    e = efficiency(4e12, 1.0, 8e12, datasheet=("h100-sxm datasheet (bf16, dense)", 989.4e12,
+                                                3.35e12))
+    assert e.mfu == 0.5
+    assert e.datasheet.peak_source == "h100-sxm datasheet (bf16, dense)"
+    assert e.datasheet.mfu == 4e12 / 989.4e12
+    refused = efficiency(2e15, 1.0, 4e15, datasheet=("h100-sxm", 989.4e12, None))
+    assert refused.mfu == 0.5 and refused.datasheet.mfu is None
+    assert len(refused.notes) == 1 and "against the h100-sxm peak" in refused.notes[0]
+    assert "not the datasheet's GPU" in refused.notes[0]
+
+
+def _profile(monkeypatch, peak: float, bandwidth: float) -> Report:
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, peak, bandwidth, 2048, 2**29))
+    model = nn.Sequential(nn.Linear(256, 256, bias=False))  # matmul-bound
+    report = layerscope.profile(model, (64, 256), runs=3, warmup=1, threads=1)
+    return Report.from_dict(json.loads(json.dumps(report.to_dict())))
+
+
+def test_profile_of_a_matmul_bound_model_against_its_roofline(monkeypatch):
+    report = _profile(monkeypatch, peak=1e15, bandwidth=1e15)  # nothing reaches these
+    e = report.efficiency
+    assert e.model_flops_per_step == report.totals.flops == 2 * 64 * 256 * 256
+    assert e.step_s == report.end_to_end["median_s"]
+    assert e.achieved_flops_per_s == report.totals.flops / e.step_s
+    assert e.peak_flops_per_s == report.roofline["peak_flops"]
+    assert 0 < e.mfu <= 1 and e.mfu == e.achieved_flops_per_s / e.peak_flops_per_s
+    assert 0 < e.mbu <= 1 and e.hfu is None
+    assert e.bytes_per_step == report.totals.bytes_read + report.totals.bytes_written
+
+
+def test_profile_above_its_stale_peak_refuses_and_says_why(monkeypatch):
+    from layerscope.renderers.terminal import to_text
+
+    report = _profile(monkeypatch, peak=1.0, bandwidth=1.0)  # 1 FLOP/s: surely exceeded
+    e = report.efficiency
+    assert e.mfu is None and e.mbu is None and len(e.notes) == 2
+    text = to_text(report, width=200)
+    assert "MFU: not given" in text and "roofline --refresh" in text
+
+
+def test_train_reports_mfu_per_step_and_renders_it(monkeypatch, tmp_path):
+    from layerscope.renderers.terminal import to_text
+
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    report = layerscope.train(recipe="digits-cnn", steps=3, evaluate=False, out=str(tmp_path))
+    e = report.efficiency
+    assert len(e.mfu_per_step) == len(report.step_seconds) == 3
+    assert e.mfu == e.achieved_flops_per_s / 1e15 and 0 < e.mfu <= 1
+    assert e.hfu == e.mfu  # nothing recomputed
+    # digits-cnn's step: forward + backward of a batch of the recipe's size, plus the optimizer
+    batch = report.breakdown["samples"] // 3
+    counted = step_flops(_digits_model(), (batch, 1, 8, 8), optimizer=_adam_or_sgd(report))
+    assert e.model_flops_per_step == counted.model
+    again = type(report).from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again.efficiency.mfu == e.mfu
+    assert "MFU:" in to_text(again, width=200)
+
+
+def _digits_model():
+    from layerscope.training.recipes import lookup
+
+    return lookup("digits-cnn").build()
+
+
+def _adam_or_sgd(report):
+    from layerscope.training.recipes import lookup, make_optimizer
+
+    r = lookup("digits-cnn")
+    return make_optimizer(report.config.get("optimizer") or r.optimizer,
+                          _digits_model().parameters(), 0.1)
