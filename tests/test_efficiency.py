@@ -185,3 +185,26 @@ def _adam_or_sgd(report):
     r = lookup("digits-cnn")
     return make_optimizer(report.config.get("optimizer") or r.optimizer,
                           _digits_model().parameters(), 0.1)
+
+
+def test_watched_loop_counts_the_model_as_seen_at_its_first_step(monkeypatch):
+    """The nanoGPT loop's shape (batches from get_batch, gradient accumulation 2, Adam) with a
+    checkpointed block: ``watch`` (what ``layerscope run`` uses) counts the hand-derived
+    FLOPs per optimizer step, and the recomputed forward for HFU only."""
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    torch.manual_seed(0)
+    model = TinyGPT()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with layerscope.watch() as w:
+        for _ in range(3):
+            for _ in range(2):  # micro-steps
+                model(torch.randn(2, 8, 16)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    e = w.report().efficiency
+    assert e.model_flops_per_step == MODEL_PER_STEP
+    assert e.hardware_flops_per_step == HARDWARE_PER_STEP
+    assert 0 < e.mfu < e.hfu <= 1
+    assert e.hfu / e.mfu == pytest.approx(HARDWARE_PER_STEP / MODEL_PER_STEP)
+    assert any("first step" in n and "2 forward(s)" in n for n in e.notes)
