@@ -208,3 +208,34 @@ def test_watched_loop_counts_the_model_as_seen_at_its_first_step(monkeypatch):
     assert 0 < e.mfu < e.hfu <= 1
     assert e.hfu / e.mfu == pytest.approx(HARDWARE_PER_STEP / MODEL_PER_STEP)
     assert any("first step" in n and "2 forward(s)" in n for n in e.notes)
+
+
+def test_profile_loop_gives_each_batch_its_mfu_and_mbu(monkeypatch):
+    from layerscope.training.inference_loop import profile_loop
+    from layerscope.training.recipes import DigitsCNN
+
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    model = DigitsCNN()
+    result = profile_loop(model, "digits", batch_size=64, batches=3, warmup=1)
+    e = result.efficiency
+    assert e.model_flops_per_step == layerscope.analyze(model, (64, 1, 8, 8)).totals.flops
+    assert e.step_s == result.batch_time["median_s"] and len(e.mfu_per_step) == 3
+    assert e.mfu == e.achieved_flops_per_s / 1e15 and 0 < e.mbu <= 1 and e.hfu is None
+    again = type(result).from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.efficiency.mbu == e.mbu
+
+
+def test_scaling_point_carries_rank_zeros_mfu():
+    from layerscope.training import scaling as sc
+
+    e = efficiency(1e9, [0.5, 0.5], 1e10)  # 2 GFLOP/s of 10: 20%
+    report = {"recipe": "digits-cnn", "config": {"batch_size": 8}, "world_size": 2,
+              "step_seconds": [0.5, 0.5], "ranks": [],
+              "breakdown": {"steps": 2, "samples": 16, "wall_s": 1.0},
+              "efficiency": json.loads(json.dumps(e.to_dict()))}
+    p = sc.point(report, threads=1, cores=2, device="cpu")
+    assert p.utilisation.mfu == 0.2
+    from layerscope.views.scaling import _mfu
+
+    assert _mfu(p).text == "20.00%"

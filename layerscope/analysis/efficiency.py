@@ -139,6 +139,20 @@ def of_steps(flops_by_shape: dict[Any, StepFlops], shapes: Sequence[Any],
     return result
 
 
+def of_batches(module: nn.Module, inputs: Any, batch_seconds: Sequence[float], device: str,
+               dtype: torch.dtype = torch.float32) -> Efficiency:
+    """The efficiency of inference batches of ``module`` on ``inputs`` (one batch, as
+    ``analyze`` takes them), each timed, against the measured ceilings (and a datasheet)."""
+    from layerscope.analysis import roofline
+    from layerscope.analysis.analyze import analyze
+
+    t = analyze(module, inputs).totals
+    c = roofline.ceilings(device, dtype)
+    return efficiency(t.flops, batch_seconds, c.peak_flops, MEASURED,
+                      bytes_per_step=t.bytes_read + t.bytes_written, peak_bytes_per_s=c.bandwidth,
+                      datasheet=datasheet_peak(device, dtype), training=False)
+
+
 def of_inference(flops_per_batch: float, bytes_per_batch: float, batch_seconds: float,
                  device: str, dtype: torch.dtype, peak_flops_per_s: float,
                  bandwidth: float) -> Efficiency:

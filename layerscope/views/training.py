@@ -217,7 +217,7 @@ def loop_facts(result) -> list[tuple[str, str]]:
                         "excluded)"),
             ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
             ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes] \
-        + noise_facts(result)
+        + efficiency_facts(result) + noise_facts(result)
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -603,6 +603,7 @@ def loop_terminal(result) -> list:
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
+    lines += efficiency_lines(result)
     lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
     return [replace(_phase_table(b), title=title), layers, Lines(lines)]
 
