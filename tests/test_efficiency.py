@@ -239,3 +239,18 @@ def test_scaling_point_carries_rank_zeros_mfu():
     from layerscope.views.scaling import _mfu
 
     assert _mfu(p).text == "20.00%"
+
+
+def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    report = layerscope.train(recipe="digits-cnn", steps=3, warmup_steps=1, evaluate=False,
+                              tensorboard=True, out=str(tmp_path))
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    points = [(e.step, e.value) for e in acc.Scalars("step/mfu")]
+    # the measured steps only (step 1 was warm-up), each its own figure (float32 in the file)
+    assert [s for s, _ in points] == [2, 3]
+    assert [v for _, v in points] == pytest.approx(report.efficiency.mfu_per_step, rel=1e-6)

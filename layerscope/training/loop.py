@@ -604,6 +604,7 @@ class _Measured:
     steps: int = 0
     # every measured step's input (shape, dtype): its FLOPs are counted once per distinct one
     inputs: list[tuple[Any, Any]] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)  # the measured steps' numbers
 
     def add(self, s: StepResult) -> None:
         if self.steps >= self.warmup:
@@ -614,6 +615,7 @@ class _Measured:
             self.epoch.add(s.phases, s.wall, s.samples)
             self.step_seconds.append(s.wall)
             self.inputs.append(s.inputs)
+            self.numbers.append(s.step)
         self.steps += 1
 
     def end_epoch(self) -> None:
@@ -767,7 +769,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         rows = result.rows
         if stop:
             break
+    with unprofiled():
+        efficiency = _efficiency(run, m)
     for sink in sinks:
+        if efficiency is not None:
+            sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
         sink.close()
     final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
     if run.rank == 0:
@@ -776,8 +782,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
                          os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
     extra = _gather_ranks(run, m) if run.env is not None else {}
-    with unprofiled():
-        extra["efficiency"] = _efficiency(run, m)
+    extra["efficiency"] = efficiency
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
