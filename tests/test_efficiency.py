@@ -254,3 +254,24 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
     # the measured steps only (step 1 was warm-up), each its own figure (float32 in the file)
     assert [s for s, _ in points] == [2, 3]
     assert [v for _, v in points] == pytest.approx(report.efficiency.mfu_per_step, rel=1e-6)
+
+
+def test_a_model_called_with_keywords_only_says_why_mfu_is_not_given():
+    """The Hugging Face Trainer calls ``model(**batch)``: no positional shape to count from."""
+    class KeywordModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, input_ids=None):
+            return self.fc(input_ids)
+
+    model = KeywordModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerscope.watch() as w:
+        for _ in range(2):
+            model(input_ids=torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+    report = w.report()
+    assert report.efficiency is None
+    assert any(n.startswith("MFU not given") and "keyword" in n for n in report.notes)

@@ -43,6 +43,11 @@ class ModelSeen:
             return None, None
         from layerscope.analysis import efficiency as eff
 
+        if not any(i[0] == "tensor" for i in self._inputs):
+            return None, ("MFU not given: the model's first training forward took no positional "
+                          "tensor (keyword arguments only), so there is no input shape to count "
+                          "its FLOPs from")
+
         inner = getattr(module, "module", None)
         if isinstance(inner, torch.nn.Module) and type(module).__name__ in (
                 "DistributedDataParallel", "DataParallel"):
