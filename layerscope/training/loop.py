@@ -781,7 +781,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
                           "classes": list(run.classes), "recipe": run.recipe.name},
                          os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
-    extra = _gather_ranks(run, m) if run.env is not None else {}
+    extra = _gather_ranks(run, m, efficiency) if run.env is not None else {}
     extra["efficiency"] = efficiency
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
@@ -815,11 +815,14 @@ def _efficiency(run: _Run, m: _Measured) -> Any:
         return None
 
 
-def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:
+def _gather_ranks(run: _Run, m: _Measured, efficiency: Any = None) -> dict[str, Any]:
     """Several processes: every rank's phases and steps gathered on rank 0, which writes the
     merged trace; the report's per-rank fields and notes."""
     c = run.config
-    gathered = dist_run.gather((rank_table.rank_entry(run.rank, m.totals.to_dict()),
+    entry = rank_table.rank_entry(run.rank, m.totals.to_dict())
+    if efficiency is not None and efficiency.mfu is not None:
+        entry["mfu"] = efficiency.mfu  # per GPU: this rank's own
+    gathered = dist_run.gather((entry,
                                 {"rank": run.rank, "steps": m.trace_steps}),
                                run.rank, run.world) or []
     entries = [g[0] for g in gathered]

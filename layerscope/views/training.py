@@ -317,11 +317,14 @@ def _ranks_table(r) -> RowTable:
     cols = [(_who(r).capitalize(), True), ("Step ms", True)] + [
         ("Communication (overlaps)" if p == "communication" else labels[p], True)
         for p in phases]
+    with_mfu = any(e.get("mfu") is not None for e in r.ranks)
+    cols += [("MFU", True)] if with_mfu else []
     slow = (r.straggler or {}).get("rank")
     rows, hot = [], []
     for e in r.ranks:
         cells = [Cell(str(e["rank"]), e["rank"]), Cell(ms(e["step_s"], 2), e["step_s"])]
         cells += [Cell(ms(e["phases"].get(p), 2), e["phases"].get(p)) for p in phases]
+        cells += [Cell(pct(e.get("mfu"), 2), e.get("mfu"))] if with_mfu else []
         rows.append(cells)
         hot.append(e["rank"] == slow)
     title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "

@@ -82,6 +82,10 @@ class RankEntry(DictRecord):
     throughput_per_s: float | None = field(default=None, metadata={"optional": True})
     # its properties are written from core.phases.STEP_PHASES (schema/generate.py)
     phases: dict[str, float]
+    mfu: float | None = field(default=None, metadata=omit_none(
+        optional=True, minimum=0, maximum=1,
+        description="this rank's MFU (its model FLOPs per step over its median step, against "
+                    "one device's measured peak); absent when refused or not counted"))
 
 
 @dataclass(eq=False, kw_only=True)
