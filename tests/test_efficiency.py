@@ -275,3 +275,72 @@ def test_a_model_called_with_keywords_only_says_why_mfu_is_not_given():
     report = w.report()
     assert report.efficiency is None
     assert any(n.startswith("MFU not given") and "keyword" in n for n in report.notes)
+
+
+# nanoGPT's train.py in small: token ids from get_batch(), gradient accumulation 2, AdamW
+NANOGPT = """\
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+block_size, batch_size, vocab = 8, 2, 11
+data = torch.randint(0, vocab, (100,))
+
+def get_batch():
+    ix = torch.randint(len(data) - block_size, (batch_size,))
+    x = torch.stack([data[i:i + block_size] for i in ix])
+    return x, torch.stack([data[i + 1:i + 1 + block_size] for i in ix])
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, 16)
+        self.lm_head = nn.Linear(16, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        logits = self.lm_head(self.wte(idx))
+        return logits, F.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+
+model = GPT()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for it in range(3):
+    for micro in range(2):
+        X, Y = get_batch()
+        _, loss = model(X, Y)
+        (loss / 2).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+
+def test_run_reports_mfu_of_the_scripts_model_and_writes_step_mfu(monkeypatch, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.helpers import run_cli
+
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    script = tmp_path / "train.py"
+    script.write_text(NANOGPT)
+    out, board = tmp_path / "r.json", tmp_path / "tb"
+    code, _, err = run_cli("run", "--warmup-steps", "1", "--tensorboard", str(board), "-o",
+                           str(out), str(script))
+    assert code == 0, err
+    e = json.loads(out.read_text())["efficiency"]
+    # the script's model counted on its first forward's shapes (ids and targets, 2 x 8),
+    # twice (gradient accumulation 2), plus AdamW: 14 x (11*16 + 16*11) parameters = 4,928
+    one = step_flops(_script_model(), (torch.zeros(2, 8, dtype=torch.long),
+                                       torch.zeros(2, 8, dtype=torch.long)))
+    assert e["model_flops_per_step"] == 2 * (one.forward + one.backward) + 4_928
+    acc = EventAccumulator(str(board))
+    acc.Reload()
+    points = [(p.step, p.value) for p in acc.Scalars("step/mfu")]
+    assert [s for s, _ in points] == [2, 3]
+    assert [v for _, v in points] == pytest.approx(e["mfu_per_step"], rel=1e-6)
+
+
+def _script_model():
+    namespace = {}
+    exec(NANOGPT.split("model = GPT()")[0], namespace)
+    return namespace["GPT"]()
