@@ -256,8 +256,15 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
     assert [v for _, v in points] == pytest.approx(report.efficiency.mfu_per_step, rel=1e-6)
 
 
-def test_a_model_called_with_keywords_only_says_why_mfu_is_not_given():
-    """The Hugging Face Trainer calls ``model(**batch)``: no positional shape to count from."""
+@pytest.mark.parametrize("steps, expected", [
+    # Linear(4, 1) on a batch of 3: forward 2*3*4 + 3 (bias) = 27; backward: weight and bias
+    # gradients 24 + 3 = 27 (the input needs none); SGD 2 x 5 parameters = 10
+    pytest.param(2, 27 + 27 + 10, id="read-at-the-second-call"),
+    pytest.param(1, None, id="one-call-only"),
+])
+def test_a_model_called_with_keywords_only(steps, expected):
+    """The Hugging Face Trainer calls ``model(**batch)``: the global hooks see no keyword
+    arguments, so the model's second call is read by a one-shot hook of its own."""
     class KeywordModel(nn.Module):
         def __init__(self):
             super().__init__()
@@ -269,12 +276,16 @@ def test_a_model_called_with_keywords_only_says_why_mfu_is_not_given():
     model = KeywordModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with layerscope.watch() as w:
-        for _ in range(2):
+        for _ in range(steps):
             model(input_ids=torch.randn(3, 4)).sum().backward()
             optimizer.step()
+    assert not model._forward_pre_hooks  # nothing left on the user's model
     report = w.report()
-    assert report.efficiency is None
-    assert any(n.startswith("MFU not given") and "keyword" in n for n in report.notes)
+    if expected is None:
+        assert report.efficiency is None
+        assert any(n.startswith("MFU not given") and "keyword" in n for n in report.notes)
+    else:
+        assert report.efficiency.model_flops_per_step == expected
 
 
 # nanoGPT's train.py in small: token ids from get_batch(), gradient accumulation 2, AdamW

@@ -160,6 +160,10 @@ def test_hf_trainer_callback_gives_the_breakdown_of_layerscope_run(tmp_path, arg
     assert len(via_callback["epoch_breakdown"]) == len(via_run["epoch_breakdown"]) == 1
     # the Trainer's own logging is untouched: one entry per step (logging_steps=1) + the summary
     assert _printed(printed_cb, "log entries") == _printed(printed_run, "log entries") == steps + 1
+    # the Trainer calls model(**batch): its keyword arguments are read at its second call, and
+    # both ways count the same step (the accumulated micro-batches x one forward + backward)
+    counted = [r["efficiency"]["model_flops_per_step"] for r in (via_callback, via_run)]
+    assert counted[0] == counted[1] > 0
 
 
 @pytest.mark.parametrize("script,argv,steps", [

@@ -64,17 +64,19 @@ class StepFlops:
         return self.model + self.recompute
 
 
-def step_flops(model: nn.Module, inputs: Any, *, optimizer: torch.optim.Optimizer | str | None
-               = None, micro_batches: int = 1, attention: str = "causal") -> StepFlops:
+def step_flops(model: nn.Module, inputs: Any, *, kwargs: dict[str, Any] | None = None,
+               optimizer: torch.optim.Optimizer | str | None = None, micro_batches: int = 1,
+               attention: str = "causal") -> StepFlops:
     """The FLOPs of one optimizer step of ``model`` on ``inputs`` (one micro-batch: a shape, a
-    tensor or a tuple of them, as ``analyze`` takes), repeated ``micro_batches`` times
+    tensor or a tuple of them, as ``analyze`` takes; ``kwargs``: forward's keyword arguments),
+    repeated ``micro_batches`` times
     (gradient accumulation) before one ``optimizer`` step. Counted by
     ``analyze(mode="training")`` as executed (causal attention as its kernel runs it); the
     forward FLOPs that activation checkpointing recomputes inside backward are kept apart
     (they count for HFU, not MFU)."""
     from layerscope.analysis.analyze import analyze
 
-    t = analyze(model, inputs, mode="training", attention=attention).totals
+    t = analyze(model, inputs, kwargs=kwargs, mode="training", attention=attention).totals
     recompute = t.recompute_flops or 0
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return StepFlops(forward=micro_batches * t.flops,

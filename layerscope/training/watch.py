@@ -353,6 +353,7 @@ class Watch:
             self._nested -= 1
             return
         self._running = False
+        self._seen.close()
         while self._installed:
             self._installed.pop()()
         if self._cuda and self._t0 is not None:
