@@ -246,14 +246,14 @@ def scaling_report():
                          environment=dict(ENV))
 
 
-def _saved(kind: str):
-    """llm / plan: the saved toy results (tests/data), with the test environment."""
+def _saved(kind: str, release: str = "0.1"):
+    """llm / plan / advice: the saved toy results (tests/data), with the test environment."""
     import json
     from pathlib import Path
 
     from layerscope.core.results import load_result
 
-    d = json.loads((Path(__file__).parent / "data" / f"{kind}_0.1.json").read_text())
+    d = json.loads((Path(__file__).parent / "data" / f"{kind}_{release}.json").read_text())
     result = load_result(d)
     result.environment = dict(ENV)
     return result
@@ -267,10 +267,15 @@ def plan_report():
     return _saved("plan")
 
 
+def advice_report():
+    return _saved("advice", "0.5")
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
-       "scaling": scaling_report, "llm": llm_report, "plan": plan_report}
+       "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
+       "advice": advice_report}
 
 
 def resnet20_names() -> list[str]:

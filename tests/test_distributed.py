@@ -183,6 +183,10 @@ def test_two_processes_one_epoch(tmp_path):
     assert (job["processes"], job["samples"]) == (2, 2 * 719)
     assert job["throughput_per_s"] <= sum(e["throughput_per_s"] for e in report["ranks"])
     assert "per process" in " ".join(report["notes"])
+    # MFU per GPU: each rank's own, beside rank 0's in the report's efficiency
+    assert report["ranks"][0].get("mfu") == report["efficiency"]["mfu"]
+    assert all(0 < e["mfu"] <= 1 for e in report["ranks"] if "mfu" in e)
+    assert "per GPU" in " ".join(report["efficiency"]["notes"])
     run = tmp_path / "run"
     assert sorted(os.listdir(run / "checkpoints")) == ["epoch-001.pt", "last.pt"]
     assert {"config.json", "report.json", "model.pt", "metrics.csv"} <= set(os.listdir(run))

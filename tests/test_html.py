@@ -16,7 +16,8 @@ CHARTS = {"analyze": {"macs", "params"}, "profile": {"latency", "roofline"},
           "ops": {"operators"}, "sweep": {"sweep-latency", "sweep-throughput"},
           "train": {"train-phases", "loss", "accuracy"}, "ablate": {"ablate-phases"},
           "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"},
-          "scaling": {"scaling-speedup"}, "llm": {"llm-memory"}, "plan": {"plan-memory"}}
+          "scaling": {"scaling-speedup"}, "llm": {"llm-memory"}, "plan": {"plan-memory"},
+          "advice": {"advice-gains"}}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -112,7 +113,8 @@ def test_every_result_has_a_notebook_table(kind):
     first = {"analyze": "conv1", "profile": "conv1", "ops": "aten::addmm",
              "sweep": "onnxruntime", "train": "Backward", "ablate": "channels-last",
              "activations": "conv1", "compare": "bn1", "loop": "conv1",
-             "scaling": "oversubscribed", "llm": "bf16", "plan": "zero3"}[kind]
+             "scaling": "oversubscribed", "llm": "bf16", "plan": "zero3",
+             "advice": "channels-last"}[kind]
     assert first in table
 
 

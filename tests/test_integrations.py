@@ -134,6 +134,14 @@ def test_lightning_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv
     assert via_callback["script"] == {"name": "lightning_mlp.py",
                                       "argv": [*argv, "--layerscope", str(tmp_path / "cb.json")]}
     assert via_run["script"] == {"name": "lightning_mlp.py", "argv": argv}
+    # MFU's numerator, the same both ways: the MLP on a batch of 16, forward 66,560 (32->64 and
+    # its bias) + 1,024 (ReLU) + 8,256 (64->4 and bias) = 75,840; backward 66,560 (weight and
+    # bias gradients; the input needs none) + 1,024 (ReLU) + 16,448 (input, weight, bias) =
+    # 84,032; per optimizer step x the batches it accumulates, + Adam 13 x 2,372 parameters
+    batches = 2 if "--accumulate" in argv else 1
+    expected = batches * (75_840 + 84_032) + 13 * 2_372
+    assert via_callback["efficiency"]["model_flops_per_step"] == expected
+    assert via_run["efficiency"]["model_flops_per_step"] == expected
 
 
 @pytest.mark.parametrize("argv", HF_CASES.values(), ids=HF_CASES.keys())
@@ -152,6 +160,10 @@ def test_hf_trainer_callback_gives_the_breakdown_of_layerscope_run(tmp_path, arg
     assert len(via_callback["epoch_breakdown"]) == len(via_run["epoch_breakdown"]) == 1
     # the Trainer's own logging is untouched: one entry per step (logging_steps=1) + the summary
     assert _printed(printed_cb, "log entries") == _printed(printed_run, "log entries") == steps + 1
+    # the Trainer calls model(**batch): its keyword arguments are read at its second call, and
+    # both ways count the same step (the accumulated micro-batches x one forward + backward)
+    counted = [r["efficiency"]["model_flops_per_step"] for r in (via_callback, via_run)]
+    assert counted[0] == counted[1] > 0
 
 
 @pytest.mark.parametrize("script,argv,steps", [

@@ -121,6 +121,11 @@ def test_scaling_digits_cnn_1_2(tmp_path):
     # ring all-reduce per rank: N=1 moves nothing; N=2: 2 x 1/2 x 153,128.
     assert [p["theory_bytes_per_step"] for p in d["points"]] == [0.0, 153128.0]
     assert d["points"][0]["speedup"] == 1.0
+    # MFU per GPU: each rank trains the same per-rank batch, so the same FLOPs per step
+    used = [p["utilisation"] for p in d["points"]]
+    assert used[0]["model_flops_per_step"] == used[1]["model_flops_per_step"] > 0
+    assert all(u["mfu"] is None or 0 < u["mfu"] <= 1 for u in used)
+    assert any("per GPU" in n for n in used[1]["notes"])
     page = html.read_text()
     assert 'data-chart="scaling-speedup"' in page and "Throughput per world size" in page
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

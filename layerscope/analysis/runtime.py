@@ -402,3 +402,10 @@ def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) ->
                                     row.time["median_s"], ceil)
     report.above_roof = rl.above_roof((row.roofline for row in report.layers if row.roofline),
                                       ceil)
+    if report.end_to_end is not None:
+        from layerscope.analysis.efficiency import of_inference
+
+        t = report.totals
+        report.efficiency = of_inference(t.flops, t.bytes_read + t.bytes_written,
+                                         report.end_to_end["median_s"], device, dtype,
+                                         ceil.peak_flops, ceil.bandwidth)

@@ -459,26 +459,29 @@ def _write(report, watch, args) -> None:
             sys.stderr.write(render(report, fmt, width=args.width or 160))
         write_report_files(report, args)
     if watch is not None:
-        _write_files(watch, args)
+        _write_files(watch, args, getattr(report, "efficiency", None))
 
 
-def _write_files(watch, args) -> None:
+def _write_files(watch, args, efficiency=None) -> None:
     """The watched rank's own files: its trace and TensorBoard scalars."""
     import json
 
     if args.trace:
         write_output(args.trace, json.dumps(watch.chrome_trace()) + "\n")
     if args.tensorboard:
-        _tensorboard(watch, args.tensorboard)
+        _tensorboard(watch, args.tensorboard, efficiency)
 
 
-def _tensorboard(watch, folder: str) -> None:
-    """Per-step phase times (ms) under ``step/phase_ms/`` and the step's wall time, through the
-    TensorBoard sink ``layerscope train`` writes with."""
+def _tensorboard(watch, folder: str, efficiency=None) -> None:
+    """Per-step phase times (ms) under ``step/phase_ms/``, the step's wall time and its MFU
+    (``efficiency``: this rank's), through the TensorBoard sink ``layerscope train`` writes
+    with."""
     from layerscope.training.sinks import StepResult, TensorBoardSink, summary_writer
 
     sink = TensorBoardSink(summary_writer(folder, "--tensorboard", "--tensorboard"))
-    for step, (phases, wall) in enumerate(zip(watch.step_phases, watch.step_seconds),
-                                          start=watch.warmup_steps + 1):
+    steps = range(watch.warmup_steps + 1, watch.warmup_steps + 1 + len(watch.step_seconds))
+    for step, phases, wall in zip(steps, watch.step_phases, watch.step_seconds):
         sink.on_step(StepResult(phases, wall, step=step))
+    if efficiency is not None:
+        sink.on_efficiency(list(steps), efficiency.mfu_per_step or [efficiency.mfu])
     sink.close()

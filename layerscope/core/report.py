@@ -22,6 +22,7 @@ from layerscope.core.records import (
     RooflinePoint,
     TypeTiming,
 )
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"
@@ -119,6 +120,9 @@ class Totals(Record):
     backward_flops: int | None = None
     backward_bytes_read: int | None = None
     backward_bytes_written: int | None = None
+    recompute_flops: int | None = field(default=None, metadata=omit_none(
+        description="training: of backward_flops, the forward FLOPs activation checkpointing "
+                    "recomputes (absent when nothing is recomputed)"))
     gradient_bytes: int | None = None
     optimizer_state_bytes: int | None = None
     # Language models: parameters one token uses (a mixture of experts counts k/E of its expert
@@ -189,6 +193,9 @@ class Report(Record, Result):
     memory: dict[str, Any] | None = field(default=None, metadata=omit_none(
         description="static memory plan (ONNX)"))
     noise: Noise | None = field(default=None, metadata=omit_none())
+    efficiency: Efficiency | None = field(default=None, metadata=omit_none(
+        description="profile: MFU and MBU of the forward pass at the median batch time, "
+                    "against the measured ceilings (and a GPU's datasheet dense peak)"))
 
     # a static analysis (analyze) and a measured one (profile: the report plus its measured
     # sections, the fields marked ``required_in`` profile)

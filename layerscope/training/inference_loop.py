@@ -144,6 +144,9 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     layers.sort(key=lambda r: -r.time["median_s"])
     phases = totals.to_dict()
     phases["seconds"] = {p: phases["seconds"][p] for p in LOOP_PHASES}
+    from layerscope.analysis.efficiency import of_batches
+
+    efficiency = of_batches(module, [f"{batch_size}x{sample_shape}"], walls, device)
     return LoopProfile(
         model=loaded.name, dataset=dataset + (" (synthetic)" if synthetic else ""),
         device=device, batch_size=batch_size, batches=batches, warmup=warmup, phases=phases,
@@ -153,4 +156,5 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         settings={"threads": threads or old_threads, "num_workers": num_workers,
                   "synthetic": synthetic},
         environment=environment(),
-        noise=noise_section(TimingStats.of(walls), machine, used_threads, layer_stats))
+        noise=noise_section(TimingStats.of(walls), machine, used_threads, layer_stats),
+        efficiency=efficiency)

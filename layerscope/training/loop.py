@@ -603,6 +603,9 @@ class _Measured:
     step_seconds: list[float] = field(default_factory=list)
     trace_steps: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0
+    # every measured step's input (shape, dtype): its FLOPs are counted once per distinct one
+    inputs: list[tuple[Any, Any]] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)  # the measured steps' numbers
 
     def add(self, s: StepResult) -> None:
         if self.steps >= self.warmup:
@@ -612,6 +615,8 @@ class _Measured:
             self.totals.add(s.phases, s.wall, s.samples)
             self.epoch.add(s.phases, s.wall, s.samples)
             self.step_seconds.append(s.wall)
+            self.inputs.append(s.inputs)
+            self.numbers.append(s.step)
         self.steps += 1
 
     def end_epoch(self) -> None:
@@ -664,7 +669,8 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
     # after the step's one synchronisation, reading values costs nothing more
     return StepResult(phases, wall, samples=len(y), loss=float(loss.detach()),
                       correct=int((out.detach().argmax(1) == y).sum()),
-                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step)
+                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step,
+                      inputs=(tuple(x.shape), x.dtype))
 
 
 def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
@@ -765,7 +771,11 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
             rows = result.rows
             if stop:
                 break
+    with unprofiled():
+        efficiency = _efficiency(run, m)
     for sink in sinks:
+        if efficiency is not None:
+            sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
         sink.close()
     final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
     if run.rank == 0:
@@ -773,7 +783,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
                           "classes": list(run.classes), "recipe": run.recipe.name},
                          os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
-    extra = _gather_ranks(run, m) if run.env is not None else {}
+    extra = _gather_ranks(run, m, efficiency) if run.env is not None else {}
+    extra["efficiency"] = efficiency
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
@@ -786,11 +797,36 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         if probe is not None else None, **extra)
 
 
-def _gather_ranks(run: _Run, m: _Measured) -> dict[str, Any]:
+def _efficiency(run: _Run, m: _Measured) -> Any:
+    """MFU/HFU of the measured steps: each distinct input's step FLOPs counted once by the
+    capture ``analyze`` uses, against this device's peaks (per rank: one device's). None, with
+    a note, when the model cannot be counted or no step was measured."""
+    from layerscope.analysis import efficiency as eff
+
+    if not m.step_seconds:
+        return None
+    try:
+        counted = {key: eff.step_flops(run.model, torch.zeros(key[0], dtype=key[1],
+                                                               device=run.device),
+                                       optimizer=run.optimizer)
+                   for key in dict.fromkeys(m.inputs)}
+        dtype = run.amp_dtype if run.config.amp else torch.float32
+        return eff.of_steps(counted, m.inputs, m.step_seconds, run.device, dtype or torch.float32,
+                            world_size=run.world)
+    except Exception as exc:  # noqa: BLE001 - a model the capture cannot count still trains
+        run.notes.append(f"MFU not given: the step's FLOPs could not be counted "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        return None
+
+
+def _gather_ranks(run: _Run, m: _Measured, efficiency: Any = None) -> dict[str, Any]:
     """Several processes: every rank's phases and steps gathered on rank 0, which writes the
     merged trace; the report's per-rank fields and notes."""
     c = run.config
-    gathered = dist_run.gather((rank_table.rank_entry(run.rank, m.totals.to_dict()),
+    entry = rank_table.rank_entry(run.rank, m.totals.to_dict())
+    if efficiency is not None and efficiency.mfu is not None:
+        entry["mfu"] = efficiency.mfu  # per GPU: this rank's own
+    gathered = dist_run.gather((entry,
                                 {"rank": run.rank, "steps": m.trace_steps}),
                                run.rank, run.world) or []
     entries = [g[0] for g in gathered]

@@ -36,6 +36,7 @@ from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import temp_dir
 from layerscope.core.noise import read_machine
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.scaling import ScalingPoint, ScalingReport  # also imported from here
 from layerscope.core.stats import TimingStats
 from layerscope.training.ablation import usable_cores
@@ -92,7 +93,9 @@ def point(report: dict[str, Any], threads: int, cores: int, device: str) -> Scal
         exposed_s=exposed_s, exposed_share=exposed_s / stats.median_s,
         buckets=len(c.get("buckets", [])), bytes_per_step=int(c.get("bytes_per_step", 0)),
         theory_bytes_per_step=float(c.get("theory_bytes_per_step", 0.0)),
-        oversubscribed=device == "cpu" and n * threads > cores, phases=phases)
+        oversubscribed=device == "cpu" and n * threads > cores, phases=phases,
+        utilisation=(Efficiency.from_dict(report["efficiency"]) if report.get("efficiency")
+                     else None))
 
 
 def relative_to_first(points: list[ScalingPoint]) -> None:

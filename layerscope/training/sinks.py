@@ -41,6 +41,7 @@ class StepResult:
     batches: int = 0
     epoch_batches: int = 0
     sums: list[float] = field(default_factory=list)
+    inputs: Any = None  # the batch's (shape, dtype), for its FLOPs (MFU)
 
 
 @dataclass
@@ -62,6 +63,9 @@ class Sink:
     def on_epoch(self, epoch: EpochResult) -> None:
         pass
 
+    def on_efficiency(self, steps: list[int], mfu: list[float | None]) -> None:
+        """The MFU of the measured steps (their numbers), once the run's FLOPs are counted."""
+
     def close(self) -> None:
         pass
 
@@ -79,7 +83,8 @@ def summary_writer(folder: str, label: str, name: str, arguments: str | tuple[st
 
 class TensorBoardSink(Sink):
     """Per-step scalars under ``step/`` (loss, lr and throughput where the step has them, each
-    phase in ms under ``step/phase_ms/``, the step's wall time in ms) at the step's number, and
+    phase in ms under ``step/phase_ms/``, the step's wall time in ms, ``step/mfu`` once the run's
+    FLOPs are counted: measured steps only) at the step's number, and
     each epoch's metrics under their own names at the epoch's number (1-based)."""
 
     def __init__(self, writer):
@@ -96,6 +101,11 @@ class TensorBoardSink(Sink):
         for phase, seconds in s.phases.items():
             w.add_scalar(f"step/phase_ms/{phase}", seconds * 1e3, step)
         w.add_scalar("step/wall_ms", s.wall * 1e3, step)
+
+    def on_efficiency(self, steps: list[int], mfu: list[float | None]) -> None:
+        for step, value in zip(steps, mfu):
+            if value is not None:  # a ratio above 1 is refused, not drawn
+                self.writer.add_scalar("step/mfu", value, step)
 
     def on_epoch(self, e: EpochResult) -> None:
         for k, v in e.row.items():

@@ -76,6 +76,7 @@ from layerscope.core.records.train import TrainReport
 from layerscope.training import chrome_trace
 from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
+from layerscope.training.model_seen import ModelSeen
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
@@ -234,6 +235,7 @@ class Watch:
         # the module whose training forwards take the batches: the first called (the model)
         self._sample_module: tuple[int, str] | None = None
         self._samples_from_forward = False  # no loader: counted from its arguments
+        self._seen = ModelSeen()  # the model at its first step: its FLOPs per step (MFU)
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
         self._opt_seen = False  # an optimizer step has started
         self._marked = False  # the loop called mark_step() itself
@@ -358,6 +360,7 @@ class Watch:
             self._nested -= 1
             return
         self._running = False
+        self._seen.close()
         while self._installed:
             self._installed.pop()()
         if self._cuda and self._t0 is not None:
@@ -614,6 +617,7 @@ class Watch:
             self._sample_module = (id(module), type(module).__name__)
         elif self._sample_module[0] != id(module):
             return
+        self._seen.forward(module, args)
         if self._fetched:
             samples, tokens = self._fetched.popleft()
         elif self._loader_seen:
@@ -636,6 +640,7 @@ class Watch:
     def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self.optimizer is not None and opt is not self.optimizer:
             return None
+        self._seen.optimizer_step(opt)
         self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
         new = None
@@ -1008,6 +1013,11 @@ class Watch:
         if group and not (rank and world):  # a group a trainer formed (no launcher's env)
             rank, world = str(group["rank"]), str(group["world_size"])
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
+        # counted once the hooks are gone (the count runs the model's forward once more)
+        efficiency, why = (None, None) if self._running else self._seen.efficiency(
+            len(self._seconds), self.step_seconds, "cuda" if self.cuda_used else "cpu",
+            int(world) if world and world.isdigit() else 1)
+        notes += [why] if why else []
         return TrainReport(
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
@@ -1026,7 +1036,7 @@ class Watch:
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
-            process_group=group,
+            process_group=group, efficiency=efficiency,
             data_loading=self._probe.result(h2d_s=totals.seconds.get("h2d", 0.0),
                                             cuda=self.cuda_used)
             if self._probe is not None else None)

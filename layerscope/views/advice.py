@@ -3,7 +3,8 @@ measured gain, verdict), then each rule's arithmetic and the command that tests 
 from __future__ import annotations
 
 from layerscope.views.common import pct
-from layerscope.views.sections import Cell, Column, DataTable, Lines, RowTable, View
+from layerscope.views.sections import (PALETTE, Cell, Chart, Column, DataTable, Lines, Point,
+                                       RowTable, Series, View)
 
 
 def heading(result) -> tuple[str, str]:
@@ -66,6 +67,23 @@ def html_facts(result) -> list[tuple[str, str]]:
                             for a in result.advice]
 
 
+def charts(result) -> list[Chart]:
+    """Each fired rule's predicted gain (bar at the middle, whisker low..high), the measured
+    gain written on the bars that were verified."""
+    s = Series("predicted gain", PALETTE[0])
+    for i, a in enumerate(result.advice):
+        g = a.predicted_gain
+        tip = (f"{a.rule}\npredicted {_gain(g)}"
+               + (f"\nmeasured {pct(a.measured_gain)} ({a.verdict})"
+                  if a.measured_gain is not None else f"\n{a.verdict}"))
+        s.points.append(Point(i, 50.0 * (g.low + g.high), tip, lo=100.0 * g.low,
+                              hi=100.0 * g.high, hot=a.verdict == "confirmed",
+                              label=(f"measured {pct(a.measured_gain, 0)}"
+                                     if a.measured_gain is not None else None)))
+    return [Chart("advice-gains", "bars", "Predicted gain per rule (range); measured where run",
+                  "rule", "% of the step saved", [s], [a.rule for a in result.advice])]
+
+
 CSV_COLUMNS = ["rule", "cause", "change", "command", "predicted_low", "predicted_high",
                "measured_gain", "verdict", "derivation"]
 
@@ -76,5 +94,6 @@ def csv(result) -> DataTable:
                                     a.derivation] for a in result.advice])
 
 
-VIEW = View(heading=heading, terminal=advice_terminal, facts=html_facts, tables=tables, csv=csv,
+VIEW = View(heading=heading, terminal=advice_terminal, facts=html_facts, tables=tables,
+            charts=charts, csv=csv,
             facts_title="Advice", name=lambda result: result.subject)

@@ -161,3 +161,49 @@ def phase_stack(id: str, title: str, categories: list[str], per_cat: list[dict[s
                                         f"({pct(v / total if total else None)})\n{tips[i]}"))
         series.append(s)
     return Chart(id, "stacked", title, x_label, "ms per step", series, categories)
+
+
+def _si(x: float | None) -> str:
+    return "-" if x is None else si(x)
+
+
+def efficiency_lines(result) -> list[str]:
+    """The terminal's lines of efficiency_facts."""
+    return [f"{name}: {text}" for name, text in efficiency_facts(result)]
+
+
+def _against(ratio: float | None, peak: float | None, source: str, unit: str) -> str:
+    """'12.3% of the measured peak 26.2 GFLOP/s' (refused: 'not given')."""
+    where = f"{source} peak {si(peak)}{unit}" if peak else source
+    return f"{pct(ratio, 2)} of the {where}" if ratio is not None else f"not given ({where})"
+
+
+def efficiency_facts(result) -> list[tuple[str, str]]:
+    """MFU, HFU and MBU of a timed result (its ``efficiency``), each beside both peaks it is
+    taken against, and the notes of any ratio refused."""
+    e = getattr(result, "efficiency", None)
+    if not e:
+        return []
+    sheet = e.get("datasheet")
+
+    def line(key: str, peak_key: str, unit: str, how: str) -> str:
+        text = _against(e.get(key), e.get(peak_key), e["peak_source"], unit)
+        if sheet and sheet.get(peak_key):
+            text += "; " + _against(sheet.get(key), sheet.get(peak_key), sheet["peak_source"],
+                                    unit)
+        return f"{text} ({how})"
+
+    per = "step" if e.get("hfu") is not None or e.get("hardware_flops_per_step") else "batch"
+    flops = (f"{si(e['model_flops_per_step'])}FLOP per {per} at the median "
+             f"{ms(e['step_s'], 2)} ms: {_si(e.get('achieved_flops_per_s'))}FLOP/s")
+    out = [("MFU", line("mfu", "peak_flops_per_s", "FLOP/s", flops))]
+    if e.get("hardware_flops_per_step"):
+        out.append(("HFU", line("hfu", "peak_flops_per_s", "FLOP/s",
+                                f"{si(e['hardware_flops_per_step'])}FLOP per step with the "
+                                "recomputed forward")))
+    elif e.get("hfu") is not None:
+        out.append(("HFU", "the same as MFU (no activation checkpointing: nothing recomputed)"))
+    if e.get("peak_bytes_per_s"):
+        out.append(("MBU", line("mbu", "peak_bytes_per_s", "B/s",
+                                f"{_si(e.get('bytes_per_step'))}B moved per batch")))
+    return out + [("Note", n) for n in e.get("notes") or []]

@@ -8,6 +8,8 @@ from layerscope.core.units import megabytes, shape_str, si
 from layerscope.views.common import (
     by_type_colors,
     cell,
+    efficiency_facts,
+    efficiency_lines,
     exact,
     layer_bars,
     layer_tip,
@@ -128,6 +130,7 @@ def profile_facts(r) -> list[tuple[str, str]]:
                                     f"{c['bandwidth'] / 1e9:.1f} GB/s, ridge "
                                     f"{c['ridge']:.1f} FLOP/B ({c.get('device')}, "
                                     f"{c.get('dtype')}{_measured(c)})"))
+        out += efficiency_facts(r)
     return out + [("Note", n) for n in r.notes] + noise_facts(r)
 
 
@@ -509,7 +512,7 @@ def profile_lines(report) -> list[str]:
         stale = above_roof_line(report)
         if stale:
             lines.append(f"Warning: {stale}")
-    return lines
+    return lines + efficiency_lines(report)
 
 
 def profile_terminal(report) -> list:

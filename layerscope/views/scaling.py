@@ -49,11 +49,20 @@ COLUMNS = [Column("Procs", True), Column("Threads", True, priority=2),
            Column("Efficiency", True), Column("Comm ms", True, priority=1),
            Column("Comm", True), Column("Exposed", True, priority=1),
            Column("Buckets", True, priority=3), Column("Bytes", True, priority=3),
-           Column("Note", optional=True)]
+           Column("MFU", True, priority=1, optional=True), Column("Note", optional=True)]
 
 
 def _ms(seconds: float) -> Cell:
     return Cell(ms(seconds, 2), seconds * 1e3)
+
+
+def _mfu(p) -> Cell:
+    """MFU per GPU at the median step against the measured peak (empty in results saved
+    before it: the column is left out)."""
+    u = getattr(p, "utilisation", None)
+    if not u:
+        return Cell("")
+    return Cell(pct(u.get("mfu"), 2), u.get("mfu"))
 
 
 def _rows(result) -> list[list[Cell]]:
@@ -68,14 +77,15 @@ def _rows(result) -> list[list[Cell]]:
             Cell(f"{p.speedup:.2f}x", p.speedup), Cell(pct(p.efficiency, 0), p.efficiency),
             _ms(p.communication_s), Cell(pct(p.communication_share), p.communication_share),
             Cell(pct(p.exposed_share), p.exposed_share), Cell(str(p.buckets), p.buckets),
-            Cell(f"{si(p.bytes_per_step)}B", p.bytes_per_step),
+            Cell(f"{si(p.bytes_per_step)}B", p.bytes_per_step), _mfu(p),
             Cell("oversubscribed" if p.oversubscribed else "")])
     return rows
 
 
 LEGEND = ("Threads and batch are per rank. Samples/s: all ranks together (each rank trains its own "
           "batch); speed-up: over the first world size; efficiency: speed-up x N0 / N (100% = "
-          "linear); comm: share of the step inside the gradient all-reduces; exposed: the part "
+          "linear); MFU: model FLOPs per second per rank over the measured peak; comm: share of "
+          "the step inside the gradient all-reduces; exposed: the part "
           "of it after backward's last gradient, which nothing overlaps.")
 
 

@@ -11,6 +11,8 @@ from layerscope.training.ranks import waits_measured
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
+    efficiency_facts,
+    efficiency_lines,
     mean_mark_legend,
     mean_ms,
     median,
@@ -153,6 +155,7 @@ def train_facts(result) -> list[tuple[str, str]]:
                         f"{final['val_top5']:.2%}"))
     out += _distributed_facts(result)
     out += data_facts(result)
+    out += efficiency_facts(result)
     out += [("Note", n) for n in result.notes]
     return out
 
@@ -216,7 +219,7 @@ def loop_facts(result) -> list[tuple[str, str]]:
                         "excluded)"),
             ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
             ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes] \
-        + noise_facts(result)
+        + efficiency_facts(result) + noise_facts(result)
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -316,11 +319,14 @@ def _ranks_table(r) -> RowTable:
     cols = [(_who(r).capitalize(), True), ("Step ms", True)] + [
         ("Communication (overlaps)" if p == "communication" else labels[p], True)
         for p in phases]
+    with_mfu = any(e.get("mfu") is not None for e in r.ranks)
+    cols += [("MFU", True)] if with_mfu else []
     slow = (r.straggler or {}).get("rank")
     rows, hot = [], []
     for e in r.ranks:
         cells = [Cell(str(e["rank"]), e["rank"]), Cell(ms(e["step_s"], 2), e["step_s"])]
         cells += [Cell(ms(e["phases"].get(p), 2), e["phases"].get(p)) for p in phases]
+        cells += [Cell(pct(e.get("mfu"), 2), e.get("mfu"))] if with_mfu else []
         rows.append(cells)
         hot.append(e["rank"] == slow)
     title = f"Per {_who(r)} (ms per step" + ("; communication overlaps backward and is not part "
@@ -544,6 +550,7 @@ def train_terminal(report) -> list:
         lines.append(f"run directory: {report.run_dir}")
     if report.final:
         lines.insert(0, "final: " + epoch_line(report.final))
+    lines += efficiency_lines(report)
     lines += [f"note: {n}" for n in report.notes]
     out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
                         phase_labels(report, {})), Lines(lines)]
@@ -603,6 +610,7 @@ def loop_terminal(result) -> list:
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
              + " of the forward phase (the rest is the model's own code between layers)"]
+    lines += efficiency_lines(result)
     lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
     return [replace(_phase_table(b), title=title), layers, Lines(lines)]
 

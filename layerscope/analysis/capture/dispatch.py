@@ -82,6 +82,8 @@ class CountingMode(TorchDispatchMode):
                     sum(map(tensor_nbytes, out_tensors)))
         if backward:
             stats.backward = stats.backward + cost
+            if torch.is_grad_enabled():  # a checkpointed segment's forward, recomputed
+                stats.recompute_flops += op.flops
             if bucket is not None:
                 bucket.backward = bucket.backward + cost
         else:

@@ -29,6 +29,9 @@ class ModuleStats:
     buffer_bytes: int = 0
     forward: Cost = ZERO
     backward: Cost = ZERO
+    # of the backward FLOPs, those of forward ops run again (activation checkpointing
+    # recomputes its segments' forward inside backward, with grad mode on)
+    recompute_flops: int = 0
     activation_bytes: int = 0
     ops: int = 0
     # Output bytes summed over every call (None where hooks do not fire: TorchScript): all

@@ -112,6 +112,7 @@ def totals(cap: Capture, model: nn.Module, optimizer: str = "adam") -> Totals:
     if cap.training:
         tot.gradient_bytes = sum(tensor_nbytes(p, cap.dtype) for p in trainable)
         tot.optimizer_state_bytes = OPTIMIZER_STATE_FACTOR[optimizer] * tot.gradient_bytes
+        tot.recompute_flops = sum(s.recompute_flops for s in cap.modules.values()) or None
     return tot
 
 

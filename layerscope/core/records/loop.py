@@ -9,6 +9,7 @@ from typing import Any
 
 from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
 from layerscope.core.records import ENVIRONMENT, Noise
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 from layerscope.core.stats import TimingStats
@@ -51,5 +52,8 @@ class LoopProfile(ResultDocument):
         description="core.noise section: spread of the batches' wall times, the machine at the "
                     "start, and the layers whose mean is far above their median (absent in "
                     "results saved before it)"))
+    efficiency: Efficiency | None = field(default=None, metadata=omit_none(
+        description="MFU and MBU of every batch (forward FLOPs and bytes over the batch's wall "
+                    "time) against the measured ceilings; absent in results saved before it"))
     kind: str = "loop"
     schema_version: str = SCHEMA_VERSION

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument
+from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.report import SCHEMA_VERSION
 
 _NONNEG = {"minimum": 0}
@@ -44,6 +45,9 @@ class ScalingPoint(Record):
     oversubscribed: bool
     phases: dict[str, float] = field(default_factory=dict, metadata={
         "description": "rank-mean of the median seconds per step by phase"})
+    utilisation: Efficiency | None = field(default=None, metadata=omit_none(
+        description="MFU and HFU per GPU (rank 0's FLOPs and steps against one device's peak): "
+                    "the train report's efficiency; absent in results saved before it"))
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 from layerscope.core.document import DictRecord, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.records.dataloading import DataLoading
+from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 
@@ -82,6 +83,10 @@ class RankEntry(DictRecord):
     throughput_per_s: float | None = field(default=None, metadata={"optional": True})
     # its properties are written from core.phases.STEP_PHASES (schema/generate.py)
     phases: dict[str, float]
+    mfu: float | None = field(default=None, metadata=omit_none(
+        optional=True, minimum=0, maximum=1,
+        description="this rank's MFU (its model FLOPs per step over its median step, against "
+                    "one device's measured peak); absent when refused or not counted"))
 
 
 @dataclass(eq=False, kw_only=True)
@@ -186,6 +191,9 @@ class TrainReport(ResultDocument):
                     "for batches and the work behind them (dataset fetch, collate, pinning) in "
                     "its workers, and the findings with the knob that removes each "
                     "(training.dataloading); absent in results saved before it"))
+    efficiency: Efficiency | None = field(default=None, metadata=omit_none(
+        description="MFU and HFU of the measured steps against the measured peak (and a GPU's "
+                    "datasheet dense peak); absent in results saved before it"))
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
