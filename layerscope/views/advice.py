@@ -3,8 +3,18 @@ measured gain, verdict), then each rule's arithmetic and the command that tests 
 from __future__ import annotations
 
 from layerscope.views.common import pct
-from layerscope.views.sections import (PALETTE, Cell, Chart, Column, DataTable, Lines, Point,
-                                       RowTable, Series, View)
+from layerscope.views.sections import (
+    PALETTE,
+    Cell,
+    Chart,
+    Column,
+    DataTable,
+    Lines,
+    Point,
+    RowTable,
+    Series,
+    View,
+)
 
 
 def heading(result) -> tuple[str, str]:
