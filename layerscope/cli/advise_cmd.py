@@ -28,10 +28,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from layerscope.advice import advise
+    from layerscope.core.results import read_result
+    from layerscope.views.lead import headline
 
     with progress_bar("verifying the advice" if args.verify else "advising",
                       quiet=args.quiet or not args.verify) as progress:
         report = advise(args.result, verify=args.verify, steps=args.steps,
                         repeats=args.repeats, progress=progress)
+    # the headline of the result read, with the measured gains once verified
+    report.headline = headline(read_result(args.result), report)
     emit(report, args)
     return 0

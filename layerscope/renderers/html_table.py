@@ -15,12 +15,15 @@ _STYLE = ("<style>.ls-nb table{border-collapse:collapse;margin:4px 0 12px}"
 
 
 def render_html_table(result) -> str:
-    from layerscope.renderers.html import kv_table, row_table
+    from layerscope.renderers.html import kv_table, lead_html, row_table
 
     view = view_for(result)
     title, sub = view.heading(result)
     parts = [_STYLE, '<div class="ls-nb">', f"<h4>{html.escape(title)}</h4>",
              f"<p>{html.escape(sub)}</p>"]
+    lead = lead_html(view.lead(result))
+    if lead:
+        parts.append(lead)
     summary = view.facts(result)
     if summary:
         parts.append(kv_table(view.facts_title, summary, cls="ls-kv"))

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.views import view_for
-from layerscope.views.sections import SHRINK_FLOOR, WRAP_WHOLE, Facts, Lines, RowTable
+from layerscope.views.sections import SHRINK_FLOOR, WRAP_WHOLE, Facts, Lead, Lines, RowTable
 
 
 def default_layout(view, result) -> list:
@@ -26,11 +26,13 @@ def default_layout(view, result) -> list:
 
 
 def sections(result, **options) -> list:
-    """The sections the terminal shows for ``result``, in order."""
+    """The sections the terminal shows for ``result``, in order: its layout, then its lead
+    (the headline and the advice, the last lines a terminal leaves in view)."""
     view = view_for(result)
-    if view.terminal is None:
-        return default_layout(view, result)
-    return view.terminal(result, **options)
+    out = default_layout(view, result) if view.terminal is None else \
+        view.terminal(result, **options)
+    lead = view.lead(result)
+    return out + [lead] if lead is not None else out
 
 
 def render_table(result, **options):
@@ -47,6 +49,11 @@ def draw(section):
             return Text("\n".join(section.lines), style=section.style, no_wrap=True,
                         overflow="ignore")
         return Text("\n".join(section.lines), style=section.style)
+    if isinstance(section, Lead):
+        text = Text("Answer: ", style="bold")
+        text.append(section.headline)
+        rest = section.lines + ([section.note] if section.note and not section.lines else [])
+        return Group(Text(""), text, *[Text(line) for line in rest])
     if isinstance(section, Facts):
         grid = Table(title=section.title or None, show_header=False, pad_edge=False, box=None,
                      title_justify="left")
@@ -55,7 +62,7 @@ def draw(section):
         for name, value in section.pairs:
             grid.add_row(name, value)
         return grid
-    raise TypeError(f"a terminal layout holds RowTable, Lines and Facts sections, not "
+    raise TypeError(f"a terminal layout holds RowTable, Lines, Facts and Lead sections, not "
                     f"{type(section).__name__}")
 
 

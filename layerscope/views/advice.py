@@ -2,6 +2,8 @@
 measured gain, verdict), then each rule's arithmetic and the command that tests it."""
 from __future__ import annotations
 
+from typing import Any
+
 from layerscope.views.common import pct
 from layerscope.views.sections import (
     PALETTE,
@@ -9,12 +11,15 @@ from layerscope.views.sections import (
     Chart,
     Column,
     DataTable,
+    Lead,
     Lines,
     Point,
     RowTable,
     Series,
     View,
 )
+
+MINUS = "\u2212"
 
 
 def heading(result) -> tuple[str, str]:
@@ -43,15 +48,86 @@ COLUMNS = [Column("Rule"), Column("Cause", wrap=True), Column("Change", wrap=Tru
            Column("Predicted gain", True), Column("Measured", True), Column("Verdict")]
 
 
-def tables(result) -> list[RowTable]:
+# ---- gains in words (the lead of a timed result and of an advice result) ----------------
+def percent(x: float) -> str:
+    """'41%', '4.2%', '0.31%': two significant figures under 10%."""
+    x *= 100
+    return f"{x:.0f}%" if abs(x) >= 10 else f"{x:.1f}%" if abs(x) >= 1 else f"{x:.2g}%"
+
+
+def step_change(gain: float) -> str:
+    """A gain (fraction of the time saved) as the change of the time: 0.17 -> '−17%'."""
+    return (MINUS if gain > 0 else "+" if gain < 0 else "") + percent(abs(gain))
+
+
+def predicted(low: float, high: float) -> str:
+    if low <= 0 < high:
+        return f"up to {step_change(high)}"
+    if low == high:
+        return step_change(high)
+    return f"{step_change(low)}..{step_change(high)}"
+
+
+def measured(a: dict[str, Any]) -> str:
+    """', measured −17% (confirmed)' once verified; else ''."""
+    if a.get("measured_gain") is None:
+        return ""
+    verdict = {"within-noise": "within the noise"}.get(a.get("verdict"), a.get("verdict"))
+    return f", measured {step_change(a['measured_gain'])} ({verdict})"
+
+
+def change_label(a: dict[str, Any]) -> str:
+    """What the rule changes, short: its ablate variant, its thread count, else its name."""
+    return a.get("variant") or (f"threads={a['threads']}" if a.get("threads") else a["rule"])
+
+
+def top_rule(advice: dict[str, Any]) -> str:
+    """The rule with the largest predicted gain of an advice report's JSON, in a few words:
+    'amp predicted up to −32%, measured −17% (confirmed); 1 more rule'."""
+    items = sorted(advice.get("advice") or [], key=lambda a: -a["predicted_gain"]["high"])
+    if not items:
+        return "no advice rule fired"
+    top = items[0]
+    g = top["predicted_gain"]
+    more = f"; {len(items) - 1} more rule{'s' if len(items) > 2 else ''}" \
+        if len(items) > 1 else ""
+    return f"{change_label(top)} predicted {predicted(g['low'], g['high'])}{measured(top)}{more}"
+
+
+def rule_line(a: dict[str, Any]) -> str:
+    """A rule in one terminal line: its change and its predicted (and measured) gain."""
+    g = a["predicted_gain"]
+    return f"  {a['rule']}: {a['change']}; predicted {predicted(g['low'], g['high'])}" \
+           f"{measured(a)}"
+
+
+def advice_lead(report) -> Lead:
+    """An advice result's lead: the headline of the result it read (written by ``layerscope
+    advise``; measured gains beside the predictions once verified), else its top rule."""
+    text = getattr(report, "headline", None) or (
+        f"{report.subject}: " + top_rule(report.to_dict()))
+    return Lead(text)
+
+
+COMMAND = Column("Command (tests it)", wrap=True, priority=2)
+
+
+def advice_table(result, commands: bool = False) -> RowTable:
+    """One row per rule that fired; ``commands``: with the command that tests each (the lead
+    of a timed result's report)."""
     rows = [[Cell(a.rule), Cell(a.cause), Cell(a.change),
              Cell(_gain(a.predicted_gain), a.predicted_gain.high),
              Cell(pct(a.measured_gain), a.measured_gain),
              Cell(a.verdict, style={"confirmed": "green", "refuted": "red"}.get(a.verdict))]
+            + ([Cell(a.command)] if commands else [])
             for a in result.advice]
-    return [RowTable("advice", "Advice", COLUMNS, rows,
-                     hot=[a.verdict == "confirmed" for a in result.advice],
-                     caption="gain: fraction of the step time saved (1 - new / old)")]
+    return RowTable("advice", "Advice", COLUMNS + ([COMMAND] if commands else []), rows,
+                    hot=[a.verdict == "confirmed" for a in result.advice],
+                    caption="gain: fraction of the step time saved (1 - new / old)")
+
+
+def tables(result) -> list[RowTable]:
+    return [advice_table(result)]
 
 
 def details(result) -> list[str]:
@@ -105,5 +181,5 @@ def csv(result) -> DataTable:
 
 
 VIEW = View(heading=heading, terminal=advice_terminal, facts=html_facts, tables=tables,
-            charts=charts, csv=csv,
+            charts=charts, csv=csv, lead=advice_lead,
             facts_title="Advice", name=lambda result: result.subject)

@@ -25,6 +25,7 @@ from layerscope.views.common import (
     type_of,
 )
 from layerscope.views.highlight import describe, hot_predicate, rule_of
+from layerscope.views.lead import lead_section
 from layerscope.views.sections import (
     Cell,
     Chart,
@@ -534,4 +535,4 @@ ANALYZE = View(heading=analyze_heading, terminal=analyze_terminal, facts=analyze
                facts_title="Totals")
 PROFILE = View(heading=profile_heading, terminal=profile_terminal, facts=profile_facts,
                tables=profile_tables, charts=profile_charts, csv=profile_csv,
-               warnings=profile_warnings, facts_title="Totals")
+               warnings=profile_warnings, facts_title="Totals", lead=lead_section)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from layerscope.core.units import si
 from layerscope.views.common import ms, num, pct
+from layerscope.views.lead import lead_section
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -132,4 +133,4 @@ def scaling_terminal(result) -> list:
 
 
 VIEW = View(heading=heading, terminal=scaling_terminal, facts=facts, tables=tables, charts=charts,
-            csv=csv)
+            csv=csv, lead=lead_section)

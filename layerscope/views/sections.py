@@ -103,6 +103,18 @@ class Facts:
 
 
 @dataclass
+class Lead:
+    """The answer first: one headline sentence (views/lead.py) and the advice rules that fired.
+    The HTML report draws it before everything else in the result's section (the headline,
+    ``table``, ``note``); the terminal at the end of the layout (the headline, ``lines``: one
+    per rule, ``note``)."""
+    headline: str
+    table: RowTable | None = None  # HTML, notebook: one row per rule that fired
+    lines: list[str] = field(default_factory=list)  # terminal: one line per rule that fired
+    note: str = ""  # e.g. that no rule fired
+
+
+@dataclass
 class DataTable:
     """Raw values under column names: what the CSV writes (None as an empty field)."""
     columns: list[str]
@@ -180,6 +192,8 @@ class View:
     tables    result -> [RowTable] (HTML report, notebook)
     charts    result -> [Chart] (HTML report's SVG, --plot's PNG)
     csv       result -> DataTable: the CSV's raw values (every kind has one)
+    lead      result -> Lead | None: the answer first (a timed result's headline and advice);
+              every renderer but the CSV and JSON draws it
     """
     heading: Callable[[Any], tuple[str, str]]
     terminal: Callable[..., list] | None = None
@@ -191,3 +205,4 @@ class View:
     facts_title: str = "Summary"
     environment: Callable[[Any], dict | None] = lambda r: getattr(r, "environment", None)
     name: Callable[[Any], str] = result_name
+    lead: Callable[[Any], Lead | None] = lambda r: None

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from layerscope.core.units import shape_str
 from layerscope.views.common import cell, ms, ms_cell, noise_facts, noise_lines, num
+from layerscope.views.lead import lead_section
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -149,4 +150,4 @@ def sweep_terminal(report) -> list:
 
 
 VIEW = View(heading=heading, terminal=sweep_terminal, facts=facts, tables=tables, charts=charts,
-            csv=csv)
+            csv=csv, lead=lead_section)

@@ -26,6 +26,7 @@ from layerscope.views.common import (
     spent_phases,
 )
 from layerscope.views.dataloading import data_facts, data_lines, data_tables
+from layerscope.views.lead import lead_section
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -616,8 +617,8 @@ def loop_terminal(result) -> list:
 
 
 TRAIN = View(heading=train_heading, terminal=train_terminal, facts=train_facts,
-             tables=train_tables, charts=train_charts, csv=train_csv)
+             tables=train_tables, charts=train_charts, csv=train_csv, lead=lead_section)
 ABLATE = View(heading=ablate_heading, terminal=ablate_terminal, facts=ablate_facts,
-              tables=ablate_tables, charts=ablate_charts, csv=ablate_csv)
+              tables=ablate_tables, charts=ablate_charts, csv=ablate_csv, lead=lead_section)
 LOOP = View(heading=loop_heading, terminal=loop_terminal, facts=loop_facts, tables=loop_tables,
-            charts=loop_charts, csv=loop_csv)
+            charts=loop_charts, csv=loop_csv, lead=lead_section)

@@ -63,5 +63,9 @@ class AdviceReport(ResultDocument):
         description="--verify's settings (steps, repeats, seed)", schema={"type": "object"}))
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
+    headline: str | None = field(default=None, metadata=omit_none(
+        description="the headline of the result the advice reads (its step time, MFU, data "
+                    "share and the rule with the largest predicted gain, measured beside it "
+                    "once verified), as the advise command writes it"))
     kind: str = "advice"
     schema_version: str = SCHEMA_VERSION

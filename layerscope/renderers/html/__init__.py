@@ -17,7 +17,7 @@ from typing import Any
 from layerscope.renderers.html.svg import svg_chart
 from layerscope.renderers.tables import environment_rows
 from layerscope.views import view_for
-from layerscope.views.sections import RowTable
+from layerscope.views.sections import Lead, RowTable
 
 
 def _asset(name: str) -> str:
@@ -78,6 +78,19 @@ def row_table(t: RowTable, table_id: str | None = None, interactive: bool = True
             f'<tbody>{"".join(rows)}</tbody>{foot}</table>')
 
 
+def lead_html(lead: Lead | None) -> str:
+    """A result's lead (the headline and the advice rules that fired), drawn first."""
+    if lead is None:
+        return ""
+    parts = ['<div class="ls-lead" role="doc-abstract">',
+             f'<p class="ls-headline"><strong>Answer:</strong> {_e(lead.headline)}</p>']
+    if lead.table is not None and lead.table.rows:
+        parts.append(f'<div class="ls-scroll">{row_table(lead.table, interactive=False)}</div>')
+    if lead.note:
+        parts.append(f'<p class="ls-sub">{_e(lead.note)}</p>')
+    return "\n".join(parts + ["</div>"])
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "result"
 
@@ -88,6 +101,9 @@ def section(result, index: int) -> str:
     title, sub = view.heading(result)
     parts = [f'<section class="ls-result" id="{sid}" data-kind="{_e(result.kind)}">',
              f"<h2>{_e(title)}</h2>", f'<p class="ls-sub">{_e(sub)}</p>']
+    lead = lead_html(view.lead(result))
+    if lead:
+        parts.append(lead)
     parts += [f'<p class="ls-warning" role="note">Warning: {_e(w)}</p>'
               for w in view.warnings(result)]
     parts += ['<div class="ls-facts">',
