@@ -87,26 +87,33 @@ def test_the_writer_removes_the_folders_it_made_when_the_command_fails(tmp_path)
     assert os.listdir(tmp_path) == []
 
 
-def demo_command(makefile: Path = ROOT / "Makefile") -> list[str]:
-    """The ``demo:`` recipe's command line, as written in the Makefile (one line)."""
+def demo_commands(makefile: Path = ROOT / "Makefile") -> list[list[str]]:
+    """The ``demo:`` recipe's command lines, as written in the Makefile (one per line)."""
     text = makefile.read_text()
     recipe = re.search(r"^demo:[^\n]*\n((?:\t[^\n]*\n)+)", text, re.M)
     assert recipe, "the Makefile has no demo: recipe"
-    lines = [ln.strip() for ln in recipe.group(1).splitlines() if ln.strip()]
-    assert len(lines) == 1, lines
-    return shlex.split(lines[0])
+    return [shlex.split(ln.strip()) for ln in recipe.group(1).splitlines() if ln.strip()]
 
 
 def test_readme_demo_command_runs_from_a_fresh_folder(tmp_path):
-    argv = demo_command()
-    assert argv[0] == "$(VENV)/bin/layerscope", argv
-    html = next(argv[i + 1] for i, a in enumerate(argv) if a == "--html")
+    """make demo's two commands as written: train writes the report that advise reads, and
+    advise ends with the answer (here without --verify, whose ablations take a minute;
+    tests/test_advice.py runs it)."""
+    train, advise = demo_commands()
+    assert train[0] == advise[0] == "$(VENV)/bin/layerscope", (train, advise)
+    out = train[train.index("--out") + 1]
+    html = train[train.index("--html") + 1]
+    assert advise[1:3] == ["advise", f"{out}/report.json"] and "--verify" in advise, advise
     layerscope = Path(sys.executable).parent / "layerscope"  # the venv's entry point
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    done = subprocess.run([str(layerscope), *argv[1:]], cwd=tmp_path, env=env,
+    done = subprocess.run([str(layerscope), *train[1:]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / html).is_file() and "<html" in (tmp_path / html).read_text().lower()
+    done = subprocess.run([str(layerscope), *[a for a in advise[1:] if a != "--verify"]],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert "Answer: step " in done.stdout
 
 
 @pytest.mark.slow
