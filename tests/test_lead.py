@@ -212,3 +212,17 @@ def test_advise_writes_the_headline_of_the_result_it_read(tmp_path):
     # its own report's lead is that headline
     assert f"Answer: {d['headline']}" in " ".join(to_text(read_result(str(out)),
                                                           width=400).split())
+
+
+def test_lead_table_shows_measured_gains_only_once_one_was_run():
+    """A timed result's lead: predicted gain and command (nothing was run for it); the advice
+    table of a verified advice result keeps its measured gain and verdict."""
+    from layerscope.views.advice import advice_table
+
+    r = S.train_report()
+    labels = [c.label for c in view_for(r).lead(r).table.columns]
+    assert labels == ["Rule", "Cause", "Change", "Predicted gain", "Command (tests it)"]
+    verified = S.advice_report()
+    verified.advice[0].measured_gain, verified.advice[0].verdict = 0.17, "confirmed"
+    labels = [c.label for c in advice_table(verified, commands=True).columns]
+    assert labels[4:] == ["Measured", "Verdict", "Command (tests it)"]

@@ -113,15 +113,18 @@ COMMAND = Column("Command (tests it)", wrap=True, priority=2)
 
 
 def advice_table(result, commands: bool = False) -> RowTable:
-    """One row per rule that fired; ``commands``: with the command that tests each (the lead
-    of a timed result's report)."""
-    rows = [[Cell(a.rule), Cell(a.cause), Cell(a.change),
-             Cell(_gain(a.predicted_gain), a.predicted_gain.high),
-             Cell(pct(a.measured_gain), a.measured_gain),
-             Cell(a.verdict, style={"confirmed": "green", "refuted": "red"}.get(a.verdict))]
-            + ([Cell(a.command)] if commands else [])
+    """One row per rule that fired; ``commands`` (the lead of a timed result's report): with
+    the command that tests each, and the measured gain and verdict only once one was run."""
+    measured = not commands or any(a.measured_gain is not None for a in result.advice)
+    keep = [i for i, c in enumerate(COLUMNS) if measured or c.label not in ("Measured", "Verdict")]
+    rows = [[[Cell(a.rule), Cell(a.cause), Cell(a.change),
+              Cell(_gain(a.predicted_gain), a.predicted_gain.high),
+              Cell(pct(a.measured_gain), a.measured_gain),
+              Cell(a.verdict, style={"confirmed": "green", "refuted": "red"}.get(a.verdict))][i]
+             for i in keep] + ([Cell(a.command)] if commands else [])
             for a in result.advice]
-    return RowTable("advice", "Advice", COLUMNS + ([COMMAND] if commands else []), rows,
+    return RowTable("advice", "Advice", [COLUMNS[i] for i in keep] + ([COMMAND] if commands
+                                                                         else []), rows,
                     hot=[a.verdict == "confirmed" for a in result.advice],
                     caption="gain: fraction of the step time saved (1 - new / old)")
 
