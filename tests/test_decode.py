@@ -177,3 +177,14 @@ def test_weights_that_do_not_fit_are_refused_naming_the_bytes(config, monkeypatc
     code, out, err = run_cli("profile", config, "--decode", "2", "--context", "32")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "give a smaller --dtype, --batch-size or --context, or another device" in err
+
+
+def test_a_noisy_decode_names_the_option_that_adds_steps():
+    from layerscope.core.noise import MachineReading, noise_section
+    from layerscope.core.stats import TimingStats
+
+    spread = TimingStats.of([1e-3] * 5 + [5e-3] * 5)  # p90/p10 = 5: noisy
+    quiet = MachineReading((0.0, 0.0, 0.0), 8, 8)
+    decode_warning = noise_section(spread, quiet, 1, repeats="--decode steps").warnings[0]
+    assert decode_warning.endswith("a quiet machine or more --decode steps.")
+    assert noise_section(spread, quiet, 1).warnings[0].endswith("or more --runs.")

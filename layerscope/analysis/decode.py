@@ -201,4 +201,4 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
         notes=list(source.notes),
         settings={"threads": threads or old_threads, "llm_attention": counted.attention_count},
         environment=environment(),
-        noise=noise_section(stats, machine, used_threads))
+        noise=noise_section(stats, machine, used_threads, repeats="--decode steps"))

@@ -27,6 +27,11 @@ def heading(r) -> tuple[str, str]:
             f"{r.steps} steps ({warm}) · ms per step")
 
 
+def rate(tokens_per_s: float) -> str:
+    """Tokens/s with three significant figures ('0.186', '933', '1.10K')."""
+    return f"{tokens_per_s:.3g}" if tokens_per_s < 1000 else si(tokens_per_s)
+
+
 def _step(r) -> str:
     t = r.step_time
     return f"{ms(t['median_s'], 3)} ms (p10 {ms(t['p10_s'], 3)}, p90 {ms(t['p90_s'], 3)})"
@@ -42,12 +47,12 @@ def _source(b) -> str:
 
 def figures(r) -> list[tuple[str, str]]:
     """The key figures without the noise line (the terminal writes it under them)."""
-    out = [("Decode step", f"{_step(r)}: {si(r.tokens_per_s)} tokens/s "
+    out = [("Decode step", f"{_step(r)}: {rate(r.tokens_per_s)} tokens/s "
                            f"({r.batch_size} sequence{'s' if r.batch_size != 1 else ''}, "
                            f"{r.context:,} tokens cached)")]
     for b in r.bounds:
         out.append((f"Bound ({_source(b)})",
-                    f"{si(b.tokens_per_s)} tokens/s, {b.bound}-bound (layerscope llm's "
+                    f"{rate(b.tokens_per_s)} tokens/s, {b.bound}-bound (layerscope llm's "
                     f"roofline: {si(b.peak_flops_per_s)}FLOP/s, "
                     f"{si(b.bandwidth_bytes_per_s)}B/s); measured {pct(_of_bound(r, b))} "
                     "of it"))
@@ -70,12 +75,12 @@ COLUMNS = [("", False), ("tokens/s", True), ("ms per step", True), ("bound by", 
 
 
 def tables(r, title: str = "Decode: measured vs layerscope llm's bound") -> list[RowTable]:
-    rows = [[Cell("measured"), cell(r.tokens_per_s, si(r.tokens_per_s)),
+    rows = [[Cell("measured"), cell(r.tokens_per_s, rate(r.tokens_per_s)),
              cell(r.step_time["median_s"], ms(r.step_time["median_s"], 3)), Cell(""), Cell("")]]
     for b in r.bounds:
         step = r.batch_size / b.tokens_per_s if b.tokens_per_s else None
         share = _of_bound(r, b)
-        rows.append([Cell(f"bound ({_source(b)})"), cell(b.tokens_per_s, si(b.tokens_per_s)),
+        rows.append([Cell(f"bound ({_source(b)})"), cell(b.tokens_per_s, rate(b.tokens_per_s)),
                      cell(step, ms(step, 3)), Cell(b.bound), cell(share, pct(share))])
     return [RowTable("decode", title, COLUMNS, rows)]
 
@@ -83,15 +88,16 @@ def tables(r, title: str = "Decode: measured vs layerscope llm's bound") -> list
 def charts(r) -> list[Chart]:
     """Tokens/s measured beside each bound, the measured bar with its p10-p90 spread."""
     t = r.step_time
-    rate = r.batch_size / t["median_s"] if t["median_s"] else 0.0
+    tokens = r.batch_size / t["median_s"] if t["median_s"] else 0.0
     spread = {"lo": r.batch_size / t["p90_s"] if t["p90_s"] else None,
               "hi": r.batch_size / t["p10_s"] if t["p10_s"] else None}
     names = ["measured"] + ["bound" if b.source == "measured" else "bound, datasheet"
                             for b in r.bounds]
-    points = [Point(0, rate, f"measured: {si(rate)} tokens/s (p90-p10 steps: "
-                             f"{si(spread['lo'] or 0)} to {si(spread['hi'] or 0)})", **spread)]
-    points += [Point(i + 1, b.tokens_per_s, f"bound ({_source(b)}): {si(b.tokens_per_s)} tokens/s, "
-                                            f"{b.bound}-bound")
+    points = [Point(0, tokens, f"measured: {rate(tokens)} tokens/s (p90-p10 steps: "
+                               f"{rate(spread['lo'] or 0)} to {rate(spread['hi'] or 0)})",
+                    **spread)]
+    points += [Point(i + 1, b.tokens_per_s,
+                     f"bound ({_source(b)}): {rate(b.tokens_per_s)} tokens/s, {b.bound}-bound")
                for i, b in enumerate(r.bounds)]
     return [Chart("decode-tokens", "bars", "Decode tokens/s: measured and layerscope llm's "
                   "bound", "", "tokens/s", [Series("tokens/s", PALETTE[0], points)], names,
