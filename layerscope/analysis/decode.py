@@ -99,6 +99,13 @@ def _cache_argument(module: torch.nn.Module) -> str:
             else "past_key_values")
 
 
+def _last_logits(module: torch.nn.Module) -> dict[str, int]:
+    """``logits_to_keep=1`` where forward takes it: the prefill computes the last position's
+    logits only (what generation uses), not a batch x context x vocab tensor."""
+    return ({"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(module.forward).parameters else {})
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -162,11 +169,14 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
             with torch.no_grad():
                 _sync(device)
                 start = clock()
-                out = module(input_ids=ids[:, :context], use_cache=True)
+                out = module(input_ids=ids[:, :context], use_cache=True, **_last_logits(module))
                 _sync(device)
                 prefill_s = clock() - start
                 name = _cache_argument(module)
-                filled = getattr(out, name)
+                filled = getattr(out, name, None)
+                if filled is None:
+                    raise UserError(f"{spec}: the model returned no KV cache from its prefill "
+                                    "(use_cache=True), so its decode steps cannot be timed")
                 token = ids[:, context:]
                 for i in range(warmup + steps):
                     kv = copy.deepcopy(filled)
