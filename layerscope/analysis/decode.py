@@ -140,9 +140,9 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
                         arguments="dtype")
     torch_dtype = _DTYPES[dtype_text]
     spec = _check_model(model)
-    counted = llm_mod.llm(spec, seq_len=1, context=context, batch_size=batch_size,
-                          dtype=dtype_text)
     source = llm_mod.resolve_llm(spec)
+    counted = llm_mod.llm(source, seq_len=1, context=context, batch_size=batch_size,
+                          dtype=dtype_text)
     config = source.config
     d = counted.settings["dtype"]
     weights = llm_mod.nbytes(counted.params_total, d)
