@@ -188,3 +188,27 @@ def test_a_noisy_decode_names_the_option_that_adds_steps():
     decode_warning = noise_section(spread, quiet, 1, repeats="--decode steps").warnings[0]
     assert decode_warning.endswith("a quiet machine or more --decode steps.")
     assert noise_section(spread, quiet, 1).warnings[0].endswith("or more --runs.")
+
+
+def test_a_known_gpu_adds_its_datasheet_beside_the_measured_ceilings(config, monkeypatch):
+    """On a GPU the datasheet table knows, MBU/MFU and llm's bound are given against its
+    datasheet too (the CPU stands in here: the datasheet lookup is replaced)."""
+    from layerscope.analysis import efficiency as eff
+
+    sheet = ("h100-sxm datasheet (fp32, dense)", 67e12, 3.35e12)
+    monkeypatch.setattr(eff, "datasheet_peak", lambda device, dtype=None: sheet)
+    _ceilings(monkeypatch, peak=1e15, bandwidth=1e15)
+    r = profile_decode(config, steps=2, context=32, warmup=0, threads=1, clock=_counter())
+    moved, flops = decode_bytes(1, 32), decode_flops(1, 32)
+    assert [b.source for b in r.bounds] == ["measured", sheet[0]]
+    # one sequence: tokens/s <= 1 / max(FLOPs / peak, bytes / bandwidth)
+    assert r.bounds[1].tokens_per_s == pytest.approx(1 / max(flops / 67e12, moved / 3.35e12))
+    assert r.bounds[1].bound == "memory"
+    e = r.efficiency
+    assert e.datasheet.peak_source == sheet[0]
+    assert e.datasheet.mbu == pytest.approx(moved / STEP_S / 3.35e12)
+    assert e.datasheet.mfu == pytest.approx(flops / STEP_S / 67e12)
+    from layerscope.views.decode import facts
+
+    shown = dict(facts(r))
+    assert sheet[0] in shown["MBU"] and "measured peak" in shown["MBU"]
