@@ -215,6 +215,30 @@ def loop_profile():
                        environment=dict(ENV))
 
 
+def decode_profile():
+    """profile hf:tiny-llama/config.json --decode 10 --context 32 (tests/test_decode.py's
+    model): 378,368 bytes and 201,512 FLOPs a step (layerscope llm's), a 1 ms median step:
+    1,000 tokens/s; against 50 GFLOP/s and 5 GB/s: MBU 378,368 / 1e-3 / 5e9 = 7.57%, MFU
+    201,512 / 1e-3 / 50e9 = 0.40%; llm's bound 1 / max(201,512 / 50e9, 378,368 / 5e9) =
+    13,214.6 tokens/s, memory-bound."""
+    from layerscope.core.records.decode import DecodeBound, DecodeProfile
+    from layerscope.core.records.efficiency import efficiency
+
+    machine = MachineReading((0.5, 0.4, 0.3), 8, 8)
+    step = TimingStats(1e-3, 0.9e-3, 1.2e-3, 1.05e-3, 0.1e-3, 0.15e-3, 10)
+    return DecodeProfile(
+        model="tiny-llama", device="cpu", dtype="float32", batch_size=1, context=32, steps=10,
+        warmup=3, step_time=step, prefill_s=4e-3, tokens_per_s=1000.0, flops_per_step=201_512,
+        bytes_per_step=378_368, weight_bytes=361_984, kv_bytes=16_384,
+        bounds=[DecodeBound(source="measured", peak_flops_per_s=50e9,
+                            bandwidth_bytes_per_s=5e9, tokens_per_s=5e9 / 378_368,
+                            bound="memory")],
+        efficiency=efficiency(201_512, 1e-3, 50e9, bytes_per_step=378_368,
+                              peak_bytes_per_s=5e9, training=False),
+        settings={"threads": 4, "llm_attention": "causal"}, environment=dict(ENV),
+        noise=noise_section(step, machine, 4))
+
+
 def scaling_report():
     """scaling digits-cnn --nproc 1,2,4 on 2 cores, batch 64 per rank:
     N=1: 20 ms a step -> 64 / 0.020 = 3,200 samples/s;
@@ -275,7 +299,7 @@ ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
        "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
-       "advice": advice_report}
+       "advice": advice_report, "decode": decode_profile}
 
 
 def resnet20_names() -> list[str]:

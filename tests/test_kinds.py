@@ -32,6 +32,7 @@ WHERE = {
     "loop": "layerscope.core.records.loop.LoopProfile",
     "scaling": "layerscope.core.records.scaling.ScalingReport",
     "advice": "layerscope.core.records.advice.AdviceReport",
+    "decode": "layerscope.core.records.decode.DecodeProfile",
 }
 
 
@@ -184,7 +185,7 @@ def test_a_new_kind_is_loaded_shown_and_in_the_schema_from_its_declaration(
 def test_an_unknown_kind_names_the_known_ones():
     with pytest.raises(UserError, match=re.escape(
             "(unknown kind 'toy'); layerscope results are ablate, activations, advice, analyze, "
-            "compare, "
+            "compare, decode, "
             "llm, loop, ops, plan, profile, scaling, sweep, train")):
         load_result({"kind": "toy", "schema_version": "1.0"})
 

@@ -40,10 +40,11 @@ from tests.helpers import run_cli
 DATA = Path(__file__).parent / "data"
 FILES = sorted(DATA.glob("*_*.json"))
 # release -> the kinds it could write (0.2 had no llm, plan or scaling)
-# (0.5 added advice; its file was written by `advise train_0.4.json --verify --steps 2`)
-BEFORE_05 = set(KINDS) - {"advice"}
+# (0.5 added advice; its file was written by `advise train_0.4.json --verify --steps 2`; and
+# decode, tests/sample_results.py's decode_profile() saved as 0.5 writes it)
+BEFORE_05 = set(KINDS) - {"advice", "decode"}
 RELEASES = {"0.1": BEFORE_05, "0.2": BEFORE_05 - {"llm", "plan", "scaling"},
-            "0.3": BEFORE_05, "0.4": BEFORE_05, "0.5": {"advice"}}
+            "0.3": BEFORE_05, "0.4": BEFORE_05, "0.5": {"advice", "decode"}}
 
 
 def _kind_release(path: Path) -> tuple[str, str]:

@@ -487,6 +487,17 @@ def decode_embedding_saving(config: LLMConfig, tokens: int) -> int:
     return (config.vocab_size - min(tokens, config.vocab_size)) * config.hidden_size
 
 
+def decode_weight_bytes(config: LLMConfig, total: int, active: int, tokens: int,
+                        dtype: str) -> int:
+    """Weight bytes one decode step of ``tokens`` sequences reads: the parameters in use
+    (``decode_weight_params``) less the embedding rows it does not look up
+    (``decode_embedding_saving``), stored as ``dtype``. A decode step moves these plus the KV
+    cache it attends (``KVCache.bytes_total``); ``profile --decode`` divides the same sum by
+    the measured step time."""
+    return nbytes(decode_weight_params(config, total, active, tokens)
+                  - decode_embedding_saving(config, tokens), dtype)
+
+
 def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int,
                    decode_flops_per_token: int, weight_read_bytes: int, decode_weight_bytes: int,
                    kv_per_token: int, batch: int, context: int, tp: int = 1,
@@ -616,16 +627,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
                      "experts per token; active parameters and MACs count the expected routing "
                      f"(k/E = {config.experts_per_token}/{config.num_experts} of each expert's "
                      "work per token)")
-    roof = None
-    if gpu_obj is not None:
-        roof, more = roofline_bound(
-            gpu_obj, dtype, prefill.flops, batch_size * seq_len, decode_flops,
-            nbytes(total, dtype),
-            nbytes(decode_weight_params(config, total, active, batch_size)
-                   - decode_embedding_saving(config, batch_size), dtype),
-            kv_token, batch_size, context, tp, config.num_kv_heads, kv_step_bytes=kv_total)
-        notes += more
-    return LLMReport(
+    report = LLMReport(
         model=source.name,
         params_total=total,
         params_active=active,
@@ -640,7 +642,6 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         attention_layers=attention_records(
             layers, kv_dtype, batch_size, context,
             attention_count if attention_count == "as traced" else attention),
-        roofline=roof,
         config=config.to_dict(),
         settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
                   "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
@@ -648,3 +649,22 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         environment=environment(),
         notes=notes,
     )
+    if gpu_obj is not None:
+        report.roofline, more = report_bound(report, config, gpu_obj, tp)
+        report.notes += more
+    return report
+
+
+def report_bound(report: LLMReport, config: LLMConfig, gpu: GPU, tp: int = 1
+                 ) -> tuple[LLMRoofline, list[str]]:
+    """``roofline_bound`` of the prefill and decode that ``report`` counts, on ``gpu`` (its
+    weight dtype, batch and context are the report's); ``llm(gpu=...)`` and ``profile
+    --decode`` (the bound beside the measured step) both take it from here."""
+    s, kv = report.settings, report.kv_cache
+    dtype, batch = s["dtype"], kv.batch_size
+    return roofline_bound(
+        gpu, dtype, report.prefill.flops, report.prefill.tokens, report.decode.flops_per_token,
+        nbytes(report.params_total, dtype),
+        decode_weight_bytes(config, report.params_total, report.params_active, batch, dtype),
+        kv.bytes_per_token, batch, kv.context, tp, config.num_kv_heads,
+        kv_step_bytes=kv.bytes_total)

@@ -7,6 +7,7 @@ from layerscope.cli.common import (
     add_model_inputs,
     add_ort_level,
     add_output,
+    check_outputs,
     emit,
 )
 from layerscope.cli.progress import add_quiet, progress_bar
@@ -62,6 +63,17 @@ def register(sub) -> None:
     loop.add_argument("--data-dir", default=None, help="--loop: where the data set is")
     loop.add_argument("--num-workers", type=arg(non_negative_int, maximum=WORKERS_MAX), default=0,
                       help="--loop: loader workers")
+    decode = p.add_argument_group("decode of a language model (--decode)")
+    decode.add_argument("--decode", type=arg(positive_int), default=None, metavar="N",
+                        help="hf:PATH/config.json only: build the model with random weights, "
+                             "prefill --context tokens, then time N single-token decode steps "
+                             "with the KV cache (after --warmup more, default 3); tokens/s, "
+                             "bytes and FLOPs per step as layerscope llm counts them, MBU and "
+                             "MFU against the measured roofline and a GPU's datasheet, and "
+                             "llm's decode bound")
+    decode.add_argument("--context", type=arg(positive_int), default=None, metavar="L",
+                        help="--decode: tokens in the KV cache that every step attends "
+                             "(default 128)")
     add_output(p)
     add_quiet(p)
     add_highlight(p)
@@ -71,6 +83,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from layerscope.analysis.profiling import profile
 
+    if args.decode is not None:
+        return _run_decode(args)
+    if args.context is not None:
+        from layerscope.core.errors import UserError
+
+        raise UserError("--context is the KV cache of --decode: give --decode N with it")
     if args.loop is not None:  # --loop "" is refused by the loop, not ignored
         return _run_loop(args)
     if args.warmup is None:
@@ -102,5 +120,30 @@ def _run_loop(args) -> int:
                               warmup=LOOP_WARMUP_DEFAULT if args.warmup is None else args.warmup,
                               device=args.device, num_workers=args.num_workers,
                               threads=args.threads, progress=progress)
+    emit(result, args)
+    return 0
+
+
+def _run_decode(args) -> int:
+    from layerscope.analysis.decode import DEFAULT_CONTEXT, DEFAULT_WARMUP, profile_decode
+    from layerscope.core.errors import UserError
+
+    others = [flag for flag, given in (
+        ("--loop", args.loop is not None), ("--input", args.input), ("--runs", args.runs),
+        ("--min-time", args.min_time), ("--depth", args.depth is not None),
+        ("--backward", args.backward), ("--functions", args.functions),
+        ("--no-roofline", args.no_roofline)) if given]
+    if others:
+        raise UserError(f"--decode times decode steps of a language model: {', '.join(others)} "
+                        "do not apply (--decode N sets the timed steps, --context the KV "
+                        "cache, --batch-size the sequences)")
+    check_outputs(args)
+    with progress_bar(f"decoding {args.model}", quiet=args.quiet, unit="steps") as progress:
+        result = profile_decode(args.model, steps=args.decode,
+                                context=args.context or DEFAULT_CONTEXT,
+                                batch_size=args.batch_size or 1, device=args.device,
+                                dtype=args.dtype, threads=args.threads,
+                                warmup=DEFAULT_WARMUP if args.warmup is None else args.warmup,
+                                progress=progress)
     emit(result, args)
     return 0

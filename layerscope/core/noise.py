@@ -64,9 +64,10 @@ def read_machine() -> MachineReading:
 
 
 def noise_section(stats: TimingStats, machine: MachineReading, threads: int | None,
-                  rows: Sequence[TimingStats] = ()) -> Noise:
+                  rows: Sequence[TimingStats] = (), *, repeats: str = "--runs") -> Noise:
     """The ``noise`` JSON section: spread of ``stats`` (end-to-end samples), the machine readings,
-    the threads used, and one warning line per problem found (empty when none)."""
+    the threads used, and one warning line per problem found (empty when none); ``repeats``:
+    the option that sets the number of samples, named in the remedy."""
     spread = stats.p90_s / stats.p10_s if stats.p10_s > 0 else None
     mean_ratio = stats.mean_s / stats.median_s if stats.median_s > 0 else None
     load1 = machine.loadavg[0] if machine.loadavg else None
@@ -78,7 +79,8 @@ def noise_section(stats: TimingStats, machine: MachineReading, threads: int | No
     warnings: list[str] = []
     noisy = spread is not None and spread > SPREAD_LIMIT
     if noisy or oversubscribed:
-        warnings.append(_noise_line(spread, noisy, oversubscribed, threads, load1, cpus))
+        warnings.append(_noise_line(spread, noisy, oversubscribed, threads, load1, cpus,
+                                    repeats))
     rows_text = f"{far_rows} of {len(rows)} layers"
     marked = f"(marked {ROW_MARK} beside their mean)"
     if mean_far_above_median(stats.median_s, stats.mean_s):
@@ -103,7 +105,8 @@ def noise_section(stats: TimingStats, machine: MachineReading, threads: int | No
 
 
 def _noise_line(spread: float | None, noisy: bool, oversubscribed: bool | None,
-                threads: int | None, load1: float | None, cpus: int | None) -> str:
+                threads: int | None, load1: float | None, cpus: int | None,
+                repeats: str = "--runs") -> str:
     why = []
     if noisy:
         why.append(f"p90/p10 = {spread:.2f}")
@@ -119,6 +122,6 @@ def _noise_line(spread: float | None, noisy: bool, oversubscribed: bool | None,
     idle = max(1, (cpus or 1) - math.floor(load1 or 0))
     remedy = [f"--threads {idle} (no more than the idle cores)"] if threads and idle < threads \
         else []
-    remedy += ["a quiet machine", "more --runs"]
+    remedy += ["a quiet machine", f"more {repeats}"]
     return (f"Noisy measurement ({'; '.join(why)}): likely {cause}. Remedy: "
             f"{', '.join(remedy[:-1])} or {remedy[-1]}.")

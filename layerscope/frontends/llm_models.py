@@ -390,13 +390,16 @@ def _hub_config(spec: str, repo: str) -> dict[str, Any]:
     return data
 
 
-def from_hf(spec: str, shown: str | None = None, *, checked: bool = False
+def from_hf(spec: str, shown: str | None = None, *, checked: bool = False,
+            device: str = "meta", dtype: torch.dtype | None = None
             ) -> tuple[nn.Module, LLMConfig | None, str]:
     """(model, its LLMConfig or None when the architecture is not one it can describe, name) of
     ``hf:...``, built with ``AutoModelForCausalLM.from_config`` on the meta device. ``shown``:
     the spec the user gave, for messages (``spec`` may be a scratch copy of it); ``checked``:
     the caller has checked the sizes of the user's config (its scratch copy may ask for no
-    blocks at all: the model of what lies outside them)."""
+    blocks at all: the model of what lies outside them). ``device``: another device builds it
+    there with transformers' random initialisation (``dtype``: its parameters' dtype), to be
+    run (``profile --decode``)."""
     name, data = hf_config_dict(spec)
     spec = shown or spec
     if not checked:
@@ -414,8 +417,9 @@ def from_hf(spec: str, shown: str | None = None, *, checked: bool = False
         # depends on the router's values (the default grouped_mm needs bf16 and real offsets)
         config._experts_implementation = "batched_mm"
     try:
-        with torch.device("meta"):
-            model: nn.Module = transformers.AutoModelForCausalLM.from_config(config)
+        with torch.device(device):
+            model: nn.Module = transformers.AutoModelForCausalLM.from_config(
+                config, **({"dtype": dtype} if dtype is not None else {}))
     except Exception as exc:
         raise UserError(f"{spec}: transformers cannot build a causal LM from this config "
                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"

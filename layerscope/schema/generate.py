@@ -152,9 +152,11 @@ def definitions() -> dict[str, type[Record]]:
     for name, cls in _kind_classes().items():
         named[cls] = name
         out[name] = cls
-    for name, cls in _kind_classes().items():
-        walk(name, cls)
+    # the hand-named definitions' records first: a record they hold keeps its name when a
+    # kind added later holds it too
     for name, cls in GENERATED.items():
+        walk(name, cls)
+    for name, cls in _kind_classes().items():
         walk(name, cls)
     return out
 

@@ -33,6 +33,7 @@ from layerscope.views import (  # noqa: E402
     activations,
     advice,
     compare,
+    decode,
     graph,
     llm,
     ops,
@@ -56,3 +57,4 @@ register("scaling", scaling.VIEW)
 register("llm", llm.LLM)
 register("plan", llm.PLAN)
 register("advice", advice.VIEW)
+register("decode", decode.VIEW)
