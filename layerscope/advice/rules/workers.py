@@ -16,7 +16,11 @@ def check(facts) -> Finding | None:
     if share is None or (share < MIN_SHARE and not stalled):
         return None
     cores = facts.get("cores") or 1
-    new = min(MAX_WORKERS, max(1, cores))
+    new = max(1, cores)
+    if facts.get("data_verdict") == "io_bound" and facts.get("data_suggested_workers"):
+        # loading that waits (I/O, sleeps) needs no core per worker: the data loader's count
+        new = max(new, facts["data_suggested_workers"])
+    new = min(MAX_WORKERS, new)
     if new <= workers:
         return None
     variant = f"workers={new}"
@@ -73,7 +77,7 @@ def explain(o: Outcome) -> str:
             f"keep up: the loop still waited {data_n:.1f} ms per step for data{supply}")
 
 
-RULE = Rule("workers", ("data_share (or the data-loader verdict)", "workers", "pin_memory",
-                        "h2d_share", "cores"),
+RULE = Rule("workers", ("data_share (or the data-loader verdict and its worker count)",
+                        "workers", "pin_memory", "h2d_share", "cores"),
             "d x 0.5 .. d x 1 (d = data share >= 0.05; + h/2 for pinning on CUDA)", check,
             explain=explain)
