@@ -21,10 +21,11 @@ from layerscope.advice import advise_result
 from layerscope.advice.rule import Outcome, amdahl_why
 from layerscope.advice.rules import RULES
 from layerscope.core.errors import UserError
-from layerscope.training.ablation import usable_cores
 from layerscope.training.watch import Watch
 from layerscope.training.whatif import WhatIf
 
+# --pin-memory on a CPU-only machine: torch warns that it pins nothing
+pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
 BY_NAME = {r.name: r for r in RULES}
 SLEEP = 0.004  # seconds per sample in __getitem__
 BATCH, STEPS = 8, 30
@@ -88,7 +89,6 @@ def own_run(tmp_path_factory):
     return (script, *_run(tmp_path, script, "own"))
 
 
-@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")  # CPU-only
 def test_num_workers_override_keeps_the_batches_and_says_so(tmp_path, own_run):
     script, own, own_out = own_run
     what, what_out = _run(tmp_path, script, "what", "--num-workers", "2", "--pin-memory")
@@ -164,7 +164,7 @@ def _run_result(script: dict, **config) -> dict:
             "step_seconds": [0.1] * 10, "script": script,
             "data_loading": {"loaders": [{"num_workers": 0, "pin_memory": False,
                                           "training": True}],
-                             "findings": [{"kind": "io_bound", "knob": "num_workers", "value": 8,
+                             "findings": [{"kind": "cpu_bound", "knob": "num_workers", "value": 8,
                                            "figures": {"work_per_batch_s": 0.08}}]},
             "environment": {"cores": 2, "torch_threads": 2}}
 
@@ -174,7 +174,8 @@ SCRIPT_SEEN = {"name": "s.py", "argv": ["--lr", "0.1", "a b"], "path": "s.py",
 
 
 @pytest.mark.parametrize("script,config,command", [
-    # data share 0.8 with 0 workers on 2 cores: workers=2; the script's own argv, quoted
+    # data share 0.8 with 0 workers on 2 cores, CPU-bound loading: one worker per core,
+    # workers=2; the script's own argv, quoted
     (SCRIPT_SEEN, {}, "layerscope run --num-workers 2 --steps 20 --warmup-steps 5 -- s.py "
                       "--lr 0.1 'a b'"),
     # a -m module
@@ -241,6 +242,38 @@ def test_a_rule_without_explain_names_the_amdahl_assumption():
     assert "forward 10.0 -> 6.5 ms" in text
 
 
+# (id, baseline's step times, the variant's, beyond the noise by blocks, by the steps' p10-p90)
+BURSTS = [
+    # 2 workers in step: one step waits 75 ms for a batch, the next finds its batch ready;
+    # the steps' p10-p90 (1 .. 75 ms) overlaps the baseline's (70 .. 90 ms), the 5 blocks of
+    # 2 steps (38 ms each against 80 ms) do not
+    ("bursts", [0.070, 0.090] * 5, [0.075, 0.001] * 5, True, False),
+    # no change: the same blocks (80 ms each)
+    ("no-change", [0.070, 0.090] * 5, [0.090, 0.070] * 5, False, False),
+    # fewer than 6 steps: the steps' p10-p90, as ablate (1..75 against 70..90: overlapping)
+    ("few-steps", [0.070, 0.090] * 2, [0.075, 0.001] * 2, False, False),
+]
+
+
+@pytest.mark.parametrize("base,new,by_blocks,by_steps", [c[1:] for c in BURSTS],
+                         ids=[c[0] for c in BURSTS])
+def test_loader_bursts_are_not_read_as_noise(base, new, by_blocks, by_steps):
+    from layerscope.advice import _in_blocks
+    from layerscope.training.ablation import VariantResult, beyond_noise, repeat_of, summarise
+
+    def result(name, steps):
+        res = VariantResult(name, [])
+        res.repeats.append(repeat_of({"step_seconds": steps, "breakdown": {
+            "seconds": {"data": sum(steps)}, "steps": len(steps), "wall_s": sum(steps),
+            "samples": len(steps), "tokens": 0}}))
+        return res
+    runs = [result("baseline", base), result("--num-workers 2", new)]
+    summarise(runs)
+    assert beyond_noise(runs[1], runs[0]) is by_steps
+    judge = _in_blocks(beyond_noise, {"baseline": [base], "--num-workers 2": [new]})
+    assert judge(runs[1], runs[0]) is by_blocks
+
+
 @pytest.mark.parametrize("change,words", [
     ({"path": None, "cwd": None}, "does not record the script's path"),  # an older release
     ({"cwd": "/no/such/folder"}, "is not there any more"),
@@ -276,7 +309,11 @@ def test_verify_confirms_the_workers_gain_on_the_scripts_own_run(tmp_path, own_r
     assert code == 0, err
     d = json.loads(out.read_text())
     (item,) = [a for a in d["advice"] if a["rule"] == "workers"]
-    n = min(4, usable_cores())
+    # the sleeps are waiting, not computing (io_bound): the data loader's worker count, at
+    # least one per core, at most 4
+    verdict = own["data_loading"]["findings"][0]
+    assert verdict["kind"] == "io_bound"
+    n = min(4, max(own["environment"]["cores"], verdict["value"]))
     assert shlex.split(item["command"]) == [
         "layerscope", "run", "--num-workers", str(n), "--steps", "12", "--warmup-steps", "5",
         "--", script, "--batch-size", str(BATCH)]

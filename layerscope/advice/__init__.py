@@ -2,7 +2,9 @@
 saved result (advice/facts.py) and say what to change, by how much it should help (Amdahl over
 the measured shares, with the arithmetic) and the command that measures it; ``verify`` runs
 those commands (``ablate``: every variant in a fresh process, same seed) and marks each rule
-confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap)."""
+confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap). On a
+``layerscope run`` result the commands run the user's script again with run's what-if options
+(``training.whatif``); a change in the script's own code is not run, its edit is said instead."""
 from __future__ import annotations
 
 import os
@@ -17,6 +19,7 @@ from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
 SWEEP = "layerscope sweep "  # a rule whose command starts so is verified by running it
+BLOCKS = 5  # a script run's steps stand for this many repeats in the noise rule
 
 
 def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
@@ -25,9 +28,10 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     rule that fired, with its predicted gain and the command that tests it. ``verify=True``
     runs those commands (a train or ablate result of a recipe: ablate, each variant in a fresh
     process, the result's seed, ``steps`` per run, default 20, ``repeats`` per variant; a
-    profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell) and
-    marks each rule confirmed, refuted or within the noise, the measured gain beside the
-    prediction."""
+    profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell; a
+    ``layerscope run`` result: the script again, as it ran and with each rule's what-if
+    options, ``steps`` steps per run, in fresh processes) and marks each rule confirmed, refuted
+    or within the noise, the measured gain beside the prediction."""
     from layerscope.core import values
     from layerscope.core.results import read_result
 
@@ -278,6 +282,10 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
 
     script = facts.get("script") or {}
     cwd = script.get("cwd")
+    if (facts.get("world_size") or 1) > 1:
+        raise UserError(f"{source} is the merged result of several processes (run "
+                        "--nproc-per-node): verify reruns one process; advise --verify the "
+                        "result of a single-process layerscope run", arguments="verify")
     if not script.get("path") or not cwd:
         raise UserError(f"{source} does not record the script's path and working directory "
                         "(a result of layerscope.watch() or of an older release): run the "
@@ -304,6 +312,7 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
         return
     runs: dict[str, VariantResult] = {v: VariantResult(v, v.split()) for v in plan}
     total, done = len(plan) * repeats, 0
+    measured: dict[str, list[list[float]]] = {}  # variant -> each repeat's step times
     with temp_dir() as folder:
         for r in range(repeats):  # interleaved: the machine's load falls on every variant
             for name, res in runs.items():
@@ -328,6 +337,7 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
                                   "no training step measured")
                     continue
                 res.repeats.append(repeat_of(rep))
+                measured.setdefault(name, []).append(list(rep["step_seconds"]))
     results = list(runs.values())
     summarise(results)
     baseline = runs["baseline"]
@@ -341,7 +351,29 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
         if settings is None or item.verify_note:
             continue
         name = _run_variant(base, settings)
-        _judge(item, runs[name], baseline, beyond_noise, f"run {name}", facts)
+        _judge(item, runs[name], baseline, _in_blocks(beyond_noise, measured),
+               f"run {name}", facts)
+
+
+def _in_blocks(beyond_noise, measured: dict[str, list[list[float]]]):
+    """Ablate's noise rule (the ranges of the repeats' mean step times do not overlap) for
+    runs of a script. With one run per variant its measured steps, in up to ``BLOCKS``
+    consecutive blocks, stand for the repeats (the method of batch means): loader workers
+    deliver batches in bursts (one step waits for a batch, the next finds its batch ready), so
+    the steps' own p10-p90 would read that rhythm as noise. Fewer than 6 steps: the steps'
+    p10-p90, as ablate."""
+    from layerscope.training.ablation import VariantResult
+
+    def blocked(res):
+        runs = measured.get(res.variant) or []
+        if len(runs) != 1 or len(runs[0]) < 2 * 3:
+            return res
+        steps = runs[0]
+        k = min(BLOCKS, len(steps) // 2)
+        cuts = [round(i * len(steps) / k) for i in range(k + 1)]
+        return VariantResult(res.variant, [], repeats=[
+            {"wall_s": sum(steps[a:b]), "steps": b - a} for a, b in zip(cuts, cuts[1:])])
+    return lambda res, base: beyond_noise(blocked(res), blocked(base))
 
 
 def _run_variant(base: dict[str, Any], settings: dict[str, Any]) -> str:

@@ -6,7 +6,9 @@ and a rule that needs it does not fire.
 Facts by kind:
 - train (also ``layerscope run``): phase shares of the breakdown, its config (workers,
   pinning, AMP, channels-last, compile, batch), step times, CUDA peak, communication; layer
-  counts from the recipe's model, built on the meta device (no weights, no data);
+  counts from the recipe's model, built on the meta device (no weights, no data); for a
+  watched script its record (path, arguments, working directory), run's what-if settings and
+  the workers and pinning of the loaders it built;
 - profile: shares by layer type, compute-bound contraction share (roofline), median layer
   time, layers under 10% of their roof, the end-to-end times, noise;
 - sweep: the fastest cell's settings, noise;
@@ -111,8 +113,9 @@ def _train(d: dict[str, Any]) -> dict[str, Any]:
         out["workers"] = max(lo.get("num_workers") or 0 for lo in training)
         out["pin_memory"] = all(lo.get("pin_memory") for lo in training)
     script = d.get("script") or {}
-    if script:
+    if script:  # a watched script: what it ran (advise reruns it) and in how many processes
         out["script"] = script
+        out["world_size"] = d.get("world_size")
         if config.get("what_if"):  # run's what-if settings: the run to compare against
             out["what_if"] = {k: config[k] for k in ("num_workers", "pin_memory", "threads")
                               if config.get(k) is not None}
