@@ -215,7 +215,7 @@ EXPLAIN = [
     # data 80 -> 0 but the rest 20 -> 90: gain 1 - 90/100 = 0.1 < 0.4; 2 workers, 2 threads
     ("below-workers-take-the-cores", 0.1, {"data": 80.0, "forward": 20.0}, {"forward": 90.0},
      ["fell short", "competed for the cores", "2 workers and 2 torch thread(s) on 2 core(s)",
-      "20.0 -> 90.0 ms"]),
+      "20.0 -> 90.0 ms", "run --threads 1"]),
     # data 80 -> 45, rest 20: gain 1 - 65/100 = 0.35 < 0.4; a batch in 80 ms, 2 workers: 40
     ("below-workers-too-slow", 0.35, {"data": 80.0, "forward": 20.0},
      {"data": 45.0, "forward": 20.0},

@@ -68,7 +68,8 @@ def explain(o: Outcome) -> str:
         return (f"{head}; the measured gain {o.gain:.3f} fell short because the {workers} "
                 f"worker(s) competed for the cores the step used ({workers} workers and "
                 f"{threads} torch thread(s) on {cores} core(s)): the other phases grew "
-                f"{rest_b:.1f} -> {rest_n:.1f} ms per step ({others})")
+                f"{rest_b:.1f} -> {rest_n:.1f} ms per step ({others}); fewer torch threads "
+                f"leave the workers their cores (run --threads {max(1, cores - workers)})")
     work = o.facts.get("data_work_per_batch_s")
     supply = (f"; {workers} worker(s) making a batch in {work * 1e3:.1f} ms each deliver one "
               f"every {work * 1e3 / workers:.1f} ms against the step's {rest_n:.1f} ms"
