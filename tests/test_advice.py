@@ -36,6 +36,15 @@ CASES = [
     ("workers-loader-verdict", "workers",
      {"data_share": 0.01, "data_verdict": "io_bound", "workers": 0, "cores": 2},
      (0.005, 0.01, "workers=2")),
+    # waiting (I/O, sleeps) needs no core per worker: the loader's count (8), capped at 4;
+    # d = 0.8: 0.4 .. 0.8
+    ("workers-io-bound-takes-the-loaders-count", "workers",
+     {"data_share": 0.8, "data_verdict": "io_bound", "data_suggested_workers": 8, "workers": 0,
+      "cores": 2}, (0.4, 0.8, "workers=4")),
+    # CPU-bound transforms: a worker per core whatever the loader's count
+    ("workers-cpu-bound-one-per-core", "workers",
+     {"data_share": 0.8, "data_verdict": "cpu_bound", "data_suggested_workers": 8, "workers": 0,
+      "cores": 2}, (0.4, 0.8, "workers=2")),
     # a verdict more workers do not remove (start-up each epoch) and a small share: no advice
     ("workers-startup-verdict", "workers",
      {"data_share": 0.01, "data_verdict": "worker_startup", "workers": 0, "cores": 2}, None),

@@ -133,7 +133,9 @@ def test_lightning_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv
     assert len(via_callback["epoch_breakdown"]) == len(via_run["epoch_breakdown"]) == 2
     assert via_callback["script"] == {"name": "lightning_mlp.py",
                                       "argv": [*argv, "--layerscope", str(tmp_path / "cb.json")]}
-    assert via_run["script"] == {"name": "lightning_mlp.py", "argv": argv}
+    assert via_run["script"] == {"name": "lightning_mlp.py", "argv": argv,
+                                 "path": str(SCRIPTS / "lightning_mlp.py"), "module": False,
+                                 "cwd": os.getcwd()}
     # MFU's numerator, the same both ways: the MLP on a batch of 16, forward 66,560 (32->64 and
     # its bias) + 1,024 (ReLU) + 8,256 (64->4 and bias) = 75,840; backward 66,560 (weight and
     # bias gradients; the input needs none) + 1,024 (ReLU) + 16,448 (input, weight, bias) =

@@ -105,7 +105,9 @@ def test_script_runs_as_python_runs_it(tmp_path, script, options, script_args, c
     d = json.loads(out.read_text())
     b = d["breakdown"]
     assert d["kind"] == "train" and b["steps"] == steps
-    assert d["script"] == {"name": "train_me.py", "argv": script_args}
+    # as given, and where it started: what advise --verify runs again
+    assert d["script"] == {"name": "train_me.py", "argv": script_args, "path": str(script),
+                           "module": False, "cwd": os.path.realpath(tmp_path)}
     assert sum(b["seconds"].values()) == pytest.approx(b["wall_s"], rel=1e-9)
     assert abs(sum(b["seconds"].values()) - b["wall_s"]) <= 0.03 * b["wall_s"]
     for phase in ("data", "forward", "loss", "backward", "optimizer"):
@@ -126,7 +128,9 @@ def test_module_form_gets_the_same_argv_and_path(tmp_path):
     assert run.stdout == bare.stdout
     d = json.loads(out.read_text())
     assert d["breakdown"]["steps"] == STEPS_PER_EPOCH
-    assert d["script"] == {"name": "pkg.trainer", "argv": ["--epochs", "1"]}
+    assert d["script"] == {"name": "pkg.trainer", "argv": ["--epochs", "1"],
+                           "path": "pkg.trainer", "module": True,
+                           "cwd": os.path.realpath(tmp_path)}
 
 
 def test_outputs_and_report_on_stderr(tmp_path, script, monkeypatch):

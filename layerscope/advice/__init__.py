@@ -2,7 +2,9 @@
 saved result (advice/facts.py) and say what to change, by how much it should help (Amdahl over
 the measured shares, with the arithmetic) and the command that measures it; ``verify`` runs
 those commands (``ablate``: every variant in a fresh process, same seed) and marks each rule
-confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap)."""
+confirmed, refuted or within the noise (ablate's rule: the step-time ranges overlap). On a
+``layerscope run`` result the commands run the user's script again with run's what-if options
+(``training.whatif``); a change in the script's own code is not run, its edit is said instead."""
 from __future__ import annotations
 
 import os
@@ -17,6 +19,7 @@ from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
 SWEEP = "layerscope sweep "  # a rule whose command starts so is verified by running it
+BLOCKS = 5  # a script run's steps stand for this many repeats in the noise rule
 
 
 def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
@@ -25,9 +28,10 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     rule that fired, with its predicted gain and the command that tests it. ``verify=True``
     runs those commands (a train or ablate result of a recipe: ablate, each variant in a fresh
     process, the result's seed, ``steps`` per run, default 20, ``repeats`` per variant; a
-    profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell) and
-    marks each rule confirmed, refuted or within the noise, the measured gain beside the
-    prediction."""
+    profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell; a
+    ``layerscope run`` result: the script again, as it ran and with each rule's what-if
+    options, ``steps`` steps per run, in fresh processes) and marks each rule confirmed, refuted
+    or within the noise, the measured gain beside the prediction."""
     from layerscope.core import values
     from layerscope.core.results import read_result
 
@@ -43,11 +47,15 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     d = result.to_dict()
     facts = facts_of(d)
     if d["kind"] in ("profile", "sweep"):
-        _verify_sweeps(report, steps)
+        _verify_sweeps(report, steps, facts)
+        return report
+    if d["kind"] == "train" and d.get("script") is not None:
+        _verify_runs(report, facts, source, steps=steps, repeats=repeats, progress=progress)
         return report
     if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
             or d.get("script") is not None:
-        raise UserError(f"verify runs ablate (a training recipe) or sweep (a profile's model): "
+        raise UserError(f"verify runs ablate (a training recipe), sweep (a profile's model) or "
+                        f"the script of a layerscope run result: "
                         f"{source} is a {d['kind']} result of {facts.get('subject')!r}; leave "
                         "out verify", arguments="verify")
     if any(a.variant or a.threads for a in report.advice):
@@ -56,7 +64,7 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
                 repeats=repeats, seed=facts.get("seed", 0),
                 synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
                 threads=config.get("threads"), data_dir=config.get("data_dir"),
-                progress=progress)
+                progress=progress, facts=facts)
     return report
 
 
@@ -78,6 +86,56 @@ def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | N
     if threads or facts.get("threads_flag"):
         parts += ["--threads", str(threads or facts["threads_flag"])]
     return " ".join(parts)
+
+
+def run_settings(variant: str | None, threads: int | None) -> dict[str, Any] | None:
+    """The ``layerscope run`` what-if settings (training.whatif) that make a rule's change on
+    the user's own script; None when the change needs the script's code edited."""
+    if threads:
+        return {"threads": threads}
+    settings: dict[str, Any] = {}
+    for part in (variant or "").split("+"):
+        if part.startswith("workers="):
+            settings["num_workers"] = int(part.split("=", 1)[1])
+        elif part == "pin-memory":
+            settings["pin_memory"] = True
+        else:
+            return None
+    return settings or None
+
+
+def run_argv(script: dict[str, Any], settings: dict[str, Any], steps: int,
+             extra: tuple[str, ...] = ()) -> list[str]:
+    """``layerscope run`` with the what-if ``settings``, ``steps`` steps (the warm-up of
+    ablate's comparisons left out) and ``extra`` options, then the script (or ``-m`` module)
+    and its own arguments, as the result recorded them."""
+    from layerscope.training.ablation import default_warmup_steps
+    from layerscope.training.whatif import WhatIf
+
+    argv = ["layerscope", "run", *WhatIf(**settings).flags(), "--steps", str(steps)]
+    if default_warmup_steps(steps):
+        argv += ["--warmup-steps", str(default_warmup_steps(steps))]
+    target = str(script.get("path") or script.get("name"))
+    argv += [*extra, *(["-m", target] if script.get("module") else ["--", target])]
+    return argv + [str(a) for a in script.get("argv") or []]
+
+
+def _run_command(facts: dict[str, Any], variant: str | None, threads: int | None, steps: int,
+                 edit: str) -> str:
+    """The command that measures a change on a watched script: ``layerscope run`` with its
+    what-if options, or, for a change in the script's code, the run to repeat after the edit."""
+    import shlex
+
+    script = facts["script"]
+    settings = run_settings(variant, threads)
+    base = dict(facts.get("what_if") or {})
+    command = shlex.join(run_argv(script, {**base, **(settings or {})}, steps))
+    cwd = script.get("cwd")
+    if cwd and os.path.abspath(cwd) != os.getcwd():
+        command = f"cd {shlex.quote(cwd)} && {command}"
+    if settings is None:
+        command += f" (after this edit to {script.get('name')}: {edit})"
+    return command
 
 
 def _verifiable(facts: dict[str, Any]) -> bool:
@@ -102,6 +160,9 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
         if found.command:
             command = found.command + (f" --runs {steps}" if found.command.startswith(SWEEP)
                                        else "")
+        elif facts.get("script"):
+            command = _run_command(facts, found.variant, found.threads, steps,
+                                   rule.edit or found.change)
         elif _verifiable(facts):
             command = _ablate_command(facts, found.variant, found.threads, steps, repeats)
         elif found.variant:
@@ -128,7 +189,8 @@ def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFA
            repeats: int = 1, seed: int = 0, synthetic: bool = True,
            batch_size: int | None = None, threads: int | None = None,
            data_dir: str | None = None,
-           progress: Callable[[int, int], None] | None = None) -> AdviceReport:
+           progress: Callable[[int, int], None] | None = None,
+           facts: dict[str, Any] | None = None) -> AdviceReport:
     """Run the ablations that test ``report``'s advice and mark each rule's verdict."""
     from layerscope.training.ablation import ablate, beyond_noise
 
@@ -146,11 +208,11 @@ def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFA
                                   if v.speedup is not None}}
     for item in report.advice:
         if item.variant:
-            _judge(item, by_name.get(item.variant), base, beyond_noise, "ablate")
+            _judge(item, by_name.get(item.variant), base, beyond_noise, "ablate", facts)
         elif item.threads:
             other = ablate(recipe, variants=["baseline"], threads=item.threads, **common)
             res = other.variants[0]
-            _judge(item, res, base, beyond_noise, f"ablate --threads {item.threads}")
+            _judge(item, res, base, beyond_noise, f"ablate --threads {item.threads}", facts)
             if res.step and base and base.step:
                 report.verify["speedups"][f"threads={item.threads}"] = (
                     base.step["median_s"] / res.step["median_s"])
@@ -161,7 +223,8 @@ def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFA
     return report
 
 
-def _judge(item: Advice, res, base, beyond_noise, what: str) -> None:
+def _judge(item: Advice, res, base, beyond_noise, what: str,
+           facts: dict[str, Any] | None = None) -> None:
     if res is None or base is None or res.status != "ok" or base.status != "ok" \
             or not res.step or not base.step:
         why = (res.reason if res is not None and res.reason else
@@ -170,23 +233,168 @@ def _judge(item: Advice, res, base, beyond_noise, what: str) -> None:
         return
     new, old = res.step["median_s"], base.step["median_s"]
     _mark(item, 1 - new / old, res is not base and beyond_noise(res, base),
-          f"{what}: step {new * 1e3:.2f} ms against the baseline's {old * 1e3:.2f} ms")
+          f"{what}: step {new * 1e3:.2f} ms against the baseline's {old * 1e3:.2f} ms",
+          facts, base.phases_ms, res.phases_ms)
 
 
-def _mark(item: Advice, gain: float, beyond: bool, measured: str) -> None:
+def _mark(item: Advice, gain: float, beyond: bool, measured: str,
+          facts: dict[str, Any] | None = None, base_ms: dict[str, float] | None = None,
+          new_ms: dict[str, float] | None = None) -> None:
     """The verdict: beyond the noise and faster is confirmed, beyond and not faster refuted,
-    else within the noise; the note says what was measured and if it fell in the range."""
+    else within the noise; the note says what was measured, whether it fell in the range and,
+    when not, why not (the rule's ``explain``, in the measured numbers)."""
+    from layerscope.advice.rule import Outcome
+
     item.measured_gain = round(gain, 4)
     if not beyond:
         item.verdict = "within-noise"
     else:
         item.verdict = "confirmed" if item.measured_gain > 0 else "refuted"
-    inside = item.predicted_gain.low <= item.measured_gain <= item.predicted_gain.high
+    low, high = item.predicted_gain.low, item.predicted_gain.high
+    inside = low <= item.measured_gain <= high
     item.verify_note = (f"{measured} ({'beyond' if beyond else 'within'} the noise); "
                         f"{'inside' if inside else 'outside'} the predicted range")
+    if not inside:
+        rule = next(r for r in RULES if r.name == item.rule)
+        outcome = Outcome(facts or {}, low, high, item.measured_gain, dict(base_ms or {}),
+                          dict(new_ms or {}), item.variant, item.threads)
+        item.verify_note += f": {rule.why(outcome)}"
 
 
-def _verify_sweeps(report: AdviceReport, runs: int) -> None:
+def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, steps: int,
+                 repeats: int = 1, progress: Callable[[int, int], None] | None = None) -> None:
+    """Run a watched script again, as its result recorded it (path, arguments, working
+    directory; this environment), once as it ran and once per rule with the what-if options
+    of ``layerscope run`` that make its change, each in a fresh process with ``steps`` steps
+    and its standard output discarded; judge each against the first with ablate's noise rule.
+    A rule whose change needs the script's code edited is not run."""
+    import subprocess
+    import sys
+
+    from layerscope.core.io import temp_dir
+    from layerscope.training.ablation import (
+        VariantResult,
+        beyond_noise,
+        default_warmup_steps,
+        repeat_of,
+        summarise,
+    )
+
+    script = facts.get("script") or {}
+    cwd = script.get("cwd")
+    if (facts.get("world_size") or 1) > 1:
+        raise UserError(f"{source} is the merged result of several processes (run "
+                        "--nproc-per-node): verify reruns one process; advise --verify the "
+                        "result of a single-process layerscope run", arguments="verify")
+    if not script.get("path") or not cwd:
+        raise UserError(f"{source} does not record the script's path and working directory "
+                        "(a result of layerscope.watch() or of an older release): run the "
+                        "script with this release's layerscope run and advise --verify that "
+                        "result", arguments="verify")
+    if not os.path.isdir(cwd) or not (script.get("module") or os.path.isfile(
+            os.path.join(cwd, script["path"]))):
+        raise UserError(f"{source}: the script {script['path']} (run in {cwd}) is not there "
+                        "any more: verify runs it again from there", arguments="verify")
+    base = dict(facts.get("what_if") or {})
+    plan: dict[str, dict[str, Any]] = {"baseline": base}  # variant -> its what-if settings
+    for item in report.advice:
+        settings = run_settings(item.variant, item.threads)
+        if not item.command.startswith(("layerscope run", "cd ")):
+            item.verify_note = "its command is not a run of the script: run it by hand"
+        elif settings is None:
+            edit = next(r for r in RULES if r.name == item.rule).edit or item.change
+            item.verify_note = (f"not run: the change is in the script's own code ({edit}); "
+                                "edit it, then run the command and compare the two results")
+        else:
+            plan.setdefault(_run_variant(base, settings), {**base, **settings})
+    if len(plan) == 1:  # no rule's change is a what-if of run: nothing to compare
+        report.verify = {"steps": steps, "repeats": repeats, "cwd": cwd, "speedups": {}}
+        return
+    runs: dict[str, VariantResult] = {v: VariantResult(v, v.split()) for v in plan}
+    total, done = len(plan) * repeats, 0
+    measured: dict[str, list[list[float]]] = {}  # variant -> each repeat's step times
+    with temp_dir() as folder:
+        for r in range(repeats):  # interleaved: the machine's load falls on every variant
+            for name, res in runs.items():
+                if res.status != "ok":
+                    continue
+                out = os.path.join(folder, f"run-{len(res.repeats)}-{r}-{done}.json")
+                argv = [sys.executable, "-m", "layerscope",
+                        *run_argv(script, plan[name], steps,
+                                  ("--format", "json", "-o", out))[1:]]
+                proc = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, errors="replace")
+                done += 1
+                if progress:
+                    progress(done, total)
+                rep = _read_run(out) if proc.returncode == 0 else None
+                if rep is None or not rep.get("step_seconds"):
+                    lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
+                    res.status = "error"
+                    res.reason = (lines[-1] if proc.returncode and lines else
+                                  f"exit code {proc.returncode}" if proc.returncode else
+                                  "no training step measured")
+                    continue
+                res.repeats.append(repeat_of(rep))
+                measured.setdefault(name, []).append(list(rep["step_seconds"]))
+    results = list(runs.values())
+    summarise(results)
+    baseline = runs["baseline"]
+    report.verify = {"steps": steps, "repeats": repeats,
+                     "warmup_steps": default_warmup_steps(steps), "cwd": cwd,
+                     "baseline_step_s": baseline.step["median_s"] if baseline.step else None,
+                     "speedups": {v.variant: v.speedup for v in results
+                                  if v.speedup is not None and v is not baseline}}
+    for item in report.advice:
+        settings = run_settings(item.variant, item.threads)
+        if settings is None or item.verify_note:
+            continue
+        name = _run_variant(base, settings)
+        _judge(item, runs[name], baseline, _in_blocks(beyond_noise, measured),
+               f"run {name}", facts)
+
+
+def _in_blocks(beyond_noise, measured: dict[str, list[list[float]]]):
+    """Ablate's noise rule (the ranges of the repeats' mean step times do not overlap) for
+    runs of a script. With one run per variant its measured steps, in up to ``BLOCKS``
+    consecutive blocks, stand for the repeats (the method of batch means): loader workers
+    deliver batches in bursts (one step waits for a batch, the next finds its batch ready), so
+    the steps' own p10-p90 would read that rhythm as noise. Fewer than 6 steps: the steps'
+    p10-p90, as ablate."""
+    from layerscope.training.ablation import VariantResult
+
+    def blocked(res):
+        runs = measured.get(res.variant) or []
+        if len(runs) != 1 or len(runs[0]) < 2 * 3:
+            return res
+        steps = runs[0]
+        k = min(BLOCKS, len(steps) // 2)
+        cuts = [round(i * len(steps) / k) for i in range(k + 1)]
+        return VariantResult(res.variant, [], repeats=[
+            {"wall_s": sum(steps[a:b]), "steps": b - a} for a, b in zip(cuts, cuts[1:])])
+    return lambda res, base: beyond_noise(blocked(res), blocked(base))
+
+
+def _run_variant(base: dict[str, Any], settings: dict[str, Any]) -> str:
+    """A variant's name: the what-if options of its run, e.g. "--num-workers 2"."""
+    from layerscope.training.whatif import WhatIf
+
+    return " ".join(WhatIf(**{**base, **settings}).flags())
+
+
+def _read_run(path: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _verify_sweeps(report: AdviceReport, runs: int,
+                   facts: dict[str, Any] | None = None) -> None:
     """Run each rule's ``layerscope sweep`` command in a fresh process and judge its second
     cell against its first (the setting the result ran with): sweep's noise rule (the cells'
     p10-p90 per sample overlap) and its speed-up in samples per second."""
@@ -221,4 +429,4 @@ def _verify_sweeps(report: AdviceReport, runs: int) -> None:
         report.verify["speedups"][item.rule] = speedup
         _mark(item, 1 - 1 / speedup, not ok[1].get("within_noise"),
               f"sweep: {ok[1]['throughput_per_s']:.1f} samples/s against "
-              f"{ok[0]['throughput_per_s']:.1f}")
+              f"{ok[0]['throughput_per_s']:.1f}", facts)

@@ -6,7 +6,9 @@ and a rule that needs it does not fire.
 Facts by kind:
 - train (also ``layerscope run``): phase shares of the breakdown, its config (workers,
   pinning, AMP, channels-last, compile, batch), step times, CUDA peak, communication; layer
-  counts from the recipe's model, built on the meta device (no weights, no data);
+  counts from the recipe's model, built on the meta device (no weights, no data); for a
+  watched script its record (path, arguments, working directory), run's what-if settings and
+  the workers and pinning of the loaders it built;
 - profile: shares by layer type, compute-bound contraction share (roofline), median layer
   time, layers under 10% of their roof, the end-to-end times, noise;
 - sweep: the fastest cell's settings, noise;
@@ -95,12 +97,28 @@ def _train(d: dict[str, Any]) -> dict[str, Any]:
            "peak_cuda_bytes": d.get("peak_cuda_bytes")}
     out.update(_phase_facts((d.get("breakdown") or {}).get("seconds") or {}))
     out.update(_step_facts(d.get("step_seconds")))
-    findings = (d.get("data_loading") or {}).get("findings") or []
+    loading = d.get("data_loading") or {}
+    findings = loading.get("findings") or []
     if findings and isinstance(findings[0], dict) and findings[0].get("kind"):
         # the data loader's verdict (its first finding) and the worker count it suggests
         out["data_verdict"] = findings[0]["kind"]
         if findings[0].get("knob") == "num_workers":
             out["data_suggested_workers"] = findings[0].get("value")
+        out["data_work_per_batch_s"] = (findings[0].get("figures") or {}).get(
+            "work_per_batch_s")
+    loaders = [lo for lo in loading.get("loaders") or [] if isinstance(lo, dict)]
+    training = [lo for lo in loaders if lo.get("training")] or loaders
+    if training and "num_workers" not in config:
+        # a watched script: the loaders it built (its own settings, or run's what-if ones)
+        out["workers"] = max(lo.get("num_workers") or 0 for lo in training)
+        out["pin_memory"] = all(lo.get("pin_memory") for lo in training)
+    script = d.get("script") or {}
+    if script:  # a watched script: what it ran (advise reruns it) and in how many processes
+        out["script"] = script
+        out["world_size"] = d.get("world_size")
+        if config.get("what_if"):  # run's what-if settings: the run to compare against
+            out["what_if"] = {k: config[k] for k in ("num_workers", "pin_memory", "threads")
+                              if config.get(k) is not None}
     comm = d.get("communication") or {}
     if comm.get("exposed_s") is not None and out.get("step_median_s"):
         out.update(exposed_share=comm["exposed_s"] / out["step_median_s"],

@@ -31,11 +31,63 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """What ``--verify`` measured for one finding, for a rule's ``explain``: the facts the
+    prediction read, the predicted range, the measured gain and the milliseconds per step of
+    each phase in the baseline and the changed run (empty when the command gives no phases, as
+    a sweep's)."""
+
+    facts: Facts
+    low: float
+    high: float
+    gain: float
+    base_ms: dict[str, float]
+    new_ms: dict[str, float]
+    variant: str | None = None
+    threads: int | None = None
+
+
+def moved(outcome: Outcome, *, leave_out: tuple[str, ...] = ()) -> str:
+    """The phases whose time per step changed the most, "forward 3.0 -> 2.1 ms, ...", those in
+    ``leave_out`` left out ("" when no phases were measured)."""
+    names = [p for p in dict.fromkeys([*outcome.base_ms, *outcome.new_ms]) if p not in leave_out]
+    names.sort(key=lambda p: -abs(outcome.new_ms.get(p, 0.0) - outcome.base_ms.get(p, 0.0)))
+    return ", ".join(f"{p} {outcome.base_ms.get(p, 0.0):.1f} -> {outcome.new_ms.get(p, 0.0):.1f}"
+                     " ms" for p in names[:3])
+
+
+def rest_ms(ms: dict[str, float], *parts: str) -> float:
+    """Milliseconds per step outside ``parts``."""
+    return sum(v for p, v in ms.items() if p not in parts)
+
+
+def amdahl_why(outcome: Outcome) -> str:
+    """The fallback explanation of a gain outside the predicted range: the prediction is
+    Amdahl's law over the measured share (that part faster, everything else unchanged), and
+    the phases show what else changed."""
+    side = "above" if outcome.gain > outcome.high else "below"
+    text = (f"the measured gain {outcome.gain:.3f} is {side} the predicted "
+            f"{outcome.low:.3f} .. {outcome.high:.3f}, which assumes Amdahl's law over the "
+            "measured share: only that part of the step changes, the rest stays as it was")
+    phases = moved(outcome)
+    return text + (f"; per step: {phases}" if phases else "")
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     reads: tuple[str, ...]  # the facts it reads (the docs' rule table)
     formula: str  # its prediction, in words
     check: Callable[[Facts], Finding | None]
+    # the edit to the user's own code that makes the change, when no option of layerscope run
+    # can (a watched script's advice says it instead of running it)
+    edit: str | None = None
+    # why a measured gain fell outside the predicted range, in the measured numbers
+    # (default: ``amdahl_why``)
+    explain: Callable[[Outcome], str] | None = None
+
+    def why(self, outcome: Outcome) -> str:
+        return (self.explain or amdahl_why)(outcome)
 
 
 def amdahl(share: float, speedup: float) -> float:

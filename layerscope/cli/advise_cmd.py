@@ -15,10 +15,11 @@ def register(sub) -> None:
                         "(--format json)")
     p.add_argument("--verify", action="store_true",
                    help="run each rule's command (ablate for train and ablate results, sweep "
-                        "for profile and sweep results; fresh processes, the result's seed) "
-                        "and mark it confirmed, refuted or within the noise")
+                        "for profile and sweep results, the script again with run's what-if "
+                        "options for run results; fresh processes, the result's seed) and mark "
+                        "it confirmed, refuted or within the noise")
     p.add_argument("--steps", type=arg(positive_int), default=None,
-                   help="steps per ablation run, runs per sweep cell (default 20)")
+                   help="steps per ablation or script run, runs per sweep cell (default 20)")
     p.add_argument("--repeats", type=arg(positive_int), default=1,
                    help="repeats per ablation variant")
     add_output(p)

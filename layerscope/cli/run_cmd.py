@@ -22,6 +22,7 @@ from layerscope.cli.common import (
     OUTPUT_OPTIONS,
     add_output,
     add_output_folder,
+    add_settings,
     check_outputs,
     write_output,
     write_report_files,
@@ -35,6 +36,8 @@ RANK_REPORTS_ENV = "LAYERSCOPE_RANK_REPORTS"
 
 
 def register(sub) -> None:
+    from layerscope.training.whatif import GROUP, WhatIf
+
     p = sub.add_parser(
         "run", help="run your own training script and break its steps into phases",
         description="Run SCRIPT.py (or -m MODULE) unmodified, as python would, and measure "
@@ -63,11 +66,13 @@ def register(sub) -> None:
     p.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
                    help="run the script in N processes through torchrun (its own DDP/FSDP code "
                         "runs as under torchrun) and merge every rank's phases into one report")
+    add_settings(p, WhatIf, GROUP)
     add_output(p)
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a module as python -m does (the rest goes to it)")
     p.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT.py ...",
-                   help="the script and its arguments")
+                   help="the script and its arguments (after -- when an argument of the "
+                        "script could be taken for an option)")
     p.set_defaults(run=run)
 
 
@@ -81,6 +86,11 @@ def _target(args) -> tuple[str, list[str], bool]:
         raise UserError("-m needs a module name: layerscope run -m package.module [ARGS]")
     if not args.script:
         raise UserError("give the script to run: layerscope run [OPTIONS] SCRIPT.py [ARGS...]")
+    if args.script[0] == "--":  # run [OPTIONS] -- SCRIPT.py ARGS: the options end here
+        args.script = args.script[1:]
+        if not args.script:
+            raise UserError("give the script to run after --: layerscope run [OPTIONS] -- "
+                            "SCRIPT.py [ARGS...]")
     script = args.script[0]
     if script.startswith("-"):
         raise UserError(f"unknown option {script}: options go before the script (see --help)")
@@ -381,8 +391,10 @@ def _launch(args) -> int:
 
 
 def run(args) -> int:
+    from layerscope.cli.common import settings_from
     from layerscope.training import distributed
     from layerscope.training.watch import Watch
+    from layerscope.training.whatif import WhatIf
 
     target, script_args, is_module = _target(args)
     if args.functions and not args.layers:
@@ -396,7 +408,8 @@ def run(args) -> int:
     watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
                   functions=args.functions,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
-                  step_on=args.step_on)
+                  step_on=args.step_on, what_if=settings_from(WhatIf, args),
+                  script_path=target, module=is_module)
     failure: list[str] = []
     starter = os.getpid()
     code = execute(target, script_args, is_module, watch, failure)

@@ -117,6 +117,18 @@ def _run_variant(recipe: str, flags: list[str], common: list[str], seed: int,
         return json.load(f)
 
 
+def default_warmup_steps(steps: int) -> int:
+    """Warm-up steps of a comparison run: 5, but never more than half the steps."""
+    return min(DEFAULT_WARMUP_STEPS, steps // 2)
+
+
+def repeat_of(rep: dict[str, Any]) -> RepeatBreakdown:
+    """One run's breakdown (a train or run result's JSON) with its steps' p10-p90 spread."""
+    spread = TimingStats.of(rep["step_seconds"] or [0.0])
+    return RepeatBreakdown.from_dict({**rep["breakdown"], "step_p10_s": spread.p10_s,
+                                      "step_p90_s": spread.p90_s})
+
+
 def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int = 1,
            warmup_steps: int | None = None, device: str = "cpu", batch_size: int | None = None,
            synthetic: bool = True, data_dir: str | None = None, seed: int = 0,
@@ -128,8 +140,8 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
     machine = read_machine()  # before our own work adds to the load average
     steps = values.positive_int(steps, "steps")
     repeats = values.positive_int(repeats, "repeats")
-    if warmup_steps is None:  # default: 5, but never more than half the steps
-        warmup_steps = min(DEFAULT_WARMUP_STEPS, steps // 2)
+    if warmup_steps is None:
+        warmup_steps = default_warmup_steps(steps)
     warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
     seed = values.seed(seed, "seed")
     device = values.device(device, "device")
@@ -174,10 +186,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                 try:
                     rep = _run_variant(recipe, flags, common, seed, workdir,
                                        f"{_tag(name)}-{r}")
-                    spread = TimingStats.of(rep["step_seconds"] or [0.0])
-                    res.repeats.append(RepeatBreakdown.from_dict(
-                        {**rep["breakdown"], "step_p10_s": spread.p10_s,
-                         "step_p90_s": spread.p90_s}))
+                    res.repeats.append(repeat_of(rep))
                     step_samples.setdefault(name, []).extend(rep["step_seconds"] or [])
                 except Exception as exc:
                     res.status, res.reason = "error", str(exc)
@@ -186,7 +195,7 @@ def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int
                     done += 1
                     if progress:
                         progress(done, total)
-    _summarise(results)
+    summarise(results)
     return AblationReport(recipe, device, steps, warmup_steps, repeats, results,
                           environment=environment(),
                           noise=_noise(step_samples.get("baseline"), machine, threads))
@@ -205,7 +214,9 @@ def _tag(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in name)
 
 
-def _summarise(results: list[VariantResult]) -> None:
+def summarise(results: list[VariantResult]) -> None:
+    """Each variant's step time (the median over its repeats of wall time per step), phases
+    (ms per step), speed-up over the baseline and whether it is beyond the noise."""
     for res in results:
         if res.status != "ok" or not res.repeats:
             continue

@@ -467,7 +467,8 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
                 kind=kind, knob="num_workers", value=n, figures=figs,
                 message=f"{name}: the main process loads every batch itself (num_workers=0): "
                         f"the dataset's fetch took {lo['fetch_s']:.2f} s and collate "
-                        f"{lo['collate_s']:.2f} s of the {wait:.2f} s it waited for data "
+                        f"{lo['collate_s']:.2f} s ({per_batch * 1e3:.1f} ms per batch) of the "
+                        f"{wait:.2f} s it waited for data "
                         f"({wait / span:.0%} of the loop), {what}: set num_workers={n}")))
         else:
             startup = lo.get("startup_s") or 0.0

@@ -78,6 +78,7 @@ from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
 from layerscope.training.model_seen import ModelSeen
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
+from layerscope.training.whatif import WhatIf
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
 # torch.compile's OptimizedModule warns on every call while global module hooks exist
@@ -192,7 +193,9 @@ class Watch:
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
                  functions: bool = False, name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
-                 step_on: str = "optimizer", clock: Callable[[], float] = time.perf_counter):
+                 step_on: str = "optimizer", what_if: WhatIf | None = None,
+                 script_path: str | None = None, module: bool = False,
+                 clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
                             f"{type(model).__name__}")
@@ -211,7 +214,14 @@ class Watch:
         self.layers, self.memory, self.trace = layers, memory, trace
         self.functions = functions
         self.name, self.argv = name, list(argv) if argv is not None else None
+        # layerscope run: the script as given and where it started (to run it again)
+        self.started = ({"path": script_path, "module": module, "cwd": os.getcwd()}
+                        if script_path is not None else {})
         self.on_stop, self.clock = on_stop, clock
+        if what_if is not None and not isinstance(what_if, WhatIf):
+            raise UserError(f"watch(what_if=...) must be a layerscope.training.whatif.WhatIf, "
+                            f"got {type(what_if).__name__}")
+        self.what_if = what_if if what_if is not None and what_if.given() else None
         self._installed: list[Callable[[], None]] = []  # undo actions, run in reverse
         self._probe: LoaderProbe | None = None  # inside the data loaders (training.dataloading)
         self._running = False
@@ -396,6 +406,9 @@ class Watch:
         self._patch(process_cls, "start", self._child_start(process_cls.start))
         self._patch(threading, "excepthook", _quiet_step_limit(threading.excepthook))
         self._ignore_warning(_COMPILE_HOOKS_WARNING)
+        if self.what_if is not None:
+            self.what_if.seen.clear()
+            self.what_if.install(self._patch, self._installed.append)
 
     def _ignore_warning(self, message: str) -> None:
         """Ignore torch's warning ``message`` (a regular expression) while the hooks are
@@ -1018,12 +1031,16 @@ class Watch:
             len(self._seconds), self.step_seconds, "cuda" if self.cuda_used else "cpu",
             int(world) if world and world.isdigit() else 1)
         notes += [why] if why else []
+        given = self.what_if.given() if self.what_if is not None else {}
+        if given:
+            notes.insert(0, self.what_if.note())
         return TrainReport(
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
                     "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
-                    **({"functions": True} if self.functions else {})},
+                    **({"functions": True} if self.functions else {}),
+                    **given, **({"what_if": self.what_if.flags()} if given else {})},
             run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
@@ -1031,7 +1048,7 @@ class Watch:
             peak_cuda_bytes=max(self._cuda_peak, torch.cuda.max_memory_allocated())
             if self.cuda_used else None,
             notes=notes, environment=environment(),
-            script={"name": self.name, "argv": argv},
+            script={"name": self.name, "argv": argv, **self.started},
             rank=int(rank) if rank and rank.isdigit() else None,
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,

@@ -25,4 +25,6 @@ def check(facts) -> Finding | None:
 RULE = Rule("amp", ("matmul_share (compute-bound rows) or compute_share", "dtype", "amp",
                     "device"),
             "f x (1 - 1/s), f = compute-bound contraction share (>= 0.2), s = 1.0..1.6 (CPU), "
-            "1.5..3 (CUDA)", check)
+            "1.5..3 (CUDA)", check,
+            edit="wrap the forward and the loss in "
+                 "torch.autocast(device_type, dtype=torch.bfloat16)")

@@ -24,4 +24,6 @@ def check(facts) -> Finding | None:
 
 RULE = Rule("channels-last", ("conv_layers", "conv_share or compute_share", "channels_last",
                               "device"),
-            "f x (1 - 1/s), f = convolution share, s = 1.0..1.3 (CPU), 1.1..1.5 (CUDA)", check)
+            "f x (1 - 1/s), f = convolution share, s = 1.0..1.3 (CPU), 1.1..1.5 (CUDA)", check,
+            edit="model = model.to(memory_format=torch.channels_last), and the same for each "
+                 "input batch")

@@ -33,4 +33,5 @@ def check(facts) -> Finding | None:
 RULE = Rule("compile", ("layers", "median_layer_s", "elementwise_share or compute_share",
                         "compile"),
             "f x (1 - 1/s), f = share of the non-contraction layers, s = 1..2; fires at >= 20 "
-            "layers with a median layer under 50 µs", check)
+            "layers with a median layer under 50 µs", check,
+            edit="model = torch.compile(model)")

@@ -1,6 +1,6 @@
 """Loader workers (and pinned memory on CUDA) for data stalls: with workers the next batches
 are prepared while the step computes, so the data phase leaves the critical path."""
-from layerscope.advice.rule import Finding, Rule, pick
+from layerscope.advice.rule import Finding, Outcome, Rule, amdahl_why, moved, pick, rest_ms
 
 MIN_SHARE = 0.05
 MAX_WORKERS = 4
@@ -16,7 +16,11 @@ def check(facts) -> Finding | None:
     if share is None or (share < MIN_SHARE and not stalled):
         return None
     cores = facts.get("cores") or 1
-    new = min(MAX_WORKERS, max(1, cores))
+    new = max(1, cores)
+    if facts.get("data_verdict") == "io_bound" and facts.get("data_suggested_workers"):
+        # loading that waits (I/O, sleeps) needs no core per worker: the data loader's count
+        new = max(new, facts["data_suggested_workers"])
+    new = min(MAX_WORKERS, new)
     if new <= workers:
         return None
     variant = f"workers={new}"
@@ -33,12 +37,48 @@ def check(facts) -> Finding | None:
     return Finding(
         cause=f"{share:.0%} of the step waits for data with {workers} loader worker(s)",
         change=f"DataLoader(num_workers={new}" + (", pin_memory=True" if pin else "")
-               + f") (train --num-workers {new}" + (" --pin-memory" if pin else "") + ")",
+               + f") ({'run' if facts.get('script') else 'train'} --num-workers {new}"
+               + (" --pin-memory" if pin else "") + ")",
         low=low, high=high, derivation=text, variant=variant,
         facts=pick(facts, "data_share", "h2d_share", "workers", "pin_memory", "cores",
                    "data_verdict"))
 
 
-RULE = Rule("workers", ("data_share (or the data-loader verdict)", "workers", "pin_memory",
-                        "h2d_share", "cores"),
-            "d x 0.5 .. d x 1 (d = data share >= 0.05; + h/2 for pinning on CUDA)", check)
+def explain(o: Outcome) -> str:
+    """Why the measured gain left d x 0.5 .. d: the other phases shrank too (the loading no
+    longer competes with the step in the main process), grew (the workers compete for the
+    cores the step uses), or the workers did not keep up (the loop still waits for data)."""
+    if not o.base_ms or not o.new_ms:
+        return amdahl_why(o)
+    share = o.facts.get("data_share") or 0.0
+    parts = (o.variant or "").split("+")
+    workers = next((int(p.split("=", 1)[1]) for p in parts if p.startswith("workers=")), 0)
+    data_b, data_n = o.base_ms.get("data", 0.0), o.new_ms.get("data", 0.0)
+    rest_b, rest_n = rest_ms(o.base_ms, "data"), rest_ms(o.new_ms, "data")
+    head = (f"the data share was d = {share:.3f} (data {data_b:.1f} ms of "
+            f"{data_b + rest_b:.1f} ms per step)")
+    others = moved(o, leave_out=("data",))
+    if o.gain > o.high:
+        return (f"{head}; the measured gain {o.gain:.3f} exceeded it because the step's other "
+                f"phases also shrank, {rest_b:.1f} -> {rest_n:.1f} ms per step ({others}): "
+                "the main process no longer loads batches, so the CPU contention the loading "
+                "caused is gone")
+    if rest_n - rest_b > data_n:
+        cores, threads = o.facts.get("cores") or 1, o.facts.get("threads") or 1
+        return (f"{head}; the measured gain {o.gain:.3f} fell short because the {workers} "
+                f"worker(s) competed for the cores the step used ({workers} workers and "
+                f"{threads} torch thread(s) on {cores} core(s)): the other phases grew "
+                f"{rest_b:.1f} -> {rest_n:.1f} ms per step ({others}); fewer torch threads "
+                f"leave the workers their cores (run --threads {max(1, cores - workers)})")
+    work = o.facts.get("data_work_per_batch_s")
+    supply = (f"; {workers} worker(s) making a batch in {work * 1e3:.1f} ms each deliver one "
+              f"every {work * 1e3 / workers:.1f} ms against the step's {rest_n:.1f} ms"
+              if work and workers else "")
+    return (f"{head}; the measured gain {o.gain:.3f} fell short because the workers did not "
+            f"keep up: the loop still waited {data_n:.1f} ms per step for data{supply}")
+
+
+RULE = Rule("workers", ("data_share (or the data-loader verdict and its worker count)",
+                        "workers", "pin_memory", "h2d_share", "cores"),
+            "d x 0.5 .. d x 1 (d = data share >= 0.05; + h/2 for pinning on CUDA)", check,
+            explain=explain)

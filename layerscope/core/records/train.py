@@ -40,10 +40,19 @@ class TrainEpoch(DictRecord):
 
 @dataclass(eq=False, kw_only=True)
 class WatchedScript(DictRecord):
-    """The watched script: its name and the arguments it was given."""
+    """The watched script: its name and the arguments it was given; under ``layerscope run``
+    also the script's path (or module) as given and the working directory it started in, so
+    ``advise --verify`` can run it again."""
 
     name: str
     argv: list[str]
+    path: str | None = field(default=None, metadata=omit_none(
+        optional=True, description="layerscope run: the script's path as given (or the module "
+                                   "of -m)"))
+    module: bool | None = field(default=None, metadata=omit_none(
+        optional=True, description="layerscope run: path names a module (-m)"))
+    cwd: str | None = field(default=None, metadata=omit_none(
+        optional=True, description="layerscope run: the working directory it started in"))
 
 
 @dataclass(eq=False, kw_only=True)
