@@ -716,7 +716,9 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
     def handler(args, kwargs, out) -> OpCost:
         # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute the scores + 4 gradient products
         # (dV, dP, dQ, dK), each over the visible scores only; the forward's mask (attn_bias)
-        # tensor, if any, at args[mask_at] or as the keyword mask_at
+        # tensor, if any, at args[mask_at] or as the keyword mask_at. The recomputed scores
+        # (q.k and the forward's scale and softmax, ATTN_PER_SCORE) are the forward's work
+        # again: ``recompute`` (hardware FLOPs, HFU), the rest is the model's backward
         q, k = args[1], args[2]
         full = fc.sdpa_backward_flop_count(args[0].shape, q.shape, k.shape, args[3].shape) // 2
         b, h, lq, _ = q.shape
@@ -727,7 +729,9 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
         if visible is None:
             visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
         macs = full // (lq * lk) * visible  # flop_counter's count is B*H*Lq*Lk*(...)
-        return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * b * h * visible)
+        scores = b * h * visible
+        again = 2 * scores * q.shape[-1] + ATTN_PER_SCORE * scores
+        return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * scores, recompute=again)
 
     handler.__name__ = "sdpa_backward"
     return handler
