@@ -217,6 +217,58 @@ def test_watched_loop_counts_the_model_as_seen_at_its_first_step(monkeypatch):
     assert any("first step" in n and "2 forward(s)" in n for n in e.notes)
 
 
+def _step_flops_of(e, seconds):
+    """Each measured step's model FLOPs, back from its MFU (the peak is the test's own)."""
+    return [m * e.peak_flops_per_s * s for m, s in zip(e.mfu_per_step, seconds)]
+
+
+def test_watched_loop_counts_each_step_on_its_own_batch(monkeypatch):
+    """The MNIST example's loop over a DataLoader of 5 samples in batches of 2 (the last one
+    short), an evaluation pass under no_grad between the epochs: each step is counted on the
+    batch it ran, and the evaluation counts nothing. Linear(4, 2) per sample: forward
+    2*4*2 + 2 (bias) = 18; backward: weight gradient 16 + bias gradient 2 = 18 (the input needs
+    none); SGD 2 x 10 parameters = 20 per step: a batch of 2 is 92, of 1 56."""
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(5, 4)),
+                                         batch_size=2)
+    with layerscope.watch() as w:
+        for _ in range(2):
+            for (x,) in loader:
+                optimizer.zero_grad()
+                model(x).square().mean().backward()
+                optimizer.step()
+            with torch.no_grad():
+                model(torch.randn(7, 4))  # evaluation: another shape, not a step's
+    report = w.report()
+    e = report.efficiency
+    assert _step_flops_of(e, report.step_seconds) == pytest.approx([92, 92, 56] * 2, rel=1e-9)
+    assert e.model_flops_per_step == 92
+    assert any("2 distinct inputs" in n for n in e.notes)
+
+
+def test_a_model_returning_its_loss_is_trained_from_the_loss_only():
+    """nanoGPT and Hugging Face models return the logits and the loss made from them; the
+    step runs loss.backward(), so backward starts at the loss alone. Linear(4, 3, no bias) on
+    2 x 4, loss = logits.sum(): backward is the weight gradient 2*2*4*3 = 48 (the sum's
+    gradient is a broadcast, no arithmetic); a gradient seeded into the logits as well would
+    add 6 (2 x 3) accumulating the two."""
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 3, bias=False)
+
+        def forward(self, x):
+            logits = self.head(x)
+            return logits, logits.sum()
+
+    t = layerscope.analyze(WithLoss(), inputs=(2, 4), mode="training").totals
+    assert (t.flops, t.backward_flops) == (2 * 2 * 4 * 3 + 6, 48)  # forward: matmul + sum
+
+
 def test_profile_loop_gives_each_batch_its_mfu_and_mbu(monkeypatch):
     from layerscope.training.inference_loop import profile_loop
     from layerscope.training.recipes import DigitsCNN
