@@ -432,6 +432,16 @@ NORM_CASES = [
          (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), T((8,)),
           [True, True, True]), (T((2, 3, 8)), T((8,)), T((8,))),
          macs=0, flops=(6 + 1 + 1) * 2 * 3 * 8),  # dx 6, dw 1, db 1 per element
+    # LayerNorm(bias=False) (nanoGPT's default): no bias gradient is computed
+    case("layer_norm_backward-no-bias", "aten.native_layer_norm_backward",
+         (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), None,
+          [True, True, False]), (T((2, 3, 8)), T((8,)), None),
+         macs=0, flops=(6 + 1) * 2 * 3 * 8),
+    # BatchNorm2d(affine=False): the input's gradient only
+    case("batch_norm_backward-no-affine", "aten.native_batch_norm_backward",
+         (T(X), T(X), None, T((3,)), T((3,)), T((3,)), T((3,)), True, 1e-5,
+          [True, False, False]), (T(X), None, None),
+         macs=0, flops=6 * N_X),
     # Without affine parameters the `* w + b` is not done: normalise (x - mean) * invstd = 2,
     # + 1 for a weight, + 1 for a bias, + 4 for statistics.
     case("batch_norm-no-affine-eval", "aten.native_batch_norm",

@@ -372,8 +372,12 @@ def rms_norm(args, kwargs, out) -> OpCost:
 
 
 def norm_backward(args, kwargs, out) -> OpCost:
-    # native_*_norm_backward(grad_out: x-shaped, x, ...): dx (6/elem) + dw, db (1 each) per element
-    return OpCost(flops=8 * args[0].numel)
+    # native_*_norm_backward(grad_out: x-shaped, x, ..., output_mask) -> (dx, dw, db): dx 6,
+    # dw 1, db 1 per element, each only when computed (a gradient the mask leaves out is None:
+    # no weight or no bias, as the forward drops their FLOPs, or an input that needs none)
+    dx, dw, db = (tuple(out) + (None, None, None))[:3]
+    per = 6 * (dx is not None) + (dw is not None) + (db is not None)
+    return OpCost(flops=per * args[0].numel)
 
 
 def softmax(args, kwargs, out) -> OpCost:
