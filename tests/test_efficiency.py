@@ -89,8 +89,15 @@ def test_optimizer_flops_follow_the_torch_optimizer():
     cases = [(torch.optim.SGD(params, lr=0.1), 2 * 10),
              (torch.optim.SGD(params, lr=0.1, momentum=0.9), 4 * 10),
              (torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4), 6 * 10),
-             (torch.optim.Adam(params), 13 * 10), (torch.optim.AdamW(params), 14 * 10)]
-    assert [optimizer_flops(o, 10) for o, _ in cases] == [n for _, n in cases]
+             (torch.optim.Adam(params), 13 * 10), (torch.optim.AdamW(params), 14 * 10),
+             # nanoGPT's groups: decay on the matrices, none on biases and norms, where
+             # torch skips the decoupled decay (13); 10 parameters in each
+             (torch.optim.AdamW([{"params": params, "weight_decay": 0.1},
+                                 {"params": [nn.Parameter(torch.zeros(10))],
+                                  "weight_decay": 0.0}]), 14 * 10 + 13 * 10),
+             (torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True), 6 * 10),
+             (torch.optim.Adam(params, amsgrad=True), 14 * 10)]
+    assert [optimizer_flops(o, 0) for o, _ in cases] == [n for _, n in cases]
 
 
 @pytest.mark.parametrize("flops, seconds, peak", [
