@@ -178,6 +178,33 @@ register(["aten.sum", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.pr
 register(["aten.mean", "aten.var", "aten.std", "aten.var_mean", "aten.std_mean"], reduce_mean)
 
 
+def _nll_arg(args, kwargs, at: int, name: str):
+    return args[at] if len(args) > at else kwargs.get(name)
+
+
+def nll_loss(args, kwargs, out) -> OpCost:
+    # nll_loss_forward / nll_loss2d_forward(log_probs: (N, C, ...), target: (N, ...), weight,
+    # reduction, ignore_index) -> (loss, total_weight): one add (sum) or negation (none) per
+    # target, a class weight's multiply per target, + 1 divide for the mean (reduction 1)
+    n = args[1].numel
+    weighted = isinstance(_nll_arg(args, kwargs, 2, "weight"), TensorDesc)
+    mean = _nll_arg(args, kwargs, 3, "reduction") == 1
+    return OpCost(flops=n * (1 + weighted) + mean)
+
+
+def nll_loss_backward(args, kwargs, out) -> OpCost:
+    # nll_loss_backward / nll_loss2d_backward(grad, log_probs, target, weight, reduction,
+    # ignore_index, total_weight) -> log_probs-shaped, zero but at the targets: one value per
+    # target (-grad, divided by the total weight for the mean), a class weight's multiply
+    n = args[2].numel
+    weighted = isinstance(_nll_arg(args, kwargs, 3, "weight"), TensorDesc)
+    return OpCost(flops=n * (1 + weighted))
+
+
+register(["aten.nll_loss_forward", "aten.nll_loss2d_forward"], nll_loss)
+register(["aten.nll_loss_backward", "aten.nll_loss2d_backward"], nll_loss_backward)
+
+
 def _kernel_size(args, index: int, spatial: int) -> int:
     k = args[index]
     k = list(k) if isinstance(k, (list, tuple)) else [k]
