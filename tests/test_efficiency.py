@@ -262,6 +262,35 @@ def test_watched_loop_counts_each_step_on_its_own_batch(monkeypatch):
     assert any("2 distinct inputs" in n for n in e.notes)
 
 
+@pytest.mark.parametrize("autocast, expected", [
+    pytest.param(False, torch.float32, id="float32"),
+    pytest.param(True, torch.bfloat16, id="autocast-bfloat16"),
+])
+def test_watched_loop_under_autocast_is_against_the_autocast_dtypes_peak(monkeypatch, autocast,
+                                                                          expected):
+    """nanoGPT trains under torch.autocast(bfloat16) on CUDA: its FLOPs run on the bfloat16
+    peak, not the float32 one (a GPU's bf16 peak is many times its fp32 one, so an MFU
+    against the fp32 peak is above 100% and refused)."""
+    asked = []
+
+    def ceilings(device, dtype=torch.float32, *a, **k):
+        asked.append(dtype)
+        return Ceilings("cpu", str(dtype), 1, 1e15, 1e15, 2048, 2**29)
+
+    monkeypatch.setattr(roofline, "ceilings", ceilings)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerscope.watch() as w:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(torch.randn(3, 4)).float().square().mean()
+            loss.backward()
+            optimizer.step()
+    e = w.report().efficiency
+    assert asked == [expected]
+    assert any("bfloat16 peaks" in n for n in e.notes) == autocast
+
+
 def test_a_model_returning_its_loss_is_trained_from_the_loss_only():
     """nanoGPT and Hugging Face models return the logits and the loss made from them; the
     step runs loss.backward(), so backward starts at the loss alone. Linear(4, 3, no bias) on

@@ -27,6 +27,7 @@ class ModelSeen:
         self._inputs: list[tuple[Any, ...]] = []  # distinct forward arguments (specs)
         self._index: dict[Any, int] = {}  # their hashable keys -> position in _inputs
         self._step: list[int] = []  # the forwards of the step open now
+        self._dtype = torch.float32  # what the FLOPs ran in: the peak to take them against
         self._steps: list[tuple[int, ...]] = []  # the forwards of every completed step
         self.forwards = 0
 
@@ -34,6 +35,7 @@ class ModelSeen:
         """A training forward of the model (the module whose forwards take the batches)."""
         if self._module is None:
             self._module = module
+            self._dtype = _compute_dtype(module, args)
         spec = tuple(_spec(a) for a in args)
         if not any(i[0] == "tensor" for i in spec) and self._kwargs_hook is None:
             # called with keywords only (model(**batch)): a global hook sees no kwargs, so
@@ -131,7 +133,8 @@ class ModelSeen:
                 forward=sum(per_input[i].forward for i in s),
                 backward=sum(per_input[i].backward for i in s), optimizer=opt,
                 recompute=sum(per_input[i].recompute for i in s)) for s in set(filled)}
-            result = eff.of_steps(by_step, filled, step_seconds, device, world_size=world_size)
+            result = eff.of_steps(by_step, filled, step_seconds, device, self._dtype,
+                                  world_size=world_size)
         except Exception as exc:  # noqa: BLE001 - the script ran; only its count failed
             return None, (f"MFU not given: the model's step could not be counted "
                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
@@ -144,8 +147,23 @@ class ModelSeen:
             f"({shapes} distinct input{'s' if shapes > 1 else ''}"
             + (", keyword arguments read from its second call on" if keywords else "")
             + f"), {'/'.join(map(str, micro))} forward(s) per optimizer step"
-            + ("" if optimizer is not None else "; no optimizer step seen: none counted"))
+            + ("" if optimizer is not None else "; no optimizer step seen: none counted")
+            + ("" if self._dtype == torch.float32 else
+               f"; against the {str(self._dtype).removeprefix('torch.')} peaks, the dtype its "
+               "forward ran in"))
         return result, None
+
+
+def _compute_dtype(module: torch.nn.Module, args: tuple[Any, ...]) -> torch.dtype:
+    """The dtype a training forward's matmuls run in: autocast's where it is on for the
+    arguments' device (nanoGPT's bfloat16 on CUDA), else the model's floating parameters'
+    (a model cast with ``.to(torch.bfloat16)``), else float32."""
+    device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    device = device or (param.device.type if param is not None else "cpu")
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return param.dtype if param is not None else torch.float32
 
 
 def _has_tensor(call: tuple[Any, ...]) -> bool:
