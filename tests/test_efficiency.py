@@ -291,6 +291,35 @@ def test_watched_loop_under_autocast_is_against_the_autocast_dtypes_peak(monkeyp
     assert any("bfloat16 peaks" in n for n in e.notes) == autocast
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_checkpointed_segment_recomputed_in_backward_is_backward_time(reentrant):
+    """Under ``layerscope run`` (no model named) every outermost module call was a forward:
+    the blocks torch.utils.checkpoint runs again inside backward were timed as forward. Each
+    step has one forward interval, the model's own (a clock that ticks once per reading:
+    nothing depends on real time)."""
+    ticks = iter(range(10**6))
+    blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+    optimizer = torch.optim.SGD(blocks.parameters(), lr=0.1)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = blocks
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=reentrant)
+            return x
+
+    model = Model()
+    with layerscope.watch(trace=True, clock=lambda: float(next(ticks))) as w:
+        for _ in range(3):
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+            optimizer.step()
+    phases = [p for p, _, _ in w.intervals]
+    assert phases.count("forward") == 3 and "backward" in phases
+
+
 def test_a_model_returning_its_loss_is_trained_from_the_loss_only():
     """nanoGPT and Hugging Face models return the logits and the loss made from them; the
     step runs loss.backward(), so backward starts at the loss alone. Linear(4, 3, no bias) on

@@ -601,6 +601,9 @@ class Watch:
         if self._stack and self._stack[-1][0] == "data":
             self._fwd_phase = None  # a transform in Dataset.__getitem__: the batch's own time
             return
+        if self._bwd_depth:  # torch.utils.checkpoint recomputing a segment: backward's time
+            self._fwd_phase = None
+            return
         if not torch.is_grad_enabled():
             self._fwd_phase = EVAL
         else:
