@@ -417,6 +417,33 @@ def test_a_model_called_with_keywords_only(steps, expected):
         assert report.efficiency.model_flops_per_step == expected
 
 
+def test_keyword_calls_are_counted_per_step_on_their_own_shapes(monkeypatch):
+    """The Trainer's model(**batch) with a last short batch: Linear(4, 1) on 3 samples 27 +
+    27 + SGD 10 = 64, on 2 samples 18 + 18 + 10 = 46. The first call, made before the keyword
+    hook was on, is the second's input, not an input of its own."""
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+
+    class KeywordModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, input_ids=None):
+            return self.fc(input_ids)
+
+    model = KeywordModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerscope.watch() as w:
+        for n in (3, 3, 2):
+            model(input_ids=torch.randn(n, 4)).sum().backward()
+            optimizer.step()
+    report = w.report()
+    e = report.efficiency
+    assert _step_flops_of(e, report.step_seconds) == pytest.approx([64, 64, 46], rel=1e-9)
+    assert any("2 distinct inputs" in n for n in e.notes)
+
+
 # nanoGPT's train.py in small: token ids from get_batch(), gradient accumulation 2, AdamW
 NANOGPT = """\
 import torch

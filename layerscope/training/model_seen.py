@@ -99,13 +99,18 @@ class ModelSeen:
         from layerscope.analysis import efficiency as eff
 
         # a step whose forwards were not seen (they ran before the watch began) is taken to
-        # run what the step after it ran
+        # run what the step before it ran (the first ones: what the first step seen ran)
         seen = [s for s in steps if s]
         if not seen:
             return None, None
-        filled, last = [], seen[0]
+        # a keyword-only call made before the keyword hook was on (the model's first call)
+        # ran on the keyword arguments read at the next one
+        read = next((i for s in seen for i in s if self._inputs[i][1]), None)
+        same = {i: read if read is not None and not _has_tensor(self._inputs[i]) else i
+                for s in seen for i in s}
+        filled, last = [], tuple(same[i] for i in seen[0])
         for s in steps:
-            last = s or last
+            last = tuple(same[i] for i in s) or last
             filled.append(last)
         used = sorted({i for s in filled for i in s})
         if not any(_has_tensor(self._inputs[i]) for i in used):
@@ -119,12 +124,8 @@ class ModelSeen:
         optimizer, self._optimizer = self._optimizer, None
         try:
             per_input = {}
-            read = next((i for i in used if self._inputs[i][1]), None)
             for i in used:
                 args, kw = self._inputs[i]
-                if not _has_tensor((args, kw)) and read is not None:
-                    # a keyword-only call made before the hook was on: its first call
-                    args, kw = self._inputs[read]
                 per_input[i] = eff.step_flops(module, tuple(_made(a) for a in args),
                                               kwargs={k: _made(v) for k, v in kw})
             opt = eff.optimizer_flops(optimizer, sum(p.numel() for p in module.parameters()
