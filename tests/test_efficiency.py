@@ -385,6 +385,17 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
     assert [v for _, v in points] == pytest.approx(report.efficiency.mfu_per_step, rel=1e-6)
 
 
+class KeywordModel(nn.Module):
+    """Called as the Hugging Face Trainer calls a model: model(**batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, input_ids=None):
+        return self.fc(input_ids)
+
+
 @pytest.mark.parametrize("steps, expected", [
     # Linear(4, 1) on a batch of 3: forward 2*3*4 + 3 (bias) = 27; backward: weight and bias
     # gradients 24 + 3 = 27 (the input needs none); SGD 2 x 5 parameters = 10
@@ -394,14 +405,6 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
 def test_a_model_called_with_keywords_only(steps, expected):
     """The Hugging Face Trainer calls ``model(**batch)``: the global hooks see no keyword
     arguments, so the model's second call is read by a one-shot hook of its own."""
-    class KeywordModel(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 1)
-
-        def forward(self, input_ids=None):
-            return self.fc(input_ids)
-
     model = KeywordModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with layerscope.watch() as w:
@@ -423,14 +426,6 @@ def test_keyword_calls_are_counted_per_step_on_their_own_shapes(monkeypatch):
     hook was on, is the second's input, not an input of its own."""
     monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
         "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
-
-    class KeywordModel(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 1)
-
-        def forward(self, input_ids=None):
-            return self.fc(input_ids)
 
     model = KeywordModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
