@@ -432,6 +432,28 @@ NORM_CASES = [
          (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), T((8,)),
           [True, True, True]), (T((2, 3, 8)), T((8,)), T((8,))),
          macs=0, flops=(6 + 1 + 1) * 2 * 3 * 8),  # dx 6, dw 1, db 1 per element
+    # F.nll_loss / F.cross_entropy's second half on 4 samples of 10 classes: 4 picked values
+    # summed, / 4 for the mean; backward writes one value per target
+    case("nll_loss-mean", "aten.nll_loss_forward", (T((4, 10)), T((4,)), None, 1, -100),
+         (T(()), T(())), macs=0, flops=4 + 1),
+    case("nll_loss-weighted-sum", "aten.nll_loss_forward", (T((4, 10)), T((4,)), T((10,)), 2,
+                                                            -100),
+         (T(()), T(())), macs=0, flops=2 * 4),
+    case("nll_loss_backward", "aten.nll_loss_backward",
+         (T(()), T((4, 10)), T((4,)), None, 1, -100, T(())), T((4, 10)), macs=0, flops=4),
+    case("nll_loss2d-mean", "aten.nll_loss2d_forward", (T((2, 3, 5, 5)), T((2, 5, 5)), None, 1,
+                                                        -100),
+         (T(()), T(())), macs=0, flops=50 + 1),
+    # LayerNorm(bias=False) (nanoGPT's default): no bias gradient is computed
+    case("layer_norm_backward-no-bias", "aten.native_layer_norm_backward",
+         (T((2, 3, 8)), T((2, 3, 8)), [8], T((2, 3, 1)), T((2, 3, 1)), T((8,)), None,
+          [True, True, False]), (T((2, 3, 8)), T((8,)), None),
+         macs=0, flops=(6 + 1) * 2 * 3 * 8),
+    # BatchNorm2d(affine=False): the input's gradient only
+    case("batch_norm_backward-no-affine", "aten.native_batch_norm_backward",
+         (T(X), T(X), None, T((3,)), T((3,)), T((3,)), T((3,)), True, 1e-5,
+          [True, False, False]), (T(X), None, None),
+         macs=0, flops=6 * N_X),
     # Without affine parameters the `* w + b` is not done: normalise (x - mean) * invstd = 2,
     # + 1 for a weight, + 1 for a bias, + 4 for statistics.
     case("batch_norm-no-affine-eval", "aten.native_batch_norm",

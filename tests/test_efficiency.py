@@ -50,28 +50,35 @@ class TinyGPT(nn.Module):
 #   forward F:  qkv 2*B*S*D*3D = 24,576; causal SDPA: B*H*S(S+1)/2 = 144 visible scores,
 #               MACs 144*(dh+dh) = 2,304, FLOPs 2*2,304 + 6 per score (scale, mask, softmax)
 #               *144 = 5,472; proj 2*B*S*D*D = 8,192; head 2*B*S*D*V = 5,120  -> F = 43,360
-#   backward:   qkv: weight gradient only (the input needs none) 24,576; SDPA: the scores
-#               again + 4 gradient products = 5 products over the visible scores, MACs
-#               5*B*H*dh*36 = 5,760, FLOPs 2*5,760 + (6+4)*144 = 12,960; proj input and weight
-#               gradients 2*8,192 = 16,384; head 2*5,120 = 10,240            -> 64,160
-#   recompute:  the checkpointed block's forward runs again in backward up to the last tensor
-#               backward needs: qkv 24,576 + SDPA 5,472 (proj saved only its input, so its
-#               matmul is not run again)                                     -> 30,048
+#   backward:   qkv: weight gradient only (the input needs none) 24,576; SDPA: 4 gradient
+#               products (dV, dP, dQ, dK) over the visible scores, MACs 4*B*H*dh*144/(B*H)
+#               = 4*2*2*8*36 = 4,608, FLOPs 2*4,608 + 4 per score *144 = 9,792; proj input
+#               and weight gradients 2*8,192 = 16,384; head 2*5,120 = 10,240  -> 60,992
+#   recompute:  the fused SDPA backward kernel first rebuilds the scores, the forward's q.k
+#               and softmax again: 2*B*H*36*dh + 6*144 = 2,304 + 864 = 3,168 (with or without
+#               checkpointing: hardware FLOPs, not the model's); checkpointed, the block's
+#               forward also runs again in backward up to the last tensor backward needs:
+#               qkv 24,576 + SDPA 5,472 (proj saved only its input, so its matmul is not run
+#               again)                                                       -> 33,216
 #   optimizer:  Adam, 13 FLOPs per parameter (analysis.efficiency), parameters
 #               16*48 + 16*16 + 16*10 = 1,184                                 -> 15,392
 # gradient accumulation 2: two micro-batches of forward and backward, one optimizer step.
-MODEL_PER_STEP = 2 * (43_360 + 64_160) + 15_392  # 230,432
-HARDWARE_PER_STEP = MODEL_PER_STEP + 2 * 30_048  # 290,528
+MODEL_PER_STEP = 2 * (43_360 + 60_992) + 15_392  # 224,096
+HARDWARE_PER_STEP = MODEL_PER_STEP + 2 * 33_216  # 290,528
+SCORES_AGAIN = 3_168
 
 
 @pytest.mark.parametrize("checkpointed, model, hardware", [
     pytest.param(True, MODEL_PER_STEP, HARDWARE_PER_STEP, id="checkpointed"),
-    pytest.param(False, MODEL_PER_STEP, MODEL_PER_STEP, id="no-checkpointing"),
+    pytest.param(False, MODEL_PER_STEP, MODEL_PER_STEP + 2 * SCORES_AGAIN,
+                 id="no-checkpointing"),
 ])
 def test_step_flops_of_a_small_causal_transformer_by_hand(checkpointed, model, hardware):
+    """Backward is the model's 2x its forward (every weight's and input's gradient); what a
+    kernel or checkpointing runs again counts for HFU only."""
     got = step_flops(TinyGPT(checkpointed=checkpointed), (2, 8, 16), optimizer="adam",
                      micro_batches=2)
-    assert (got.forward, got.backward, got.optimizer) == (2 * 43_360, 2 * 64_160, 15_392)
+    assert (got.forward, got.backward, got.optimizer) == (2 * 43_360, 2 * 60_992, 15_392)
     assert (got.model, got.hardware) == (model, hardware)
 
 
@@ -82,19 +89,31 @@ def test_optimizer_flops_follow_the_torch_optimizer():
     cases = [(torch.optim.SGD(params, lr=0.1), 2 * 10),
              (torch.optim.SGD(params, lr=0.1, momentum=0.9), 4 * 10),
              (torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4), 6 * 10),
-             (torch.optim.Adam(params), 13 * 10), (torch.optim.AdamW(params), 14 * 10)]
-    assert [optimizer_flops(o, 10) for o, _ in cases] == [n for _, n in cases]
+             (torch.optim.Adam(params), 13 * 10), (torch.optim.AdamW(params), 14 * 10),
+             # nanoGPT's groups: decay on the matrices, none on biases and norms, where
+             # torch skips the decoupled decay (13); 10 parameters in each
+             (torch.optim.AdamW([{"params": params, "weight_decay": 0.1},
+                                 {"params": [nn.Parameter(torch.zeros(10))],
+                                  "weight_decay": 0.0}]), 14 * 10 + 13 * 10),
+             (torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True), 6 * 10),
+             (torch.optim.Adam(params, amsgrad=True), 14 * 10)]
+    assert [optimizer_flops(o, 0) for o, _ in cases] == [n for _, n in cases]
 
 
 @pytest.mark.parametrize("flops, seconds, peak", [
     pytest.param(1e9, [0.5, 0.25, 1.0], 1e10, id="three-steps"),
     pytest.param([1e9, 2e9], [0.5, 0.5], 8e9, id="two-shapes"),
     pytest.param(3e6, 1e-3, 3e9, id="at-the-peak"),
+    # four steps: the median step is 2.5 s, 1e9 / 2.5 = 4e8 FLOP/s (the median of the
+    # per-step rates, (1e9/2 + 1e9/3) / 2 = 4.17e8, is not what the record prints)
+    pytest.param(1e9, [4.0, 1.0, 3.0, 2.0], 1e10, id="an-even-number-of-steps"),
 ])
 def test_the_record_is_its_own_quotients(flops, seconds, peak):
+    """MFU is what a reader computes from the record: FLOPs per step / step seconds / peak."""
     e = efficiency(flops, seconds, peak)
     assert 0 < e.mfu <= 1
     assert e.mfu == e.achieved_flops_per_s / e.peak_flops_per_s
+    assert e.achieved_flops_per_s == e.model_flops_per_step / e.step_s
     assert e.hfu == e.mfu and e.hardware_flops_per_step is None
     assert e.peak_source == "measured" and not e.notes
     assert all(0 < r <= 1 for r in e.mfu_per_step)
@@ -210,6 +229,116 @@ def test_watched_loop_counts_the_model_as_seen_at_its_first_step(monkeypatch):
     assert any("first step" in n and "2 forward(s)" in n for n in e.notes)
 
 
+def _step_flops_of(e, seconds):
+    """Each measured step's model FLOPs, back from its MFU (the peak is the test's own)."""
+    return [m * e.peak_flops_per_s * s for m, s in zip(e.mfu_per_step, seconds)]
+
+
+def test_watched_loop_counts_each_step_on_its_own_batch(monkeypatch):
+    """The MNIST example's loop over a DataLoader of 5 samples in batches of 2 (the last one
+    short), an evaluation pass under no_grad between the epochs: each step is counted on the
+    batch it ran, and the evaluation counts nothing. Linear(4, 2) per sample: forward
+    2*4*2 + 2 (bias) = 18; backward: weight gradient 16 + bias gradient 2 = 18 (the input needs
+    none); SGD 2 x 10 parameters = 20 per step: a batch of 2 is 92, of 1 56."""
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(5, 4)),
+                                         batch_size=2)
+    with layerscope.watch() as w:
+        for _ in range(2):
+            for (x,) in loader:
+                optimizer.zero_grad()
+                model(x).square().mean().backward()
+                optimizer.step()
+            with torch.no_grad():
+                model(torch.randn(7, 4))  # evaluation: another shape, not a step's
+    report = w.report()
+    e = report.efficiency
+    assert _step_flops_of(e, report.step_seconds) == pytest.approx([92, 92, 56] * 2, rel=1e-9)
+    assert e.model_flops_per_step == 92
+    assert any("2 distinct inputs" in n for n in e.notes)
+
+
+@pytest.mark.parametrize("autocast, expected", [
+    pytest.param(False, torch.float32, id="float32"),
+    pytest.param(True, torch.bfloat16, id="autocast-bfloat16"),
+])
+def test_watched_loop_under_autocast_is_against_the_autocast_dtypes_peak(monkeypatch, autocast,
+                                                                          expected):
+    """nanoGPT trains under torch.autocast(bfloat16) on CUDA: its FLOPs run on the bfloat16
+    peak, not the float32 one (a GPU's bf16 peak is many times its fp32 one, so an MFU
+    against the fp32 peak is above 100% and refused)."""
+    asked = []
+
+    def ceilings(device, dtype=torch.float32, *a, **k):
+        asked.append(dtype)
+        return Ceilings("cpu", str(dtype), 1, 1e15, 1e15, 2048, 2**29)
+
+    monkeypatch.setattr(roofline, "ceilings", ceilings)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerscope.watch() as w:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(torch.randn(3, 4)).float().square().mean()
+            loss.backward()
+            optimizer.step()
+    e = w.report().efficiency
+    assert asked == [expected]
+    assert any("bfloat16 peaks" in n for n in e.notes) == autocast
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_checkpointed_segment_recomputed_in_backward_is_backward_time(reentrant):
+    """Under ``layerscope run`` (no model named) every outermost module call was a forward:
+    the blocks torch.utils.checkpoint runs again inside backward were timed as forward. Each
+    step has one forward interval, the model's own (a clock that ticks once per reading:
+    nothing depends on real time)."""
+    ticks = iter(range(10**6))
+    blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+    optimizer = torch.optim.SGD(blocks.parameters(), lr=0.1)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = blocks
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=reentrant)
+            return x
+
+    model = Model()
+    with layerscope.watch(trace=True, clock=lambda: float(next(ticks))) as w:
+        for _ in range(3):
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+            optimizer.step()
+    phases = [p for p, _, _ in w.intervals]
+    assert phases.count("forward") == 3 and "backward" in phases
+
+
+def test_a_model_returning_its_loss_is_trained_from_the_loss_only():
+    """nanoGPT and Hugging Face models return the logits and the loss made from them; the
+    step runs loss.backward(), so backward starts at the loss alone. Linear(4, 3, no bias) on
+    2 x 4, loss = logits.sum(): backward is the weight gradient 2*2*4*3 = 48 (the sum's
+    gradient is a broadcast, no arithmetic); a gradient seeded into the logits as well would
+    add 6 (2 x 3) accumulating the two."""
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 3, bias=False)
+
+        def forward(self, x):
+            logits = self.head(x)
+            return logits, logits.sum()
+
+    t = layerscope.analyze(WithLoss(), inputs=(2, 4), mode="training").totals
+    assert (t.flops, t.backward_flops) == (2 * 2 * 4 * 3 + 6, 48)  # forward: matmul + sum
+
+
 def test_profile_loop_gives_each_batch_its_mfu_and_mbu(monkeypatch):
     from layerscope.training.inference_loop import profile_loop
     from layerscope.training.recipes import DigitsCNN
@@ -256,6 +385,17 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
     assert [v for _, v in points] == pytest.approx(report.efficiency.mfu_per_step, rel=1e-6)
 
 
+class KeywordModel(nn.Module):
+    """Called as the Hugging Face Trainer calls a model: model(**batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, input_ids=None):
+        return self.fc(input_ids)
+
+
 @pytest.mark.parametrize("steps, expected", [
     # Linear(4, 1) on a batch of 3: forward 2*3*4 + 3 (bias) = 27; backward: weight and bias
     # gradients 24 + 3 = 27 (the input needs none); SGD 2 x 5 parameters = 10
@@ -265,14 +405,6 @@ def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
 def test_a_model_called_with_keywords_only(steps, expected):
     """The Hugging Face Trainer calls ``model(**batch)``: the global hooks see no keyword
     arguments, so the model's second call is read by a one-shot hook of its own."""
-    class KeywordModel(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 1)
-
-        def forward(self, input_ids=None):
-            return self.fc(input_ids)
-
     model = KeywordModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with layerscope.watch() as w:
@@ -286,6 +418,25 @@ def test_a_model_called_with_keywords_only(steps, expected):
         assert any(n.startswith("MFU not given") and "keyword" in n for n in report.notes)
     else:
         assert report.efficiency.model_flops_per_step == expected
+
+
+def test_keyword_calls_are_counted_per_step_on_their_own_shapes(monkeypatch):
+    """The Trainer's model(**batch) with a last short batch: Linear(4, 1) on 3 samples 27 +
+    27 + SGD 10 = 64, on 2 samples 18 + 18 + 10 = 46. The first call, made before the keyword
+    hook was on, is the second's input, not an input of its own."""
+    monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: Ceilings(
+        "cpu", "float32", 1, 1e15, 1e15, 2048, 2**29))
+
+    model = KeywordModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with layerscope.watch() as w:
+        for n in (3, 3, 2):
+            model(input_ids=torch.randn(n, 4)).sum().backward()
+            optimizer.step()
+    report = w.report()
+    e = report.efficiency
+    assert _step_flops_of(e, report.step_seconds) == pytest.approx([64, 64, 46], rel=1e-9)
+    assert any("2 distinct inputs" in n for n in e.notes)
 
 
 # nanoGPT's train.py in small: token ids from get_batch(), gradient accumulation 2, AdamW

@@ -22,7 +22,10 @@ from layerscope.core.records.efficiency import MEASURED, Efficiency, efficiency
 #   adamw      adam + p *= 1 - lr wd (1)                             14
 #   adadelta   a = r a + (1-r) g g (4);  u = sqrt(ad + eps) / sqrt(a + eps) g (6);
 #              ad = r ad + (1-r) u u (4);  p -= lr u (2)             16
-# L2 weight decay (g += wd p) adds 2 to sgd, momentum, adam and adadelta.
+# L2 weight decay (g += wd p) adds 2 to sgd, momentum, adam and adadelta; decoupled weight
+# decay (AdamW, Adam(decoupled_weight_decay=True)) is the 1 of adamw, and torch skips it in
+# a group whose weight_decay is 0 (nanoGPT's biases and norms): 13 there. Nesterov momentum
+# adds g += mu b (2); amsgrad v_max = max(v_max, v) (1).
 OPTIMIZER_FLOPS_PER_PARAM = {"sgd": 2, "momentum": 4, "adam": 13, "adamw": 14, "adadelta": 16}
 
 
@@ -37,12 +40,26 @@ def optimizer_flops(optimizer: torch.optim.Optimizer | str | None, params: int) 
     total = 0
     for group in optimizer.param_groups:
         n = sum(p.numel() for p in group["params"] if p.requires_grad)
-        kind = "momentum" if name == "sgd" and group.get("momentum") else name
-        per = OPTIMIZER_FLOPS_PER_PARAM.get(kind, 0)
-        if per and group.get("weight_decay") and kind != "adamw":
-            per += 2
-        total += per * n
+        total += _per_param(name, group) * n
     return total
+
+
+def _per_param(name: str, group: dict[str, Any]) -> int:
+    """FLOPs per parameter of one torch.optim optimizer's step on one parameter group."""
+    kind = "momentum" if name == "sgd" and group.get("momentum") else name
+    per = OPTIMIZER_FLOPS_PER_PARAM.get(kind, 0)
+    if not per:
+        return 0
+    decay = group.get("weight_decay")
+    if kind == "adamw" or (kind == "adam" and group.get("decoupled_weight_decay")):
+        per = OPTIMIZER_FLOPS_PER_PARAM["adam"] + (1 if decay else 0)
+    elif decay:
+        per += 2
+    if kind == "momentum" and group.get("nesterov"):
+        per += 2
+    if kind in ("adam", "adamw") and group.get("amsgrad"):
+        per += 1
+    return per
 
 
 @dataclass(frozen=True)

@@ -121,8 +121,9 @@ class Totals(Record):
     backward_bytes_read: int | None = None
     backward_bytes_written: int | None = None
     recompute_flops: int | None = field(default=None, metadata=omit_none(
-        description="training: of backward_flops, the forward FLOPs activation checkpointing "
-                    "recomputes (absent when nothing is recomputed)"))
+        description="training: of backward_flops, the forward FLOPs recomputed in backward: "
+                    "activation checkpointing's, and the attention scores a fused attention "
+                    "backward kernel rebuilds (absent when nothing is recomputed)"))
     gradient_bytes: int | None = None
     optimizer_state_bytes: int | None = None
     # Language models: parameters one token uses (a mixture of experts counts k/E of its expert

@@ -178,6 +178,33 @@ register(["aten.sum", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.pr
 register(["aten.mean", "aten.var", "aten.std", "aten.var_mean", "aten.std_mean"], reduce_mean)
 
 
+def _nll_arg(args, kwargs, at: int, name: str):
+    return args[at] if len(args) > at else kwargs.get(name)
+
+
+def nll_loss(args, kwargs, out) -> OpCost:
+    # nll_loss_forward / nll_loss2d_forward(log_probs: (N, C, ...), target: (N, ...), weight,
+    # reduction, ignore_index) -> (loss, total_weight): one add (sum) or negation (none) per
+    # target, a class weight's multiply per target, + 1 divide for the mean (reduction 1)
+    n = args[1].numel
+    weighted = isinstance(_nll_arg(args, kwargs, 2, "weight"), TensorDesc)
+    mean = _nll_arg(args, kwargs, 3, "reduction") == 1
+    return OpCost(flops=n * (1 + weighted) + mean)
+
+
+def nll_loss_backward(args, kwargs, out) -> OpCost:
+    # nll_loss_backward / nll_loss2d_backward(grad, log_probs, target, weight, reduction,
+    # ignore_index, total_weight) -> log_probs-shaped, zero but at the targets: one value per
+    # target (-grad, divided by the total weight for the mean), a class weight's multiply
+    n = args[2].numel
+    weighted = isinstance(_nll_arg(args, kwargs, 3, "weight"), TensorDesc)
+    return OpCost(flops=n * (1 + weighted))
+
+
+register(["aten.nll_loss_forward", "aten.nll_loss2d_forward"], nll_loss)
+register(["aten.nll_loss_backward", "aten.nll_loss2d_backward"], nll_loss_backward)
+
+
 def _kernel_size(args, index: int, spatial: int) -> int:
     k = args[index]
     k = list(k) if isinstance(k, (list, tuple)) else [k]
@@ -372,8 +399,12 @@ def rms_norm(args, kwargs, out) -> OpCost:
 
 
 def norm_backward(args, kwargs, out) -> OpCost:
-    # native_*_norm_backward(grad_out: x-shaped, x, ...): dx (6/elem) + dw, db (1 each) per element
-    return OpCost(flops=8 * args[0].numel)
+    # native_*_norm_backward(grad_out: x-shaped, x, ..., output_mask) -> (dx, dw, db): dx 6,
+    # dw 1, db 1 per element, each only when computed (a gradient the mask leaves out is None:
+    # no weight or no bias, as the forward drops their FLOPs, or an input that needs none)
+    dx, dw, db = (tuple(out) + (None, None, None))[:3]
+    per = 6 * (dx is not None) + (dw is not None) + (db is not None)
+    return OpCost(flops=per * args[0].numel)
 
 
 def softmax(args, kwargs, out) -> OpCost:
@@ -716,7 +747,9 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
     def handler(args, kwargs, out) -> OpCost:
         # grad_out: (B, H, Lq, Ev), q, k, v -> grads; recompute the scores + 4 gradient products
         # (dV, dP, dQ, dK), each over the visible scores only; the forward's mask (attn_bias)
-        # tensor, if any, at args[mask_at] or as the keyword mask_at
+        # tensor, if any, at args[mask_at] or as the keyword mask_at. The recomputed scores
+        # (q.k and the forward's scale and softmax, ATTN_PER_SCORE) are the forward's work
+        # again: ``recompute`` (hardware FLOPs, HFU), the rest is the model's backward
         q, k = args[1], args[2]
         full = fc.sdpa_backward_flop_count(args[0].shape, q.shape, k.shape, args[3].shape) // 2
         b, h, lq, _ = q.shape
@@ -727,7 +760,9 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
         if visible is None:
             visible = _visible_scores(lq, lk, _causal_flag(args, kwargs, causal_at))
         macs = full // (lq * lk) * visible  # flop_counter's count is B*H*Lq*Lk*(...)
-        return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * b * h * visible)
+        scores = b * h * visible
+        again = 2 * scores * q.shape[-1] + ATTN_PER_SCORE * scores
+        return OpCost(macs=macs, flops=2 * macs + (ATTN_PER_SCORE + 4) * scores, recompute=again)
 
     handler.__name__ = "sdpa_backward"
     return handler

@@ -32,10 +32,13 @@ class TensorDesc:
 
 @dataclass(frozen=True)
 class OpCost:
-    """``flops`` already includes 2 x ``macs``."""
+    """``flops`` already includes 2 x ``macs``; ``recompute``: the part of ``flops`` that
+    computes again what the forward already computed (a fused attention backward kernel
+    rebuilding its scores): hardware FLOPs, not model FLOPs."""
 
     macs: int = 0
     flops: int = 0
+    recompute: int = 0
 
 
 # How an op touches memory, for the engine's byte accounting.

@@ -245,7 +245,7 @@ class Watch:
         # the module whose training forwards take the batches: the first called (the model)
         self._sample_module: tuple[int, str] | None = None
         self._samples_from_forward = False  # no loader: counted from its arguments
-        self._seen = ModelSeen()  # the model at its first step: its FLOPs per step (MFU)
+        self._seen = ModelSeen()  # the model and each step's inputs: its FLOPs per step (MFU)
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
         self._opt_seen = False  # an optimizer step has started
         self._marked = False  # the loop called mark_step() itself
@@ -520,6 +520,7 @@ class Watch:
             named += v
         phases["other"] = wall - (named - phases["other"])
         self._seconds.append(wall)
+        self._seen.end_step()
         self._phases.append(phases)
         if self._sample_module is None:  # no module forward seen: the batches fetched count
             while self._fetched:
@@ -549,6 +550,7 @@ class Watch:
             for name, v in row.items():
                 phases[name] += v
         self._seconds[first:] = [sum(self._seconds[first:])]
+        self._seen.merge_last(k)
         self._phases[first:] = [phases]
         self._samples_of[first:] = [sum(self._samples_of[first:])]
         self._tokens_of[first:] = [sum(self._tokens_of[first:])]
@@ -611,6 +613,9 @@ class Watch:
         self._depth = 1
         if self._stack and self._stack[-1][0] == "data":
             self._fwd_phase = None  # a transform in Dataset.__getitem__: the batch's own time
+            return
+        if self._bwd_depth:  # torch.utils.checkpoint recomputing a segment: backward's time
+            self._fwd_phase = None
             return
         if not torch.is_grad_enabled():
             self._fwd_phase = EVAL
@@ -1028,7 +1033,7 @@ class Watch:
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         # counted once the hooks are gone (the count runs the model's forward once more)
         efficiency, why = (None, None) if self._running else self._seen.efficiency(
-            len(self._seconds), self.step_seconds, "cuda" if self.cuda_used else "cpu",
+            self.warmup_steps, self.step_seconds, "cuda" if self.cuda_used else "cpu",
             int(world) if world and world.isdigit() else 1)
         notes += [why] if why else []
         given = self.what_if.given() if self.what_if is not None else {}

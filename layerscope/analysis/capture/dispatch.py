@@ -84,6 +84,8 @@ class CountingMode(TorchDispatchMode):
             stats.backward = stats.backward + cost
             if torch.is_grad_enabled():  # a checkpointed segment's forward, recomputed
                 stats.recompute_flops += op.flops
+            else:  # a backward kernel's own recomputation (the attention scores)
+                stats.recompute_flops += op.recompute
             if bucket is not None:
                 bucket.backward = bucket.backward + cost
         else:

@@ -34,10 +34,29 @@ def run_model(model_call, tracker, mode, training: bool, functions: bool = False
             out = model_call()
         outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         if training:
-            diff = [t for t in outs if t.requires_grad]
+            diff = _roots([t for t in outs if t.requires_grad])
             if diff:
                 mode.paused = True
                 grads = [torch.ones_like(t) for t in diff]
                 mode.paused = False
                 torch.autograd.backward(diff, grads)
     return sum(map(tensor_nbytes, outs))
+
+
+def _roots(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The outputs backward starts from: those no other output was computed from. A model
+    returning its logits and the loss made from them (nanoGPT, Hugging Face with labels) is
+    trained by ``loss.backward()``; a gradient seeded into the logits as well would add an
+    accumulation the training step does not run."""
+    if len(outs) < 2:
+        return outs
+    reached: set[object] = set()
+    for t in outs:
+        stack = [f for f, _ in t.grad_fn.next_functions] if t.grad_fn is not None else []
+        while stack:
+            node = stack.pop()
+            if node is None or node in reached:
+                continue
+            reached.add(node)
+            stack.extend(f for f, _ in node.next_functions)
+    return [t for t in outs if t.grad_fn is None or t.grad_fn not in reached] or outs

@@ -40,7 +40,8 @@ class PeakRatio(DictRecord):
 
 @dataclass(eq=False, kw_only=True)
 class Efficiency(DictRecord):
-    """MFU, HFU and MBU of a timed run (fractions, not percent) at its median step."""
+    """MFU, HFU and MBU of a timed run (fractions, not percent) at its median step: the median
+    FLOPs per step over the median step seconds."""
 
     model_flops_per_step: float = field(metadata={
         **_NONNEG, "description": "model FLOPs of one step (forward + backward + optimizer; "
@@ -50,7 +51,7 @@ class Efficiency(DictRecord):
                                "checkpointing"))
     step_s: float = field(metadata={**_NONNEG, "description": "the median step (batch) time"})
     achieved_flops_per_s: float | None = field(metadata={
-        "description": "model FLOPs per second at the median step"})
+        "description": "model_flops_per_step / step_s"})
     peak_flops_per_s: float = field(metadata={
         **_NONNEG, "description": "the peak the ratios are taken against"})
     peak_source: str = field(metadata={
@@ -116,13 +117,14 @@ def efficiency(model_flops_per_step: Sequence[float] | float,
         raise ValueError("efficiency: model_flops_per_step, recompute_flops_per_step and "
                          "step_seconds must have one value per step")
     notes: list[str] = []
-    rates = [f / s for f, s in zip(flops, secs) if s > 0]
+    # the median step: the median FLOPs over the median seconds, so that MFU is
+    # model_flops_per_step / step_s / peak as printed (a median of per-step rates is not,
+    # with an even number of steps or steps of several shapes)
     step_s = statistics.median(secs)
-    achieved = statistics.median(rates) if rates else None
     model = statistics.median(flops)
     hardware = statistics.median(f + e for f, e in zip(flops, extra))
-    hw_rate = (statistics.median((f + e) / s for f, e, s in zip(flops, extra, secs) if s > 0)
-               if rates else None)
+    achieved = model / step_s if step_s > 0 else None
+    hw_rate = hardware / step_s if step_s > 0 else None
     mfu = _ratio("MFU", achieved, peak_flops_per_s, peak_source, notes)
     recomputed = hardware != model
     hfu = (None if not training else
