@@ -165,6 +165,9 @@ BAD = [
     ("no-script", [], "give the script to run"),
     ("missing-script", ["nope.py"], "no such script nope.py"),
     ("m-without-module", ["-m"], "-m needs a module name"),
+    ("python-without-script", ["--", "python"], "give the script after python"),
+    ("python-with-its-options", ["--", "python", "-u", "SCRIPT"], "interpreter options"),
+    ("python-m-without-module", ["--", "python3", "-m"], "-m needs a module name"),
     ("png-without-o", ["--format", "png", "SCRIPT"], "give -o FILE.png"),
     ("output-in-missing-folder", ["-o", "no/such/r.json", "SCRIPT"], "no such directory"),
 ]
@@ -176,6 +179,28 @@ def test_bad_command_lines_are_one_line(tmp_path, script, monkeypatch, argv, mes
     code, out, err = run_cli("run", *[str(script) if a == "SCRIPT" else a for a in argv])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert out == ""  # the script never ran
+
+
+@pytest.mark.parametrize("interpreter", ["python", "python3", "python3.11", "EXE"])
+def test_the_interpreter_typed_before_the_script_is_this_one(tmp_path, script, monkeypatch,
+                                                              interpreter):
+    """``run -- python train.py`` (as the script is run without layerscope) runs it here, the
+    same as ``run train.py``: same argv for the script, same report."""
+    monkeypatch.chdir(tmp_path)
+    exe = sys.executable if interpreter == "EXE" else interpreter
+    code, out, err = run_cli("run", "-o", "r.json", "--", exe, str(script), "--epochs", "1")
+    assert code == 0, err
+    assert f"argv ['{script}', '--epochs', '1']" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["kind"] == "train" and len(report["step_seconds"]) == 3
+
+
+def test_python_dash_m_after_the_interpreter_runs_the_module(tmp_path, monkeypatch):
+    (tmp_path / "trainmod.py").write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", "-o", "r.json", "--", "python", "-m", "trainmod")
+    assert code == 0, err
+    assert "name __main__" in out
 
 
 DDP_SCRIPT = textwrap.dedent("""\

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from typing import Any
@@ -91,6 +92,16 @@ def _target(args) -> tuple[str, list[str], bool]:
         if not args.script:
             raise UserError("give the script to run after --: layerscope run [OPTIONS] -- "
                             "SCRIPT.py [ARGS...]")
+    if _is_interpreter(args.script[0]):  # run -- python SCRIPT.py: the script runs in this one
+        args.script = args.script[1:]
+        if args.script[:1] == ["-m"]:
+            if len(args.script) < 2:
+                raise UserError("-m needs a module name: layerscope run -m package.module [ARGS]")
+            return args.script[1], list(args.script[2:]), True
+        if not args.script or args.script[0].startswith("-"):
+            raise UserError("give the script after python: layerscope run [OPTIONS] -- python "
+                            "SCRIPT.py [ARGS...] (interpreter options such as -u are not taken: "
+                            "the script runs in layerscope's own interpreter)")
     script = args.script[0]
     if script.startswith("-"):
         raise UserError(f"unknown option {script}: options go before the script (see --help)")
@@ -99,6 +110,18 @@ def _target(args) -> tuple[str, list[str], bool]:
     if not os.path.isfile(script):
         raise UserError(f"no such script {script}: give the path of a Python file")
     return script, list(args.script[1:]), False
+
+
+INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
+
+
+def _is_interpreter(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or this interpreter's path, typed before the
+    script as one would without layerscope (a Python file of that name is a script)."""
+    if os.path.isfile(word) and word.endswith(".py"):
+        return False
+    return (INTERPRETER.fullmatch(os.path.basename(word)) is not None
+            or os.path.realpath(word) == os.path.realpath(sys.executable))
 
 
 def _check_outputs(args) -> None:
