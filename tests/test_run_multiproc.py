@@ -151,6 +151,18 @@ def test_merged_ranks_claim_only_what_was_measured(group, label, says, never):
     assert says in " ".join(render(report, "table", width=250).split())
 
 
+def test_merged_ranks_keep_each_ranks_own_mfu():
+    # each rank's report carries its own efficiency (per GPU); the merged table shows both
+    reports = [_rank_report(1, 0.044, True), _rank_report(0, 0.036, True)]
+    reports[0]["efficiency"] = {"mfu": 0.25}
+    reports[1]["efficiency"] = {"mfu": 0.31}
+    merged = ranks.merge_rank_reports(reports)
+    assert [(e["rank"], e.get("mfu")) for e in merged["ranks"]] == [(0, 0.31), (1, 0.25)]
+    without = ranks.merge_rank_reports([_rank_report(1, 0.044, True),
+                                        _rank_report(0, 0.036, True)])
+    assert all("mfu" not in e for e in without["ranks"])  # not measured: not invented
+
+
 def test_a_train_runs_measured_wait_still_names_its_straggler():
     # train --nproc-per-node measures every rank's barrier wait: the straggler stays
     def entry(rank, backward, wait):

@@ -117,6 +117,9 @@ def merge_rank_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for e, d in zip(entries, by_rank):
         # a watched script's phases: only the ones it measured (no wait, no communication)
         e["phases"] = {p: v for p, v in e["phases"].items() if p in d["breakdown"]["seconds"]}
+        mfu = (d.get("efficiency") or {}).get("mfu")
+        if mfu is not None:
+            e["mfu"] = mfu  # per GPU: each rank's own steps against one device's peak
     n = len(by_rank)
     merged.update(world_size=max(n, merged.get("world_size") or 1), ranks=entries,
                   job=job_throughput(entries))
