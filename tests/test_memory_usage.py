@@ -251,7 +251,8 @@ def test_cli_writes_table_json_csv_html_and_png(tmp_path):
     (["memory", "mnist-cnn", "--zero-grad", "maybe"], "--zero-grad: invalid choice"),
     (["memory", "no-such-model"], "no-such-model"),
     (["memory", "mnist-cnn", "--input", "1x3x5x5"], "rejected input"),
-], ids=["optimizer", "zero-grad", "model", "input"])
+    (["memory", "llama-3-8b", "--measure"], "--measure would allocate"),
+], ids=["optimizer", "zero-grad", "model", "input", "measure-too-large"])
 def test_cli_bad_input_is_one_line_exit_2(argv, words):
     code, out, err = run_cli(*argv)
     assert code == 2 and out == ""

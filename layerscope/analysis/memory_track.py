@@ -211,9 +211,8 @@ class _Step:
             self._classify_forward(log, outs, activations=True)
         diff = [t for t in outs if t.requires_grad]
         if not diff:
-            raise UserError("no output of the model's forward requires a gradient in training "
-                            "mode (are all parameters frozen?): there is no backward to track; "
-                            "use mode inference")
+            raise UserError("no output of the model's forward requires a gradient: there is "
+                            "no backward to track; use mode inference", arguments="mode")
         grads = [torch.ones_like(t) for t in diff]
         phase("backward")
         torch.autograd.backward(diff, grads)

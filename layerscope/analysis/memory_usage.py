@@ -45,7 +45,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         raise UserError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)} "
                         "or a function of the parameters returning a torch.optim.Optimizer",
                         arguments="optimizer")
-    loaded = load(model, inputs, batch_size, meta=not measure, kwargs=kwargs, seq_len=seq_len)
+    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
     if isinstance(module, torch.jit.ScriptModule) or not has_forward(module):
         raise UserError(f"{loaded.name}: memory needs a PyTorch module with a forward() "
@@ -63,10 +63,12 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
                        **({"set_to_none": set_to_none} if training else {})}
     report.notes = notes + _notes(training, set_to_none)
     if measure:
+        module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
         if any(t.device.type != "cpu" for t in list(module.parameters()) + list(module.buffers())):
             raise UserError(f"{loaded.name}: measure runs the step on the CPU, and the model's "
                             "weights are on another device (or the meta device: a config "
-                            "without weights); leave measure out for the static figures")
+                            "without weights); leave it out for the static figures",
+                            arguments="measure")
         rss = _PeakRss()
         real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=rss)
         report.measured_peak_bytes = real.log.peak()[1]
@@ -75,6 +77,32 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
     report.environment = environment()
     return report
+
+
+def _real_weights(model, inputs, kwargs, batch_size, seq_len, module: nn.Module,
+                  loaded) -> nn.Module:
+    """The module to measure: ``module`` itself, or for a built-in model (built on the meta
+    device for the static run) the same model built again with real random weights, once its
+    weights and inputs are known to fit the real run's bounds (``capture.real``)."""
+    from layerscope.analysis.analyze_torch import load
+    from layerscope.analysis.capture import REAL_INPUT_LIMIT, REAL_WEIGHT_LIMIT, slots
+    from layerscope.analysis.capture.inputs import inputs_nbytes
+    from layerscope.analysis.capture.tensors import tensor_nbytes
+    from layerscope.analysis.model_prep import unwrap
+    from layerscope.core.units import megabytes as mb
+
+    need = inputs_nbytes(loaded.inputs, loaded.kwargs, None)
+    weights = sum(tensor_nbytes(t) for _, _, t in slots(module))
+    if need > REAL_INPUT_LIMIT or weights > REAL_WEIGHT_LIMIT:
+        raise UserError(f"{loaded.name}: measure would allocate {mb(need)} MB of inputs and "
+                        f"{mb(weights)} MB of weights (limits {mb(REAL_INPUT_LIMIT)} MB and "
+                        f"{mb(REAL_WEIGHT_LIMIT)} MB); leave it out: the static figures need "
+                        "no memory", arguments="measure")
+    if not isinstance(model, str) or not any(t.device.type == "meta"
+                                             for t in module.parameters()):
+        return module
+    again = load(model, inputs, batch_size, meta=False, kwargs=kwargs, seq_len=seq_len)
+    return unwrap(again.module, again.name)[0]
 
 
 def _batch(inputs: list[Any]) -> int | None:
@@ -203,8 +231,10 @@ def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
         notes.append("rss_bytes: the process's peak resident set grew by this during the "
                      "measured step; the tracked storages grew by "
                      f"{measured - start:,} bytes (peak - live at the start); the rest is the "
-                     "allocator's and kernels' own (negative: memory the allocator kept from "
-                     "the untracked first step was reused)")
+                     "allocator's and kernels' own (negative: the allocator reused memory "
+                     "it kept from before the step" + (", such as the untracked first step's"
+                                                       if real.phases != ("forward",) else "")
+                     + ")")
     else:
         notes.append(rss.why or "the resident set is read on Linux only")
     return Reconciliation(static_peak_bytes=static_peak, measured_peak_bytes=measured,
