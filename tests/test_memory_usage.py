@@ -97,6 +97,21 @@ def test_a_temporary_freed_early_is_not_in_the_peak():
     assert all(x.bytes != 16_000 for x in r.by_module_kind)
 
 
+class WritesIntoOut(nn.Module):
+    def forward(self, x):  # x: 4 x 8
+        buf = x.new_empty(0)  # 0 bytes
+        torch.add(x, 1, out=buf)  # resized to 4 x 8 by the op
+        return buf * 2
+
+
+def test_a_storage_resized_by_an_out_argument_counts_its_new_size():
+    """X = 128; buf 0 B, then 128 when add resizes it; the product 128: peak 384."""
+    r = layerscope.memory(WritesIntoOut(), torch.zeros(4, 8))
+    assert [p.bytes for p in r.timeline] == [128, 128, 128, 256, 384, 256]
+    assert r.peak_bytes == 384
+    assert sum(x.bytes for x in r.by_module_kind) == 384
+
+
 # ---- checkpointing ------------------------------------------------------------------------
 class Blocks(nn.Module):
     """Three blocks Linear(32, 256) -> ReLU -> Linear(256, 32), optionally checkpointed."""

@@ -9,7 +9,8 @@ How it is seen:
   base's storage: free) is counted once, by its identity (``untyped_storage()``'s handle, for
   fake and real tensors alike), with a ``StorageWeakRef`` telling when Python freed it. Frees are
   collected before each op, so the live set is exact at op granularity: event ``t`` is the
-  ``t``-th op (or phase boundary) and the live bytes after it.
+  ``t``-th op (or phase boundary) and the live bytes after it. A storage an op resized in place
+  (``resize_``, an ``out=`` tensor) ends at its old size and starts again at the new one.
 - The creating module: the innermost module whose forward is running (global forward hooks,
   ``capture.ModuleTracker``); in backward the module whose forward made the autograd node (the
   node's tag). Gradients and optimizer states are charged to the module owning their
@@ -108,6 +109,14 @@ class StorageLog(TorchDispatchMode):
         storage = t.untyped_storage()
         key = storage._cdata
         known = self.live.get(key)
+        if known is not None and known.nbytes != storage.nbytes():
+            # resized in place (resize_, an op's out= tensor): the old size ends here and the
+            # new one starts, so that every event's live set keeps the sizes it had
+            known.died = self.t
+            self.total -= known.nbytes
+            del self.live[key]
+            kind, module = known.kind or kind, known.module
+            known = None
         if known is not None:
             if kind is not None and known.kind is None:
                 known.kind, known.module = kind, module
