@@ -247,6 +247,7 @@ def test_cli_writes_table_json_csv_html_and_png(tmp_path):
     code, out, err = run_cli("memory", "mnist-cnn", "--mode", "training", "--width", "120")
     assert code == 0, err
     assert "alive at the peak" in out and "optimizer_state" in out
+    assert "Highest per phase" in out and "Backward" in out
     js, csv, html, png = (tmp_path / n for n in ("m.json", "m.csv", "m.html", "m.png"))
     code, _, err = run_cli("memory", "mnist-cnn", "-o", str(js), "--html", str(html),
                            "--plot", str(png))

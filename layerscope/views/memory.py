@@ -57,6 +57,13 @@ def heading(r) -> tuple[str, str]:
 def facts(r) -> list[tuple[str, str]]:
     out = [("Peak", f"{nbytes(r.peak_bytes)} in {_phase(r.peak_phase)} (event {r.peak_t} of "
                     f"{len(r.timeline)})")]
+    per_phase: dict[str, int] = {}
+    for p in r.timeline:
+        if p.phase != "start":
+            per_phase[p.phase] = max(per_phase.get(p.phase, 0), p.bytes)
+    if len(per_phase) > 1:
+        out.append(("Highest per phase", " · ".join(f"{_phase(k)} {_short(v)}"
+                                                      for k, v in per_phase.items())))
     out += [(k.replace("_", " ").capitalize(), f"{_short(v)} ({pct(v / r.peak_bytes)})")
             for k, v in r.by_kind().items() if r.peak_bytes]
     rec = r.reconciliation
@@ -107,8 +114,7 @@ def terminal(r) -> list:
     more = len(r.by_module_kind) - len(shown)
     caption = f"{more} smaller rows left out (the CSV, JSON and HTML have them all)" \
         if more > 0 else ""
-    title = (f"{r.model}: alive at the peak ({_phase(r.peak_phase)}), by module and kind, "
-             "largest first")
+    title = f"{r.model}: alive at the peak ({_phase(r.peak_phase)}), largest first"
     return [RowTable("memory-live", title, COLUMNS, shown, caption=caption,
                      foot=["total", "", _short(r.peak_bytes), pct(1.0)]),
             _kind_table(r), Facts("Memory", facts(r)),
