@@ -219,6 +219,34 @@ def test_the_model_is_left_as_it_was():
     assert _get_current_dispatch_mode_stack() == []
 
 
+class FailsInBackward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        y.register_hook(self._fail)
+        return y
+
+    @staticmethod
+    def _fail(grad):
+        raise RuntimeError("boom in backward")
+
+
+def test_a_model_failing_mid_step_is_one_line_and_left_as_it_was():
+    from torch.nn.modules import module as nn_module
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    model = FailsInBackward()
+    weight = model.lin.weight
+    with pytest.raises(UserError, match="boom in backward"):
+        layerscope.memory(model, torch.zeros(2, 4), mode="training")
+    assert model.lin.weight is weight and weight.grad is None and model.training
+    assert not nn_module._global_forward_hooks and not nn_module._global_forward_pre_hooks
+    assert _get_current_dispatch_mode_stack() == [] and torch.is_grad_enabled()
+
+
 # ---- bad input ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,words", [
     ({"mode": "train"}, "unknown mode 'train'"),
