@@ -6,7 +6,7 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
-           "Totals", "__version__", "scaling", "advise", "load"]
+           "Totals", "__version__", "scaling", "advise", "load", "memory"]
 
 
 def load(path):
@@ -62,6 +62,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.training.predict import predict
 
         return predict
+    if name == "memory":
+        from layerscope.analysis.memory_usage import memory
+
+        return memory
     if name == "activations":
         from layerscope.analysis.activations import activations
 

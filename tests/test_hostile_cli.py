@@ -292,6 +292,7 @@ BASE = {
     "run": [],  # options only: everything after the script would be the script's
     "scaling": ["digits-cnn"],
     "llm": ["gpt2"], "plan": ["gpt2", "--gpus", "8"], "advise": ["r.json"],
+    "memory": ["mnist-cnn"],
 }
 
 

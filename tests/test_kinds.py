@@ -33,6 +33,7 @@ WHERE = {
     "scaling": "layerscope.core.records.scaling.ScalingReport",
     "advice": "layerscope.core.records.advice.AdviceReport",
     "decode": "layerscope.core.records.decode.DecodeProfile",
+    "memory": "layerscope.core.records.memory.MemoryReport",
 }
 
 
@@ -186,7 +187,7 @@ def test_an_unknown_kind_names_the_known_ones():
     with pytest.raises(UserError, match=re.escape(
             "(unknown kind 'toy'); layerscope results are ablate, activations, advice, analyze, "
             "compare, decode, "
-            "llm, loop, ops, plan, profile, scaling, sweep, train")):
+            "llm, loop, memory, ops, plan, profile, scaling, sweep, train")):
         load_result({"kind": "toy", "schema_version": "1.0"})
 
 

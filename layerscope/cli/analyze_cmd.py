@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from layerscope.cli.common import (
     add_llm_options,
+    add_mode,
     add_model_inputs,
+    add_optimizer,
     add_output,
     emit,
     output,
@@ -31,10 +33,9 @@ def register(sub) -> None:
                         "its forward calls (residual add, F.relu, flatten): 'layer1.0 (add)'")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
                    help="analyse with parameters and inputs in this dtype")
-    p.add_argument("--mode", choices=["inference", "training"], default="inference")
+    add_mode(p)
     add_llm_options(p)
-    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="adam",
-                   help="optimizer whose state --mode training counts")
+    add_optimizer(p, "optimizer whose state --mode training counts")
     p.add_argument("--view", choices=VIEWS, default="layers",
                    help="table to show: layers (default), ops (op histogram), attributes (per "
                         "node), bandwidth (bytes per node, sorted), memory (activation sum, "

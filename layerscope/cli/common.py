@@ -227,15 +227,34 @@ def add_model_inputs(p: argparse.ArgumentParser) -> None:
                    help="override the first dimension")
 
 
+OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw")  # analyze's and memory's --optimizer
+
+
+def add_mode(p: argparse.ArgumentParser) -> None:
+    """--mode inference|training: one forward pass, or a training step (analyze, memory)."""
+    p.add_argument("--mode", choices=["inference", "training"], default="inference")
+
+
+def add_optimizer(p: argparse.ArgumentParser, help: str) -> None:
+    """--optimizer: sgd (no state), momentum (SGD with momentum 0.9: one state per
+    parameter), adam or adamw (two)."""
+    p.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="adam", help=help)
+
+
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     """--seq-len and --attention: how a language model is fed and its attention counted."""
-    p.add_argument("--seq-len", type=arg(positive_int), default=None, metavar="S",
-                   help="sequence length of token-id inputs (B x S), e.g. for the LLM presets "
-                        "(default 2048, gpt2 1024)")
+    add_seq_len(p)
     p.add_argument("--attention", choices=["causal", "full"], default="causal",
                    help="count causal attention kernels (is_causal=True) as the lower triangle "
                         "incl. the diagonal, s(s+1)/2 scores per head (causal, default), or as "
                         "the whole matrix the math fallback computes (full)")
+
+
+def add_seq_len(p: argparse.ArgumentParser) -> None:
+    """--seq-len: the S of a language model's token-id inputs."""
+    p.add_argument("--seq-len", type=arg(positive_int), default=None, metavar="S",
+                   help="sequence length of token-id inputs (B x S), e.g. for the LLM presets "
+                        "(default 2048, gpt2 1024)")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:

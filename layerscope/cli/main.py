@@ -18,6 +18,7 @@ from layerscope.cli import (
     export_cmd,
     graph_cmd,
     llm_cmd,
+    memory_cmd,
     models_cmd,
     ops_cmd,
     plan_cmd,
@@ -40,7 +41,7 @@ from layerscope.core.io import Terminated, outputs
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
             report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd,
-            llm_cmd, plan_cmd, advise_cmd]
+            llm_cmd, plan_cmd, advise_cmd, memory_cmd]
 
 
 def build_parser() -> Parser:

@@ -36,6 +36,7 @@ from layerscope.views import (  # noqa: E402
     decode,
     graph,
     llm,
+    memory,
     ops,
     report,
     scaling,
@@ -58,3 +59,4 @@ register("llm", llm.LLM)
 register("plan", llm.PLAN)
 register("advice", advice.VIEW)
 register("decode", decode.VIEW)
+register("memory", memory.VIEW)

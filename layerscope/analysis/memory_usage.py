@@ -1,0 +1,242 @@
+"""``layerscope.memory``: where the memory of one inference pass or one training step goes, as a
+``MemoryReport``. Static by default (fake tensors: no memory used, any size); ``measure=True``
+also runs the same step for real on the CPU and reconciles the two (``memory_track`` tracks
+both)."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from layerscope.core.errors import UserError, first_line
+from layerscope.core.records.memory import MemoryReport, MemoryRow, Reconciliation, TimelinePoint
+
+MODES = ("inference", "training")
+
+
+def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
+           mode: str = "inference", batch_size: int | None = None,
+           optimizer: str | Callable[[Any], torch.optim.Optimizer] = "adam",
+           set_to_none: bool = True, measure: bool = False,
+           seq_len: int | None = None) -> MemoryReport:
+    """The live set of one inference pass (``mode="inference"``: eval mode, no grad) or one
+    steady-state training step (``"training"``: zero_grad, forward, the outputs' sum as the
+    loss, backward, ``optimizer.step()``), by module and kind at its peak and over time.
+
+    ``model``, ``inputs``, ``kwargs``, ``batch_size``, ``seq_len``: as ``layerscope.analyze``.
+    ``optimizer``: sgd, momentum, adam or adamw, or a function of the parameters returning your
+    optimizer (``lambda ps: torch.optim.Adam(ps, lr=1e-3)``); ``set_to_none``: what your
+    ``optimizer.zero_grad`` does (True, torch's default: gradients are freed each step; False:
+    kept and zeroed). ``measure``: also run the step for real on the CPU (private copies of the
+    weights; inputs given as shapes are zeros) and reconcile its peak with the static one.
+    The model is left as it was."""
+    from layerscope.analysis.analyze_torch import load
+    from layerscope.analysis.memory_track import OPTIMIZERS
+    from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
+    from layerscope.frontends.inputs import call_text
+
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}: use inference or training", arguments="mode")
+    if not callable(optimizer) and optimizer not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)} "
+                        "or a function of the parameters returning a torch.optim.Optimizer",
+                        arguments="optimizer")
+    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
+    module, notes = unwrap(loaded.module, loaded.name)
+    if isinstance(module, torch.jit.ScriptModule) or not has_forward(module):
+        raise UserError(f"{loaded.name}: memory needs a PyTorch module with a forward() "
+                        "(not TorchScript, not a container of modules)")
+    if is_lazy(module):
+        raise UserError(f"{loaded.name} has lazy (uninitialised) parameters: run it once on an "
+                        "example input before tracking its memory")
+    training = mode == "training"
+    static = _run(module, loaded, training, optimizer, set_to_none, real=False)
+    report = _report(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
+    report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
+    report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
+        if training else None
+    report.settings = {"mode": mode, "measure": measure,
+                       **({"set_to_none": set_to_none} if training else {})}
+    report.notes = notes + _notes(training, set_to_none)
+    if measure:
+        module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
+        if any(t.device.type != "cpu" for t in list(module.parameters()) + list(module.buffers())):
+            raise UserError(f"{loaded.name}: measure runs the step on the CPU, and the model's "
+                            "weights are on another device (or the meta device: a config "
+                            "without weights); leave it out for the static figures",
+                            arguments="measure")
+        rss = _PeakRss()
+        real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=rss)
+        report.measured_peak_bytes = real.log.peak()[1]
+        report.reconciliation = _reconcile(report.peak_bytes, real, rss)
+    from layerscope.core.environment import environment
+
+    report.environment = environment()
+    return report
+
+
+def _real_weights(model, inputs, kwargs, batch_size, seq_len, module: nn.Module,
+                  loaded) -> nn.Module:
+    """The module to measure: ``module`` itself, or for a built-in model (built on the meta
+    device for the static run) the same model built again with real random weights, once its
+    weights and inputs are known to fit the real run's bounds (``capture.real``)."""
+    from layerscope.analysis.analyze_torch import load
+    from layerscope.analysis.capture import REAL_INPUT_LIMIT, REAL_WEIGHT_LIMIT, slots
+    from layerscope.analysis.capture.inputs import inputs_nbytes
+    from layerscope.analysis.capture.tensors import tensor_nbytes
+    from layerscope.analysis.model_prep import unwrap
+    from layerscope.core.units import megabytes as mb
+
+    need = inputs_nbytes(loaded.inputs, loaded.kwargs, None)
+    weights = sum(tensor_nbytes(t) for _, _, t in slots(module))
+    if need > REAL_INPUT_LIMIT or weights > REAL_WEIGHT_LIMIT:
+        raise UserError(f"{loaded.name}: measure would allocate {mb(need)} MB of inputs and "
+                        f"{mb(weights)} MB of weights (limits {mb(REAL_INPUT_LIMIT)} MB and "
+                        f"{mb(REAL_WEIGHT_LIMIT)} MB); leave it out: the static figures need "
+                        "no memory", arguments="measure")
+    if not isinstance(model, str) or not any(t.device.type == "meta"
+                                             for t in module.parameters()):
+        return module
+    again = load(model, inputs, batch_size, meta=False, kwargs=kwargs, seq_len=seq_len)
+    return unwrap(again.module, again.name)[0]
+
+
+def _batch(inputs: list[Any]) -> int | None:
+    first = inputs[0] if inputs else None
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool, *,
+         real: bool, around=None):
+    from layerscope.analysis.capture import InputSpec, ModelRunError, fake_like
+    from layerscope.analysis.capture.fake import real_run_reason
+    from layerscope.analysis.capture.inputs import zeros_for
+    from layerscope.analysis.capture.real import _private_copy
+    from layerscope.analysis.memory_track import track
+    from layerscope.frontends.inputs import call_text
+
+    fake_mode = None
+    if real:
+        def replace(t):
+            return _private_copy(t, None)
+
+        def make_input(x):
+            return zeros_for(x, None, "cpu") if isinstance(x, InputSpec) else x.detach().clone()
+    else:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode()
+
+        def replace(t):
+            return fake_like(t, None, training and isinstance(t, nn.Parameter)
+                             and t.requires_grad, fake_mode)
+
+        def make_input(x):
+            return zeros_for(x, None, "cpu") if isinstance(x, InputSpec) else \
+                fake_like(x, None, False)
+    try:
+        return track(module, loaded.inputs, loaded.kwargs, training=training,
+                     optimizer=optimizer, set_to_none=set_to_none, replace=replace,
+                     make_input=make_input, fake_mode=fake_mode, around=around)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model's own error, one line
+        reason = None if real else real_run_reason(exc)
+        if reason is not None:
+            raise UserError(f"{loaded.name}: the static run cannot track this model: {reason}; "
+                            "layerscope memory needs a forward that runs on fake tensors") \
+                from exc
+        if isinstance(exc, ModelRunError):
+            raise UserError(f"{loaded.name}: {exc}") from exc
+        raise UserError(f"{loaded.name} rejected input {call_text(loaded.inputs, loaded.kwargs)}"
+                        f": {first_line(exc, with_type=True)}") from exc
+
+
+def _report(run, name: str, mode: str, inputs: str) -> MemoryReport:
+    from layerscope.analysis.memory_track import live_rows
+
+    log = run.log
+    peak_t, peak = log.peak()
+    rows = [MemoryRow(module, kind, nbytes)
+            for (module, kind), nbytes in live_rows(log, peak_t).items() if nbytes]
+    rows.sort(key=lambda r: (-r.bytes, r.module, r.kind))
+    assert sum(r.bytes for r in rows) == peak, "the live rows must sum to the peak"
+    return MemoryReport(model=name, mode=mode, peak_bytes=peak, peak_phase=log.timeline[peak_t][1],
+                        peak_t=peak_t, by_module_kind=rows,
+                        timeline=[TimelinePoint(t, nbytes, phase)
+                                  for t, (nbytes, phase) in enumerate(log.timeline)],
+                        inputs=[inputs])
+
+
+def _notes(training: bool, set_to_none: bool) -> list[str]:
+    out = ["static: the step ran on fake tensors (no memory used); a kernel's internal "
+           "workspace (oneDNN, cuDNN) and the allocator's rounding and caching are not counted"]
+    if training:
+        out += ["one untracked step ran first, so the optimizer's state exists (it is created "
+                "by the first step); the tracked step is a steady-state one",
+                "the loss is the outputs' sum: backward starts from ones shaped like each "
+                "output (a real loss adds its own small tensors)",
+                "zero_grad(set_to_none=True): gradients are freed at each step's start"
+                if set_to_none else
+                "zero_grad(set_to_none=False): gradients are kept (zeroed) between steps"]
+    return out
+
+
+class _PeakRss:
+    """The growth of the process's peak resident set over a block (Linux: /proc/self; the peak is
+    reset on entry by writing 5 to clear_refs). ``grown`` is None where it cannot be read."""
+
+    def __init__(self) -> None:
+        self.grown: int | None = None
+        self.why = ""
+
+    @contextlib.contextmanager
+    def __call__(self):
+        start = _status("VmRSS")
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError as exc:
+            start = None
+            self.why = f"the peak resident set cannot be reset here ({exc.strerror})"
+        yield
+        end = _status("VmHWM")
+        if start is not None and end is not None:
+            self.grown = end - start
+
+
+def _status(key: str) -> int | None:
+    """A field of /proc/self/status in bytes (None off Linux)."""
+    if not os.path.exists("/proc/self/status"):
+        return None
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
+    measured = real.log.peak()[1]
+    start = real.log.timeline[0][0]
+    notes = []
+    unexplained = None
+    if rss.grown is not None:
+        unexplained = rss.grown - (measured - start)
+        notes.append("rss_bytes: the process's peak resident set grew by this during the "
+                     "measured step; the tracked storages grew by "
+                     f"{measured - start:,} bytes (peak - live at the start); the rest is the "
+                     "allocator's and kernels' own (negative: the allocator reused memory "
+                     "it kept from before the step" + (", such as the untracked first step's"
+                                                       if real.phases != ("forward",) else "")
+                     + ")")
+    else:
+        notes.append(rss.why or "the resident set is read on Linux only")
+    return Reconciliation(static_peak_bytes=static_peak, measured_peak_bytes=measured,
+                          difference=measured - static_peak, rss_bytes=rss.grown,
+                          unexplained_bytes=unexplained, notes=notes)

@@ -1,0 +1,95 @@
+"""The result of ``layerscope memory MODEL`` (kind ``memory``): where the memory of one inference
+pass or one training step goes — the live set at its peak by module and kind, the live bytes
+after every op, and, when measured, how the static peak compares with a real CPU run. Its JSON
+schema is generated from these fields (layerscope/schema/generate.py);
+analysis/memory_usage.py builds it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
+from layerscope.core.records import ENVIRONMENT
+from layerscope.core.report import SCHEMA_VERSION
+
+_BYTES = {"minimum": 0}
+MEMORY_KINDS = ("parameters", "buffers", "gradients", "optimizer_state", "activations",
+                "inputs", "outputs", "temporaries")
+
+
+@dataclass
+class MemoryRow(Record):
+    """The bytes of one kind of storage one module created, alive at the peak."""
+
+    module: str = field(metadata={"description": "the module whose forward or backward "
+                                                 "created it (gradients and optimizer states: "
+                                                 "their parameter's module); (loss), "
+                                                 "(optimizer), (zero_grad): ops outside any "
+                                                 "module in those phases; \"\": the top level "
+                                                 "(the root's own ops, the inputs)"})
+    kind: str = field(metadata={"schema": {"enum": list(MEMORY_KINDS)}})
+    bytes: int = field(metadata=_BYTES)
+
+
+@dataclass
+class TimelinePoint(Record):
+    """The live bytes after event ``t`` (an op, or a phase boundary)."""
+
+    t: int = field(metadata=_BYTES)
+    bytes: int = field(metadata=_BYTES)
+    phase: str
+
+
+@dataclass
+class Reconciliation(Record):
+    """The static peak (fake tensors) beside the same step run for real on the CPU."""
+
+    static_peak_bytes: int = field(metadata=_BYTES)
+    measured_peak_bytes: int = field(metadata={**_BYTES, "description": "the peak of the "
+                                                                         "real run's live "
+                                                                         "storages, tracked "
+                                                                         "the same way"})
+    difference: int = field(metadata={"description": "measured_peak_bytes - "
+                                                     "static_peak_bytes"})
+    rss_bytes: int | None = field(default=None, metadata=omit_none(
+        description="growth of the process's peak resident set during the measured step "
+                    "(Linux: VmHWM after, VmRSS before)"))
+    unexplained_bytes: int | None = field(default=None, metadata=omit_none(
+        description="rss_bytes minus what the tracked storages grew by during the step "
+                    "(measured peak - live at the step's start): allocator and kernel "
+                    "workspace; negative when the allocator reused memory it kept"))
+    notes: list[str] = field(default_factory=list, metadata=omit_empty())
+
+
+@dataclass
+class MemoryReport(ResultDocument):
+    """``layerscope memory``: the live set of one pass or step, at its peak and over time."""
+
+    model: str
+    mode: str = field(metadata={"schema": {"enum": ["inference", "training"]}})
+    peak_bytes: int = field(metadata={**_BYTES, "description": "the most bytes of storages "
+                                                               "alive at once (static: fake "
+                                                               "tensors)"})
+    peak_phase: str
+    peak_t: int = field(metadata={**_BYTES, "description": "the event at the peak"})
+    by_module_kind: list[MemoryRow] = field(metadata={
+        "description": "the storages alive at the peak, by module and kind; they sum to "
+                       "peak_bytes exactly"})
+    timeline: list[TimelinePoint]
+    inputs: list[str] = field(default_factory=list)
+    batch_size: int | None = field(default=None, metadata=omit_none())
+    optimizer: str | None = field(default=None, metadata=omit_none())
+    measured_peak_bytes: int | None = field(default=None, metadata=omit_none())
+    reconciliation: Reconciliation | None = field(default=None, metadata=omit_none())
+    notes: list[str] = field(default_factory=list, metadata=omit_empty())
+    settings: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
+    kind: str = "memory"
+    schema_version: str = SCHEMA_VERSION
+
+    def by_kind(self) -> dict[str, int]:
+        """kind -> bytes alive at the peak, in ``MEMORY_KINDS`` order (kinds with bytes only)."""
+        totals = {k: 0 for k in MEMORY_KINDS}
+        for row in self.by_module_kind:
+            totals[row.kind] = totals.get(row.kind, 0) + row.bytes
+        return {k: v for k, v in totals.items() if v}
