@@ -42,6 +42,11 @@ CASES = [
      {"data_share": 0.8, "data_verdict": "io_bound", "data_suggested_workers": 8, "workers": 0,
       "cores": 2}, (0.4, 0.8, "workers=4")),
     # CPU-bound transforms: a worker per core whatever the loader's count
+    # the loader measured that one worker keeps up (I/O-bound): one, not one per core, so the
+    # rule and the data loader's verdict name the same count
+    ("workers-takes-the-loaders-smaller-count", "workers",
+     {"data_share": 0.33, "data_verdict": "io_bound", "data_suggested_workers": 1, "workers": 0,
+      "cores": 2}, (0.165, 0.33, "workers=1")),
     ("workers-cpu-bound-one-per-core", "workers",
      {"data_share": 0.8, "data_verdict": "cpu_bound", "data_suggested_workers": 8, "workers": 0,
       "cores": 2}, (0.4, 0.8, "workers=2")),
