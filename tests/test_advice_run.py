@@ -205,6 +205,9 @@ def test_a_change_in_the_scripts_code_is_not_run_and_says_what_to_edit():
     amp = next(a for a in report.advice if a.rule == "amp")
     assert amp.command.endswith("(after this edit to s.py: wrap the forward and the loss in "
                                 "torch.autocast(device_type, dtype=torch.bfloat16))")
+    # the change is the edit too: a script has no train --amp
+    assert amp.change == ("wrap the forward and the loss in torch.autocast(device_type, "
+                          "dtype=torch.bfloat16) in the script")
 
 
 # (id, outcome, words in the explanation); data share 0.8: predicted 0.4 .. 0.8
