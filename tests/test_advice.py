@@ -15,7 +15,7 @@ from layerscope.advice import advise_result, rules
 from layerscope.advice.facts import facts_of
 from layerscope.advice.rules import RULES
 from layerscope.core.records.advice import VERDICTS
-from layerscope.core.results import read_result
+from layerscope.core.results import load_result, read_result
 from tests.helpers import run_cli
 
 DATA = Path(__file__).parent / "data"
@@ -42,6 +42,11 @@ CASES = [
      {"data_share": 0.8, "data_verdict": "io_bound", "data_suggested_workers": 8, "workers": 0,
       "cores": 2}, (0.4, 0.8, "workers=4")),
     # CPU-bound transforms: a worker per core whatever the loader's count
+    # the loader measured that one worker keeps up (I/O-bound): one, not one per core, so the
+    # rule and the data loader's verdict name the same count
+    ("workers-takes-the-loaders-smaller-count", "workers",
+     {"data_share": 0.33, "data_verdict": "io_bound", "data_suggested_workers": 1, "workers": 0,
+      "cores": 2}, (0.165, 0.33, "workers=1")),
     ("workers-cpu-bound-one-per-core", "workers",
      {"data_share": 0.8, "data_verdict": "cpu_bound", "data_suggested_workers": 8, "workers": 0,
       "cores": 2}, (0.4, 0.8, "workers=2")),
@@ -178,6 +183,17 @@ def test_profile_facts_read_type_shares_and_noise():
     # the setting the profile ran with first: the sweep's speed-up is against it
     assert threads.threads == 1
     assert threads.command == "layerscope sweep mnist-cnn --threads 2,1 --batch-sizes 1 --runs 20"
+
+
+def test_an_onnx_profile_names_its_threads_in_words():
+    # onnxruntime profiles record threads as "onnxruntime default": no count, so the noise
+    # section's count stands (the threads rule then compares numbers, never a text)
+    d = json.loads((DATA / "profile_0.4.json").read_text())
+    d["settings"] = {**d["settings"], "threads": "onnxruntime default", "backend": "onnxruntime"}
+    facts = facts_of(d)
+    assert facts["threads"] == d["noise"]["threads"]
+    report = advise_result(load_result(d), "p.json")
+    assert [a.rule for a in report.advice]  # the rules ran over it
 
 
 def test_scaling_result_gets_the_bucket_rule():

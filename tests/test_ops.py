@@ -34,8 +34,11 @@ def test_op_table_rows_are_sorted_and_shares_bounded():
     assert totals == sorted(totals, reverse=True) and len(table.rows) == 5
     assert all(0 <= r.share <= 1 for r in table.rows)
     assert all(r.memory_bytes is not None for r in table.rows)
-    conv = [r for r in table.rows if "conv" in r.name]
-    assert conv and all(r.calls == 2 for r in conv if r.name == "aten::conv2d")  # per run
+    # which operators make the top 5 depends on the timing (a busy machine reorders them):
+    # the call counts are read from the whole table
+    whole = ops("mnist-cnn", runs=2, warmup=1, top=1000, sort="total")
+    conv = [r for r in whole.rows if r.name == "aten::conv2d"]
+    assert conv and all(r.calls == 2 for r in conv)  # per run
 
 
 def test_ops_cli_json(tmp_path):

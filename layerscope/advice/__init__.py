@@ -175,7 +175,10 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
                           else str(found.threads))
                        + (f" --batch-sizes {facts['batch_size']}" if facts.get("batch_size")
                           else "") + f" --runs {steps}")
-        items.append(Advice(rule.name, found.cause, found.change, command,
+        change = found.change
+        if facts.get("script") and rule.edit:  # a script: the edit, not a train option
+            change = f"{rule.edit} in the script"
+        items.append(Advice(rule.name, found.cause, change, command,
                             Gain(round(found.low, 4), round(found.high, 4)), found.derivation,
                             facts=found.facts, variant=found.variant, threads=found.threads))
     notes = [] if items else ["no rule fired: nothing in the measured facts points at a change "

@@ -159,7 +159,8 @@ def _profile(d: dict[str, Any]) -> dict[str, Any]:
     if end.get("median_s"):
         out.update(step_median_s=end["median_s"], step_p10_s=end.get("p10_s"))
     out.update(_noise_facts(d.get("noise")))
-    out["threads"] = settings.get("threads") or out.get("threads")
+    threads = settings.get("threads")  # onnxruntime's own choice is a text, not a count
+    out["threads"] = threads if isinstance(threads, int) and threads else out.get("threads")
     return out
 
 

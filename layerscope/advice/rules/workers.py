@@ -16,11 +16,12 @@ def check(facts) -> Finding | None:
     if share is None or (share < MIN_SHARE and not stalled):
         return None
     cores = facts.get("cores") or 1
-    new = max(1, cores)
-    if facts.get("data_verdict") == "io_bound" and facts.get("data_suggested_workers"):
-        # loading that waits (I/O, sleeps) needs no core per worker: the data loader's count
-        new = max(new, facts["data_suggested_workers"])
-    new = min(MAX_WORKERS, new)
+    # the data loader's own count when it measured one (the workers that keep up with the
+    # step: work per batch / the loop's time per batch, rounded up), else one per core; a
+    # worker that computes needs a core of its own, one that waits (I/O, sleeps) does not
+    suggested = facts.get("data_suggested_workers") if stalled else None
+    cap = MAX_WORKERS if facts.get("data_verdict") == "io_bound" else min(MAX_WORKERS, cores)
+    new = max(1, min(cap, suggested or cores))
     if new <= workers:
         return None
     variant = f"workers={new}"
