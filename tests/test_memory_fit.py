@@ -206,10 +206,12 @@ def test_cli_memory_fit_json_and_table(tmp_path):
     (["memory", "mnist-cnn", "--fit", "lots"], "--fit must be a size such as"),
     (["memory", "mnist-cnn", "--mode", "training", "--fit", "1MB"],
      "--fit: batch size 1 already needs"),
-    (["memory", "mnist-cnn", "--fit-seq"], "--fit-seq needs a budget"),
+    (["memory", "mnist-cnn", "--fit-seq"], "--fit-seq needs a memory budget"),
+    (["memory", "mnist-cnn", "--fit", "1GB", "--fit-seq"], "'mnist-cnn' is not an LLM"),
     (["plan", "gpt2", "--gpus", "8", "--fit", "0"], "--fit must be from 1 byte"),
     (["plan", "gpt2", "--gpus", "8", "--fit", "lots"], "--fit must be a size such as"),
-], ids=["zero", "lots", "below-batch-1", "seq-without-fit", "plan-zero", "plan-lots"])
+], ids=["zero", "lots", "below-batch-1", "seq-without-fit", "seq-not-llm",
+    "plan-zero", "plan-lots"])
 def test_cli_bad_fit_is_one_line_exit_2(argv, words):
     code, out, err = run_cli(*argv)
     assert code == 2 and out == ""

@@ -53,7 +53,9 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
     budget = None if fit is None else values.byte_size(fit, "fit")
     if fit_seq and budget is None:
-        raise UserError("fit_seq needs a budget: give fit too", arguments="fit_seq")
+        raise UserError("fit_seq needs a memory budget to fit: give one (--fit SIZE; fit= in "
+                        "Python)", arguments="fit_seq")
+    cap = _seq_cap(model) if fit_seq else None
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training", arguments="mode")
     if not callable(optimizer) and optimizer not in OPTIMIZERS:
@@ -96,7 +98,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
         report.fit = _fit_batch(report, budget, peak, measure)
         if fit_seq:
-            report.fit_seq = _fit_seq(model, report, budget, peak)
+            report.fit_seq = _fit_seq(report, budget, peak, cap)
     from layerscope.core.environment import environment
 
     report.environment = environment()
@@ -131,17 +133,23 @@ def _fit_batch(report: MemoryReport, budget: int, peak, measure: bool) -> Memory
                      confirmed=confirmed, method=solved.method, notes=notes)
 
 
-def _fit_seq(model, report: MemoryReport, budget: int, peak) -> MemoryFitSeq:
-    """The longest sequence length that fits ``budget`` at the report's batch size, up to the
-    model's position table (language models: presets and hf: configs)."""
+def _seq_cap(model) -> int | None:
+    """The longest sequence ``model`` (a language model: a preset or an hf: config) takes: its
+    position table's length, or None where nothing caps it (rotary positions)."""
     from layerscope.analysis.llm import resolve_llm
-    from layerscope.analysis.memory_fit import largest_seq
 
     if not isinstance(model, str):
         raise UserError("fit_seq needs a language model given by name (a preset or "
-                        "hf:CONFIG.json)", arguments="fit_seq")
+                        "hf:CONFIG.json), not a module", arguments="fit_seq")
     source = resolve_llm(model)
-    cap = source.config.max_position if source.position_cap() else None
+    return source.config.max_position if source.position_cap() else None
+
+
+def _fit_seq(report: MemoryReport, budget: int, peak, cap: int | None) -> MemoryFitSeq:
+    """The longest sequence length that fits ``budget`` at the report's batch size, up to
+    ``cap`` (``_seq_cap``)."""
+    from layerscope.analysis.memory_fit import largest_seq
+
     solved = largest_seq(lambda n: peak(seq_len=n).peak_bytes, budget, cap)
     return MemoryFitSeq(budget_bytes=budget, batch_size=report.batch_size or 1,
                         max_seq_len=solved.size, bytes_at_max=solved.bytes_at_max,

@@ -84,16 +84,16 @@ def _fit_facts(r) -> list[tuple[str, str]]:
     f = getattr(r, "fit", None)
     if f is not None:
         out.append((f"Fits {_short(f.budget_bytes)}",
-                    f"batch size {f.max_batch_size:,} ({_short(f.bytes_at_max)}; "
-                    f"{f.max_batch_size + 1:,} needs {_short(f.bytes_at_next or 0)}), "
+                    f"batch size {f.max_batch_size:,} ({nbytes(f.bytes_at_max)}; "
+                    f"{f.max_batch_size + 1:,} needs {nbytes(f.bytes_at_next)}), "
                     f"{f.method}, {'confirmed by measured steps' if f.confirmed else 'static'}"))
         out += [("Fit note", n) for n in f.notes]
     s = getattr(r, "fit_seq", None)
     if s is not None:
         nxt = ("the position table's end" if s.bytes_at_next is None else
-               f"{s.max_seq_len + 1:,} needs {_short(s.bytes_at_next)}")
+               f"{s.max_seq_len + 1:,} needs {nbytes(s.bytes_at_next)}")
         out.append((f"Fits {_short(s.budget_bytes)} at batch {s.batch_size:,}",
-                    f"sequence length {s.max_seq_len:,} ({_short(s.bytes_at_max)}; {nxt}), "
+                    f"sequence length {s.max_seq_len:,} ({nbytes(s.bytes_at_max)}; {nxt}), "
                     f"{s.method}"))
         out += [("Fit note", n) for n in s.notes]
     return out
