@@ -56,6 +56,22 @@ def test_largest_seq_quadratic_up_to_the_cap():
     assert "position table" in whole.notes[-1]
 
 
+@pytest.mark.parametrize("start", [256, 512, 300, 301], ids=["fits", "too-long", "at", "next"])
+def test_largest_seq_starts_from_a_known_trace(start):
+    def quadratic(s):
+        return 1000 + 8 * s + s * s
+
+    calls = []
+
+    def counted(s):
+        calls.append(s)
+        return quadratic(s)
+
+    solved = largest_seq(counted, quadratic(300), cap=4096, known={start: quadratic(start)})
+    assert (solved.size, solved.bytes_at_next) == (300, quadratic(301))
+    assert start not in calls  # the known trace is not run again
+
+
 def test_a_budget_below_size_one_is_refused_with_what_it_needs():
     with pytest.raises(UserError, match="batch size 1 already needs 110 bytes"):
         largest_batch(_line(100, 10), 109)

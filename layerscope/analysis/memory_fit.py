@@ -109,20 +109,28 @@ def largest_batch(peak: Callable[[int], int], budget: int,
     return Solved(size, peaks(size), None if nxt is None else peaks(nxt), BISECTION,
                   [f"the line through batches 1 and 2 ({one:,} + {slope:,} x (batch - 1) bytes) "
                    f"predicted {guess:,}, but the traces there disagree ({at:,} bytes at "
-                   f"{guess:,}, {after:,} at {guess + 1:,}): the peak moves between phases as "
-                   "the batch grows; searched with static traces (bisection) instead"])
+                   f"{guess:,}, {after:,} at {guess + 1:,}): the peak moves to another instant "
+                   "of the step (another phase or op) as the batch grows; searched with static "
+                   "traces (bisection) instead"])
 
 
 def largest_seq(peak: Callable[[int], int], budget: int, cap: int | None,
                 known: dict[int, int] | None = None) -> Solved:
     """The longest sequence whose ``peak`` is at most ``budget``, up to ``cap`` (the model's
     position table; None: no table), by bisection with traces (attention's seq x seq tensors
-    make memory quadratic in it, so no line is assumed)."""
+    make memory quadratic in it, so no line is assumed). ``known``: peaks already traced; the
+    search starts from the longest of them that fits (doubling from there) or below the
+    shortest that does not."""
     peaks = _Peaks(peak, known)
-    one = peaks(1)
-    if one > budget:
-        raise _too_small("sequence length", 1, one, budget)
-    size, nxt = _search(peaks, budget, 1, None, cap or SEARCH_CAP)
+    fitting = [n for n, b in peaks.seen.items() if b <= budget]
+    if not fitting:
+        one = peaks(1)
+        if one > budget:
+            raise _too_small("sequence length", 1, one, budget)
+        fitting = [1]
+    lo = max(fitting)
+    hi = min((n for n, b in peaks.seen.items() if b > budget and n > lo), default=None)
+    size, nxt = _search(peaks, budget, lo, hi, cap or SEARCH_CAP)
     notes = ["searched with static traces (doubling, then bisection): attention makes memory "
              "grow faster than linearly in the sequence length"]
     if nxt is None and cap:

@@ -98,7 +98,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
         report.fit = _fit_batch(report, budget, peak, measure)
         if fit_seq:
-            report.fit_seq = _fit_seq(report, budget, peak, cap)
+            report.fit_seq = _fit_seq(report, seq_len, budget, peak, cap)
     from layerscope.core.environment import environment
 
     report.environment = environment()
@@ -145,12 +145,14 @@ def _seq_cap(model) -> int | None:
     return source.config.max_position if source.position_cap() else None
 
 
-def _fit_seq(report: MemoryReport, budget: int, peak, cap: int | None) -> MemoryFitSeq:
-    """The longest sequence length that fits ``budget`` at the report's batch size, up to
-    ``cap`` (``_seq_cap``)."""
+def _fit_seq(report: MemoryReport, seq_len: int | None, budget: int, peak,
+             cap: int | None) -> MemoryFitSeq:
+    """The longest sequence length that fits ``budget`` at the report's batch size (the report
+    traced at ``seq_len``), up to ``cap`` (``_seq_cap``)."""
     from layerscope.analysis.memory_fit import largest_seq
 
-    solved = largest_seq(lambda n: peak(seq_len=n).peak_bytes, budget, cap)
+    known = {seq_len: report.peak_bytes} if seq_len is not None else {}
+    solved = largest_seq(lambda n: peak(seq_len=n).peak_bytes, budget, cap, known)
     return MemoryFitSeq(budget_bytes=budget, batch_size=report.batch_size or 1,
                         max_seq_len=solved.size, bytes_at_max=solved.bytes_at_max,
                         bytes_at_next=solved.bytes_at_next, method=solved.method,
