@@ -232,3 +232,19 @@ def test_cli_bad_fit_is_one_line_exit_2(argv, words):
     code, out, err = run_cli(*argv)
     assert code == 2 and out == ""
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_views_show_the_fit(tmp_path):
+    html = tmp_path / "m.html"
+    code, _, err = run_cli("memory", "resnet18", "--fit", "2GB", "-o", str(html))
+    assert code == 0, err
+    fit = layerscope.memory("resnet18", fit="2GB").fit
+    assert f"batch size {fit.max_batch_size:,} " in html.read_text()
+    csv = tmp_path / "p.csv"
+    code, _, err = run_cli("plan", "gpt2", "--gpus", "8", "--fit", "24GB", "-o", str(csv))
+    assert code == 0, err
+    header, *rows = csv.read_text().splitlines()
+    assert header.endswith(",fit_micro_batch") and all(r.split(",")[-1] != "" for r in rows)
+    code, text, err = run_cli("plan", "gpt2", "--gpus", "8", "--fit", "24GB", "--width", "160")
+    assert code == 0, err
+    assert "Max micro-batch (24.00 GB)" in text
