@@ -32,17 +32,20 @@ SOLVER_CASES = [  # (peak, budget, expected size, method)
     (_kinked, 900 + 11 * 50, 50, BISECTION),
     (_kinked, 900 + 11 * 50 - 1, 49, BISECTION),
     (lambda n: 5, 5, 2 ** 40, BISECTION),  # does not grow: the search stops at its cap
+    (_line(100, 10), 10 ** 18, 2 ** 40, AFFINE),  # the line reaches past the cap: stops there
 ]
 
 
 @pytest.mark.parametrize("peak,budget,size,method", SOLVER_CASES,
-                         ids=["line", "line-1", "line-one", "kink", "kink-1", "flat"])
+                         ids=["line", "line-1", "line-one", "kink", "kink-1", "flat", "past-cap"])
 def test_largest_batch(peak, budget, size, method):
     solved = largest_batch(peak, budget)
     assert (solved.size, solved.method) == (size, method)
     assert solved.bytes_at_max == peak(size) <= budget
-    if method == AFFINE or solved.bytes_at_next is not None:
+    if solved.bytes_at_next is not None:
         assert solved.bytes_at_next == peak(size + 1) > budget
+    else:
+        assert size == 2 ** 40 and "2**40" in solved.notes[0]
 
 
 def test_largest_seq_quadratic_up_to_the_cap():

@@ -95,8 +95,14 @@ def largest_batch(peak: Callable[[int], int], budget: int,
         return Solved(size, peaks(size), None if nxt is None else peaks(nxt), BISECTION,
                       [f"the peak did not grow from batch 1 to 2 ({one:,} -> {peaks(2):,} "
                        "bytes): no line to solve; searched with static traces (doubling, then "
-                       "bisection)"])
-    guess = min(1 + (budget - one) // slope, SEARCH_CAP - 1)
+                       "bisection)" + (f", up to {SEARCH_CAP:,} (2**40), the largest size "
+                                       "searched" if nxt is None else "")])
+    guess = 1 + (budget - one) // slope
+    if guess >= SEARCH_CAP:  # the line reaches past the cap: say so, search no further
+        return Solved(SEARCH_CAP, peaks(SEARCH_CAP), None, AFFINE,
+                      [f"affine in the batch size: {one:,} + {slope:,} x (batch - 1) bytes "
+                       f"(static traces at 1 and 2) fits {guess:,}; the answer stops at "
+                       f"{SEARCH_CAP:,} (2**40), the largest size searched"])
     at, after = peaks(guess), peaks(guess + 1)
     if at <= budget < after:
         return Solved(guess, at, after, AFFINE,

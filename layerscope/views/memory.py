@@ -85,7 +85,8 @@ def _fit_facts(r) -> list[tuple[str, str]]:
     if f is not None:
         out.append((f"Fits {_short(f.budget_bytes)}",
                     f"batch size {f.max_batch_size:,} ({nbytes(f.bytes_at_max)}; "
-                    f"{f.max_batch_size + 1:,} needs {nbytes(f.bytes_at_next)}), "
+                    + ("larger sizes not searched" if f.bytes_at_next is None else
+                       f"{f.max_batch_size + 1:,} needs {nbytes(f.bytes_at_next)}") + "), "
                     f"{f.method}, {'confirmed by measured steps' if f.confirmed else 'static'}"))
         out += [("Fit note", n) for n in f.notes]
     s = getattr(r, "fit_seq", None)

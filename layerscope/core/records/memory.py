@@ -71,7 +71,9 @@ class MemoryFit(Record):
                                                                  "max_batch_size"})
     bytes_at_next: int | None = field(metadata={"description": "the static peak at "
                                                                "max_batch_size + 1 (more than "
-                                                               "the budget)"})
+                                                               "the budget); null: larger "
+                                                               "sizes were not searched (2**40 "
+                                                               "and up)"})
     confirmed: bool = field(metadata={"description": "a measured CPU step at max_batch_size "
                                                      "peaked within the budget and one at "
                                                      "max_batch_size + 1 above it (--measure)"})
