@@ -12,8 +12,16 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
-from layerscope.core.records.memory import MemoryReport, MemoryRow, Reconciliation, TimelinePoint
+from layerscope.core.records.memory import (
+    MemoryFit,
+    MemoryFitSeq,
+    MemoryReport,
+    MemoryRow,
+    Reconciliation,
+    TimelinePoint,
+)
 
 MODES = ("inference", "training")
 
@@ -22,7 +30,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
            mode: str = "inference", batch_size: int | None = None,
            optimizer: str | Callable[[Any], torch.optim.Optimizer] = "adam",
            set_to_none: bool = True, measure: bool = False,
-           seq_len: int | None = None) -> MemoryReport:
+           seq_len: int | None = None, fit: int | str | None = None,
+           fit_seq: bool = False) -> MemoryReport:
     """The live set of one inference pass (``mode="inference"``: eval mode, no grad) or one
     steady-state training step (``"training"``: zero_grad, forward, the outputs' sum as the
     loss, backward, ``optimizer.step()``), by module and kind at its peak and over time.
@@ -33,12 +42,20 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     ``optimizer.zero_grad`` does (True, torch's default: gradients are freed each step; False:
     kept and zeroed). ``measure``: also run the step for real on the CPU (private copies of the
     weights; inputs given as shapes are zeros) and reconcile its peak with the static one.
-    The model is left as it was."""
+    ``fit``: a memory budget (bytes, or '24GB', '24GiB'): also the largest batch size whose
+    static peak fits it (``report.fit``; with ``measure``, confirmed by measured CPU steps
+    there and one larger); ``fit_seq``: also the longest sequence length that fits it at this
+    batch size (language models, ``report.fit_seq``). The model is left as it was."""
     from layerscope.analysis.analyze_torch import load
     from layerscope.analysis.memory_track import OPTIMIZERS
     from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
     from layerscope.frontends.inputs import call_text
 
+    budget = None if fit is None else values.byte_size(fit, "fit")
+    if fit_seq and budget is None:
+        raise UserError("fit_seq needs a memory budget to fit: give one (--fit SIZE; fit= in "
+                        "Python)", arguments="fit_seq")
+    cap = _seq_cap(model) if fit_seq else None
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use inference or training", arguments="mode")
     if not callable(optimizer) and optimizer not in OPTIMIZERS:
@@ -73,10 +90,73 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=rss)
         report.measured_peak_bytes = real.log.peak()[1]
         report.reconciliation = _reconcile(report.peak_bytes, real, rss)
+    if budget is not None:
+        def peak(**over) -> MemoryReport:  # the same step at another size
+            return memory(model, inputs, kwargs=kwargs, mode=mode, optimizer=optimizer,
+                          set_to_none=set_to_none, **{"batch_size": batch_size,
+                                                      "seq_len": seq_len, **over})
+
+        report.fit = _fit_batch(report, budget, peak, measure)
+        if fit_seq:
+            report.fit_seq = _fit_seq(report, seq_len, budget, peak, cap)
     from layerscope.core.environment import environment
 
     report.environment = environment()
     return report
+
+
+def _fit_batch(report: MemoryReport, budget: int, peak, measure: bool) -> MemoryFit:
+    """The largest batch size that fits ``budget`` (``memory_fit.largest_batch``), confirmed
+    with measured CPU steps there and one larger where ``measure`` asks for it."""
+    from layerscope.analysis.memory_fit import largest_batch
+
+    known = {report.batch_size: report.peak_bytes} if report.batch_size else {}
+    solved = largest_batch(lambda n: peak(batch_size=n).peak_bytes, budget, known)
+    notes, confirmed = list(solved.notes), False
+    if not measure:
+        notes.append("not confirmed: static figures only (--measure runs measured CPU steps "
+                      "at the answer and one larger)")
+    else:
+        try:
+            at, after = (peak(batch_size=n, measure=True).measured_peak_bytes
+                         for n in (solved.size, solved.size + 1))
+        except UserError as exc:
+            notes.append(f"not confirmed: the measured step could not run ({exc})")
+        else:
+            confirmed = at <= budget < after
+            notes.append(f"measured on the CPU: {at:,} bytes at {solved.size:,}, {after:,} at "
+                         f"{solved.size + 1:,}" + ("" if confirmed else
+                                                    ": the measured steps disagree with the "
+                                                    "static answer"))
+    return MemoryFit(budget_bytes=budget, max_batch_size=solved.size,
+                     bytes_at_max=solved.bytes_at_max, bytes_at_next=solved.bytes_at_next,
+                     confirmed=confirmed, method=solved.method, notes=notes)
+
+
+def _seq_cap(model) -> int | None:
+    """The longest sequence ``model`` (a language model: a preset or an hf: config) takes: its
+    position table's length, or None where nothing caps it (rotary positions)."""
+    from layerscope.analysis.llm import resolve_llm
+
+    if not isinstance(model, str):
+        raise UserError("fit_seq needs a language model given by name (a preset or "
+                        "hf:CONFIG.json), not a module", arguments="fit_seq")
+    source = resolve_llm(model)
+    return source.config.max_position if source.position_cap() else None
+
+
+def _fit_seq(report: MemoryReport, seq_len: int | None, budget: int, peak,
+             cap: int | None) -> MemoryFitSeq:
+    """The longest sequence length that fits ``budget`` at the report's batch size (the report
+    traced at ``seq_len``), up to ``cap`` (``_seq_cap``)."""
+    from layerscope.analysis.memory_fit import largest_seq
+
+    known = {seq_len: report.peak_bytes} if seq_len is not None else {}
+    solved = largest_seq(lambda n: peak(seq_len=n).peak_bytes, budget, cap, known)
+    return MemoryFitSeq(budget_bytes=budget, batch_size=report.batch_size or 1,
+                        max_seq_len=solved.size, bytes_at_max=solved.bytes_at_max,
+                        bytes_at_next=solved.bytes_at_next, method=solved.method,
+                        notes=solved.notes)
 
 
 def _real_weights(model, inputs, kwargs, batch_size, seq_len, module: nn.Module,

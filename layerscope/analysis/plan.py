@@ -360,18 +360,22 @@ def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,
 def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: int = 1,
          pp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
          recompute: str = "none", dtype: str = "bf16",
-         gpu_memory: int | str = "80GB", kernels: str | None = None) -> PlanReport:
+         gpu_memory: int | str = "80GB", kernels: str | None = None,
+         fit: int | str | None = None) -> PlanReport:
     """Per-device bytes of weights, gradients, optimizer states and activations for training
     ``model`` on ``gpus`` devices (tensor-parallel ``tp``, pipeline-parallel ``pp``, the rest
     data-parallel), for one ``strategy`` or all of them, and whether each fits ``gpu_memory``.
     ``kernels`` ("fused" or "unfused"; default: fused for a dense preset, else unfused) picks
-    how a block's activations are counted (see the module's docstring).
+    how a block's activations are counted (see the module's docstring). ``fit``: a budget per
+    GPU (bytes, '80GB', '80GiB'): also each strategy's largest micro-batch whose peak fits it
+    (``fit_micro_batches``).
     """
     gpus = values.positive_int(gpus, "gpus")
     tp = values.positive_int(tp, "tp")
     pp = values.positive_int(pp, "pp")
     micro_batch = values.positive_int(micro_batch, "micro_batch")
     memory = values.byte_size(gpu_memory, "gpu_memory")
+    budget = None if fit is None else values.byte_size(fit, "fit")
     if strategy is not None and strategy not in STRATEGIES:
         raise UserError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
                         arguments="strategy")
@@ -440,12 +444,47 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
                             gather_bytes=block_buffers, gathered_inputs_bytes=gathered,
                             loss_parallel_bytes=loss_parallel,
                             reduce_scatter_bytes=block_buffers))
+    if budget is not None:
+        def peaks(n: int) -> dict[str, int]:
+            again = rows if n == micro_batch else plan(
+                source, gpus, strategy=strategy, tp=tp, pp=pp, micro_batch=n, seq_len=seq_len,
+                recompute=recompute, dtype=dtype, gpu_memory=memory, kernels=kernels).strategies
+            return {r.strategy: r.peak_bytes for r in again}
+
+        for row, size in zip(rows, fit_micro_batches(peaks, [r.strategy for r in rows], budget)):
+            row.fit_micro_batch = size
     return PlanReport(
         model=source.name, params_total=params, params_active=active, gpus=gpus, tp=tp, pp=pp,
         dp=dp, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
         gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
         config=config.to_dict(), environment=environment(),
-        notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default))
+        notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default)
+        + ([f"fit: the largest micro-batch per strategy whose peak is at most {budget:,} bytes, "
+            "from this plan's per-micro-batch peak (affine in it: solved from micro-batches 1 "
+            "and 2, checked at the answer and the next size)"] if budget is not None else []),
+        fit_budget_bytes=budget)
+
+
+def fit_micro_batches(peaks, strategies: list[str], budget: int) -> list[int]:
+    """Each strategy's largest micro-batch whose peak (``peaks(n)``: strategy -> peak bytes at
+    micro-batch n) is at most ``budget``; 0 where even one sequence does not fit.
+    ``memory_fit.largest_batch`` solves it (each micro-batch's figures computed once)."""
+    from layerscope.analysis.memory_fit import largest_batch
+
+    seen: dict[int, dict[str, int]] = {}
+
+    def at(n: int) -> dict[str, int]:
+        if n not in seen:
+            seen[n] = peaks(n)
+        return seen[n]
+
+    out = []
+    for name in strategies:
+        try:
+            out.append(largest_batch(lambda n, name=name: at(n)[name], budget).size)
+        except UserError:  # micro-batch 1 already needs more
+            out.append(0)
+    return out
 
 
 def _gathered_bytes(config: LLMConfig, batch: int, seq: int, elem: int, tp: int,

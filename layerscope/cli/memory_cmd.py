@@ -10,6 +10,7 @@ from layerscope.cli.common import (
     check_outputs,
     emit,
 )
+from layerscope.core.values import arg, byte_size
 
 
 def register(sub) -> None:
@@ -25,6 +26,12 @@ def register(sub) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the step for real on the CPU (random weights, zero inputs) "
                         "and reconcile its peak with the static one")
+    p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
+                   help="also the largest batch size whose peak fits this budget: 24GB (10^9 "
+                        "bytes), 24GiB (2^30), ...")
+    p.add_argument("--fit-seq", action="store_true",
+                   help="with --fit, for a language model: also the longest --seq-len that "
+                        "fits at --batch-size")
     add_seq_len(p)
     add_output(p)
     p.set_defaults(run=run)
@@ -36,6 +43,7 @@ def run(args) -> int:
     check_outputs(args)
     report = memory(args.model, args.input, batch_size=args.batch_size, mode=args.mode,
                     optimizer=args.optimizer, set_to_none=args.zero_grad == "none",
-                    measure=args.measure, seq_len=args.seq_len)
+                    measure=args.measure, seq_len=args.seq_len, fit=args.fit,
+                    fit_seq=args.fit_seq)
     emit(report, args)
     return 0

@@ -32,6 +32,9 @@ def register(sub) -> None:
                    help="training precision (bf16/fp16: mixed-precision Adam, 16 bytes/param)")
     p.add_argument("--gpu-memory", type=arg(byte_size), default="80GB", metavar="SIZE",
                    help="memory per GPU: 80GB (10^9 bytes), 80GiB (2^30), ... (default 80GB)")
+    p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
+                   help="also each strategy's largest micro-batch whose peak fits this budget "
+                        "per GPU (80GB, 80GiB, ...)")
     add_output(p)
     p.set_defaults(run=run)
 
@@ -42,6 +45,7 @@ def run(args) -> int:
     check_outputs(args)
     report = plan(args.model, args.gpus, strategy=args.strategy, tp=args.tp, pp=args.pp,
                   micro_batch=args.micro_batch, seq_len=args.seq_len, recompute=args.recompute,
-                  dtype=args.dtype, gpu_memory=args.gpu_memory, kernels=args.kernels)
+                  dtype=args.dtype, gpu_memory=args.gpu_memory, kernels=args.kernels,
+                  fit=args.fit)
     emit(report, args)
     return 0

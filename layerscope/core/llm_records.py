@@ -155,6 +155,9 @@ class PlanRow(Record):
     reduce_scatter_bytes: int | None = field(default=None, metadata=omit_none(
         **_COUNT, description="zero3/fsdp: one block's unsharded gradients (/ tp), twice "
                               "(this block's and the previous block's reduce-scatter input)"))
+    fit_micro_batch: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="--fit: the largest micro-batch whose peak fits the budget (0: "
+                              "not even one sequence)"))
 
 
 @dataclass
@@ -233,6 +236,8 @@ class PlanReport(ResultDocument):
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    fit_budget_bytes: int | None = field(default=None, metadata=omit_none(
+        **_COUNT, description="--fit: the budget per GPU each strategy's fit_micro_batch fits"))
     kind: str = "plan"
     schema_version: str = SCHEMA_VERSION
 

@@ -183,7 +183,14 @@ def plan_tables(p) -> list[RowTable]:
              Cell(gb(s.activations_bytes), s.activations_bytes),
              Cell(gb(s.peak_bytes), s.peak_bytes),
              Cell("fits" if s.fits else "does not fit", s.fits)] for s in p.strategies]
-    return [RowTable("strategies", "Bytes per device", _PLAN_COLUMNS, rows,
+    columns = _PLAN_COLUMNS
+    budget = getattr(p, "fit_budget_bytes", None)
+    if budget is not None:  # --fit: each strategy's largest micro-batch
+        columns = [*columns, (f"Max micro-batch ({gb(budget)})", True)]
+        for row, s in zip(rows, p.strategies):
+            n = s.fit_micro_batch or 0
+            row.append(Cell(f"{n:,}" if n else "none", n))
+    return [RowTable("strategies", "Bytes per device", columns, rows,
                      hot=[s.fits for s in p.strategies], emphasis="bold")]
 
 
@@ -195,7 +202,8 @@ def plan_terminal(p, **_options) -> list:
 
 def plan_csv(p) -> DataTable:
     cols = ["strategy", "weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-            "peak_bytes", "fits"]
+            "peak_bytes", "fits"] + (["fit_micro_batch"] if getattr(p, "fit_budget_bytes", None)
+                                     is not None else [])
     return DataTable(cols, [[getattr(s, c) for c in cols] for s in p.strategies])
 
 

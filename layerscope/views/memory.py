@@ -74,7 +74,30 @@ def facts(r) -> list[tuple[str, str]]:
             out.append(("Resident set grew",
                         f"{nbytes(rec.rss_bytes)} during the measured step; unexplained "
                         f"{_signed(rec.unexplained_bytes)}"))
+    out += _fit_facts(r)
     return out + [("Note", n) for n in r.notes]
+
+
+def _fit_facts(r) -> list[tuple[str, str]]:
+    """--fit and --fit-seq: the answer, the peaks either side of it, and how it was found."""
+    out = []
+    f = getattr(r, "fit", None)
+    if f is not None:
+        out.append((f"Fits {_short(f.budget_bytes)}",
+                    f"batch size {f.max_batch_size:,} ({nbytes(f.bytes_at_max)}; "
+                    + ("larger sizes not searched" if f.bytes_at_next is None else
+                       f"{f.max_batch_size + 1:,} needs {nbytes(f.bytes_at_next)}") + "), "
+                    f"{f.method}, {'confirmed by measured steps' if f.confirmed else 'static'}"))
+        out += [("Fit note", n) for n in f.notes]
+    s = getattr(r, "fit_seq", None)
+    if s is not None:
+        nxt = ("the position table's end" if s.bytes_at_next is None else
+               f"{s.max_seq_len + 1:,} needs {nbytes(s.bytes_at_next)}")
+        out.append((f"Fits {_short(s.budget_bytes)} at batch {s.batch_size:,}",
+                    f"sequence length {s.max_seq_len:,} ({nbytes(s.bytes_at_max)}; {nxt}), "
+                    f"{s.method}"))
+        out += [("Fit note", n) for n in s.notes]
+    return out
 
 
 def _signed(n: int | None) -> str:

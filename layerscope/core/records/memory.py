@@ -62,6 +62,42 @@ class Reconciliation(Record):
 
 
 @dataclass
+class MemoryFit(Record):
+    """``--fit``: the largest batch size whose static peak is at most the budget."""
+
+    budget_bytes: int = field(metadata=_BYTES)
+    max_batch_size: int = field(metadata={"minimum": 1})
+    bytes_at_max: int = field(metadata={**_BYTES, "description": "the static peak at "
+                                                                 "max_batch_size"})
+    bytes_at_next: int | None = field(metadata={"description": "the static peak at "
+                                                               "max_batch_size + 1 (more than "
+                                                               "the budget); null: larger "
+                                                               "sizes were not searched (2**40 "
+                                                               "and up)"})
+    confirmed: bool = field(metadata={"description": "a measured CPU step at max_batch_size "
+                                                     "peaked within the budget and one at "
+                                                     "max_batch_size + 1 above it (--measure)"})
+    method: str = field(metadata={"schema": {"enum": ["affine", "bisection"]}})
+    notes: list[str] = field(default_factory=list, metadata=omit_empty())
+
+
+@dataclass
+class MemoryFitSeq(Record):
+    """``--fit-seq``: the longest sequence whose static peak at ``batch_size`` is at most the
+    budget."""
+
+    budget_bytes: int = field(metadata=_BYTES)
+    batch_size: int = field(metadata={"minimum": 1})
+    max_seq_len: int = field(metadata={"minimum": 1})
+    bytes_at_max: int = field(metadata=_BYTES)
+    bytes_at_next: int | None = field(metadata={"description": "the static peak one token "
+                                                               "longer; null: max_seq_len is "
+                                                               "the position table's end"})
+    method: str = field(metadata={"schema": {"enum": ["bisection"]}})
+    notes: list[str] = field(default_factory=list, metadata=omit_empty())
+
+
+@dataclass
 class MemoryReport(ResultDocument):
     """``layerscope memory``: the live set of one pass or step, at its peak and over time."""
 
@@ -83,6 +119,8 @@ class MemoryReport(ResultDocument):
     reconciliation: Reconciliation | None = field(default=None, metadata=omit_none())
     notes: list[str] = field(default_factory=list, metadata=omit_empty())
     settings: dict[str, Any] = field(default_factory=dict)
+    fit: MemoryFit | None = field(default=None, metadata=omit_none())
+    fit_seq: MemoryFitSeq | None = field(default=None, metadata=omit_none())
     environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     kind: str = "memory"
     schema_version: str = SCHEMA_VERSION
