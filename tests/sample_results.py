@@ -215,6 +215,11 @@ def loop_profile():
                        environment=dict(ENV))
 
 
+def memory_report():
+    """layerscope memory (the saved toy result, tests/data), with the test environment."""
+    return _saved("memory", "0.5")
+
+
 def decode_profile():
     """profile hf:tiny-llama/config.json --decode 10 --context 32 (tests/test_decode.py's
     model): 378,368 bytes and 201,512 FLOPs a step (layerscope llm's), a 1 ms median step:
@@ -299,7 +304,7 @@ ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
        "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
-       "advice": advice_report, "decode": decode_profile}
+       "advice": advice_report, "decode": decode_profile, "memory": memory_report}
 
 
 def resnet20_names() -> list[str]:

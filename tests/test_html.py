@@ -17,7 +17,8 @@ CHARTS = {"analyze": {"macs", "params"}, "profile": {"latency", "roofline"},
           "train": {"train-phases", "loss", "accuracy"}, "ablate": {"ablate-phases"},
           "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"},
           "scaling": {"scaling-speedup"}, "llm": {"llm-memory"}, "plan": {"plan-memory"},
-          "advice": {"advice-gains"}, "decode": {"decode-tokens"}}
+          "advice": {"advice-gains"}, "decode": {"decode-tokens"},
+          "memory": {"memory-timeline"}}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -114,7 +115,8 @@ def test_every_result_has_a_notebook_table(kind):
              "sweep": "onnxruntime", "train": "Backward", "ablate": "channels-last",
              "activations": "conv1", "compare": "bn1", "loop": "conv1",
              "scaling": "oversubscribed", "llm": "bf16", "plan": "zero3",
-             "advice": "channels-last", "decode": "bound (measured ceilings)"}[kind]
+             "advice": "channels-last", "decode": "bound (measured ceilings)",
+             "memory": "optimizer_state"}[kind]
     assert first in table
 
 
