@@ -34,6 +34,7 @@ hooks and the mode are removed on exit.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -398,7 +399,9 @@ class LimitGuard(TorchDispatchMode):
         self.outputs: set[int] = set()
         self.opt_depth = 0
         self.post_mortems: list[dict[str, Any]] = []  # every refusal, in order
-        self._raised: list[tuple[BaseException, dict[str, Any]]] = []
+        # weak references: an exception holds its traceback's frames, and with them the
+        # script's tensors; keeping it would keep them alive after the script caught it
+        self._raised: list[tuple[Any, dict[str, Any]]] = []
         self._schemas: dict[Any, bool] = {}
         self._undo: list[Callable[[], None]] = []
 
@@ -424,8 +427,6 @@ class LimitGuard(TorchDispatchMode):
 
     # ---- where the run is ----------------------------------------------------------
     def _pre(self, module, args):
-        import weakref
-
         if not self.stack and id(module) not in self.names:
             self.roots[id(module)] = weakref.ref(module)
             for name, m in module.named_modules():
@@ -444,8 +445,6 @@ class LimitGuard(TorchDispatchMode):
             self.outputs = {storage_key(t) for t in tensors(output)}
 
     def _opt_pre(self, opt, args, kwargs):
-        import weakref
-
         if not any(r() is opt for r in self.optimizers):
             self.optimizers.append(weakref.ref(opt))
         self.opt_depth += 1
@@ -595,8 +594,11 @@ class LimitGuard(TorchDispatchMode):
         pm = self._post_mortem(op, need, "torch.OutOfMemoryError")
         exc = torch.OutOfMemoryError(message)
         self.post_mortems.append(pm)
-        self._raised.append((exc, pm))
-        raise exc
+        self._raised.append((weakref.ref(exc), pm))
+        try:
+            raise exc
+        finally:  # no cycle exception -> traceback -> this frame -> exception: the script's
+            del exc  # tensors in the traceback's frames go when the script drops the error
 
     def post_mortem_of(self, exc: BaseException | None) -> dict[str, Any] | None:
         """The post-mortem of the error a run ended with: the guard's own refusal (found in
@@ -606,7 +608,7 @@ class LimitGuard(TorchDispatchMode):
         e = exc
         while e is not None and seen < 32:
             for mine, pm in self._raised:
-                if e is mine:
+                if e is mine():
                     return pm
             if is_out_of_memory(e):
                 pm = self._post_mortem(None, _asked_bytes(str(e)),
