@@ -479,8 +479,11 @@ class LimitGuard(TorchDispatchMode):
     def _predict(self, func, args, kwargs) -> int | None:
         """The bytes of the new storages ``func`` would make (its meta kernel), or None."""
         sizes: dict[int, int] = {}
+        meta_in = False  # an op on the meta device (a model built there): no memory
 
         def meta(t: torch.Tensor) -> torch.Tensor:
+            nonlocal meta_in
+            meta_in = meta_in or t.is_meta
             m = t.to("meta")
             sizes[m.untyped_storage()._cdata] = m.untyped_storage().nbytes()
             return m
@@ -488,12 +491,13 @@ class LimitGuard(TorchDispatchMode):
         try:
             margs, mkwargs = pytree.tree_map_only(torch.Tensor, meta, (args, kwargs))
             if self._has_device(func):
+                meta_in = meta_in or str(kwargs.get("device")).startswith("meta")
                 mkwargs = {**mkwargs, "device": torch.device("meta")}
             out = func(*margs, **mkwargs)
         except Exception:  # no meta kernel, data-dependent shapes: checked after the op
             return None
         new, seen = 0, set()
-        for t in tensors(out):
+        for t in tensors(out) if not meta_in else ():
             s = t.untyped_storage()
             if s._cdata in seen:
                 continue
@@ -511,6 +515,8 @@ class LimitGuard(TorchDispatchMode):
         phase, module = self.where()
         added = 0
         for t in tensors(out):
+            if t.is_meta:  # no memory behind it
+                continue
             storage = t.untyped_storage()
             key = storage._cdata
             known = self.live.get(key)

@@ -465,7 +465,7 @@ def run(args) -> int:
         return code
     folder = os.environ.get(RANK_REPORTS_ENV)
     if watch.post_mortem is not None:  # after the script's traceback
-        _post_mortem_line(watch)
+        _post_mortem_line(watch, args.output)
     if failure and not watch.steps and not folder and watch.post_mortem is None:
         # a zero table would blame the loop for the script's own failure
         print(f"layerscope: no training step was completed before the script ended with "
@@ -488,15 +488,17 @@ def run(args) -> int:
     return code
 
 
-def _post_mortem_line(watch) -> None:
+def _post_mortem_line(watch, output: str | None) -> None:
     """The out-of-memory summary on standard error, and on CUDA the allocator's snapshot
-    beside the report (a no-op on a machine without CUDA)."""
+    beside the report (``-o``'s folder, else the working directory; a no-op on a machine
+    without CUDA)."""
     from layerscope.analysis.memory_track import dump_cuda_snapshot
     from layerscope.core.records.memory import PostMortem
     from layerscope.views.memory import post_mortem_line
 
     print(post_mortem_line(PostMortem.from_dict(watch.post_mortem)), file=sys.stderr)
-    path = os.path.abspath("memory_snapshot.pickle")
+    folder = os.path.dirname(output) if output and output != "-" else os.getcwd()
+    path = os.path.join(folder, "memory_snapshot.pickle")
     if dump_cuda_snapshot(path):
         print(f"layerscope: CUDA memory snapshot in {path} (open it at "
               "https://pytorch.org/memory_viz)", file=sys.stderr)
