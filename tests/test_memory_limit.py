@@ -216,3 +216,19 @@ def test_a_real_allocation_failure_gets_a_post_mortem():
 ], ids=["cuda", "cpu", "unknown"])
 def test_bytes_asked_read_from_the_message(message, asked):
     assert _asked_bytes(message) == asked
+
+
+def test_views_are_free_and_data_dependent_ops_are_checked_after():
+    """A view makes no new storage; ``nonzero`` has no meta kernel (its size depends on the
+    values), so it runs and is refused right after, its output dropped."""
+    guard = LimitGuard(1000)
+    with guard:
+        x = torch.ones(200, dtype=torch.uint8)  # 200 bytes
+        v = x.view(10, 20)
+        assert guard.total == 200
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.nonzero(x)  # 200 x 1 int64: 1600 bytes
+    pm = guard.post_mortems[-1]
+    assert (pm["op"], pm["asked_bytes"], pm["live_bytes"]) == ("nonzero", 1600, 200)
+    assert pm["by_module_kind"] == [{"module": "", "kind": "temporaries", "bytes": 200}]
+    del v

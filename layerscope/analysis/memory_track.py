@@ -364,6 +364,13 @@ def _asked_bytes(message: str) -> int | None:
     return round(float(found.group(1)) * scale)
 
 
+def _signature(x: Any) -> Any:
+    """What an op's output sizes depend on, of one argument: a tensor's layout, or the value."""
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.stride(), x.dtype, x.device.type)
+    return x
+
+
 class LimitGuard(TorchDispatchMode):
     """``--memory-limit``: every tensor storage a whole run (a user's script, a recipe's
     training) creates, counted once while it lives, against ``limit`` bytes. An op whose new
@@ -403,6 +410,9 @@ class LimitGuard(TorchDispatchMode):
         # script's tensors; keeping it would keep them alive after the script caught it
         self._raised: list[tuple[Any, dict[str, Any]]] = []
         self._schemas: dict[Any, bool] = {}
+        self._aliases: dict[Any, str] = {}  # op -> "view", "write" or "new" (its schema)
+        self._purge_at = 1024  # dead entries are dropped when the table grows past this
+        self._predicted: dict[tuple[Any, ...], int | None] = {}  # (op, signature) -> bytes
         self._undo: list[Callable[[], None]] = []
 
     # ---- install / remove --------------------------------------------------------
@@ -476,8 +486,37 @@ class LimitGuard(TorchDispatchMode):
                                               for a in func._schema.arguments)
         return known
 
+    def _alias(self, func) -> str:
+        """"view": every output is a view of an input (no new memory); "write": an output is
+        an input written in place (an ``out=`` tensor may grow: checked after the op); "new"."""
+        known = self._aliases.get(func)
+        if known is None:
+            infos = [r.alias_info for r in func._schema.returns]
+            known = ("write" if any(i is not None and i.is_write for i in infos) else
+                     "view" if infos and all(i is not None for i in infos) else "new")
+            self._aliases[func] = known
+        return known
+
     def _predict(self, func, args, kwargs) -> int | None:
         """The bytes of the new storages ``func`` would make (its meta kernel), or None."""
+        alias = self._alias(func)
+        if alias != "new":
+            return 0 if alias == "view" else None
+        # a training loop repeats its ops on the same shapes: the meta kernel (often Python
+        # reference code) runs once per op and signature
+        key = (func, *map(_signature, pytree.tree_leaves((args, kwargs))))
+        try:
+            return self._predicted[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable argument: no cache
+            return self._meta_bytes(func, args, kwargs)
+        if len(self._predicted) > 100_000:
+            self._predicted.clear()
+        found = self._predicted[key] = self._meta_bytes(func, args, kwargs)
+        return found
+
+    def _meta_bytes(self, func, args, kwargs) -> int | None:
         sizes: dict[int, int] = {}
         meta_in = False  # an op on the meta device (a model built there): no memory
 
@@ -507,11 +546,28 @@ class LimitGuard(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self._purge()
+        # the total counts storages freed since the last purge: exact once purged, so a
+        # purge comes before any refusal (and when the table has grown)
+        if len(self.live) > self._purge_at:
+            self._purge()
+            self._purge_at = max(1024, 2 * len(self.live))
         need = self._predict(func, args, kwargs)
-        if need is not None and need and self.total + need > self.limit:
-            self._refuse(func, need)
+        if need and self.total + need > self.limit:
+            self._purge()
+            if self.total + need > self.limit:
+                self._refuse(func, need)
         out = func(*args, **kwargs)
+        added = self._count(out)
+        if need is None and self.total > self.limit:
+            self._purge()
+            if self.total > self.limit:
+                del out  # the only reference: its storages are freed before the post-mortem
+                self._purge()
+                self._refuse(func, added)
+        return out
+
+    def _count(self, out: Any) -> int:
+        """Count ``out``'s new storages; returns their bytes."""
         phase, module = self.where()
         added = 0
         for t in tensors(out):
@@ -520,9 +576,10 @@ class LimitGuard(TorchDispatchMode):
             storage = t.untyped_storage()
             key = storage._cdata
             known = self.live.get(key)
-            if known is not None and known.nbytes == storage.nbytes():
+            if known is not None and known.nbytes == storage.nbytes() \
+                    and not known.ref.expired():
                 continue
-            if known is not None:  # resized in place
+            if known is not None:  # resized in place, or a freed storage's address reused
                 self.total -= known.nbytes
             s = Storage(storage.nbytes(), 0, phase, module, StorageWeakRef(storage),
                         "activations" if phase == "forward" and torch.is_grad_enabled()
@@ -530,11 +587,7 @@ class LimitGuard(TorchDispatchMode):
             self.live[key] = s
             self.total += s.nbytes
             added += s.nbytes
-        if need is None and self.total > self.limit:
-            del out
-            self._purge()
-            self._refuse(func, added)
-        return out
+        return added
 
     # ---- the post-mortem ----------------------------------------------------------
     def _kinds(self) -> dict[int, tuple[str, str]]:
