@@ -139,6 +139,13 @@ def test_oom_in_forward_leaves_the_scripts_traceback_and_a_post_mortem(tmp_path,
         "live_bytes": sum(b for _, _, b in LIVE)}
     assert [(r["module"], r["kind"], r["bytes"]) for r in pm["by_module_kind"]] == LIVE
     assert pm["live_bytes"] + pm["asked_bytes"] > pm["limit_bytes"] >= pm["live_bytes"]
+    # the terminal and HTML views show the live set as a table
+    code, _, _ = run_cli("render", str(out), "-o", str(tmp_path / "r.html"))
+    assert code == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "Out of memory in fc1 (forward, addmm)" in html and "share of live" in html
+    code, shown, _ = run_cli("render", str(out), "--width", "120")
+    assert code == 0 and "Out of memory in fc1 (forward, addmm)" in shown
 
 
 def test_a_script_that_catches_the_oom_goes_on(tmp_path, script):
@@ -232,3 +239,18 @@ def test_views_are_free_and_data_dependent_ops_are_checked_after():
     assert (pm["op"], pm["asked_bytes"], pm["live_bytes"]) == ("nonzero", 1600, 200)
     assert pm["by_module_kind"] == [{"module": "", "kind": "temporaries", "bytes": 200}]
     del v
+
+
+def test_the_option_is_declared_once_for_run_and_train():
+    from layerscope.cli import common
+    from layerscope.cli.main import build_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.dest == "command").choices
+    found = {name: [(a.help, a.default, a.metavar) for a in sub._actions
+                    if "--memory-limit" in a.option_strings] for name, sub in subs.items()}
+    assert {k for k, v in found.items() if v} == {"run", "train"}
+    assert found["run"] == found["train"] == [(common.MEMORY_LIMIT_HELP, None, "SIZE")]
+    assert subs["run"].parse_args(["--memory-limit", "2GiB", "s.py"]).memory_limit == 2**30 * 2
+    assert subs["train"].parse_args(["mnist-cnn", "--memory-limit", "512MB"]).memory_limit \
+        == 512 * 10**6
