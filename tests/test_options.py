@@ -32,6 +32,7 @@ FIELDS = {
     "download": (["--download"], True),
     "synthetic": (["--synthetic"], True),
     "device": (["--device", "cuda"], "cuda"),
+    "memory_limit": (["--memory-limit", "2GiB"], 2 * 2**30),
     "num_workers": (["--num-workers", "2"], 2),
     "pin_memory": (["--pin-memory"], True),
     "compile": (["--compile"], True),

@@ -16,6 +16,7 @@ from layerscope.core.values import (
     ORT_LEVELS,
     WIDTH_RANGE,
     arg,
+    byte_size,
     ort_level,
     positive_int,
     width,
@@ -165,8 +166,20 @@ def add_ort_level(p, flag: str, note: str = "") -> None:
                    help=ORT_LEVEL_HELP + note)
 
 
+MEMORY_LIMIT_HELP = ("watch every tensor the run makes: an allocation that would take the live "
+                     "tensor bytes above SIZE (512MB, 2GiB) raises torch.OutOfMemoryError, and "
+                     "the report's post-mortem says what was alive, by module and kind "
+                     "(slower: every op is checked)")
+
+
+def add_memory_limit(p) -> None:
+    """--memory-limit SIZE (run, train): the out-of-memory post-mortem."""
+    p.add_argument("--memory-limit", type=arg(byte_size), metavar="SIZE", default=None,
+                   help=MEMORY_LIMIT_HELP)
+
+
 # options every command declares the same way, by name (a settings field's ``shared``)
-SHARED_OPTIONS = {"device": add_device}
+SHARED_OPTIONS = {"device": add_device, "memory_limit": add_memory_limit}
 
 
 def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from layerscope.cli.common import (
     OUTPUT_FOLDERS,
     OUTPUT_OPTIONS,
+    SHARED_OPTIONS,
     add_output,
     add_output_folder,
     add_settings,
@@ -61,6 +62,7 @@ def register(sub) -> None:
                         "--functions counts them; forward only")
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
+    SHARED_OPTIONS["memory_limit"](p)
     add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
     p.add_argument("--trace", metavar="FILE.json",
                    help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
@@ -158,17 +160,38 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+# torch's frames around a call into a dispatch mode (torch.compiler.disable's wrappers)
+_DISPATCH_WRAPPERS = (os.path.join("torch", "_compile.py"),
+                      os.path.join("torch", "_dynamo", "eval_frame.py"))
+
+
 def _print_script_traceback(exc: BaseException) -> None:
-    """The traceback Python would print: from the script's first frame on (runpy's and
-    layerscope's frames left out)."""
+    """The traceback Python would print: from the script's first frame on, runpy's and
+    layerscope's frames left out (also those in the middle: the hooks layerscope wraps around
+    backward, ``--memory-limit``'s check), in every exception of the chain."""
     import runpy
 
-    tb = exc.__traceback__
     ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
             "<frozen runpy>", getattr(runpy, "__file__", None) or "<frozen runpy>")
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    todo, seen = [shown], set()
+    while todo:
+        te = todo.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        frames = list(te.stack)
+        if frames and frames[-1].filename.startswith(ours):
+            # raised in layerscope's code that torch called (--memory-limit's dispatch mode):
+            # torch's wrappers around that call go too, so the innermost frame is torch's op,
+            # as when the allocator itself fails
+            while frames and (frames[-1].filename.startswith(ours)
+                              or frames[-1].filename.endswith(_DISPATCH_WRAPPERS)):
+                frames.pop()
+        te.stack = traceback.StackSummary.from_list(
+            [f for f in frames if not f.filename.startswith(ours)])
+        todo += [t for t in (te.__cause__, te.__context__) if t is not None]
+    print("".join(shown.format()), end="", file=sys.stderr)
 
 
 def _compiled(path: str) -> Any:
@@ -432,7 +455,7 @@ def run(args) -> int:
                   functions=args.functions,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
                   step_on=args.step_on, what_if=settings_from(WhatIf, args),
-                  script_path=target, module=is_module)
+                  script_path=target, module=is_module, memory_limit=args.memory_limit)
     failure: list[str] = []
     starter = os.getpid()
     code = execute(target, script_args, is_module, watch, failure)
@@ -441,7 +464,9 @@ def run(args) -> int:
         # starting process's; the child ends with its code and writes nothing
         return code
     folder = os.environ.get(RANK_REPORTS_ENV)
-    if failure and not watch.steps and not folder:
+    if watch.post_mortem is not None:  # after the script's traceback
+        _post_mortem_line(watch, args.output)
+    if failure and not watch.steps and not folder and watch.post_mortem is None:
         # a zero table would blame the loop for the script's own failure
         print(f"layerscope: no training step was completed before the script ended with "
               f"{failure[0]}: no report", file=sys.stderr)
@@ -461,6 +486,22 @@ def run(args) -> int:
         report.notes.extend(_own_processes_advice(report.process_group))
         _write(report, watch, args)
     return code
+
+
+def _post_mortem_line(watch, output: str | None) -> None:
+    """The out-of-memory summary on standard error, and on CUDA the allocator's snapshot
+    beside the report (``-o``'s folder, else the working directory; a no-op on a machine
+    without CUDA)."""
+    from layerscope.analysis.memory_track import dump_cuda_snapshot
+    from layerscope.core.records.memory import PostMortem
+    from layerscope.views.memory import post_mortem_line
+
+    print(post_mortem_line(PostMortem.from_dict(watch.post_mortem)), file=sys.stderr)
+    folder = os.path.dirname(output) if output and output != "-" else os.getcwd()
+    path = os.path.join(folder, "memory_snapshot.pickle")
+    if dump_cuda_snapshot(path):
+        print(f"layerscope: CUDA memory snapshot in {path} (open it at "
+              "https://pytorch.org/memory_viz)", file=sys.stderr)
 
 
 def _own_processes_advice(group: dict | None) -> list[str]:

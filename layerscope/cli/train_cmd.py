@@ -88,7 +88,8 @@ def run(args) -> int:
 
     from layerscope.renderers import pick_format
     from layerscope.training import distributed
-    from layerscope.training.loop import AlreadyFinished, train
+    from layerscope.training.loop import AlreadyFinished, OutOfMemory, train
+    from layerscope.views.memory import post_mortem_line
     from layerscope.views.training import epoch_line
 
     check_outputs(args)
@@ -107,6 +108,11 @@ def run(args) -> int:
             try:
                 report = train(config, progress=progress,
                                on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
+            except OutOfMemory as oom:  # the recipe's run is too big: one line, exit 1
+                if env is None or env.rank == 0:
+                    where = f" (post-mortem in {oom.path})" if oom.path else ""
+                    print(post_mortem_line(oom.post_mortem) + where, file=sys.stderr)
+                return 1
             except AlreadyFinished as done:
                 if env is None or env.rank == 0:
                     print(_finished_line(done), file=sys.stdout if table else sys.stderr)

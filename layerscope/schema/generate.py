@@ -47,7 +47,7 @@ from layerscope.core import records as r
 from layerscope.core.compare_records import CompareSide, RowNumbers
 from layerscope.core.document import Record
 from layerscope.core.phases import STEP_PHASES
-from layerscope.core.records import ablate, loop, phases, scaling, train
+from layerscope.core.records import ablate, loop, memory, phases, scaling, train
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
 from layerscope.core.results import all_kinds, record_class
 from layerscope.core.stats import TimingStats
@@ -94,6 +94,9 @@ GENERATED: dict[str, type[Record]] = {
     "loop_layer": loop.LoopLayer,
     "scaling": scaling.ScalingReport,
     "scaling_point": scaling.ScalingPoint,
+    # the memory kind's rows, also a train report's post-mortem rows
+    "memory_by_module_kind": memory.MemoryRow,
+    "post_mortem": memory.PostMortem,
 }
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 

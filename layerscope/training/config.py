@@ -34,6 +34,7 @@ class TrainConfig:
     # (train, val) samples; default: the real sizes
     synthetic_size: tuple[int, int] | None = option(None, cli=False)
     device: str = option("cpu", parse=values.device, shared="device")
+    memory_limit: int | None = option(None, parse=values.byte_size, shared="memory_limit")
     num_workers: int = option(0, parse=values.non_negative_int, maximum=values.WORKERS_MAX)
     pin_memory: bool = option(False)
     compile: bool = option(False, "torch.compile the model")

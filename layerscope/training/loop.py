@@ -15,7 +15,7 @@ import random
 import resource
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +24,12 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
+from layerscope.analysis.memory_track import LimitGuard
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
+from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport  # its home is core; imported from here too
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
@@ -466,6 +468,9 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     old_benchmark = torch.backends.cudnn.benchmark
     env = dist_run.detect()
     joined = False
+    guarded = ExitStack()  # --memory-limit's guard, when given
+    guard: LimitGuard | None = None
+    made: _Run | None = None  # the run, once made (its folder for the post-mortem)
     try:
         notes: list[str] = []
         device = config.device
@@ -479,7 +484,10 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             device = dist_run.init(env, config.device, config.comm_timeout)
         config, notes = not_applied(config, device)
         torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
-        run = _Run(config, notes, env, device)
+        if config.memory_limit is not None:  # every tensor from the model's creation on
+            guard = LimitGuard(config.memory_limit)
+            guarded.enter_context(guard)
+        run = made = _Run(config, notes, env, device)
         if config.resume:
             _check_work_left(run)  # before anything in the run folder is written
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
@@ -496,11 +504,33 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         if writes:
             _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         return report
+    except Exception as exc:
+        post_mortem = guard.post_mortem_of(exc) if guard is not None else None
+        if post_mortem is None:
+            raise
+        guarded.close()
+        path = None
+        if made is not None and made.rank == 0:  # rank 0 writes the run folder
+            path = os.path.join(made.run_dir, "post_mortem.json")
+            _write_json(path, post_mortem)
+        raise OutOfMemory(PostMortem.from_dict(post_mortem), path) from exc
     finally:
+        guarded.close()
         torch.backends.cudnn.benchmark = old_benchmark
         torch.set_num_threads(old_threads)
         if joined:
             dist_run.shutdown()
+
+
+class OutOfMemory(Exception):
+    """``memory_limit`` (or the machine) ran out of memory: the training stopped; ``post_mortem``
+    says what was alive (``analysis.memory_track.LimitGuard``), ``path`` where it was written
+    (RUN_DIR/post_mortem.json; None before the run folder existed)."""
+
+    def __init__(self, post_mortem: PostMortem, path: str | None):
+        self.post_mortem, self.path = post_mortem, path
+        super().__init__(f"out of memory in {post_mortem.module or 'the top level'} "
+                         f"({post_mortem.phase})")
 
 
 class AlreadyFinished(Exception):

@@ -68,6 +68,7 @@ from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.capture.functions import function_name
+from layerscope.analysis.memory_track import LimitGuard, caught_note
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
@@ -186,6 +187,9 @@ class Watch:
     per torch function a container's own code calls (``F.relu``, the residual add), each a
     row "MODULE (FUNCTION)" (forward only: its backward stays the module's). ``memory``: peak RSS
     and CUDA memory per phase. ``trace``: keep every phase interval for a Chrome trace.
+    ``memory_limit``: bytes (or a size such as "512MB"): an allocation that would take the live
+    tensor bytes above it raises ``torch.OutOfMemoryError``, and the report's ``post_mortem``
+    says what was alive (``analysis.memory_track.LimitGuard``).
     """
 
     def __init__(self, model: torch.nn.Module | None = None,
@@ -195,6 +199,7 @@ class Watch:
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
                  step_on: str = "optimizer", what_if: WhatIf | None = None,
                  script_path: str | None = None, module: bool = False,
+                 memory_limit: int | str | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
@@ -213,6 +218,12 @@ class Watch:
                             "too")
         self.layers, self.memory, self.trace = layers, memory, trace
         self.functions = functions
+        # --memory-limit: every tensor storage of the run against a limit (LimitGuard), and the
+        # post-mortem of the out-of-memory error the run ended with
+        self.memory_limit = (None if memory_limit is None
+                             else values.byte_size(memory_limit, "memory_limit"))
+        self._guard: LimitGuard | None = None
+        self.post_mortem: dict[str, Any] | None = None
         self.name, self.argv = name, list(argv) if argv is not None else None
         # layerscope run: the script as given and where it started (to run it again)
         self.started = ({"path": script_path, "module": module, "cwd": os.getcwd()}
@@ -335,6 +346,8 @@ class Watch:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if self._guard is not None and not self._nested:
+            self.post_mortem = self._guard.post_mortem_of(exc)
         self.stop()
         return isinstance(exc, StepLimit)  # the step limit ends the block, nothing more
 
@@ -359,6 +372,10 @@ class Watch:
             self._probe.start()
             self._installed.append(self._probe.stop)
             self._install()
+            if self.memory_limit is not None:
+                self._guard = LimitGuard(self.memory_limit)
+                self._guard.__enter__()
+                self._installed.append(lambda: self._guard.__exit__(None, None, None))
         except BaseException:
             self.stop()
             raise
@@ -1036,6 +1053,8 @@ class Watch:
             self.warmup_steps, self.step_seconds, "cuda" if self.cuda_used else "cpu",
             int(world) if world and world.isdigit() else 1)
         notes += [why] if why else []
+        if self._guard is not None:
+            notes += [caught_note(pm) for pm in self._guard.caught(self.post_mortem)]
         given = self.what_if.given() if self.what_if is not None else {}
         if given:
             notes.insert(0, self.what_if.note())
@@ -1044,6 +1063,7 @@ class Watch:
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
                     "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
+                    **({"memory_limit": self.memory_limit} if self.memory_limit else {}),
                     **({"functions": True} if self.functions else {}),
                     **given, **({"what_if": self.what_if.flags()} if given else {})},
             run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
@@ -1058,7 +1078,7 @@ class Watch:
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
-            process_group=group, efficiency=efficiency,
+            process_group=group, efficiency=efficiency, post_mortem=self.post_mortem,
             data_loading=self._probe.result(h2d_s=totals.seconds.get("h2d", 0.0),
                                             cuda=self.cuda_used)
             if self._probe is not None else None)

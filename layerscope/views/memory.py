@@ -188,3 +188,55 @@ def csv(r) -> DataTable:
 
 VIEW = View(heading=heading, terminal=terminal, facts=facts, tables=tables, charts=charts,
             csv=csv, facts_title="Memory")
+
+
+# ---------------------------------------------------------------- the out-of-memory post-mortem
+def _mb(n: int | None) -> str:
+    return "? MB" if n is None else f"{n / 1e6:.1f} MB"
+
+
+def _holder(pm) -> tuple[str, str, int]:
+    """(kind, modules, bytes) of the largest (kind, top-level module) group of the live set:
+    'layer2.*' when the group is a module's submodules."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for row in pm.by_module_kind:
+        top = row.module.split(".")[0]
+        key = (row.kind, top)
+        groups.setdefault(key, []).append(row.module)
+        sizes[key] = sizes.get(key, 0) + row.bytes
+    if not sizes:
+        return "", "", 0
+    (kind, top), size = max(sizes.items(), key=lambda kv: kv[1])
+    members = groups[(kind, top)]
+    name = members[0] if len(members) == 1 else f"{top}.*"
+    return kind, _module(name), size
+
+
+def post_mortem_line(pm) -> str:
+    """'out of memory in layer3.1.conv2 (forward) asking 25.7 MB with 498.2 MB live:
+    activations of layer2.* hold 61%'."""
+    kind, who, size = _holder(pm)
+    where = f"in {_module(pm.module)} ({pm.phase})" if pm.phase != "unknown" else ""
+    limit = f" of a {_mb(pm.limit_bytes)} limit" if pm.limit_bytes else ""
+    held = (f": {kind} of {who} hold {pct(size / pm.live_bytes)}"
+            if pm.live_bytes and kind else "")
+    return " ".join(p for p in ("layerscope: out of memory", where,
+                                f"asking {_mb(pm.asked_bytes)} with {_mb(pm.live_bytes)} "
+                                f"live{limit}{held}") if p)
+
+
+def post_mortem_table(pm) -> RowTable:
+    """The live set at the failure, by module and kind (every row: the CSV, JSON and HTML)."""
+    total = pm.live_bytes
+    rows = [[Cell(_module(x.module)), Cell(x.kind), cell(x.bytes, _short(x.bytes)),
+             cell(x.bytes / total if total else None, pct(x.bytes / total if total else None))]
+            for x in pm.by_module_kind]
+    title = (f"Out of memory in {_module(pm.module)} ({pm.phase}, {pm.op or 'op unknown'}) "
+             f"asking {_short(pm.asked_bytes) if pm.asked_bytes is not None else '?'}"
+             + (f", limit {_short(pm.limit_bytes)}" if pm.limit_bytes else "")
+             + ": alive at the failure")
+    return RowTable("post-mortem", title,
+                    [Column("module", max_chars=60), Column("kind"), Column("bytes", True),
+                     Column("share of live", True)],
+                    rows, foot=["total", "", _short(total), pct(1.0 if total else None)])

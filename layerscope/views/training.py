@@ -27,6 +27,7 @@ from layerscope.views.common import (
 )
 from layerscope.views.dataloading import data_facts, data_lines, data_tables
 from layerscope.views.lead import lead_section
+from layerscope.views.memory import post_mortem_table
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -377,6 +378,8 @@ def _watch_tables(r) -> list[RowTable]:
                 for p, m in r.phase_memory.items()]
         cols = [("Phase", False), ("Peak RSS", True)] + ([("Peak CUDA", True)] if cuda else [])
         out.append(RowTable("memory", "Peak memory at the end of each phase", cols, rows))
+    if getattr(r, "post_mortem", None) is not None:
+        out.append(post_mortem_table(r.post_mortem))
     return out
 
 

@@ -32,6 +32,34 @@ class MemoryRow(Record):
 
 
 @dataclass
+class PostMortem(Record):
+    """An out-of-memory failure (``--memory-limit``, or a real out-of-memory error): the live
+    set at that moment by module and kind, and what asked for more."""
+
+    error: str = field(metadata={"description": "the error raised: torch.OutOfMemoryError "
+                                                "(--memory-limit's own, or CUDA's), MemoryError, "
+                                                "or the CPU allocator's RuntimeError"})
+    limit_bytes: int | None = field(metadata={**_BYTES, "description": "--memory-limit; null "
+                                                                        "for a real failure "
+                                                                        "without one"})
+    asked_bytes: int | None = field(metadata={**_BYTES, "description": "the new bytes the "
+                                                                        "failing op asked for "
+                                                                        "(null: unknown)"})
+    op: str | None = field(metadata={"description": "the aten op refused (null: a real "
+                                                    "failure, op unknown)"})
+    module: str = field(metadata={"description": "the module running the op (backward: the "
+                                                 "module whose forward made the autograd "
+                                                 "node); \"\": the top level or unknown"})
+    phase: str = field(metadata={"schema": {"enum": ["forward", "backward", "optimizer",
+                                                     "other", "unknown"]}})
+    live_bytes: int = field(metadata={**_BYTES, "description": "the live tensor bytes at the "
+                                                               "failure: the rows' sum"})
+    by_module_kind: list[MemoryRow] = field(metadata={
+        "description": "the live set at the failure by module and kind, largest first; sums "
+                       "to live_bytes exactly"})
+
+
+@dataclass
 class TimelinePoint(Record):
     """The live bytes after event ``t`` (an op, or a phase boundary)."""
 

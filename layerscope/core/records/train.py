@@ -17,6 +17,7 @@ from layerscope.core.document import DictRecord, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.records.dataloading import DataLoading
 from layerscope.core.records.efficiency import Efficiency
+from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
 
@@ -203,6 +204,9 @@ class TrainReport(ResultDocument):
     efficiency: Efficiency | None = field(default=None, metadata=omit_none(
         description="MFU and HFU of the measured steps against the measured peak (and a GPU's "
                     "datasheet dense peak); absent in results saved before it"))
+    post_mortem: PostMortem | None = field(default=None, metadata=omit_none(
+        description="--memory-limit: the out-of-memory failure the run ended with (the live "
+                    "set by module and kind, what asked for more, where); absent otherwise"))
     kind: str = "train"
     schema_version: str = SCHEMA_VERSION
 
