@@ -50,6 +50,10 @@ CASES = [
     ("workers-cpu-bound-one-per-core", "workers",
      {"data_share": 0.8, "data_verdict": "cpu_bound", "data_suggested_workers": 8, "workers": 0,
       "cores": 2}, (0.4, 0.8, "workers=2")),
+    # the data loader measured that the loading keeps up ("fine"): workers would hide nothing,
+    # even with a data share above 5% (the share is the main process's own fetch)
+    ("workers-loader-keeps-up", "workers",
+     {"data_share": 0.085, "data_verdict": "fine", "workers": 0, "cores": 2}, None),
     # a verdict more workers do not remove (start-up each epoch) and a small share: no advice
     ("workers-startup-verdict", "workers",
      {"data_share": 0.01, "data_verdict": "worker_startup", "workers": 0, "cores": 2}, None),

@@ -223,6 +223,11 @@ EXPLAIN = [
     ("below-workers-too-slow", 0.35, {"data": 80.0, "forward": 20.0},
      {"data": 45.0, "forward": 20.0},
      ["did not keep up", "still waited 45.0 ms", "deliver one every 40.0 ms"]),
+    # a batch made in 80 ms by 2 workers is one every 40 ms, faster than the 60 ms step, yet
+    # the wait grew 10 -> 15 ms: the hand-off between processes, not the loading
+    ("below-hand-off-costs-more", -0.05, {"data": 10.0, "forward": 60.0},
+     {"data": 15.0, "forward": 60.0},
+     ["handing the batches over", "every 40.00 ms", "10.0 -> 15.0 ms"]),
 ]
 
 

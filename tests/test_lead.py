@@ -59,6 +59,15 @@ CASES = [
      {"advice": [WORKERS, _rule("amp", 0.0, 0.3, variant="amp"),
                  _rule("threads", 0.0, 0.1, threads=1)]},
      f"{STALL} — amp predicted up to {M}30%; 2 more rules"),
+    # once verified, the confirmed rule leads (the largest measured gain), not the largest
+    # prediction that the measurement did not bear out
+    ("verified-confirmed-leads", _train(efficiency=_eff(0.41)),
+     {"advice": [_rule("amp", 0.0, 0.3, "amp", gain=0.001, verdict="within-noise"),
+                 _rule("channels-last", 0.0, 0.18, "channels-last", gain=0.096,
+                       verdict="confirmed"),
+                 _rule("workers", 0.04, 0.09, "workers=2", gain=-0.16, verdict="refuted")]},
+     f"{STALL} — channels-last predicted up to {M}18%, measured {M}9.6% (confirmed); "
+     "2 more rules"),
     ("threads-label", _train(efficiency=_eff(0.41)),
      {"advice": [_rule("threads", 0.0, 0.1, threads=1)]},
      f"{STALL} — threads=1 predicted up to {M}10%"),

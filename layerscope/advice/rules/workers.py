@@ -15,6 +15,10 @@ def check(facts) -> Finding | None:
     stalled = facts.get("data_verdict") in STALLED
     if share is None or (share < MIN_SHARE and not stalled):
         return None
+    if facts.get("data_verdict") is not None and not stalled:
+        # the data loader measured that the loading keeps up (or that another knob removes
+        # the wait): workers would add their hand-off and hide nothing
+        return None
     cores = facts.get("cores") or 1
     # the data loader's own count when it measured one (the workers that keep up with the
     # step: work per batch / the loop's time per batch, rounded up), else one per core; a
@@ -72,6 +76,14 @@ def explain(o: Outcome) -> str:
                 f"{rest_b:.1f} -> {rest_n:.1f} ms per step ({others}); fewer torch threads "
                 f"leave the workers their cores (run --threads {max(1, cores - workers)})")
     work = o.facts.get("data_work_per_batch_s")
+    if work and workers and work * 1e3 / workers < rest_n and data_n >= data_b:
+        # the workers make batches faster than the step uses them, yet the wait grew: what
+        # the loop waits for is the hand-off from the worker processes, not the loading
+        return (f"{head}; the measured gain {o.gain:.3f} fell short because handing the "
+                f"batches over from {workers} worker process(es) cost more than the loading it "
+                f"hid: they make a batch every {work * 1e3 / workers:.2f} ms, faster than the "
+                f"step's {rest_n:.1f} ms, yet the loop waited {data_b:.1f} -> {data_n:.1f} ms "
+                "per step for data (loading this cheap is best left in the main process)")
     supply = (f"; {workers} worker(s) making a batch in {work * 1e3:.1f} ms each deliver one "
               f"every {work * 1e3 / workers:.1f} ms against the step's {rest_n:.1f} ms"
               if work and workers else "")
