@@ -301,7 +301,9 @@ def _status(key: str) -> int | None:
     return None
 
 
-def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
+def _reconcile(static_peak: int | None, real, rss: _PeakRss) -> Reconciliation:
+    """The measured run ``real`` beside ``static_peak`` (None: there was no static run, as for
+    a script's own step) and the growth of the resident set ``rss`` saw."""
     measured = real.log.peak()[1]
     start = real.log.timeline[0][0]
     notes = []
@@ -318,5 +320,6 @@ def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
     else:
         notes.append(rss.why or "the resident set is read on Linux only")
     return Reconciliation(static_peak_bytes=static_peak, measured_peak_bytes=measured,
-                          difference=measured - static_peak, rss_bytes=rss.grown,
+                          difference=None if static_peak is None else measured - static_peak,
+                          rss_bytes=rss.grown,
                           unexplained_bytes=unexplained, notes=notes)
