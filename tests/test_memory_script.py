@@ -154,6 +154,8 @@ BAD = [
     ("fit-with-script", ["--fit", "1GB", "SCRIPT"], "--fit is for a model given by name"),
     ("model-with-extra", ["mnist-cnn", "extra"], "unexpected arguments extra"),
     ("python-without-script", ["--", "python"], "give the script after python"),
+    ("cuda-without-measure", ["mnist-cnn", "--device", "cuda"], "add measure (--measure)"),
+    ("unknown-device", ["mnist-cnn", "--measure", "--device", "tpu"], "unknown --device"),
 ]
 
 
@@ -163,6 +165,12 @@ def test_bad_command_lines_are_one_line(tmp_path, script, monkeypatch, argv, mes
     code, out, err = run_cli("memory", *[str(script) if a == "SCRIPT" else a for a in argv])
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert out == ""  # the script never ran
+
+
+def test_measure_on_cuda_without_a_gpu_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, err = run_cli("memory", "mnist-cnn", "--measure", "--device", "cuda")
+    assert code == 2 and out == "" and "no CUDA GPU is available here" in err
 
 
 # ---- CUDA: the caching allocator's and the driver's figures, on faked statistics -------------
@@ -212,8 +220,8 @@ CUDA_CASES = [
                          [c[1:] for c in CUDA_CASES], ids=[c[0] for c in CUDA_CASES])
 def test_cuda_reconciliation_on_faked_statistics(monkeypatch, allocated, reserved, free, total,
                                                  answers, tracked):
+    from layerscope.analysis.memory_cuda import cuda_figures, fill_cuda
     from layerscope.core.records.memory import Reconciliation
-    from layerscope.training.memory_step import cuda_figures, fill_cuda
 
     fake = _FakeCuda(allocated, reserved, free, total, mem_info_fails=not answers)
     fake.install(monkeypatch)
@@ -236,8 +244,8 @@ def test_cuda_reconciliation_on_faked_statistics(monkeypatch, allocated, reserve
 
 
 def test_cuda_figures_in_the_terminal_facts():
+    from layerscope.analysis.memory_cuda import fill_cuda
     from layerscope.core.records.memory import MemoryReport, MemoryRow, Reconciliation
-    from layerscope.training.memory_step import fill_cuda
     from layerscope.views.memory import facts, heading
 
     rec = Reconciliation(static_peak_bytes=None, measured_peak_bytes=GIB, difference=None)

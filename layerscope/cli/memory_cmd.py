@@ -33,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the step for real on the CPU (random weights, zero inputs) "
                         "and reconcile its peak with the static one")
+    p.add_argument("--device", default="cpu",
+                   help="where --measure runs the step: cpu (default) or cuda (then the caching "
+                        "allocator's allocated and reserved peaks, fragmentation and the "
+                        "driver's figure join the reconciliation)")
     p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
                    help="also the largest batch size whose peak fits this budget: 24GB (10^9 "
                         "bytes), 24GiB (2^30), ...")
@@ -74,7 +78,7 @@ def run(args) -> int:
     report = memory(args.model, args.input, batch_size=args.batch_size, mode=args.mode,
                     optimizer=args.optimizer, set_to_none=args.zero_grad == "none",
                     measure=args.measure, seq_len=args.seq_len, fit=args.fit,
-                    fit_seq=args.fit_seq)
+                    fit_seq=args.fit_seq, device=args.device)
     emit(report, args)
     return 0
 

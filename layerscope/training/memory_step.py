@@ -37,6 +37,7 @@ from torch.optim import optimizer as _optim
 
 from layerscope.analysis.capture import ModuleTracker
 from layerscope.analysis.capture.tensors import storage_key, tensors
+from layerscope.analysis.memory_cuda import cuda_figures, fill_cuda
 from layerscope.analysis.memory_track import Run, StorageLog, param_owners
 from layerscope.core.records.memory import MemoryReport, Reconciliation
 
@@ -271,28 +272,6 @@ def reconcile(run: Run, rss, cuda: dict[str, int] | None) -> Reconciliation:
     return rec
 
 
-def fill_cuda(rec: Reconciliation, cuda: dict[str, int]) -> None:
-    """Put ``cuda_figures``'s figures into ``rec`` and name what the tracked storages leave
-    unexplained: the allocator's peak beyond the tracked peak (kernel workspaces, rounding to
-    its blocks), then its cache (fragmentation), then what the driver holds beyond the cache
-    (the CUDA context, cuBLAS/cuDNN handles, other processes' memory)."""
-    rec.allocated_peak_bytes = cuda["allocated_peak"]
-    rec.reserved_peak_bytes = cuda["reserved_peak"]
-    rec.fragmentation_bytes = cuda["reserved_peak"] - cuda["allocated_peak"]
-    rec.driver_used_bytes = cuda.get("driver_used")
-    rec.cuda_unexplained_bytes = cuda["allocated_peak"] - rec.measured_peak_bytes
-    rec.notes.append(
-        f"CUDA: the caching allocator's peak ({cuda['allocated_peak']:,} bytes allocated) "
-        f"minus the tracked peak is {rec.cuda_unexplained_bytes:,} bytes unexplained (kernel "
-        "workspaces, the allocator's rounding, tensors made outside the step still alive); "
-        f"reserved - allocated = {rec.fragmentation_bytes:,} bytes of fragmentation (cached, "
-        "not in use)" + ("" if rec.driver_used_bytes is None else
-                         f"; the driver reports {rec.driver_used_bytes:,} bytes in use on the "
-                         f"device: {rec.driver_used_bytes - cuda['reserved_peak']:,} beyond "
-                         "the reserved peak (the CUDA context, library handles, other "
-                         "processes)"))
-
-
 def _model_of(opt: torch.optim.Optimizer | None, seen) -> torch.nn.Module | None:
     """The first module called (outermost, gradients on) that holds a parameter ``opt``
     steps: the model (a torchvision transform called by the loader, a loss module, are not)."""
@@ -310,24 +289,3 @@ def _cuda_device(model: torch.nn.Module) -> torch.device | None:
         if p.device.type == "cuda":
             return p.device
     return None
-
-
-@contextlib.contextmanager
-def cuda_figures(device: torch.device, done: Callable[[dict[str, int]], None]):
-    """Around a block on ``device``: reset the allocator's peaks, then give ``done`` the
-    block's allocated and reserved peaks (``torch.cuda.max_memory_allocated`` / ``_reserved``)
-    and the bytes the driver reports in use on the device (``mem_get_info``: total - free)."""
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    try:
-        yield
-    finally:
-        torch.cuda.synchronize(device)
-        figures = {"allocated_peak": int(torch.cuda.max_memory_allocated(device)),
-                   "reserved_peak": int(torch.cuda.max_memory_reserved(device))}
-        try:
-            free, total = torch.cuda.mem_get_info(device)
-            figures["driver_used"] = int(total - free)
-        except RuntimeError:  # not every driver answers (some MIG set-ups)
-            pass
-        done(figures)

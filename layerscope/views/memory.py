@@ -54,8 +54,13 @@ def heading(r) -> tuple[str, str]:
     if rec is not None and rec.static_peak_bytes is None:  # a script's own step
         parts.append("measured (the script's own step)")
     else:
-        parts.append("static (fake tensors)" + (" + measured on CPU" if rec else ""))
+        parts.append("static (fake tensors)" + (f" + measured on {_where(r)}" if rec else ""))
     return f"{r.model} — memory", " · ".join(parts)
+
+
+def _where(r) -> str:
+    """Where the measured step ran: CPU, or CUDA (``--device cuda``)."""
+    return "CUDA" if (r.settings or {}).get("device") == "cuda" else "CPU"
 
 
 def facts(r) -> list[tuple[str, str]]:
@@ -73,7 +78,7 @@ def facts(r) -> list[tuple[str, str]]:
     rec = r.reconciliation
     if rec is not None:
         if rec.static_peak_bytes is not None:
-            out.append(("Measured peak (CPU)", f"{nbytes(rec.measured_peak_bytes)}: "
+            out.append((f"Measured peak ({_where(r)})", f"{nbytes(rec.measured_peak_bytes)}: "
                                                f"{_signed(rec.difference)} vs static"))
         if rec.rss_bytes is not None:
             out.append(("Resident set grew",
