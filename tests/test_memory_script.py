@@ -154,7 +154,7 @@ BAD = [
     ("fit-with-script", ["--fit", "1GB", "SCRIPT"], "--fit is for a model given by name"),
     ("model-with-extra", ["mnist-cnn", "extra"], "unexpected arguments extra"),
     ("python-without-script", ["--", "python"], "give the script after python"),
-    ("cuda-without-measure", ["mnist-cnn", "--device", "cuda"], "add measure (--measure)"),
+    ("cuda-without-measure", ["mnist-cnn", "--device", "cuda"], "add --measure"),
     ("unknown-device", ["mnist-cnn", "--measure", "--device", "tpu"], "unknown --device"),
 ]
 
