@@ -57,7 +57,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     device = values.device(device)
     if device != "cpu" and not measure:
         raise UserError("device cuda is where the measured step runs: add --measure "
-                        "(measure=True in Python); the static figures use no device", arguments="device")
+                        "(measure=True in Python); the static figures use no device",
+                        arguments="device")
     check_device(device)
     budget = None if fit is None else values.byte_size(fit, "fit")
     if fit_seq and budget is None:
