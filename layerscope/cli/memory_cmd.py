@@ -8,6 +8,7 @@ import sys
 from types import SimpleNamespace
 
 from layerscope.cli.common import (
+    add_device,
     add_mode,
     add_model_inputs,
     add_optimizer,
@@ -33,10 +34,7 @@ def register(sub) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the step for real on the CPU (random weights, zero inputs) "
                         "and reconcile its peak with the static one")
-    p.add_argument("--device", default="cpu",
-                   help="where --measure runs the step: cpu (default) or cuda (then the caching "
-                        "allocator's allocated and reserved peaks, fragmentation and the "
-                        "driver's figure join the reconciliation)")
+    add_device(p)  # where --measure runs the step (cuda: the allocator's figures too)
     p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
                    help="also the largest batch size whose peak fits this budget: 24GB (10^9 "
                         "bytes), 24GiB (2^30), ...")
