@@ -258,3 +258,68 @@ def test_cuda_figures_in_the_terminal_facts():
     assert "fragmentation" in shown["CUDA allocated / reserved peak"]
     assert "Measured peak (CPU)" not in shown  # no static run to compare with
     assert "measured (the script's own step)" in heading(r)[1]
+
+
+# A loop with a transform module called by the dataset (before any forward of the model), a loss
+# module, keyword arguments to forward, gradient clipping and SGD with momentum.
+SCRIPT_MODULES = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Scale(nn.Module):  # a transform, as torchvision's are modules
+        def forward(self, x):
+            return x * 0.5
+
+
+    class Data(Dataset):
+        def __init__(self):
+            self.x = torch.randn(24, 32)
+            self.scale = Scale()
+
+        def __len__(self):
+            return 24
+
+        def __getitem__(self, i):
+            return {"features": self.scale(self.x[i]), "label": i % 4}
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(32, 64)
+            self.head = nn.Linear(64, 4, bias=False)
+
+        def forward(self, features):
+            return self.head(torch.relu(self.body(features)))
+
+
+    model = Model()
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for batch in DataLoader(Data(), batch_size=8):
+        opt.zero_grad()
+        loss = criterion(model(features=batch["features"]), batch["label"])
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    """)
+
+
+def test_the_model_is_the_module_the_optimizer_steps(tmp_path, monkeypatch):
+    (tmp_path / "loop.py").write_text(SCRIPT_MODULES)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("memory", "-o", "r.json", "loop.py")
+    assert code == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    rows = _rows(r)
+    body, head = (32 * 64 + 64) * 4, 64 * 4 * 4  # hand-derived float32 parameter bytes
+    assert rows[("body", "parameters")] == body and rows[("head", "parameters")] == head
+    # SGD with momentum: one buffer the size of each parameter
+    assert rows[("body", "optimizer_state")] == body and rows[("head", "optimizer_state")] == head
+    assert r["optimizer"] == "SGD" and r["batch_size"] == 8
+    # the batch (8x32 float32 features, 8 int64 labels) came in by keyword: inputs all the same
+    assert rows[("", "inputs")] == 8 * 32 * 4 + 8 * 8
+    assert not any(m in ("scale", "criterion") for m, _ in rows)  # not the model's modules
+    assert sum(rows.values()) == r["peak_bytes"]

@@ -44,17 +44,23 @@ from layerscope.core.records.memory import MemoryReport, Reconciliation
 PHASES = ("data", "forward", "loss", "backward", "optimizer")
 
 
+_FRESH = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
+
+
 class _StepLog(StorageLog):
     """``StorageLog`` for a step in the middle of a script: an op's output that shares the
     storage of an argument made before the step and never counted (a batch sliced from a
     dataset tensor, an in-place op on it) is that older storage, not a new one the step made,
-    and is not counted."""
+    and is not counted; a tensor made from Python data during the step is."""
 
     _older: frozenset[int] = frozenset()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self._older = frozenset(k for k in map(storage_key, tensors((args, kwargs or {})))
-                                if k not in self.live)
+        # lift_fresh: a tensor just made from Python data (torch.tensor, from_numpy, a
+        # collated batch of labels) enters here, new
+        if func not in _FRESH:
+            self._older = frozenset(k for k in map(storage_key, tensors((args, kwargs or {})))
+                                    if k not in self.live)
         try:
             return super().__torch_dispatch__(func, types, args, kwargs)
         finally:
@@ -131,10 +137,17 @@ class StepMemory:
         for s in log.live.values():  # the batch and its labels, as loaded and moved
             if s.kind is None and s.phase == "data":
                 s.kind, s.module = "inputs", ""
-        for t in tensors(args):
+        log.enter_phase("forward")
+
+    def _model_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        """The model's own pre-hook (a global one sees no keyword arguments): its tensor
+        arguments are inputs, in the outermost training call being tracked."""
+        log = self.log
+        if self._depth != 1 or log is None or self.done or not torch.is_grad_enabled():
+            return
+        for t in tensors((args, kwargs)):
             log.add(t, "", "inputs")
             self.inputs.append(t)
-        log.enter_phase("forward")
 
     def _post(self, module: torch.nn.Module, args: tuple, out: Any) -> None:
         self._depth -= 1
@@ -191,6 +204,8 @@ class StepMemory:
             module, kind = self._owners.get(id(t), ("", "parameters"))
             log.add(t, module, kind)
         self.log = log
+        handle = self.model.register_forward_pre_hook(self._model_pre, with_kwargs=True)
+        self._tracking.callback(handle.remove)
         self._classify_state()
         log.event()
         log.phase = "data"
