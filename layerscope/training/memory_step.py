@@ -2,10 +2,13 @@
 the script runs it (its model, optimizer, loss, data), with real tensors.
 
 ``StepMemory`` is a context manager the script runs inside (``cli.run_cmd.execute``, as
-``layerscope run`` runs it). Through global hooks only (nothing of the script is changed):
+``layerscope run`` runs it). Through global hooks (and, during the tracked step, a forward
+pre-hook on the model, to see keyword arguments; removed after it), nothing of the script
+changed:
 
-- the model is the module whose outermost forward runs first with gradients enabled (as
-  ``layerscope run`` finds it); the optimizer is the first whose ``step()`` runs;
+- the optimizer is the first whose ``step()`` runs; the model is the first module called
+  (outermost, gradients enabled) that holds a parameter it steps (not a transform the loader
+  calls, nor a loss module);
 - the first optimizer step is the warm-up (the optimizer's state exists after it); from its end
   to the end of the next step of the same optimizer, every tensor storage is tracked by
   ``analysis.memory_track.StorageLog`` (a dispatch mode: each storage counted once, with its
