@@ -31,7 +31,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
            optimizer: str | Callable[[Any], torch.optim.Optimizer] = "adam",
            set_to_none: bool = True, measure: bool = False,
            seq_len: int | None = None, fit: int | str | None = None,
-           fit_seq: bool = False) -> MemoryReport:
+           fit_seq: bool = False, device: str = "cpu") -> MemoryReport:
     """The live set of one inference pass (``mode="inference"``: eval mode, no grad) or one
     steady-state training step (``"training"``: zero_grad, forward, the outputs' sum as the
     loss, backward, ``optimizer.step()``), by module and kind at its peak and over time.
@@ -45,12 +45,21 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     ``fit``: a memory budget (bytes, or '24GB', '24GiB'): also the largest batch size whose
     static peak fits it (``report.fit``; with ``measure``, confirmed by measured CPU steps
     there and one larger); ``fit_seq``: also the longest sequence length that fits it at this
-    batch size (language models, ``report.fit_seq``). The model is left as it was."""
+    batch size (language models, ``report.fit_seq``). ``device``: where ``measure`` runs the
+    step, cpu or cuda (on CUDA the caching allocator's and the driver's figures join the
+    reconciliation, ``memory_cuda``). The model is left as it was."""
     from layerscope.analysis.analyze_torch import load
     from layerscope.analysis.memory_track import OPTIMIZERS
     from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
+    from layerscope.analysis.runtime import check_device
     from layerscope.frontends.inputs import call_text
 
+    device = values.device(device)
+    if device != "cpu" and not measure:
+        raise UserError("device cuda is where the measured step runs: add --measure "
+                        "(measure=True in Python); the static figures use no device",
+                        arguments="device")
+    check_device(device)
     budget = None if fit is None else values.byte_size(fit, "fit")
     if fit_seq and budget is None:
         raise UserError("fit_seq needs a memory budget to fit: give one (--fit SIZE; fit= in "
@@ -81,20 +90,31 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     report.notes = notes + _notes(training, set_to_none)
     if measure:
         module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
-        if any(t.device.type != "cpu" for t in list(module.parameters()) + list(module.buffers())):
-            raise UserError(f"{loaded.name}: measure runs the step on the CPU, and the model's "
-                            "weights are on another device (or the meta device: a config "
+        if any(t.device.type not in ("cpu", device)
+               for t in list(module.parameters()) + list(module.buffers())):
+            where = "CPU" if device == "cpu" else "CUDA GPU"
+            raise UserError(f"{loaded.name}: measure runs the step on the {where}, and the "
+                            "model's weights are on another device (or the meta device: a config "
                             "without weights); leave it out for the static figures",
                             arguments="measure")
         rss = _PeakRss()
-        real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=rss)
+        cuda: list[dict[str, int]] = []
+        around = rss if device == "cpu" else _with_cuda(rss, cuda)
+        real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=around,
+                    device=device)
         report.measured_peak_bytes = real.log.peak()[1]
         report.reconciliation = _reconcile(report.peak_bytes, real, rss)
+        if cuda:
+            from layerscope.analysis.memory_cuda import fill_cuda
+
+            fill_cuda(report.reconciliation, cuda[0])
+        report.settings["device"] = device
     if budget is not None:
         def peak(**over) -> MemoryReport:  # the same step at another size
             return memory(model, inputs, kwargs=kwargs, mode=mode, optimizer=optimizer,
                           set_to_none=set_to_none, **{"batch_size": batch_size,
-                                                      "seq_len": seq_len, **over})
+                                                      "seq_len": seq_len, **over},
+                          device=device if over.get("measure") else "cpu")
 
         report.fit = _fit_batch(report, budget, peak, measure)
         if fit_seq:
@@ -191,8 +211,21 @@ def _batch(inputs: list[Any]) -> int | None:
     return int(shape[0]) if shape else None
 
 
+def _with_cuda(rss: _PeakRss, into: list[dict[str, int]]):
+    """``around`` for a measured step on CUDA: the resident set and the allocator's figures
+    (``memory_cuda.cuda_figures``, appended to ``into``)."""
+    from layerscope.analysis.memory_cuda import cuda_figures
+
+    @contextlib.contextmanager
+    def both():
+        with rss(), cuda_figures(torch.device("cuda", torch.cuda.current_device()),
+                                 into.append):
+            yield
+    return both
+
+
 def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool, *,
-         real: bool, around=None):
+         real: bool, around=None, device: str = "cpu"):
     from layerscope.analysis.capture import InputSpec, ModelRunError, fake_like
     from layerscope.analysis.capture.fake import real_run_reason
     from layerscope.analysis.capture.inputs import zeros_for
@@ -203,10 +236,15 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
     fake_mode = None
     if real:
         def replace(t):
-            return _private_copy(t, None)
+            if device == "cpu":
+                return _private_copy(t, None)
+            moved = t.detach().to(device, copy=True)
+            return nn.Parameter(moved, requires_grad=t.requires_grad) \
+                if isinstance(t, nn.Parameter) else moved
 
         def make_input(x):
-            return zeros_for(x, None, "cpu") if isinstance(x, InputSpec) else x.detach().clone()
+            return zeros_for(x, None, device) if isinstance(x, InputSpec) else \
+                x.detach().to(device, copy=True)
     else:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -301,7 +339,9 @@ def _status(key: str) -> int | None:
     return None
 
 
-def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
+def _reconcile(static_peak: int | None, real, rss: _PeakRss) -> Reconciliation:
+    """The measured run ``real`` beside ``static_peak`` (None: there was no static run, as for
+    a script's own step) and the growth of the resident set ``rss`` saw."""
     measured = real.log.peak()[1]
     start = real.log.timeline[0][0]
     notes = []
@@ -318,5 +358,6 @@ def _reconcile(static_peak: int, real, rss: _PeakRss) -> Reconciliation:
     else:
         notes.append(rss.why or "the resident set is read on Linux only")
     return Reconciliation(static_peak_bytes=static_peak, measured_peak_bytes=measured,
-                          difference=measured - static_peak, rss_bytes=rss.grown,
+                          difference=None if static_peak is None else measured - static_peak,
+                          rss_bytes=rss.grown,
                           unexplained_bytes=unexplained, notes=notes)

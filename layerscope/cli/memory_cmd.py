@@ -1,7 +1,14 @@
-"""layerscope memory MODEL: where the memory of one inference pass or training step goes."""
+"""layerscope memory MODEL | SCRIPT.py [ARGS]: where the memory of one inference pass or training
+step goes; for a script, the script's own second training step (``training.memory_step``), run
+as ``layerscope run`` runs it."""
 from __future__ import annotations
 
+import os
+import sys
+from types import SimpleNamespace
+
 from layerscope.cli.common import (
+    add_device,
     add_mode,
     add_model_inputs,
     add_optimizer,
@@ -10,6 +17,7 @@ from layerscope.cli.common import (
     check_outputs,
     emit,
 )
+from layerscope.core.errors import UserError
 from layerscope.core.values import arg, byte_size
 
 
@@ -26,6 +34,7 @@ def register(sub) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the step for real on the CPU (random weights, zero inputs) "
                         "and reconcile its peak with the static one")
+    add_device(p)  # where --measure runs the step (cuda: the allocator's figures too)
     p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
                    help="also the largest batch size whose peak fits this budget: 24GB (10^9 "
                         "bytes), 24GiB (2^30), ...")
@@ -34,16 +43,68 @@ def register(sub) -> None:
                         "fits at --batch-size")
     add_seq_len(p)
     add_output(p)
+    p.add_argument("script_args", nargs="*", metavar="ARGS",
+                   help="with a script (MODEL is SCRIPT.py, or python SCRIPT.py): its "
+                        "arguments, after -- where one could be taken for an option "
+                        "(layerscope memory -- train.py --epochs 1)")
     p.set_defaults(run=run)
+
+
+# options that describe a model's inputs or a static search: a script brings its own
+_NOT_FOR_SCRIPTS = (("input", "--input"), ("batch_size", "--batch-size"),
+                    ("seq_len", "--seq-len"), ("fit", "--fit"), ("fit_seq", "--fit-seq"))
+
+
+def _is_script(args) -> bool:
+    """MODEL names a script to run: a .py file (a model file needs file.py:factory) or an
+    interpreter (``python SCRIPT.py``)."""
+    from layerscope.cli.run_cmd import _is_interpreter
+
+    model = args.model
+    return (model.endswith(".py") and os.path.isfile(model)) or _is_interpreter(model)
 
 
 def run(args) -> int:
     from layerscope.analysis.memory_usage import memory
 
+    if _is_script(args):
+        return _run_script(args)
+    if args.script_args:
+        raise UserError(f"unexpected arguments {' '.join(args.script_args)}: arguments after "
+                        "MODEL are a script's (give SCRIPT.py to track a script's step)")
     check_outputs(args)
     report = memory(args.model, args.input, batch_size=args.batch_size, mode=args.mode,
                     optimizer=args.optimizer, set_to_none=args.zero_grad == "none",
                     measure=args.measure, seq_len=args.seq_len, fit=args.fit,
-                    fit_seq=args.fit_seq)
+                    fit_seq=args.fit_seq, device=args.device)
     emit(report, args)
     return 0
+
+
+def _run_script(args) -> int:
+    """Run the script as ``layerscope run`` does (its output and exit code its own), track its
+    second training step, stop it there, and write the report (standard error unless -o)."""
+    from layerscope.cli.run_cmd import _absolute_outputs, _check_outputs, _target, _write, execute
+    from layerscope.training.memory_step import StepMemory
+
+    for dest, flag in _NOT_FOR_SCRIPTS:
+        if getattr(args, dest, None):
+            raise UserError(f"{flag} is for a model given by name: a script's step uses the "
+                            "script's own model, batch and optimizer; leave it out")
+    target, script_args, is_module = _target(SimpleNamespace(module=None,
+                                                             script=[args.model,
+                                                                     *args.script_args]))
+    _check_outputs(args)
+    _absolute_outputs(args)
+    name = target if is_module else os.path.basename(target)
+    tracker = StepMemory(name)
+    failure: list[str] = []
+    code = execute(target, script_args, is_module, tracker, failure)
+    if not tracker.tracked():
+        ended = f"ended with {failure[0]}" if failure else "ended"
+        print(f"layerscope: the script {ended} after {tracker.steps} optimizer step(s): memory "
+              "tracks the second training step (the first is the warm-up); no report",
+              file=sys.stderr)
+        return code or 2
+    _write(tracker.report(), None, args)
+    return code

@@ -50,8 +50,17 @@ def heading(r) -> tuple[str, str]:
         parts.append(f"batch {r.batch_size}")
     if r.optimizer:
         parts.append(f"optimizer {r.optimizer}")
-    parts.append("static (fake tensors)" + (" + measured on CPU" if r.reconciliation else ""))
+    rec = r.reconciliation
+    if rec is not None and rec.static_peak_bytes is None:  # a script's own step
+        parts.append("measured (the script's own step)")
+    else:
+        parts.append("static (fake tensors)" + (f" + measured on {_where(r)}" if rec else ""))
     return f"{r.model} — memory", " · ".join(parts)
+
+
+def _where(r) -> str:
+    """Where the measured step ran: CPU, or CUDA (``--device cuda``)."""
+    return "CUDA" if (r.settings or {}).get("device") == "cuda" else "CPU"
 
 
 def facts(r) -> list[tuple[str, str]]:
@@ -68,12 +77,21 @@ def facts(r) -> list[tuple[str, str]]:
             for k, v in r.by_kind().items() if r.peak_bytes]
     rec = r.reconciliation
     if rec is not None:
-        out.append(("Measured peak (CPU)", f"{nbytes(rec.measured_peak_bytes)}: "
-                                           f"{_signed(rec.difference)} vs static"))
+        if rec.static_peak_bytes is not None:
+            out.append((f"Measured peak ({_where(r)})", f"{nbytes(rec.measured_peak_bytes)}: "
+                                               f"{_signed(rec.difference)} vs static"))
         if rec.rss_bytes is not None:
             out.append(("Resident set grew",
                         f"{nbytes(rec.rss_bytes)} during the measured step; unexplained "
                         f"{_signed(rec.unexplained_bytes)}"))
+        if rec.allocated_peak_bytes is not None:
+            out.append(("CUDA allocated / reserved peak",
+                        f"{nbytes(rec.allocated_peak_bytes)} / "
+                        f"{nbytes(rec.reserved_peak_bytes)}: fragmentation "
+                        f"{_short(rec.fragmentation_bytes)}, unexplained "
+                        f"{_signed(rec.cuda_unexplained_bytes)}"))
+        if rec.driver_used_bytes is not None:
+            out.append(("CUDA driver in use", nbytes(rec.driver_used_bytes)))
     out += _fit_facts(r)
     return out + [("Note", n) for n in r.notes]
 

@@ -72,13 +72,16 @@ class TimelinePoint(Record):
 class Reconciliation(Record):
     """The static peak (fake tensors) beside the same step run for real on the CPU."""
 
-    static_peak_bytes: int = field(metadata=_BYTES)
+    static_peak_bytes: int | None = field(metadata={**_BYTES, "description": "null: no "
+                                                                           "static run (a "
+                                                                           "script's step)"})
     measured_peak_bytes: int = field(metadata={**_BYTES, "description": "the peak of the "
                                                                          "real run's live "
                                                                          "storages, tracked "
                                                                          "the same way"})
-    difference: int = field(metadata={"description": "measured_peak_bytes - "
-                                                     "static_peak_bytes"})
+    difference: int | None = field(metadata={"description": "measured_peak_bytes - "
+                                                            "static_peak_bytes (null: no "
+                                                            "static run)"})
     rss_bytes: int | None = field(default=None, metadata=omit_none(
         description="growth of the process's peak resident set during the measured step "
                     "(Linux: VmHWM after, VmRSS before)"))
@@ -86,6 +89,23 @@ class Reconciliation(Record):
         description="rss_bytes minus what the tracked storages grew by during the step "
                     "(measured peak - live at the step's start): allocator and kernel "
                     "workspace; negative when the allocator reused memory it kept"))
+    allocated_peak_bytes: int | None = field(default=None, metadata=omit_none(
+        description="CUDA: the caching allocator's peak of allocated bytes during the step "
+                    "(torch.cuda.max_memory_allocated)"))
+    reserved_peak_bytes: int | None = field(default=None, metadata=omit_none(
+        description="CUDA: the allocator's peak of reserved bytes, in use or cached "
+                    "(torch.cuda.max_memory_reserved)"))
+    fragmentation_bytes: int | None = field(default=None, metadata=omit_none(
+        description="CUDA: reserved_peak_bytes - allocated_peak_bytes, cached by the "
+                    "allocator and not in use"))
+    driver_used_bytes: int | None = field(default=None, metadata=omit_none(
+        description="CUDA: what the driver reports in use on the device after the step "
+                    "(torch.cuda.mem_get_info: total - free): the reserved memory, the CUDA "
+                    "context, library handles and other processes' memory"))
+    cuda_unexplained_bytes: int | None = field(default=None, metadata=omit_none(
+        description="CUDA: allocated_peak_bytes - measured_peak_bytes, what the allocator "
+                    "held at its peak that no tracked storage explains (kernel workspaces, "
+                    "its rounding to blocks, tensors from before the step)"))
     notes: list[str] = field(default_factory=list, metadata=omit_empty())
 
 
