@@ -242,6 +242,53 @@ def test_verify_on_a_profile_runs_the_sweep_it_names(tmp_path):
     assert item["measured_gain"] == pytest.approx(1 - 1 / speedup, abs=1e-4)
 
 
+# a profile of a model given by name: the rules sweep has an axis for are tested by that sweep
+# (its second cell against the first, at the profile's threads and batch size)
+PROFILE_SWEEPS = [
+    ("amp", {"matmul_share": 0.6, "dtype": "float32"},
+     "layerscope sweep mnist-cnn --dtypes float32,bfloat16 --threads 2 --batch-sizes 1 "
+     "--runs 20"),
+    ("compile", {"layers": 40, "median_layer_s": 1e-5, "compute_share": 0.9},
+     "layerscope sweep mnist-cnn --backends eager,compile --threads 2 --batch-sizes 1 "
+     "--runs 20"),
+]
+
+
+@pytest.mark.parametrize("rule,extra,command", PROFILE_SWEEPS, ids=[p[0] for p in PROFILE_SWEEPS])
+def test_a_profiles_rule_is_tested_by_the_sweep_axis_it_names(rule, extra, command,
+                                                              monkeypatch):
+    import layerscope.advice as advice
+
+    d = json.loads((DATA / "profile_0.4.json").read_text())
+    facts = {**facts_of(d), **extra}
+    monkeypatch.setattr(advice, "facts_of", lambda _d: dict(facts))
+    report = advise_result(d, "p.json")
+    item = next(a for a in report.advice if a.rule == rule)
+    assert item.command == command
+
+
+def test_the_heading_names_what_verified_the_advice():
+    from layerscope.views.advice import heading
+
+    report = advise_result(read_result(str(DATA / "profile_0.4.json")), "p.json")
+    assert "predicted (not verified" in heading(report)[1]
+    report.verify = {"runs": 5, "speedups": {}}
+    assert heading(report)[1].endswith("verified: sweep, 5 runs per cell")
+    report.verify = {"steps": 20, "repeats": 1, "seed": 0, "warmup_steps": 5}
+    assert heading(report)[1].endswith("verified: ablate, 20 steps, seed 0")
+    report.verify = {"steps": 12, "repeats": 1, "cwd": "/x", "speedups": {}}
+    assert heading(report)[1].endswith("verified: layerscope run, 12 steps per run")
+
+
+def test_the_threads_rule_says_why_a_gain_beat_its_bound():
+    from layerscope.advice.rule import Outcome
+
+    facts = {"threads": 2, "busy_cpus": 3, "cpus_available": 2}
+    text = BY_NAME["threads"].why(Outcome(facts, 0.0, 0.285, 0.616, {}, {}, None, 1))
+    assert "0.616 is above 1 - p10/median = 0.285" in text
+    assert "even those steps waited for a busy core; with 1 thread(s) none did" in text
+
+
 def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
     out = tmp_path / "advice.json"
     code, _, err = run_cli("advise", str(DATA / "train_0.4.json"), "--verify", "--steps", "2",

@@ -163,6 +163,11 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
         elif facts.get("script"):
             command = _run_command(facts, found.variant, found.threads, steps,
                                    rule.edit or found.change)
+        elif rule.sweep and kind in ("profile", "sweep") and facts.get("subject"):
+            command = (f"{SWEEP}{facts['subject']} {rule.sweep}"
+                       + (f" --threads {facts['threads']}" if facts.get("threads") else "")
+                       + (f" --batch-sizes {facts['batch_size']}" if facts.get("batch_size")
+                          else "") + f" --runs {steps}")
         elif _verifiable(facts):
             command = _ablate_command(facts, found.variant, found.threads, steps, repeats)
         elif found.variant:

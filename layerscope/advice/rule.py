@@ -85,6 +85,9 @@ class Rule:
     # why a measured gain fell outside the predicted range, in the measured numbers
     # (default: ``amdahl_why``)
     explain: Callable[[Outcome], str] | None = None
+    # the ``layerscope sweep`` options whose second cell makes the change to a model given by
+    # name (a profile or sweep result is verified so), when sweep has them
+    sweep: str | None = None
 
     def why(self, outcome: Outcome) -> str:
         return (self.explain or amdahl_why)(outcome)

@@ -24,8 +24,14 @@ MINUS = "\u2212"
 
 def heading(result) -> tuple[str, str]:
     verified = result.verify
-    how = (f"verified: ablate, {verified.get('steps')} steps, seed {verified.get('seed')}"
-           if verified else "predicted (not verified: --verify runs the commands)")
+    if not verified:
+        how = "predicted (not verified: --verify runs the commands)"
+    elif "runs" in verified:  # a profile's or sweep's rules: their sweeps
+        how = f"verified: sweep, {verified['runs']} runs per cell"
+    elif "cwd" in verified:  # a script's run: the script again, in fresh processes
+        how = f"verified: layerscope run, {verified.get('steps')} steps per run"
+    else:
+        how = f"verified: ablate, {verified.get('steps')} steps, seed {verified.get('seed')}"
     return (f"{result.subject} — advice", f"from {result.source} ({result.source_kind}, "
                                          f"{result.device}) · {how}")
 

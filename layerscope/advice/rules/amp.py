@@ -27,4 +27,6 @@ RULE = Rule("amp", ("matmul_share (compute-bound rows) or compute_share", "dtype
             "f x (1 - 1/s), f = compute-bound contraction share (>= 0.2), s = 1.0..1.6 (CPU), "
             "1.5..3 (CUDA)", check,
             edit="wrap the forward and the loss in "
-                 "torch.autocast(device_type, dtype=torch.bfloat16)")
+                 "torch.autocast(device_type, dtype=torch.bfloat16)",
+            # a model given by name: sweep runs it in bfloat16 (weights and inputs cast)
+            sweep="--dtypes float32,bfloat16")

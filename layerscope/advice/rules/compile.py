@@ -34,4 +34,4 @@ RULE = Rule("compile", ("layers", "median_layer_s", "elementwise_share or comput
                         "compile"),
             "f x (1 - 1/s), f = share of the non-contraction layers, s = 1..2; fires at >= 20 "
             "layers with a median layer under 50 µs", check,
-            edit="model = torch.compile(model)")
+            edit="model = torch.compile(model)", sweep="--backends eager,compile")

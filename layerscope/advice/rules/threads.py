@@ -1,7 +1,7 @@
 """Fewer threads on an oversubscribed CPU: OpenMP threads wait for the slowest at every
 parallel region when other work holds the cores, which gives the slow tail of the step times;
 with no more threads than idle cores the steps come back to the fast ones."""
-from layerscope.advice.rule import Finding, Rule, pick
+from layerscope.advice.rule import Finding, Outcome, Rule, amdahl_why, pick
 
 
 def check(facts) -> Finding | None:
@@ -27,6 +27,20 @@ def check(facts) -> Finding | None:
                    "step_median_s"))
 
 
+def explain(o: Outcome) -> str:
+    """Why the gain left 0 .. 1 - p10/median: the bound assumes the fastest tenth of the steps
+    ran without waiting for a busy core; above it, even those steps waited (every parallel
+    region waits for its slowest thread), so fewer threads saved more than the bound."""
+    threads, free = o.facts.get("threads"), o.threads
+    if o.gain > o.high:
+        return (f"the measured gain {o.gain:.3f} is above 1 - p10/median = {o.high:.3f}: the "
+                f"bound takes the fastest tenth of the steps as free of waits, but with "
+                f"{threads} thread(s) on a machine whose other work held "
+                f"{o.facts.get('busy_cpus')} CPU(s), even those steps waited for a busy core; "
+                f"with {free} thread(s) none did")
+    return amdahl_why(o)
+
+
 RULE = Rule("threads", ("oversubscribed", "threads", "cpus_available", "busy_cpus",
                         "step_p10_s", "step_median_s"),
-            "0 .. 1 - p10/median of the step (or run) times", check)
+            "0 .. 1 - p10/median of the step (or run) times", check, explain=explain)
