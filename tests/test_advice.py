@@ -289,6 +289,38 @@ def test_the_threads_rule_says_why_a_gain_beat_its_bound():
     assert "even those steps waited for a busy core; with 1 thread(s) none did" in text
 
 
+# f = 0.621 (the contractions' share), predicted 0 .. 0.233 (s = 1 .. 1.6)
+AMP_WHY = [
+    # 0.483 < f: s = 1 / (1 - 0.483 / 0.621) = 4.50, above the range
+    ("above-range", 0.483, ["ran 4.50x faster", "above the assumed speed-up range",
+                            "roofline --dtype bfloat16"]),
+    # 0.7 >= f: more than the whole share
+    ("above-share", 0.7, ["above the contractions' whole share f = 0.621", "halves the bytes"]),
+    # -0.1: slower; Amdahl's fallback names the assumption
+    ("slower", -0.1, ["Amdahl"]),
+]
+
+
+@pytest.mark.parametrize("gain,words", [a[1:] for a in AMP_WHY], ids=[a[0] for a in AMP_WHY])
+def test_the_amp_rule_says_why_a_gain_left_its_range(gain, words):
+    from layerscope.advice.rule import Outcome
+
+    text = BY_NAME["amp"].why(Outcome({"matmul_share": 0.621}, 0.0, 0.233, gain, {}, {},
+                                      "amp"))
+    for w in words:
+        assert w in text, text
+
+
+def test_amp_on_a_profile_is_the_model_in_bfloat16():
+    # inference casts the model (what sweep --dtypes measures), a training step autocasts
+    d = json.loads((DATA / "profile_0.4.json").read_text())
+    facts = {**facts_of(d), "matmul_share": 0.6, "dtype": "float32"}
+    found = BY_NAME["amp"].check(facts)
+    assert found.change == "run the model and its inputs in bfloat16 (model.to(torch.bfloat16))"
+    train = {**facts, "kind": "train"}
+    assert BY_NAME["amp"].check(train).change == "run them in bfloat16 autocast (train --amp)"
+
+
 def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
     out = tmp_path / "advice.json"
     code, _, err = run_cli("advise", str(DATA / "train_0.4.json"), "--verify", "--steps", "2",
