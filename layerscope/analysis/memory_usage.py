@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
@@ -211,6 +212,7 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode()
+        around = _UnknownSizes(loaded.name)
 
         def replace(t):
             return fake_like(t, None, training and isinstance(t, nn.Parameter)
@@ -235,6 +237,34 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
             raise UserError(f"{loaded.name}: {exc}") from exc
         raise UserError(f"{loaded.name} rejected input {call_text(loaded.inputs, loaded.kwargs)}"
                         f": {first_line(exc, with_type=True)}") from exc
+
+
+# ops whose fake (meta) kernel gives an output a size the real kernel does not, when called
+# with the argument at this index true: op name -> (argument index, why, in one phrase)
+_FAKE_SIZE_UNKNOWN = {
+    "aten::mkldnn_rnn_layer": (15, "an LSTM's CPU kernel (oneDNN) keeps a workspace for "
+                                   "backward whose size fake tensors do not know"),
+}
+
+
+class _UnknownSizes(TorchDispatchMode):
+    """Refuses, in one line, a static run reaching an op in ``_FAKE_SIZE_UNKNOWN``: its figure
+    would be silently wrong. Entered around the tracked step (``track``'s ``around``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __call__(self):
+        return self
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        known = _FAKE_SIZE_UNKNOWN.get(func._schema.name)
+        if known is not None and len(args) > known[0] and args[known[0]]:
+            raise UserError(f"{self.name}: the static run cannot track this model: {known[1]}; "
+                            "use mode inference (a training step's figure would be wrong)",
+                            arguments="mode")
+        return func(*args, **(kwargs or {}))
 
 
 def _report(run, name: str, mode: str, inputs: str) -> MemoryReport:
