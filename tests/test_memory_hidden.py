@@ -183,3 +183,28 @@ def test_a_model_from_a_file_factory(tmp_path):
         "                         nn.Flatten(), nn.Linear(8 * 14 * 14, 10))\n")
     report = layerscope.memory(f"{path}:build", [(4, 3, 16, 16)], mode="training", measure=True)
     _checked(report)
+
+
+def test_an_optimizer_over_the_user_s_own_parameters_is_refused_and_left_as_it_was():
+    """A factory returning the optimizer the user already made steps the user's parameters,
+    not the run's private copies: its zero_grad cleared the user's gradients and the figures
+    had no gradients in them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    grads = [p.grad.clone() for p in model.parameters()]
+    values = [p.detach().clone() for p in model.parameters()]
+    state = {k: v["exp_avg"].clone() for k, v in opt.state_dict()["state"].items()}
+    for measure in (False, True):
+        with pytest.raises(UserError, match="over other tensors") as err:
+            layerscope.memory(model, torch.ones(4, 8), mode="training", measure=measure,
+                              optimizer=lambda ps: opt)
+        assert err.value.arguments == ("optimizer",)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads))
+    assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values))
+    assert all(torch.equal(opt.state_dict()["state"][k]["exp_avg"], v) for k, v in state.items())
+    report = layerscope.memory(model, torch.ones(4, 8), mode="training",
+                               optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3))
+    assert report.by_kind()["gradients"] == sum(p.numel() for p in model.parameters()) * 4

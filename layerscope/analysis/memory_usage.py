@@ -72,7 +72,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         raise UserError(f"{loaded.name} has lazy (uninitialised) parameters: run it once on an "
                         "example input before tracking its memory")
     training = mode == "training"
-    static = _run(module, loaded, training, optimizer, set_to_none, real=False)
+    step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
+    static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
     report = _report(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
     report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
     report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
@@ -88,7 +89,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
                             "without weights); leave it out for the static figures",
                             arguments="measure")
         rss = _PeakRss()
-        real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=rss)
+        real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
+                    around=rss)
         report.measured_peak_bytes = real.log.peak()[1]
         report.reconciliation = _reconcile(report.peak_bytes, real, rss)
     if budget is not None:
@@ -104,6 +106,24 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
     report.environment = environment()
     return report
+
+
+def _over_given(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``factory``, refusing an optimizer over other tensors than the parameters it is given
+    (the user's own optimizer, over the user's own model): the step runs on private copies, so
+    such an optimizer would step nothing the run tracks and clear the user's gradients."""
+    def made(params):
+        out = factory(params)
+        given = {id(p) for p in params}
+        if isinstance(out, torch.optim.Optimizer) and any(
+                id(p) not in given for group in out.param_groups for p in group["params"]):
+            raise UserError("optimizer must build a new optimizer over the parameters it is "
+                            "given (lambda ps: torch.optim.Adam(ps)); it returned one over "
+                            "other tensors (an optimizer you already made?)",
+                            arguments="optimizer")
+        return out
+
+    return made
 
 
 def _fit_batch(report: MemoryReport, budget: int, peak, measure: bool) -> MemoryFit:
