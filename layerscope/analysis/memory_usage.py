@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
@@ -80,7 +81,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         raise UserError(f"{loaded.name} has lazy (uninitialised) parameters: run it once on an "
                         "example input before tracking its memory")
     training = mode == "training"
-    static = _run(module, loaded, training, optimizer, set_to_none, real=False)
+    step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
+    static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
     report = _report(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
     report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
     report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
@@ -100,8 +102,8 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         rss = _PeakRss()
         cuda: list[dict[str, int]] = []
         around = rss if device == "cpu" else _with_cuda(rss, cuda)
-        real = _run(module, loaded, training, optimizer, set_to_none, real=True, around=around,
-                    device=device)
+        real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
+                    around=around, device=device)
         report.measured_peak_bytes = real.log.peak()[1]
         report.reconciliation = _reconcile(report.peak_bytes, real, rss)
         if cuda:
@@ -123,6 +125,24 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
 
     report.environment = environment()
     return report
+
+
+def _over_given(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``factory``, refusing an optimizer over other tensors than the parameters it is given
+    (the user's own optimizer, over the user's own model): the step runs on private copies, so
+    such an optimizer would step nothing the run tracks and clear the user's gradients."""
+    def made(params):
+        out = factory(params)
+        given = {id(p) for p in params}
+        if isinstance(out, torch.optim.Optimizer) and any(
+                id(p) not in given for group in out.param_groups for p in group["params"]):
+            raise UserError("optimizer must build a new optimizer over the parameters it is "
+                            "given (lambda ps: torch.optim.Adam(ps)); it returned one over "
+                            "other tensors (an optimizer you already made?)",
+                            arguments="optimizer")
+        return out
+
+    return made
 
 
 def _fit_batch(report: MemoryReport, budget: int, peak, measure: bool) -> MemoryFit:
@@ -249,6 +269,7 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode()
+        around = _UnknownSizes(loaded.name)
 
         def replace(t):
             return fake_like(t, None, training and isinstance(t, nn.Parameter)
@@ -273,6 +294,34 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
             raise UserError(f"{loaded.name}: {exc}") from exc
         raise UserError(f"{loaded.name} rejected input {call_text(loaded.inputs, loaded.kwargs)}"
                         f": {first_line(exc, with_type=True)}") from exc
+
+
+# ops whose fake (meta) kernel gives an output a size the real kernel does not, when called
+# with the argument at this index true: op name -> (argument index, why, in one phrase)
+_FAKE_SIZE_UNKNOWN = {
+    "aten::mkldnn_rnn_layer": (15, "an LSTM's CPU kernel (oneDNN) keeps a workspace for "
+                                   "backward whose size fake tensors do not know"),
+}
+
+
+class _UnknownSizes(TorchDispatchMode):
+    """Refuses, in one line, a static run reaching an op in ``_FAKE_SIZE_UNKNOWN``: its figure
+    would be silently wrong. Entered around the tracked step (``track``'s ``around``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __call__(self):
+        return self
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        known = _FAKE_SIZE_UNKNOWN.get(func._schema.name)
+        if known is not None and len(args) > known[0] and args[known[0]]:
+            raise UserError(f"{self.name}: the static run cannot track this model: {known[1]}; "
+                            "use mode inference (a training step's figure would be wrong)",
+                            arguments="mode")
+        return func(*args, **(kwargs or {}))
 
 
 def _report(run, name: str, mode: str, inputs: str) -> MemoryReport:
