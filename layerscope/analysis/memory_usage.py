@@ -249,7 +249,7 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
     from layerscope.analysis.capture import InputSpec, ModelRunError, fake_like
     from layerscope.analysis.capture.fake import real_run_reason
     from layerscope.analysis.capture.inputs import zeros_for
-    from layerscope.analysis.capture.real import _private_copy
+    from layerscope.analysis.capture.real import private_copy
     from layerscope.analysis.memory_track import track
     from layerscope.frontends.inputs import call_text
 
@@ -257,7 +257,7 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
     if real:
         def replace(t):
             if device == "cpu":
-                return _private_copy(t, None)
+                return private_copy(t, None)
             moved = t.detach().to(device, copy=True)
             return nn.Parameter(moved, requires_grad=t.requires_grad) \
                 if isinstance(t, nn.Parameter) else moved

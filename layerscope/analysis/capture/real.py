@@ -47,7 +47,7 @@ def check_real_size(model, inputs, kwargs, dtype) -> None:
             "analyse it with a smaller input")
 
 
-def _private_copy(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+def private_copy(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     copy_ = t.detach().clone()
     if dtype is not None and copy_.is_floating_point():
         copy_ = copy_.to(dtype)
@@ -81,7 +81,7 @@ def capture_real(model, inputs, kwargs, stats, order, training, dtype,
     tracker = ModuleTracker(model, stats, tag_autograd=training)
     mode = CountingMode(tracker, stats, liveness)
     try:
-        with swapped(model, lambda t: _private_copy(t, dtype)) as memo:
+        with swapped(model, lambda t: private_copy(t, dtype)) as memo:
             for t in memo.values():
                 liveness.add_resident(t)
             output_bytes = run_model(lambda: model(*real_args, **real_kwargs), tracker, mode,
