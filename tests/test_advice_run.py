@@ -241,11 +241,11 @@ def test_workers_explain_a_gain_outside_the_range(gain, base, new, words):
 
 
 def test_a_rule_without_explain_names_the_amdahl_assumption():
-    assert BY_NAME["amp"].explain is None
-    text = BY_NAME["amp"].why(Outcome({}, 0.1, 0.2, 0.35, {"forward": 10.0, "backward": 10.0},
-                                      {"forward": 6.5, "backward": 6.5}, "amp"))
-    assert text == amdahl_why(Outcome({}, 0.1, 0.2, 0.35, {"forward": 10.0, "backward": 10.0},
-                                      {"forward": 6.5, "backward": 6.5}, "amp"))
+    assert BY_NAME["channels-last"].explain is None
+    outcome = Outcome({}, 0.1, 0.2, 0.35, {"forward": 10.0, "backward": 10.0},
+                      {"forward": 6.5, "backward": 6.5}, "channels-last")
+    text = BY_NAME["channels-last"].why(outcome)
+    assert text == amdahl_why(outcome)
     assert "above the predicted 0.100 .. 0.200" in text and "Amdahl" in text
     assert "forward 10.0 -> 6.5 ms" in text
 
