@@ -5,6 +5,10 @@ command's own figures one size either side."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -251,3 +255,76 @@ def test_views_show_the_fit(tmp_path):
     code, text, err = run_cli("plan", "gpt2", "--gpus", "8", "--fit", "24GB", "--width", "160")
     assert code == 0, err
     assert "Max micro-batch (24.00 GB)" in text
+
+
+# ---- --fit chained with run --memory-limit, as a user would ----------------------------------
+# A model given as file.py:factory and a training script in the shape of PyTorch's MNIST example
+# building the same model (Adam, two steps on synthetic data, --batch-size from argv).
+FIT_NET = """\
+import torch.nn as nn
+
+
+def factory():
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 28 * 28, 64), nn.ReLU(), nn.Linear(64, 10))
+"""
+FIT_TRAIN = """\
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from net import factory
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=16)
+args = parser.parse_args()
+model = factory()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(2):
+    data = torch.randn(args.batch_size, 1, 28, 28)
+    target = torch.randint(0, 10, (args.batch_size,))
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(data), target)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _cli(*argv: str, cwd) -> subprocess.CompletedProcess:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "layerscope", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_fit_answer_runs_under_memory_limit_and_next_size_does_not(tmp_path):
+    """The batch --fit gives runs under run --memory-limit with the same budget; one more is
+    refused with the post-mortem. The static step keeps the forward's outputs and a gradient of
+    ones their size alive through backward; this script's loss frees the logits (10 float32 a
+    sample), so what the guard refuses at is below --fit's bytes_at_next by at most twice the
+    outputs' bytes."""
+    (tmp_path / "net.py").write_text(FIT_NET)
+    (tmp_path / "train.py").write_text(FIT_TRAIN)
+    budget = "12MB"
+    fit = _cli("memory", "net.py:factory", "--input", "1x1x28x28", "--mode", "training",
+               "--optimizer", "adam", "--fit", budget, "-o", "fit.json", cwd=tmp_path)
+    assert fit.returncode == 0, fit.stderr
+    answer = json.loads((tmp_path / "fit.json").read_text())["fit"]
+    k = answer["max_batch_size"]
+    assert answer["bytes_at_max"] <= 12_000_000 < answer["bytes_at_next"]
+    runs = _cli("run", "--memory-limit", budget, "-o", "at.json", "--", "train.py",
+                "--batch-size", str(k), cwd=tmp_path)
+    assert runs.returncode == 0, runs.stderr
+    assert "post_mortem" not in json.loads((tmp_path / "at.json").read_text())
+    # no -o: the report is drawn on the terminal, post-mortem table included
+    over = _cli("run", "--memory-limit", budget, "--", "train.py", "--batch-size", str(k + 1),
+                cwd=tmp_path)
+    assert over.returncode == 1, over.stderr
+    assert "layerscope: out of memory in" in over.stderr
+    assert "alive at the failure" in over.stderr + over.stdout
+    asked, live = map(int, re.search(r"tried to allocate (\d+) bytes .* with (\d+) bytes live; "
+                                     r"the limit is 12000000 bytes", over.stderr).groups())
+    refused_at = live + asked
+    assert 12_000_000 < refused_at <= answer["bytes_at_next"]
+    assert answer["bytes_at_next"] - refused_at <= 2 * 10 * 4 * (k + 1)

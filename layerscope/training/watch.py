@@ -73,6 +73,7 @@ from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport
 from layerscope.training import chrome_trace
 from layerscope.training.dataloading import LoaderProbe, patch
@@ -1078,7 +1079,10 @@ class Watch:
             world_size=int(world) if world and world.isdigit() else None,
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
-            process_group=group, efficiency=efficiency, post_mortem=self.post_mortem,
+            process_group=group, efficiency=efficiency,
+            # the record, as a report read back from JSON holds it (the views read its fields)
+            post_mortem=None if self.post_mortem is None
+            else PostMortem.from_dict(self.post_mortem),
             data_loading=self._probe.result(h2d_s=totals.seconds.get("h2d", 0.0),
                                             cuda=self.cuda_used)
             if self._probe is not None else None)
