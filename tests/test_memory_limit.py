@@ -103,6 +103,13 @@ def _frames(stderr: str, script: str) -> list[tuple[str, str]]:
     return re.findall(rf'File "[^"]*{re.escape(script)}", line (\d+), in (\S+)', stderr)
 
 
+def _frame_list(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(file, line, function) of a traceback's frames, torch's nn.Module call frames left
+    out."""
+    return [f for f in re.findall(r'File "([^"]*)", line (\d+), in (\S+)', "\n".join(lines))
+            if not f[0].endswith(os.path.join("torch", "nn", "modules", "module.py"))]
+
+
 @pytest.fixture
 def script(tmp_path):
     (tmp_path / "bare.py").write_text(BARE)
@@ -186,6 +193,69 @@ def test_train_with_a_tiny_limit(tmp_path):
     assert sum(r["bytes"] for r in pm["by_module_kind"]) == pm["live_bytes"]
     assert pm["live_bytes"] <= 1_000_000 < pm["live_bytes"] + pm["asked_bytes"]
     assert not (run_dir / "report.json").exists()
+
+
+# A script whose allocation the CPU allocator itself refuses (2**50 bytes: beyond the address
+# space on any Linux), at the top level and inside a module's forward, as a PyTorch example
+# would call it.
+HUGE = textwrap.dedent("""\
+    import sys
+
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.fc(x)
+            return x.new_empty(2**50, dtype=torch.uint8)
+
+
+    def main():
+        print("start")
+        if sys.argv[1] == "top":
+            torch.empty(2**50, dtype=torch.uint8)
+        Net()(torch.ones(2, 4))
+
+
+    main()
+    """)
+
+
+@pytest.mark.parametrize("where", ["top", "forward"])
+@pytest.mark.parametrize("limit", ["2000TB", "10TB"], ids=["allocator-fails", "guard-refuses"])
+def test_the_traceback_is_the_bare_scripts(tmp_path, where, limit):
+    """Under --memory-limit the traceback has the bare script's frames: nothing of the guard
+    that ran the op (its __torch_dispatch__, torch's wrappers around it, torch's op inside it);
+    with the allocator's own failure (the limit is above 2**50 bytes) the same last line too."""
+    (tmp_path / "s.py").write_text(HUGE)
+    bare = _python("s.py", where, cwd=tmp_path)
+    out = tmp_path / "r.json"
+    run = _python("-m", "layerscope", "run", "--memory-limit", limit, "-o", str(out), "--",
+                  "python", "s.py", where, cwd=tmp_path)
+    assert run.returncode == bare.returncode == 1, run.stderr
+    assert run.stdout == bare.stdout == "start\n"
+    expected = bare.stderr.splitlines()
+    assert "can't allocate memory" in expected[-1] and expected[0].startswith("Traceback")
+    shown = run.stderr.splitlines()
+    error = next(i for i, line in enumerate(shown) if "allocate" in line and ": " in line
+                 and not line.startswith(" "))
+    assert [line for line in shown[error + 1:] if "Traceback" in line or "File " in line] == []
+    # torch's Module.__call__ takes its hooks' path under any global hook (layerscope's
+    # forward hooks): its own frames there are torch's, with or without the guard
+    assert _frame_list(shown[:error]) == _frame_list(expected[:-1]) != []
+    if where == "top":
+        assert shown[:error] == expected[:-1]
+    if limit == "2000TB":
+        assert shown[error] == expected[-1]
+    else:
+        assert shown[error].startswith("torch.OutOfMemoryError: layerscope --memory-limit: "
+                                       f"tried to allocate {2**50} bytes")
+    assert json.loads(out.read_text())["post_mortem"]["asked_bytes"] == 2**50
 
 
 @pytest.mark.parametrize("command", [["run"], ["train", "digits-cnn"]], ids=["run", "train"])

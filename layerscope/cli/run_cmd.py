@@ -168,7 +168,11 @@ _DISPATCH_WRAPPERS = (os.path.join("torch", "_compile.py"),
 def _print_script_traceback(exc: BaseException) -> None:
     """The traceback Python would print: from the script's first frame on, runpy's and
     layerscope's frames left out (also those in the middle: the hooks layerscope wraps around
-    backward, ``--memory-limit``'s check), in every exception of the chain."""
+    backward), in every exception of the chain. An error raised under one of layerscope's
+    dispatch modes (``--memory-limit``'s refusal, or the allocator failing in the op the mode
+    runs) loses everything from the mode's ``__torch_dispatch__`` inward and torch's wrappers
+    just outside it: the innermost frame is then where the op was called, as without
+    layerscope."""
     import runpy
 
     ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
@@ -180,18 +184,28 @@ def _print_script_traceback(exc: BaseException) -> None:
         if id(te) in seen:
             continue
         seen.add(id(te))
-        frames = list(te.stack)
-        if frames and frames[-1].filename.startswith(ours):
-            # raised in layerscope's code that torch called (--memory-limit's dispatch mode):
-            # torch's wrappers around that call go too, so the innermost frame is torch's op,
-            # as when the allocator itself fails
-            while frames and (frames[-1].filename.startswith(ours)
-                              or frames[-1].filename.endswith(_DISPATCH_WRAPPERS)):
-                frames.pop()
+        frames = _without_interception(list(te.stack), ours)
         te.stack = traceback.StackSummary.from_list(
             [f for f in frames if not f.filename.startswith(ours)])
         todo += [t for t in (te.__cause__, te.__context__) if t is not None]
     print("".join(shown.format()), end="", file=sys.stderr)
+
+
+def _without_interception(frames: list, ours: tuple[str, ...]) -> list:
+    """``frames`` (outermost first) cut at layerscope's interception of an op: from the
+    outermost ``__torch_dispatch__`` of layerscope's on (or, an error raised in other code of
+    layerscope's that torch called, its innermost frames), with torch's dispatch wrappers just
+    outside it."""
+    cut = next((i for i, f in enumerate(frames)
+                if f.filename.startswith(ours) and f.name == "__torch_dispatch__"), None)
+    if cut is not None:
+        frames = frames[:cut]
+    elif not (frames and frames[-1].filename.startswith(ours)):
+        return frames
+    while frames and (frames[-1].filename.startswith(ours)
+                      or frames[-1].filename.endswith(_DISPATCH_WRAPPERS)):
+        frames.pop()
+    return frames
 
 
 def _compiled(path: str) -> Any:
