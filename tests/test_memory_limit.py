@@ -181,18 +181,41 @@ def test_without_the_flag_nothing_is_watched(tmp_path, script):
 
 
 def test_train_with_a_tiny_limit(tmp_path):
-    run_dir = tmp_path / "run"
-    code, out, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet", "--memory-limit",
-                             "1MB", "--out", str(run_dir))
+    """The train report carries the post-mortem, as run's does: in RUN_DIR/report.json, -o's
+    file and the terminal table; the summary line on stderr; exit status 1."""
+    run_dir, out = tmp_path / "run", tmp_path / "r.json"
+    code, _, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet", "--memory-limit",
+                           "1MB", "--out", str(run_dir), "-o", str(out))
     assert code == 1
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if not line.startswith("wrote ")]
     assert len(lines) == 1 and lines[0].startswith("layerscope: out of memory in ")
-    assert lines[0].endswith(f"(post-mortem in {run_dir / 'post_mortem.json'})")
-    pm = json.loads((run_dir / "post_mortem.json").read_text())
+    assert "post-mortem in" not in lines[0]
+    report = json.loads(out.read_text())
+    assert json.loads((run_dir / "report.json").read_text()) == report
+    assert not (run_dir / "post_mortem.json").exists()
+    pm = report["post_mortem"]
     assert pm["limit_bytes"] == 1_000_000 and pm["phase"] == "forward"
     assert sum(r["bytes"] for r in pm["by_module_kind"]) == pm["live_bytes"]
     assert pm["live_bytes"] <= 1_000_000 < pm["live_bytes"] + pm["asked_bytes"]
-    assert not (run_dir / "report.json").exists()
+    # the first step (batch 64) does not fit: no step measured, no final model
+    assert report["breakdown"]["steps"] == 0 and report["step_seconds"] == []
+    assert "training stopped out of memory in step 1; the breakdown covers the steps before " \
+           "it" in report["notes"]
+    assert not (run_dir / "model.pt").exists()
+    code, shown, _ = run_cli("render", str(out), "--width", "120")
+    assert code == 0 and f"Out of memory in (top level) (forward, {pm['op']})" in shown
+
+
+def test_train_out_of_memory_before_the_first_step(tmp_path):
+    """A limit the model's own parameters pass: the report of no step, with the post-mortem,
+    on standard output (no -o)."""
+    code, shown, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet",
+                               "--memory-limit", "10KB", "--out", str(tmp_path / "run"),
+                               "--format", "json")
+    assert code == 1 and err.startswith("layerscope: out of memory in ")
+    report = json.loads(shown)
+    assert report["post_mortem"]["limit_bytes"] == 10_000 and report["epochs"] == []
+    assert report["notes"][-1].startswith("training stopped out of memory before its first step")
 
 
 # A script whose allocation the CPU allocator itself refuses (2**50 bytes: beyond the address
