@@ -137,22 +137,22 @@ def test_oom_in_forward_leaves_the_scripts_traceback_and_a_post_mortem(tmp_path,
     assert lines[-3].startswith("torch.OutOfMemoryError: layerscope --memory-limit: tried to "
                                 "allocate 524288 bytes in fc1 (addmm, forward)")
     # then the summary, after the traceback
-    assert lines[-2] == ("layerscope: out of memory in fc1 (forward) asking 0.5 MB with 2.4 MB "
-                         "live of a 2.9 MB limit: inputs of (top level) hold 66.2%")
+    assert lines[-2] == ("layerscope: out of memory in fc1 (forward, step 4) asking 0.5 MB with "
+                         "2.4 MB live of a 2.9 MB limit: inputs of (top level) hold 66.2%")
     pm = json.loads(out.read_text())["post_mortem"]
     assert {k: v for k, v in pm.items() if k != "by_module_kind"} == {
         "error": "torch.OutOfMemoryError", "limit_bytes": 2_900_000,
         "asked_bytes": 512 * 256 * 4, "op": "addmm", "module": "fc1", "phase": "forward",
-        "live_bytes": sum(b for _, _, b in LIVE)}
+        "live_bytes": sum(b for _, _, b in LIVE), "step": 4}
     assert [(r["module"], r["kind"], r["bytes"]) for r in pm["by_module_kind"]] == LIVE
     assert pm["live_bytes"] + pm["asked_bytes"] > pm["limit_bytes"] >= pm["live_bytes"]
     # the terminal and HTML views show the live set as a table
     code, _, _ = run_cli("render", str(out), "-o", str(tmp_path / "r.html"))
     assert code == 0
     html = (tmp_path / "r.html").read_text()
-    assert "Out of memory in fc1 (forward, addmm)" in html and "share of live" in html
+    assert "Out of memory in fc1 (forward, addmm, step 4)" in html and "share of live" in html
     code, shown, _ = run_cli("render", str(out), "--width", "120")
-    assert code == 0 and "Out of memory in fc1 (forward, addmm)" in shown
+    assert code == 0 and "Out of memory in fc1 (forward, addmm, step 4)" in shown
 
 
 def test_a_script_that_catches_the_oom_goes_on(tmp_path, script):
@@ -203,7 +203,7 @@ def test_train_with_a_tiny_limit(tmp_path):
            "it" in report["notes"]
     assert not (run_dir / "model.pt").exists()
     code, shown, _ = run_cli("render", str(out), "--width", "120")
-    assert code == 0 and f"Out of memory in (top level) (forward, {pm['op']})" in shown
+    assert code == 0 and f"Out of memory in (top level) (forward, {pm['op']}, step 1)" in shown
 
 
 def test_train_out_of_memory_before_the_first_step(tmp_path):
@@ -347,3 +347,98 @@ def test_the_option_is_declared_once_for_run_and_train():
     assert subs["run"].parse_args(["--memory-limit", "2GiB", "s.py"]).memory_limit == 2**30 * 2
     assert subs["train"].parse_args(["mnist-cnn", "--memory-limit", "512MB"]).memory_limit \
         == 512 * 10**6
+
+
+# The MNIST example's loop, failing out of memory in its third step, without --memory-limit:
+# in forward the CPU allocator itself (2**50 bytes in the head), in backward a CUDA-style
+# torch.OutOfMemoryError from an autograd function, in the loss a MemoryError.
+REAL_OOM = textwrap.dedent("""\
+    import sys
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    WHERE = sys.argv[1]
+
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            if grad.shape[0] == 64 and WHERE == "backward":
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                    "capacity of 79.19 GiB")
+            return grad * 2
+
+
+    class Head(nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 64 and WHERE == "forward":
+                x.new_empty(2**50, dtype=torch.uint8)
+            return Scale.apply(x)
+
+
+    class Loss(nn.CrossEntropyLoss):
+        def forward(self, out, target):
+            if out.shape[0] == 64 and WHERE == "loss":
+                raise MemoryError()
+            return super().forward(out, target)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 4)
+            self.head = Head()
+
+        def forward(self, x):
+            return self.head(self.fc1(x))
+
+
+    model, loss_fn = Net(), Loss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for batch in (8, 8, 64):
+        loss = loss_fn(model(torch.randn(batch, 8)), torch.zeros(batch, dtype=torch.long))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"batch {batch}")
+    """)
+
+
+@pytest.mark.parametrize("where,error,asked,module", [
+    ("forward", "RuntimeError", 2**50, "head"),
+    ("backward", "torch.OutOfMemoryError", 20 * 2**20, ""),
+    ("loss", "MemoryError", None, "(top level)"),
+])
+def test_a_real_oom_without_the_flag_gets_a_post_mortem(tmp_path, where, error, asked, module):
+    """No tensor is tracked: the report says the run ended out of memory, with the error, the
+    bytes its message names, the phase and the step (from the error's traceback and the
+    steps seen), and that the module x kind table needs --memory-limit."""
+    (tmp_path / "oom.py").write_text(REAL_OOM)
+    out = tmp_path / "r.json"
+    bare = _python("oom.py", where, cwd=tmp_path)
+    run = _python("-m", "layerscope", "run", "-o", str(out), "oom.py", where, cwd=tmp_path)
+    assert run.returncode == bare.returncode == 1, run.stderr
+    assert run.stdout == bare.stdout == "batch 8\nbatch 8\n"
+    pm = json.loads(out.read_text())["post_mortem"]
+    # the loss module is called outside the model: it is the top level of its own call
+    assert pm == {"error": error, "limit_bytes": None, "asked_bytes": asked, "op": None,
+                  "module": "" if module == "(top level)" else module, "phase": where,
+                  "live_bytes": None, "by_module_kind": [], "step": 3}
+    shown_where = f"{module or '(top level)'} ({where}, step 3)"
+    asking = f" asking {asked / 1e6:.1f} MB" if asked is not None else ""
+    assert (f"layerscope: out of memory in {shown_where}{asking} ({error}): what was alive is "
+            "tracked only with --memory-limit SIZE (any size, e.g. above the machine's memory: "
+            "every tensor is then counted by module and kind)") in run.stderr.splitlines()
+    code, shown, _ = run_cli("render", str(out), "--width", "200")
+    assert code == 0 and f"out of memory in {shown_where}" in shown
+    assert "alive at the failure" not in shown  # no empty table on the terminal
+    code, _, _ = run_cli("render", str(out), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and "tracked only with --memory-limit SIZE" in (
+        tmp_path / "r.html").read_text()

@@ -834,6 +834,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
             stopped = post_mortem_of(exc) if post_mortem_of is not None else None
             if stopped is None:
                 raise
+            stopped["step"] = run.global_step + 1
             # the error (and the step's tensors its traceback holds) goes here
             run.notes.append(f"training stopped out of memory in step {run.global_step + 1}; "
                              "the breakdown covers the steps before it")
