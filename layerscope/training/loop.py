@@ -838,6 +838,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
             # the error (and the step's tensors its traceback holds) goes here
             run.notes.append(f"training stopped out of memory in step {run.global_step + 1}; "
                              "the breakdown covers the steps before it")
+            run.notes.append("MFU not given: training stopped out of memory (the model's "
+                             "FLOPs are not counted after the failure)")
     efficiency = None
     if stopped is None:
         with unprofiled():
