@@ -351,7 +351,8 @@ def test_the_option_is_declared_once_for_run_and_train():
 
 # The MNIST example's loop, failing out of memory in its third step, without --memory-limit:
 # in forward the CPU allocator itself (2**50 bytes in the head), in backward a CUDA-style
-# torch.OutOfMemoryError from an autograd function, in the loss a MemoryError.
+# torch.OutOfMemoryError from an autograd function, in the loss and the optimizer's step a
+# MemoryError.
 REAL_OOM = textwrap.dedent("""\
     import sys
 
@@ -400,8 +401,15 @@ REAL_OOM = textwrap.dedent("""\
             return self.head(self.fc1(x))
 
 
+    class SGD(torch.optim.SGD):
+        def step(self, closure=None):
+            if batch == 64 and WHERE == "optimizer":
+                raise MemoryError()
+            return super().step(closure)
+
+
     model, loss_fn = Net(), Loss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    optimizer = SGD(model.parameters(), lr=0.01)
     for batch in (8, 8, 64):
         loss = loss_fn(model(torch.randn(batch, 8)), torch.zeros(batch, dtype=torch.long))
         loss.backward()
@@ -415,6 +423,7 @@ REAL_OOM = textwrap.dedent("""\
     ("forward", "RuntimeError", 2**50, "head"),
     ("backward", "torch.OutOfMemoryError", 20 * 2**20, ""),
     ("loss", "MemoryError", None, "(top level)"),
+    ("optimizer", "MemoryError", None, ""),
 ])
 def test_a_real_oom_without_the_flag_gets_a_post_mortem(tmp_path, where, error, asked, module):
     """No tensor is tracked: the report says the run ended out of memory, with the error, the
