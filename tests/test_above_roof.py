@@ -50,7 +50,7 @@ def _stale_profile(monkeypatch, ceilings=STALE) -> Report:
 
     monkeypatch.setattr(roofline, "ceilings", lambda *a, **k: ceilings)
     report = profile_report()
-    runtime._place_on_roofline(report, "cpu", torch.float32, 2)
+    runtime.place_on_roofline(report, "cpu", torch.float32, 2)
     return Report.from_dict(json.loads(json.dumps(report.to_dict())))
 
 

@@ -73,17 +73,22 @@ def layer_of(module: str) -> str:
     return layer
 
 
+def _from(module: str, node: ast.ImportFrom) -> str:
+    """The module ``from X import ...`` in ``module`` names (a relative import resolved)."""
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    parent = parts if MODULES[module].endswith("__init__.py") else parts[:-1]
+    parent = parent[: len(parent) - node.level + 1]
+    return ".".join(parent + ([node.module] if node.module else []))
+
+
 def _imported(module: str, node: ast.AST) -> list[str]:
     """The package's modules an import statement loads (relative imports resolved)."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom):
-        base = node.module or ""
-        if node.level:
-            parts = module.split(".")
-            parent = parts if MODULES[module].endswith("__init__.py") else parts[:-1]
-            parent = parent[: len(parent) - node.level + 1]
-            base = ".".join(parent + ([node.module] if node.module else []))
+        base = _from(module, node)
         # `from pkg import sub` loads pkg and pkg.sub; `from pkg import name` loads pkg
         names = [base] + [f"{base}.{a.name}" for a in node.names]
         if base == PACKAGE:  # the root is always loaded: only a name from it is an edge to it
@@ -205,6 +210,31 @@ def test_public_aliases_are_not_imported_inside():
     wrong = [f"{MODULES[m]}:{line}: import {PUBLIC_ALIASES[t]} instead of {t}"
              for m in MODULES for t, line in _edges(m, with_lines=True) if t in PUBLIC_ALIASES]
     assert not wrong, "\n".join(wrong)
+
+
+def _private_imports() -> list[str]:
+    """``from layerscope.x import _name`` in a module other than ``layerscope.x`` (relative
+    imports resolved): where -> the name. A private module (``_sub``) may be imported."""
+    found = []
+    for module in sorted(MODULES):
+        tree = ast.parse(open(os.path.join(ROOT, MODULES[module]), encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _from(module, node)
+            if base != module and (base == PACKAGE or base.startswith(PACKAGE + ".")):
+                found += [f"{MODULES[module]}:{node.lineno}: {base}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")
+                          and f"{base}.{a.name}" not in MODULES]
+    return found
+
+
+def test_no_private_names_across_modules():
+    """A module takes only public names from the package's other modules: a name with a
+    leading underscore is its own module's; what several modules share is public, in the
+    module where its logic belongs."""
+    wrong = _private_imports()
+    assert not wrong, "private names imported from another module:\n" + "\n".join(wrong)
 
 
 def test_views_draw_nothing():

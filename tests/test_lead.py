@@ -86,6 +86,10 @@ CASES = [
     ("mfu-old-result", _train(data=0.0), {"advice": []},
      "step 38.0 ms, MFU not given: the result holds no efficiency section (saved by an "
      "earlier release); data loading 0% of the step — no advice rule fired"),
+    ("mfu-out-of-memory-first-step", {**_train(data=0.0), "step_seconds": [],
+                                      "post_mortem": {"error": "MemoryError"}}, {"advice": []},
+     "MFU not given: the run ended out of memory before a step was measured; "
+     "data loading 0% of the step — no advice rule fired"),
     # a GPU: the measured peak and the datasheet's
     ("datasheet", _train(step_s=0.0042, data=0.05, efficiency=_eff(
         0.052, datasheet={"mfu": 0.031, "peak_source": "H100 SXM datasheet (bf16, dense)"})),

@@ -103,6 +103,13 @@ def _frames(stderr: str, script: str) -> list[tuple[str, str]]:
     return re.findall(rf'File "[^"]*{re.escape(script)}", line (\d+), in (\S+)', stderr)
 
 
+def _frame_list(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(file, line, function) of a traceback's frames, torch's nn.Module call frames left
+    out."""
+    return [f for f in re.findall(r'File "([^"]*)", line (\d+), in (\S+)', "\n".join(lines))
+            if not f[0].endswith(os.path.join("torch", "nn", "modules", "module.py"))]
+
+
 @pytest.fixture
 def script(tmp_path):
     (tmp_path / "bare.py").write_text(BARE)
@@ -130,22 +137,22 @@ def test_oom_in_forward_leaves_the_scripts_traceback_and_a_post_mortem(tmp_path,
     assert lines[-3].startswith("torch.OutOfMemoryError: layerscope --memory-limit: tried to "
                                 "allocate 524288 bytes in fc1 (addmm, forward)")
     # then the summary, after the traceback
-    assert lines[-2] == ("layerscope: out of memory in fc1 (forward) asking 0.5 MB with 2.4 MB "
-                         "live of a 2.9 MB limit: inputs of (top level) hold 66.2%")
+    assert lines[-2] == ("layerscope: out of memory in fc1 (forward, step 4) asking 0.5 MB with "
+                         "2.4 MB live of a 2.9 MB limit: inputs of (top level) hold 66.2%")
     pm = json.loads(out.read_text())["post_mortem"]
     assert {k: v for k, v in pm.items() if k != "by_module_kind"} == {
         "error": "torch.OutOfMemoryError", "limit_bytes": 2_900_000,
         "asked_bytes": 512 * 256 * 4, "op": "addmm", "module": "fc1", "phase": "forward",
-        "live_bytes": sum(b for _, _, b in LIVE)}
+        "live_bytes": sum(b for _, _, b in LIVE), "step": 4}
     assert [(r["module"], r["kind"], r["bytes"]) for r in pm["by_module_kind"]] == LIVE
     assert pm["live_bytes"] + pm["asked_bytes"] > pm["limit_bytes"] >= pm["live_bytes"]
     # the terminal and HTML views show the live set as a table
     code, _, _ = run_cli("render", str(out), "-o", str(tmp_path / "r.html"))
     assert code == 0
     html = (tmp_path / "r.html").read_text()
-    assert "Out of memory in fc1 (forward, addmm)" in html and "share of live" in html
+    assert "Out of memory in fc1 (forward, addmm, step 4)" in html and "share of live" in html
     code, shown, _ = run_cli("render", str(out), "--width", "120")
-    assert code == 0 and "Out of memory in fc1 (forward, addmm)" in shown
+    assert code == 0 and "Out of memory in fc1 (forward, addmm, step 4)" in shown
 
 
 def test_a_script_that_catches_the_oom_goes_on(tmp_path, script):
@@ -174,18 +181,104 @@ def test_without_the_flag_nothing_is_watched(tmp_path, script):
 
 
 def test_train_with_a_tiny_limit(tmp_path):
-    run_dir = tmp_path / "run"
-    code, out, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet", "--memory-limit",
-                             "1MB", "--out", str(run_dir))
+    """The train report carries the post-mortem, as run's does: in RUN_DIR/report.json, -o's
+    file and the terminal table; the summary line on stderr; exit status 1."""
+    run_dir, out = tmp_path / "run", tmp_path / "r.json"
+    code, _, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet", "--memory-limit",
+                           "1MB", "--out", str(run_dir), "-o", str(out))
     assert code == 1
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if not line.startswith("wrote ")]
     assert len(lines) == 1 and lines[0].startswith("layerscope: out of memory in ")
-    assert lines[0].endswith(f"(post-mortem in {run_dir / 'post_mortem.json'})")
-    pm = json.loads((run_dir / "post_mortem.json").read_text())
+    assert "post-mortem in" not in lines[0]
+    report = json.loads(out.read_text())
+    assert json.loads((run_dir / "report.json").read_text()) == report
+    assert not (run_dir / "post_mortem.json").exists()
+    pm = report["post_mortem"]
     assert pm["limit_bytes"] == 1_000_000 and pm["phase"] == "forward"
     assert sum(r["bytes"] for r in pm["by_module_kind"]) == pm["live_bytes"]
     assert pm["live_bytes"] <= 1_000_000 < pm["live_bytes"] + pm["asked_bytes"]
-    assert not (run_dir / "report.json").exists()
+    # the first step (batch 64) does not fit: no step measured, no final model
+    assert report["breakdown"]["steps"] == 0 and report["step_seconds"] == []
+    assert "training stopped out of memory in step 1; the breakdown covers the steps before " \
+           "it" in report["notes"]
+    assert not (run_dir / "model.pt").exists()
+    code, shown, _ = run_cli("render", str(out), "--width", "120")
+    assert code == 0 and f"Out of memory in (top level) (forward, {pm['op']}, step 1)" in shown
+
+
+def test_train_out_of_memory_before_the_first_step(tmp_path):
+    """A limit the model's own parameters pass: the report of no step, with the post-mortem,
+    on standard output (no -o)."""
+    code, shown, err = run_cli("train", "digits-cnn", "--synthetic", "--quiet",
+                               "--memory-limit", "10KB", "--out", str(tmp_path / "run"),
+                               "--format", "json")
+    assert code == 1 and err.startswith("layerscope: out of memory in ")
+    report = json.loads(shown)
+    assert report["post_mortem"]["limit_bytes"] == 10_000 and report["epochs"] == []
+    assert report["notes"][-1].startswith("training stopped out of memory before its first step")
+
+
+# A script whose allocation the CPU allocator itself refuses (2**50 bytes: beyond the address
+# space on any Linux), at the top level and inside a module's forward, as a PyTorch example
+# would call it.
+HUGE = textwrap.dedent("""\
+    import sys
+
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x = self.fc(x)
+            return x.new_empty(2**50, dtype=torch.uint8)
+
+
+    def main():
+        print("start")
+        if sys.argv[1] == "top":
+            torch.empty(2**50, dtype=torch.uint8)
+        Net()(torch.ones(2, 4))
+
+
+    main()
+    """)
+
+
+@pytest.mark.parametrize("where", ["top", "forward"])
+@pytest.mark.parametrize("limit", ["2000TB", "10TB"], ids=["allocator-fails", "guard-refuses"])
+def test_the_traceback_is_the_bare_scripts(tmp_path, where, limit):
+    """Under --memory-limit the traceback has the bare script's frames: nothing of the guard
+    that ran the op (its __torch_dispatch__, torch's wrappers around it, torch's op inside it);
+    with the allocator's own failure (the limit is above 2**50 bytes) the same last line too."""
+    (tmp_path / "s.py").write_text(HUGE)
+    bare = _python("s.py", where, cwd=tmp_path)
+    out = tmp_path / "r.json"
+    run = _python("-m", "layerscope", "run", "--memory-limit", limit, "-o", str(out), "--",
+                  "python", "s.py", where, cwd=tmp_path)
+    assert run.returncode == bare.returncode == 1, run.stderr
+    assert run.stdout == bare.stdout == "start\n"
+    expected = bare.stderr.splitlines()
+    assert "can't allocate memory" in expected[-1] and expected[0].startswith("Traceback")
+    shown = run.stderr.splitlines()
+    error = next(i for i, line in enumerate(shown) if "allocate" in line and ": " in line
+                 and not line.startswith(" "))
+    assert [line for line in shown[error + 1:] if "Traceback" in line or "File " in line] == []
+    # torch's Module.__call__ takes its hooks' path under any global hook (layerscope's
+    # forward hooks): its own frames there are torch's, with or without the guard
+    assert _frame_list(shown[:error]) == _frame_list(expected[:-1]) != []
+    if where == "top":
+        assert shown[:error] == expected[:-1]
+    if limit == "2000TB":
+        assert shown[error] == expected[-1]
+    else:
+        assert shown[error].startswith("torch.OutOfMemoryError: layerscope --memory-limit: "
+                                       f"tried to allocate {2**50} bytes")
+    assert json.loads(out.read_text())["post_mortem"]["asked_bytes"] == 2**50
 
 
 @pytest.mark.parametrize("command", [["run"], ["train", "digits-cnn"]], ids=["run", "train"])
@@ -254,3 +347,107 @@ def test_the_option_is_declared_once_for_run_and_train():
     assert subs["run"].parse_args(["--memory-limit", "2GiB", "s.py"]).memory_limit == 2**30 * 2
     assert subs["train"].parse_args(["mnist-cnn", "--memory-limit", "512MB"]).memory_limit \
         == 512 * 10**6
+
+
+# The MNIST example's loop, failing out of memory in its third step, without --memory-limit:
+# in forward the CPU allocator itself (2**50 bytes in the head), in backward a CUDA-style
+# torch.OutOfMemoryError from an autograd function, in the loss and the optimizer's step a
+# MemoryError.
+REAL_OOM = textwrap.dedent("""\
+    import sys
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    WHERE = sys.argv[1]
+
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            if grad.shape[0] == 64 and WHERE == "backward":
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                    "capacity of 79.19 GiB")
+            return grad * 2
+
+
+    class Head(nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 64 and WHERE == "forward":
+                x.new_empty(2**50, dtype=torch.uint8)
+            return Scale.apply(x)
+
+
+    class Loss(nn.CrossEntropyLoss):
+        def forward(self, out, target):
+            if out.shape[0] == 64 and WHERE == "loss":
+                raise MemoryError()
+            return super().forward(out, target)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 4)
+            self.head = Head()
+
+        def forward(self, x):
+            return self.head(self.fc1(x))
+
+
+    class SGD(torch.optim.SGD):
+        def step(self, closure=None):
+            if batch == 64 and WHERE == "optimizer":
+                raise MemoryError()
+            return super().step(closure)
+
+
+    model, loss_fn = Net(), Loss()
+    optimizer = SGD(model.parameters(), lr=0.01)
+    for batch in (8, 8, 64):
+        loss = loss_fn(model(torch.randn(batch, 8)), torch.zeros(batch, dtype=torch.long))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"batch {batch}")
+    """)
+
+
+@pytest.mark.parametrize("where,error,asked,module", [
+    ("forward", "RuntimeError", 2**50, "head"),
+    ("backward", "torch.OutOfMemoryError", 20 * 2**20, ""),
+    ("loss", "MemoryError", None, "(top level)"),
+    ("optimizer", "MemoryError", None, ""),
+])
+def test_a_real_oom_without_the_flag_gets_a_post_mortem(tmp_path, where, error, asked, module):
+    """No tensor is tracked: the report says the run ended out of memory, with the error, the
+    bytes its message names, the phase and the step (from the error's traceback and the
+    steps seen), and that the module x kind table needs --memory-limit."""
+    (tmp_path / "oom.py").write_text(REAL_OOM)
+    out = tmp_path / "r.json"
+    bare = _python("oom.py", where, cwd=tmp_path)
+    run = _python("-m", "layerscope", "run", "-o", str(out), "oom.py", where, cwd=tmp_path)
+    assert run.returncode == bare.returncode == 1, run.stderr
+    assert run.stdout == bare.stdout == "batch 8\nbatch 8\n"
+    pm = json.loads(out.read_text())["post_mortem"]
+    # the loss module is called outside the model: it is the top level of its own call
+    assert pm == {"error": error, "limit_bytes": None, "asked_bytes": asked, "op": None,
+                  "module": "" if module == "(top level)" else module, "phase": where,
+                  "live_bytes": None, "by_module_kind": [], "step": 3}
+    shown_where = f"{module or '(top level)'} ({where}, step 3)"
+    asking = f" asking {asked / 1e6:.1f} MB" if asked is not None else ""
+    assert (f"layerscope: out of memory in {shown_where}{asking} ({error}): what was alive is "
+            "tracked only with --memory-limit SIZE (any size, e.g. above the machine's memory: "
+            "every tensor is then counted by module and kind)") in run.stderr.splitlines()
+    code, shown, _ = run_cli("render", str(out), "--width", "200")
+    assert code == 0 and f"out of memory in {shown_where}" in shown
+    assert "alive at the failure" not in shown  # no empty table on the terminal
+    code, _, _ = run_cli("render", str(out), "-o", str(tmp_path / "r.html"))
+    assert code == 0 and "tracked only with --memory-limit SIZE" in (
+        tmp_path / "r.html").read_text()

@@ -34,6 +34,7 @@ hooks and the mode are removed on exit.
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -350,6 +351,63 @@ def is_out_of_memory(exc: BaseException) -> bool:
     ``RuntimeError`` torch's CPU allocator raises."""
     return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
         isinstance(exc, RuntimeError) and _CPU_OOM in str(exc))
+
+
+def _error_name(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}".replace("builtins.", "")
+
+
+def out_of_memory_in(exc: BaseException | None) -> BaseException | None:
+    """The real out-of-memory error ``exc`` is, or has in its cause/context chain; None."""
+    for _ in range(32):
+        if exc is None or is_out_of_memory(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def where_failed(exc: BaseException) -> tuple[str, str]:
+    """(phase, module) of an error, read from its traceback once it was raised (nothing is
+    tracked before): the innermost of ``optimizer.step()`` ("optimizer"), the autograd
+    engine ("backward") and a module's call ("forward", "loss" for a loss module; the
+    module named from the outermost module called, "" for that one); "other" outside them."""
+    from torch.nn.modules.loss import _Loss
+
+    sep = os.sep
+    optim = f"torch{sep}optim{sep}"
+    autograd = (f"torch{sep}autograd{sep}__init__.py", f"torch{sep}autograd{sep}graph.py")
+    module_py = f"torch{sep}nn{sep}modules{sep}module.py"
+    phase, calls = "other", []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if optim in code.co_filename:
+            phase, calls = "optimizer", []
+        elif code.co_filename.endswith(autograd):
+            phase, calls = "backward", []
+        elif code.co_filename.endswith(module_py) and code.co_name == "_call_impl":
+            called = tb.tb_frame.f_locals.get("self")
+            if isinstance(called, nn.Module):
+                calls.append(called)
+                phase = "loss" if isinstance(called, _Loss) else "forward"
+        tb = tb.tb_next
+    if not calls:
+        return phase, ""
+    names = {id(m): name for name, m in calls[0].named_modules(remove_duplicate=False)}
+    return phase, names.get(id(calls[-1]), type(calls[-1]).__name__)
+
+
+def untracked_post_mortem(exc: BaseException | None) -> dict[str, Any] | None:
+    """The post-mortem of a real out-of-memory error in a run without ``--memory-limit``
+    (None for any other end): the error, the bytes its message names and where it was raised
+    (``where_failed``); nothing was tracked, so no live set (``live_bytes`` None)."""
+    found = out_of_memory_in(exc)
+    if found is None:
+        return None
+    phase, module = where_failed(found)
+    return {"error": _error_name(found), "limit_bytes": None,
+            "asked_bytes": _asked_bytes(str(found)), "op": None, "module": module,
+            "phase": phase, "live_bytes": None, "by_module_kind": []}
 
 
 def _asked_bytes(message: str) -> int | None:
@@ -670,10 +728,8 @@ class LimitGuard(TorchDispatchMode):
                 if e is mine():
                     return pm
             if is_out_of_memory(e):
-                pm = self._post_mortem(None, _asked_bytes(str(e)),
-                                       f"{type(e).__module__}.{type(e).__qualname__}"
-                                       .replace("builtins.", ""))
-                pm["phase"], pm["module"] = "unknown", ""
+                pm = self._post_mortem(None, _asked_bytes(str(e)), _error_name(e))
+                pm["phase"], pm["module"] = where_failed(e)
                 return pm
             e = e.__cause__ or e.__context__
             seen += 1

@@ -83,7 +83,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     training = mode == "training"
     step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
     static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
-    report = _report(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
+    report = report_of_run(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
     report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
     report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
         if training else None
@@ -99,13 +99,13 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
                             "model's weights are on another device (or the meta device: a config "
                             "without weights); leave it out for the static figures",
                             arguments="measure")
-        rss = _PeakRss()
+        rss = PeakRss()
         cuda: list[dict[str, int]] = []
         around = rss if device == "cpu" else _with_cuda(rss, cuda)
         real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
                     around=around, device=device)
         report.measured_peak_bytes = real.log.peak()[1]
-        report.reconciliation = _reconcile(report.peak_bytes, real, rss)
+        report.reconciliation = reconciliation_of(report.peak_bytes, real, rss)
         if cuda:
             from layerscope.analysis.memory_cuda import fill_cuda
 
@@ -231,7 +231,7 @@ def _batch(inputs: list[Any]) -> int | None:
     return int(shape[0]) if shape else None
 
 
-def _with_cuda(rss: _PeakRss, into: list[dict[str, int]]):
+def _with_cuda(rss: PeakRss, into: list[dict[str, int]]):
     """``around`` for a measured step on CUDA: the resident set and the allocator's figures
     (``memory_cuda.cuda_figures``, appended to ``into``)."""
     from layerscope.analysis.memory_cuda import cuda_figures
@@ -324,7 +324,7 @@ class _UnknownSizes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _report(run, name: str, mode: str, inputs: str) -> MemoryReport:
+def report_of_run(run, name: str, mode: str, inputs: str) -> MemoryReport:
     from layerscope.analysis.memory_track import live_rows
 
     log = run.log
@@ -354,7 +354,7 @@ def _notes(training: bool, set_to_none: bool) -> list[str]:
     return out
 
 
-class _PeakRss:
+class PeakRss:
     """The growth of the process's peak resident set over a block (Linux: /proc/self; the peak is
     reset on entry by writing 5 to clear_refs). ``grown`` is None where it cannot be read."""
 
@@ -388,7 +388,7 @@ def _status(key: str) -> int | None:
     return None
 
 
-def _reconcile(static_peak: int | None, real, rss: _PeakRss) -> Reconciliation:
+def reconciliation_of(static_peak: int | None, real, rss: PeakRss) -> Reconciliation:
     """The measured run ``real`` beside ``static_peak`` (None: there was no static run, as for
     a script's own step) and the growth of the resident set ``rss`` saw."""
     measured = real.log.peak()[1]

@@ -132,7 +132,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
     """Per-operator time over ``runs`` profiled inferences (per-run figures), with ``threads``
     intra-op threads (as ``profile``); the ``noise`` section (core.noise) comes from the wall
     time of each profiled run."""
-    from layerscope.analysis.runtime import _prepare, check_device, intra_op_threads
+    from layerscope.analysis.runtime import check_device, intra_op_threads, prepare_model
 
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
@@ -149,7 +149,7 @@ def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = 
         check_output(trace, "trace")  # before the profiling, not after
     with intra_op_threads(threads):
         used = torch.get_num_threads()
-        loaded, module, xs = _prepare(model, inputs, batch_size, device, None)
+        loaded, module, xs = prepare_model(model, inputs, batch_size, device, None)
         prof, walls = _profile_runs(loaded.name, module, xs, device, runs, warmup,
                                     group_by_shape, memory, clock)
     rows, all_self, n_events = op_rows(prof, cuda=device == "cuda", runs=runs, top=top,

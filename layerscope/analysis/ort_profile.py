@@ -158,9 +158,9 @@ def profile_onnx(path: str, inputs: Any = None, *, batch_size: int | None = None
     if roofline:
         import torch
 
-        from layerscope.analysis.runtime import _place_on_roofline
+        from layerscope.analysis.runtime import place_on_roofline
 
-        _place_on_roofline(report, "cpu", torch.float32, threads or torch.get_num_threads())
+        place_on_roofline(report, "cpu", torch.float32, threads or torch.get_num_threads())
     return report
 
 
@@ -168,7 +168,7 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
           prof_s: list[float]) -> None:
     """Attach per-node statistics to the static rows; unknown (fused) nodes get rows.
     ``bare_s[i]`` and ``prof_s[i]`` are the wall times of the i-th interleaved pair."""
-    from layerscope.analysis.runtime import _by_type, _coverage, _share
+    from layerscope.analysis.runtime import coverage_of, share_of, type_timings
 
     e2e, inst = TimingStats.of(bare_s), TimingStats.of(prof_s)
     samples: dict[str, list[float]] = defaultdict(list)
@@ -192,7 +192,7 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
         row_samples.append(xs or [0.0])
         stats = TimingStats.of(row_samples[-1])
         row.time = stats
-        row.share = _share(row_samples[-1], walls, keep) if n else None
+        row.share = share_of(row_samples[-1], walls, keep) if n else None
         medians.append(stats.median_s)
         row.achieved = Achieved.at(row.macs, row.flops, row.bytes_read + row.bytes_written,
                                    stats.median_s)
@@ -202,9 +202,9 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
     report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(prof_s, bare_s)
     report.overhead = None if ratio is None else ratio - 1
-    report.coverage = _coverage(row_samples, walls) if n else None
+    report.coverage = coverage_of(row_samples, walls) if n else None
     if fused:
         report.notes.append(f"{len(fused)} node(s) onnxruntime created by fusing or rewriting the "
                             "graph are rows marked '(fused)': their static cost is that of the "
                             "nodes they replaced, which show no time of their own")
-    report.by_type = _by_type(report, row_samples, walls, keep) if n else []
+    report.by_type = type_timings(report, row_samples, walls, keep) if n else []

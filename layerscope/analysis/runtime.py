@@ -125,7 +125,7 @@ class _Runs:
         return self.runs if self.runs is not None else max(done + 1, 3)
 
 
-def _prepare(model: Any, inputs: Any, batch_size: int | None, device: str,
+def prepare_model(model: Any, inputs: Any, batch_size: int | None, device: str,
              dtype: torch.dtype | None, kwargs: dict[str, Any] | None = None):
     from layerscope.analysis.analyze_torch import load
 
@@ -174,7 +174,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                         arguments=("functions", "backward"))
     plan = _Runs(runs, min_time)
     with intra_op_threads(threads) as old_threads:
-        loaded, module, xs = _prepare(model, inputs, batch_size, device, dtype, kwargs)
+        loaded, module, xs = prepare_model(model, inputs, batch_size, device, dtype, kwargs)
         kw = real_kwargs(loaded.kwargs, device, dtype)
         flags = [(m, m.training) for m in module.modules()]
         try:
@@ -192,7 +192,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                     _measure_backward(report, module, xs, device, warmup, plan, clock,
                                       progress, kw)
             if roofline:
-                _place_on_roofline(report, device, dtype or torch.float32,
+                place_on_roofline(report, device, dtype or torch.float32,
                                    torch.get_num_threads())
         finally:
             for m, flag in flags:
@@ -290,7 +290,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         stats = TimingStats.of(xs_row)
         row_stats.append(stats)
         row.time = stats
-        row.share = _share(xs_row, instrumented, keep)
+        row.share = share_of(xs_row, instrumented, keep)
         row.achieved = Achieved.at(row.macs, row.flops, row.bytes_read + row.bytes_written,
                                    stats.median_s)
     order = sorted(range(len(row_stats)), key=lambda i: -row_stats[i].median_s)
@@ -300,24 +300,24 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     report.end_to_end = EndToEnd.of_runs(e2e, batch, inst)
     ratio = median_of_ratios(instrumented, bare)  # bare[i], instrumented[i]: one pair
     report.overhead = None if ratio is None else ratio - 1
-    report.coverage = _coverage(samples, instrumented)
-    report.by_type = _by_type(report, samples, instrumented, keep)
+    report.coverage = coverage_of(samples, instrumented)
+    report.by_type = type_timings(report, samples, instrumented, keep)
     report.noise = noise_section(e2e, machine, torch.get_num_threads(), row_stats)
 
 
-def _share(per_run: list[float], walls: list[float], keep: list[int]) -> float | None:
+def share_of(per_run: list[float], walls: list[float], keep: list[int]) -> float | None:
     """Mean over the kept runs of (time in that run / that run's wall time)."""
     fractions = [per_run[r] / walls[r] for r in keep if walls[r] > 0]
     return sum(fractions) / len(fractions) if fractions else None
 
 
-def _coverage(samples: list[list[float]], walls: list[float]) -> float | None:
+def coverage_of(samples: list[list[float]], walls: list[float]) -> float | None:
     """Median over runs of (sum of the rows' times in the run / the run's wall time)."""
     attributed = [sum(row[r] for row in samples) for r in range(len(walls))]
     return median_of_ratios(attributed, walls)
 
 
-def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
+def type_timings(report, samples, walls, keep) -> list[TypeTiming]:
     """Per type over the rows (never overlapping): a container type appears as its own-ops rows
     ("BasicBlock (own ops)") or as depth-cut subtrees, never on top of its leaves. Built from the
     same per-run times as the rows, so a type's share is the sum of its rows' shares."""
@@ -330,7 +330,7 @@ def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
         out.append(TypeTiming(type=type_name, layers=len(idx),
                               macs=sum(report.layers[i].macs for i in idx),
-                              time=TimingStats.of(per_run), share=_share(per_run, walls, keep)))
+                              time=TimingStats.of(per_run), share=share_of(per_run, walls, keep)))
     out.sort(key=lambda d: -d.time.median_s)
     return out
 
@@ -388,10 +388,10 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
     ratio = median_of_ratios(instrumented, bare)
     report.backward = BackwardTiming(end_to_end=e2e, instrumented=inst,
                                      overhead=None if ratio is None else ratio - 1,
-                                     coverage=_coverage(samples, instrumented))
+                                     coverage=coverage_of(samples, instrumented))
 
 
-def _place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) -> None:
+def place_on_roofline(report, device: str, dtype: torch.dtype, threads: int) -> None:
     from layerscope.analysis import roofline as rl
 
     ceil = rl.ceilings(device, dtype, threads)

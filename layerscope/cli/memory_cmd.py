@@ -58,10 +58,10 @@ _NOT_FOR_SCRIPTS = (("input", "--input"), ("batch_size", "--batch-size"),
 def _is_script(args) -> bool:
     """MODEL names a script to run: a .py file (a model file needs file.py:factory) or an
     interpreter (``python SCRIPT.py``)."""
-    from layerscope.cli.run_cmd import _is_interpreter
+    from layerscope.cli.script_target import is_interpreter
 
     model = args.model
-    return (model.endswith(".py") and os.path.isfile(model)) or _is_interpreter(model)
+    return (model.endswith(".py") and os.path.isfile(model)) or is_interpreter(model)
 
 
 def run(args) -> int:
@@ -84,18 +84,23 @@ def run(args) -> int:
 def _run_script(args) -> int:
     """Run the script as ``layerscope run`` does (its output and exit code its own), track its
     second training step, stop it there, and write the report (standard error unless -o)."""
-    from layerscope.cli.run_cmd import _absolute_outputs, _check_outputs, _target, _write, execute
+    from layerscope.cli.run_cmd import execute
+    from layerscope.cli.script_target import (
+        absolute_outputs,
+        check_script_outputs,
+        script_target,
+        show_report,
+    )
     from layerscope.training.memory_step import StepMemory
 
     for dest, flag in _NOT_FOR_SCRIPTS:
         if getattr(args, dest, None):
             raise UserError(f"{flag} is for a model given by name: a script's step uses the "
                             "script's own model, batch and optimizer; leave it out")
-    target, script_args, is_module = _target(SimpleNamespace(module=None,
-                                                             script=[args.model,
-                                                                     *args.script_args]))
-    _check_outputs(args)
-    _absolute_outputs(args)
+    target, script_args, is_module = script_target(
+        SimpleNamespace(module=None, script=[args.model, *args.script_args]))
+    check_script_outputs(args)
+    absolute_outputs(args)
     name = target if is_module else os.path.basename(target)
     tracker = StepMemory(name)
     failure: list[str] = []
@@ -106,5 +111,5 @@ def _run_script(args) -> int:
               "tracks the second training step (the first is the warm-up); no report",
               file=sys.stderr)
         return code or 2
-    _write(tracker.report(), None, args)
+    show_report(tracker.report(), args)
     return code

@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import traceback
 from typing import Any
 
 from layerscope.cli.common import (
-    OUTPUT_FOLDERS,
-    OUTPUT_OPTIONS,
     SHARED_OPTIONS,
     add_output,
     add_output_folder,
     add_settings,
-    check_outputs,
     write_output,
-    write_report_files,
+)
+from layerscope.cli.script_target import (
+    absolute_outputs,
+    check_script_outputs,
+    script_target,
+    show_report,
 )
 from layerscope.core.errors import UserError
 from layerscope.core.phases import STEP_PHASES
@@ -79,75 +80,6 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _target(args) -> tuple[str, list[str], bool]:
-    """(script path or module name, its arguments, is_module)."""
-    if args.module:
-        if args.script:
-            raise UserError("give a script or -m MODULE, not both")
-        return args.module[0], list(args.module[1:]), True
-    if args.module is not None:
-        raise UserError("-m needs a module name: layerscope run -m package.module [ARGS]")
-    if not args.script:
-        raise UserError("give the script to run: layerscope run [OPTIONS] SCRIPT.py [ARGS...]")
-    if args.script[0] == "--":  # run [OPTIONS] -- SCRIPT.py ARGS: the options end here
-        args.script = args.script[1:]
-        if not args.script:
-            raise UserError("give the script to run after --: layerscope run [OPTIONS] -- "
-                            "SCRIPT.py [ARGS...]")
-    if _is_interpreter(args.script[0]):  # run -- python SCRIPT.py: the script runs in this one
-        args.script = args.script[1:]
-        if args.script[:1] == ["-m"]:
-            if len(args.script) < 2:
-                raise UserError("-m needs a module name: layerscope run -m package.module [ARGS]")
-            return args.script[1], list(args.script[2:]), True
-        if not args.script or args.script[0].startswith("-"):
-            raise UserError("give the script after python: layerscope run [OPTIONS] -- python "
-                            "SCRIPT.py [ARGS...] (interpreter options such as -u are not taken: "
-                            "the script runs in layerscope's own interpreter)")
-    script = args.script[0]
-    if script.startswith("-"):
-        raise UserError(f"unknown option {script}: options go before the script (see --help)")
-    if os.path.isdir(script):
-        raise UserError(f"{script} is a folder: give the path of a Python file (or -m MODULE)")
-    if not os.path.isfile(script):
-        raise UserError(f"no such script {script}: give the path of a Python file")
-    return script, list(args.script[1:]), False
-
-
-INTERPRETER = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
-
-
-def _is_interpreter(word: str) -> bool:
-    """``python``, ``python3``, ``python3.11`` or this interpreter's path, typed before the
-    script as one would without layerscope (a Python file of that name is a script)."""
-    if os.path.isfile(word) and word.endswith(".py"):
-        return False
-    return (INTERPRETER.fullmatch(os.path.basename(word)) is not None
-            or os.path.realpath(word) == os.path.realpath(sys.executable))
-
-
-def _check_outputs(args) -> None:
-    """Every output path is checked before the script runs (nothing half-done after)."""
-    from layerscope.renderers import pick_format
-
-    if args.output == "-" and pick_format(args.format, args.output) == "png":
-        # standard output is the script's: a PNG there would be mixed into its output
-        raise UserError("--format png writes a binary file: give -o FILE.png")
-    check_outputs(args)
-
-
-def _absolute_outputs(args) -> None:
-    """Output paths (every file option and every folder the command creates, as cli.common
-    declares them) resolved against the working directory the command started in: a script
-    that changes directory (``os.chdir``) must not make ``-o r.json`` overwrite a file of its
-    new folder."""
-    folders = getattr(args, OUTPUT_FOLDERS, None) or ()
-    for _, dest in (*OUTPUT_OPTIONS, *folders):
-        path = getattr(args, dest, None)
-        if path and path != "-":
-            setattr(args, dest, os.path.abspath(path))
-
-
 def _exit_code(exc: SystemExit) -> int:
     """What the interpreter makes of ``sys.exit(code)``: None is 0, an int itself, anything
     else is printed to stderr and exits 1."""
@@ -168,7 +100,11 @@ _DISPATCH_WRAPPERS = (os.path.join("torch", "_compile.py"),
 def _print_script_traceback(exc: BaseException) -> None:
     """The traceback Python would print: from the script's first frame on, runpy's and
     layerscope's frames left out (also those in the middle: the hooks layerscope wraps around
-    backward, ``--memory-limit``'s check), in every exception of the chain."""
+    backward), in every exception of the chain. An error raised under one of layerscope's
+    dispatch modes (``--memory-limit``'s refusal, or the allocator failing in the op the mode
+    runs) loses everything from the mode's ``__torch_dispatch__`` inward and torch's wrappers
+    just outside it: the innermost frame is then where the op was called, as without
+    layerscope."""
     import runpy
 
     ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
@@ -180,18 +116,28 @@ def _print_script_traceback(exc: BaseException) -> None:
         if id(te) in seen:
             continue
         seen.add(id(te))
-        frames = list(te.stack)
-        if frames and frames[-1].filename.startswith(ours):
-            # raised in layerscope's code that torch called (--memory-limit's dispatch mode):
-            # torch's wrappers around that call go too, so the innermost frame is torch's op,
-            # as when the allocator itself fails
-            while frames and (frames[-1].filename.startswith(ours)
-                              or frames[-1].filename.endswith(_DISPATCH_WRAPPERS)):
-                frames.pop()
+        frames = _without_interception(list(te.stack), ours)
         te.stack = traceback.StackSummary.from_list(
             [f for f in frames if not f.filename.startswith(ours)])
         todo += [t for t in (te.__cause__, te.__context__) if t is not None]
     print("".join(shown.format()), end="", file=sys.stderr)
+
+
+def _without_interception(frames: list, ours: tuple[str, ...]) -> list:
+    """``frames`` (outermost first) cut at layerscope's interception of an op: from the
+    outermost ``__torch_dispatch__`` of layerscope's on (or, an error raised in other code of
+    layerscope's that torch called, its innermost frames), with torch's dispatch wrappers just
+    outside it."""
+    cut = next((i for i, f in enumerate(frames)
+                if f.filename.startswith(ours) and f.name == "__torch_dispatch__"), None)
+    if cut is not None:
+        frames = frames[:cut]
+    elif not (frames and frames[-1].filename.startswith(ours)):
+        return frames
+    while frames and (frames[-1].filename.startswith(ours)
+                      or frames[-1].filename.endswith(_DISPATCH_WRAPPERS)):
+        frames.pop()
+    return frames
 
 
 def _compiled(path: str) -> Any:
@@ -442,11 +388,11 @@ def run(args) -> int:
     from layerscope.training.watch import Watch
     from layerscope.training.whatif import WhatIf
 
-    target, script_args, is_module = _target(args)
+    target, script_args, is_module = script_target(args)
     if args.functions and not args.layers:
         raise UserError("--functions splits the --layers rows: add --layers")
-    _check_outputs(args)  # in the words the user typed
-    _absolute_outputs(args)
+    check_script_outputs(args)  # in the words the user typed
+    absolute_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
         _check_startable(target, is_module)  # once here, not one error line per rank
         return _launch(args)
@@ -518,23 +464,8 @@ def _own_processes_advice(group: dict | None) -> list[str]:
 
 
 def _write(report, watch, args) -> None:
-
-    from rich.console import Console
-
-    from layerscope.cli.common import emit
-    from layerscope.renderers import pick_format, render
-    from layerscope.renderers.terminal import render_table
-
-    if args.output:
-        emit(report, args)  # to the file (or "-": standard output, as asked)
-    else:  # standard error: the script's standard output stays its own
-        fmt = pick_format(args.format, None)
-        if fmt == "table":
-            Console(stderr=True, width=args.width or (None if sys.stderr.isatty() else 160),
-                    highlight=False).print(render_table(report))
-        else:
-            sys.stderr.write(render(report, fmt, width=args.width or 160))
-        write_report_files(report, args)
+    """The report (``show_report``), then the watched rank's own files."""
+    show_report(report, args)
     if watch is not None:
         _write_files(watch, args, getattr(report, "efficiency", None))
 

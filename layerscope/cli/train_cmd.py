@@ -108,10 +108,10 @@ def run(args) -> int:
             try:
                 report = train(config, progress=progress,
                                on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
-            except OutOfMemory as oom:  # the recipe's run is too big: one line, exit 1
+            except OutOfMemory as oom:  # the recipe's run is too big: the report, exit 1
                 if env is None or env.rank == 0:
-                    where = f" (post-mortem in {oom.path})" if oom.path else ""
-                    print(post_mortem_line(oom.post_mortem) + where, file=sys.stderr)
+                    print(post_mortem_line(oom.post_mortem), file=sys.stderr)
+                    emit(oom.report, args)
                 return 1
             except AlreadyFinished as done:
                 if env is None or env.rank == 0:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from layerscope.core import values
 from layerscope.core.errors import UserError
-from layerscope.renderers.html.svg import _names_its_category, category_labels, with_thinning_note
+from layerscope.renderers.html.svg import category_labels, names_its_category, with_thinning_note
 from layerscope.renderers.label_layout import place_labels
 from layerscope.views import view_for
 from layerscope.views.sections import Chart
@@ -98,7 +98,7 @@ def _draw_bars(ax, chart: Chart) -> None:
         for p in s.points:
             if p.lo is not None and p.hi is not None and len(chart.categories) <= 200:
                 ax.plot([p.x, p.x], [p.lo, p.hi], color="#333333", linewidth=0.8)
-            if p.label and not _names_its_category(p, chart.categories):
+            if p.label and not names_its_category(p, chart.categories):
                 ax.annotate(p.label, (p.x, p.hi if p.hi is not None else p.y),
                             xytext=(2, 4), textcoords="offset points", rotation=30,
                             fontsize=7, fontweight="bold")

@@ -53,7 +53,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     leaf layer; the model's flags are restored afterwards. ``warmup`` batches, then ``batches``
     timed ones (default: the rest of one pass); when the data set has fewer, the loader is
     iterated again, as a server keeps receiving requests, and the result's notes say so."""
-    from layerscope.analysis.runtime import _prepare, check_device
+    from layerscope.analysis.runtime import check_device, prepare_model
     from layerscope.analysis.timing import ForwardTimer
 
     check_device(device)
@@ -89,7 +89,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         torch.set_num_threads(threads)
     used_threads = torch.get_num_threads()
     sample_shape = "x".join(str(d) for d in val_set[0][0].shape)
-    loaded, module, _ = _prepare(model, [f"1x{sample_shape}"], None, device, None)
+    loaded, module, _ = prepare_model(model, [f"1x{sample_shape}"], None, device, None)
     flags = [(m, m.training) for m in module.modules()]
     leaves = _leaves(module) or [("(root)", module)]
     timer = PhaseTimer(cuda=cuda, clock=clock)

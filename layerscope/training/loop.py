@@ -498,22 +498,25 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         first_step = run.global_step
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
             report = _train(run, on_epoch if writes else None, progress if writes else None,
-                            getattr(profiler, "paused", nullcontext))
+                            getattr(profiler, "paused", nullcontext),
+                            guard.post_mortem_of if guard is not None else None)
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
             _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
+        if report.post_mortem is not None:
+            raise OutOfMemory(report)
         return report
+    except OutOfMemory:
+        raise
     except Exception as exc:
+        # out of memory before the first step (building the model under the limit): a report
+        # of no step, with the post-mortem
         post_mortem = guard.post_mortem_of(exc) if guard is not None else None
         if post_mortem is None:
             raise
         guarded.close()
-        path = None
-        if made is not None and made.rank == 0:  # rank 0 writes the run folder
-            path = os.path.join(made.run_dir, "post_mortem.json")
-            _write_json(path, post_mortem)
-        raise OutOfMemory(PostMortem.from_dict(post_mortem), path) from exc
+        raise OutOfMemory(_report_before_training(config, made, post_mortem)) from exc
     finally:
         guarded.close()
         torch.backends.cudnn.benchmark = old_benchmark
@@ -523,14 +526,33 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
 
 
 class OutOfMemory(Exception):
-    """``memory_limit`` (or the machine) ran out of memory: the training stopped; ``post_mortem``
-    says what was alive (``analysis.memory_track.LimitGuard``), ``path`` where it was written
-    (RUN_DIR/post_mortem.json; None before the run folder existed)."""
+    """``memory_limit`` (or the machine) ran out of memory: the training stopped. ``report``
+    is the run's report up to there (the steps it finished), its ``post_mortem`` what was
+    alive (``analysis.memory_track.LimitGuard``); rank 0 wrote it to RUN_DIR/report.json when
+    the run folder existed."""
 
-    def __init__(self, post_mortem: PostMortem, path: str | None):
-        self.post_mortem, self.path = post_mortem, path
-        super().__init__(f"out of memory in {post_mortem.module or 'the top level'} "
-                         f"({post_mortem.phase})")
+    def __init__(self, report: TrainReport):
+        self.report = report
+        self.post_mortem: PostMortem = report.post_mortem  # type: ignore[assignment]
+        super().__init__(f"out of memory in {self.post_mortem.module or 'the top level'} "
+                         f"({self.post_mortem.phase})")
+
+
+def _report_before_training(config: TrainConfig, made: _Run | None,
+                            post_mortem: dict[str, Any]) -> TrainReport:
+    """The report of a run that ran out of memory before its first step: no step measured,
+    the post-mortem."""
+    notes = list(made.notes) if made is not None else []
+    notes.append("training stopped out of memory before its first step (building the model, "
+                 "its optimizer or its data under --memory-limit)")
+    return TrainReport(
+        recipe=config.recipe, config=_plain(config.to_dict()),
+        run_dir=made.run_dir if made is not None else (config.out or ""), epochs=[],
+        breakdown=PhaseTotals().to_dict(), epoch_breakdown=[], step_seconds=[],
+        cpu_utilisation=None,
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        peak_cuda_bytes=None, notes=notes, environment=environment(),
+        post_mortem=PostMortem.from_dict(post_mortem))
 
 
 class AlreadyFinished(Exception):
@@ -781,9 +803,14 @@ def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch
 
 
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
-           unprofiled: Callable[[], Any] = nullcontext) -> TrainReport:
+           unprofiled: Callable[[], Any] = nullcontext,
+           post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None = None
+           ) -> TrainReport:
     """The epochs; ``unprofiled()``: a context for work that is not a training step (the
-    profiler's pause), so a per-step operator table counts training steps only."""
+    profiler's pause), so a per-step operator table counts training steps only. An error
+    ``post_mortem_of`` gives a post-mortem for (``memory_limit``'s guard: out of memory) stops
+    the epochs: the report has the steps finished before it and the post-mortem, and no
+    MFU, no rank gathering and no final model (what is left of the run is not trained)."""
     c = run.config
     with unprofiled():
         sinks = _sinks(run, on_epoch, progress)
@@ -795,26 +822,44 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
     rows = list(run.history)
+    stopped: dict[str, Any] | None = None  # the post-mortem of the error that stopped it
     with probing() as probe:  # inside the data loaders (training.dataloading)
-        for epoch in range(run.start_epoch, run.epochs):
-            result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
-            rows = result.rows
-            if stop:
-                break
-    with unprofiled():
-        efficiency = _efficiency(run, m)
+        try:
+            for epoch in range(run.start_epoch, run.epochs):
+                result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
+                rows = result.rows
+                if stop:
+                    break
+        except Exception as exc:
+            stopped = post_mortem_of(exc) if post_mortem_of is not None else None
+            if stopped is None:
+                raise
+            stopped["step"] = run.global_step + 1
+            # the error (and the step's tensors its traceback holds) goes here
+            run.notes.append(f"training stopped out of memory in step {run.global_step + 1}; "
+                             "the breakdown covers the steps before it")
+            run.notes.append("MFU not given: training stopped out of memory (the model's "
+                             "FLOPs are not counted after the failure)")
+    efficiency = None
+    if stopped is None:
+        with unprofiled():
+            efficiency = _efficiency(run, m)
     for sink in sinks:
         if efficiency is not None:
             sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
         sink.close()
-    final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
-    if run.rank == 0:
-        ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),
-                          "classes": list(run.classes), "recipe": run.recipe.name},
-                         os.path.join(run.run_dir, "model.pt"))
+    if stopped is None:
+        final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
+        if run.rank == 0:
+            ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),
+                              "classes": list(run.classes), "recipe": run.recipe.name},
+                             os.path.join(run.run_dir, "model.pt"))
     wall = time.perf_counter() - wall0
-    extra = _gather_ranks(run, m, efficiency) if run.env is not None else {}
+    extra = _gather_ranks(run, m, efficiency) if run.env is not None and stopped is None \
+        else {}
     extra["efficiency"] = efficiency
+    if stopped is not None:
+        extra["post_mortem"] = PostMortem.from_dict(stopped)
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,

@@ -80,7 +80,7 @@ class StepMemory:
     the script has stopped. Steps are those of the first optimizer that steps."""
 
     def __init__(self, name: str) -> None:
-        from layerscope.analysis.memory_usage import _PeakRss
+        from layerscope.analysis.memory_usage import PeakRss
 
         self.name = name
         self.model: torch.nn.Module | None = None
@@ -95,7 +95,7 @@ class StepMemory:
         self._undo: list[Callable[[], None]] = []
         self._depth = 0  # module calls in progress
         self._seen: dict[int, torch.nn.Module] = {}
-        self._rss = _PeakRss()
+        self._rss = PeakRss()
         self._owners: dict[int, tuple[str, str]] = {}
 
     # ---- the hooks ------------------------------------------------------------------
@@ -252,14 +252,14 @@ class StepMemory:
         return self.log is not None and self.steps >= 2
 
     def report(self) -> MemoryReport:
-        from layerscope.analysis.memory_usage import _report
+        from layerscope.analysis.memory_usage import report_of_run
         from layerscope.core.environment import environment
 
         assert self.log is not None and self.optimizer is not None
         inputs = ", ".join(f"{'x'.join(map(str, t.shape))}:{str(t.dtype).removeprefix('torch.')}"
                            for t in self.inputs[:4])
         run = Run(self.log, PHASES)
-        report = _report(run, self.name, "training", inputs)
+        report = report_of_run(run, self.name, "training", inputs)
         report.measured_peak_bytes = report.peak_bytes
         report.batch_size = int(self.inputs[0].shape[0]) if self.inputs and \
             self.inputs[0].dim() else None
@@ -282,9 +282,9 @@ class StepMemory:
 def reconcile(run: Run, rss, cuda: dict[str, int] | None) -> Reconciliation:
     """The tracked peak beside what the process and, on CUDA, the caching allocator and the
     driver report, with the part no tracked storage explains named."""
-    from layerscope.analysis.memory_usage import _reconcile
+    from layerscope.analysis.memory_usage import reconciliation_of
 
-    rec = _reconcile(None, run, rss)
+    rec = reconciliation_of(None, run, rss)
     if cuda is not None:
         fill_cuda(rec, cuda)
     return rec

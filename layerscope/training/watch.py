@@ -68,7 +68,7 @@ from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.analysis.capture import tag_graph
 from layerscope.analysis.capture.functions import function_name
-from layerscope.analysis.memory_track import LimitGuard, caught_note
+from layerscope.analysis.memory_track import LimitGuard, caught_note, untracked_post_mortem
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
@@ -347,8 +347,13 @@ class Watch:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if self._guard is not None and not self._nested:
-            self.post_mortem = self._guard.post_mortem_of(exc)
+        if not self._nested:
+            # --memory-limit: the live set by module and kind; without it, a real
+            # out-of-memory error still says what failed and where (nothing was tracked)
+            self.post_mortem = (self._guard.post_mortem_of(exc) if self._guard is not None
+                                else untracked_post_mortem(exc))
+            if self.post_mortem is not None:
+                self.post_mortem["step"] = self.steps + 1
         self.stop()
         return isinstance(exc, StepLimit)  # the step limit ends the block, nothing more
 

@@ -102,6 +102,8 @@ def _why_no_mfu(d: dict[str, Any], e: dict[str, Any] | None) -> str:
         return "profiled without the roofline (--no-roofline), which measures the peak"
     if kind == "scaling":
         return "the runs did not count their FLOPs"
+    if d.get("post_mortem") and not d.get("step_seconds"):
+        return "the run ended out of memory before a step was measured"
     return "the result holds no efficiency section (saved by an earlier release)"
 
 

@@ -231,30 +231,55 @@ def _holder(pm) -> tuple[str, str, int]:
     return kind, _module(name), size
 
 
+# what a post-mortem without --memory-limit says about the live set
+UNTRACKED = ("what was alive is tracked only with --memory-limit SIZE (any size, e.g. above "
+             "the machine's memory: every tensor is then counted by module and kind)")
+
+
+def _failed_where(pm) -> str:
+    """'in fc1 (forward, step 3)', 'in step 3', '' when nothing is known."""
+    step = f"step {pm.step}" if pm.step is not None else ""
+    if pm.phase == "unknown" and not pm.module:
+        return f"in {step}" if step else ""
+    return f"in {_module(pm.module)} ({', '.join(p for p in (pm.phase, step) if p)})"
+
+
 def post_mortem_line(pm) -> str:
-    """'out of memory in layer3.1.conv2 (forward) asking 25.7 MB with 498.2 MB live:
-    activations of layer2.* hold 61%'."""
+    """'out of memory in layer3.1.conv2 (forward, step 3) asking 25.7 MB with 498.2 MB live:
+    activations of layer2.* hold 61%'; without --memory-limit, where and the bytes asked,
+    and how to see what was alive."""
+    if not pm.tracked:
+        asked = f" asking {_mb(pm.asked_bytes)}" if pm.asked_bytes is not None else ""
+        return " ".join(p for p in ("layerscope: out of memory", _failed_where(pm)) if p) + \
+            f"{asked} ({pm.error}): {UNTRACKED}"
     kind, who, size = _holder(pm)
-    where = f"in {_module(pm.module)} ({pm.phase})" if pm.phase != "unknown" else ""
     limit = f" of a {_mb(pm.limit_bytes)} limit" if pm.limit_bytes else ""
     held = (f": {kind} of {who} hold {pct(size / pm.live_bytes)}"
             if pm.live_bytes and kind else "")
-    return " ".join(p for p in ("layerscope: out of memory", where,
+    return " ".join(p for p in ("layerscope: out of memory", _failed_where(pm),
                                 f"asking {_mb(pm.asked_bytes)} with {_mb(pm.live_bytes)} "
                                 f"live{limit}{held}") if p)
 
 
 def post_mortem_table(pm) -> RowTable:
-    """The live set at the failure, by module and kind (every row: the CSV, JSON and HTML)."""
+    """The live set at the failure, by module and kind (every row: the CSV, JSON and HTML);
+    without --memory-limit no row, and the title says what is known and how to see the
+    rest."""
+    asked = _short(pm.asked_bytes) if pm.asked_bytes is not None else "?"
+    columns = [Column("module", max_chars=60), Column("kind"), Column("bytes", True),
+               Column("share of live", True)]
+    if not pm.tracked:
+        where = _failed_where(pm)
+        return RowTable("post-mortem", f"Out of memory{' ' + where if where else ''}: "
+                                       f"{pm.error} asking {asked}; {UNTRACKED}", columns, [])
     total = pm.live_bytes
     rows = [[Cell(_module(x.module)), Cell(x.kind), cell(x.bytes, _short(x.bytes)),
              cell(x.bytes / total if total else None, pct(x.bytes / total if total else None))]
             for x in pm.by_module_kind]
-    title = (f"Out of memory in {_module(pm.module)} ({pm.phase}, {pm.op or 'op unknown'}) "
-             f"asking {_short(pm.asked_bytes) if pm.asked_bytes is not None else '?'}"
+    step = f", step {pm.step}" if pm.step is not None else ""
+    title = (f"Out of memory in {_module(pm.module)} ({pm.phase}, {pm.op or 'op unknown'}"
+             f"{step}) asking {asked}"
              + (f", limit {_short(pm.limit_bytes)}" if pm.limit_bytes else "")
              + ": alive at the failure")
-    return RowTable("post-mortem", title,
-                    [Column("module", max_chars=60), Column("kind"), Column("bytes", True),
-                     Column("share of live", True)],
-                    rows, foot=["total", "", _short(total), pct(1.0 if total else None)])
+    return RowTable("post-mortem", title, columns, rows,
+                    foot=["total", "", _short(total), pct(1.0 if total else None)])

@@ -27,7 +27,7 @@ from layerscope.views.common import (
 )
 from layerscope.views.dataloading import data_facts, data_lines, data_tables
 from layerscope.views.lead import lead_section
-from layerscope.views.memory import post_mortem_table
+from layerscope.views.memory import post_mortem_line, post_mortem_table
 from layerscope.views.sections import (
     PALETTE,
     Cell,
@@ -556,12 +556,17 @@ def train_terminal(report) -> list:
         lines.insert(0, "final: " + epoch_line(report.final))
     lines += efficiency_lines(report)
     lines += [f"note: {n}" for n in report.notes]
+    pm = getattr(report, "post_mortem", None)
+    untracked = pm is not None and not pm.tracked  # no live set: a line, not an empty table
+    if untracked:
+        lines.append(post_mortem_line(pm).removeprefix("layerscope: "))
     out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
                         phase_labels(report, {})), Lines(lines)]
     if report.ranks:
         out += [Lines([""]), ranks_terminal(report)]
     for extra in _watch_tables(report) + data_tables(report):
-        out += [Lines([""]), extra]
+        if not (untracked and extra.id == "post-mortem"):
+            out += [Lines([""]), extra]
     if data_lines(report):
         out.append(Lines(data_lines(report)))
     if report.ops:

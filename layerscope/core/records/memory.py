@@ -50,13 +50,23 @@ class PostMortem(Record):
     module: str = field(metadata={"description": "the module running the op (backward: the "
                                                  "module whose forward made the autograd "
                                                  "node); \"\": the top level or unknown"})
-    phase: str = field(metadata={"schema": {"enum": ["forward", "backward", "optimizer",
-                                                     "other", "unknown"]}})
-    live_bytes: int = field(metadata={**_BYTES, "description": "the live tensor bytes at the "
-                                                               "failure: the rows' sum"})
+    phase: str = field(metadata={"schema": {"enum": ["forward", "loss", "backward",
+                                                     "optimizer", "other", "unknown"]}})
+    live_bytes: int | None = field(metadata={
+        **_BYTES, "description": "the live tensor bytes at the failure: the rows' sum; null "
+                                 "when the run had no --memory-limit (tensors not tracked)"})
     by_module_kind: list[MemoryRow] = field(metadata={
         "description": "the live set at the failure by module and kind, largest first; sums "
-                       "to live_bytes exactly"})
+                       "to live_bytes exactly (empty without --memory-limit)"})
+    step: int | None = field(default=None, metadata=omit_none(
+        minimum=1, description="the training step that was running (1: the run's first, "
+                               "warm-up steps included); absent when unknown"))
+
+    @property
+    def tracked(self) -> bool:
+        """Whether the live set was tracked (``--memory-limit``): without it only the error,
+        the bytes asked and where are known."""
+        return self.live_bytes is not None
 
 
 @dataclass

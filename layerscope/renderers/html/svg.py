@@ -24,7 +24,7 @@ CHAR = 6.2  # approximate width of a character at font-size 11
 HOT_FONT = 10.0  # .ls-hot-label font-size (report.css)
 
 
-def _names_its_category(p: Point, cats: list[str]) -> bool:
+def names_its_category(p: Point, cats: list[str]) -> bool:
     """A bar's label that only repeats its x-axis name (layer bars): not drawn again."""
     return bool(p.label) and 0 <= int(p.x) < len(cats) and cats[int(p.x)] == p.label
 
@@ -163,7 +163,7 @@ def svg_chart(chart: Chart) -> str:
     cats = chart.categories
     axis = category_labels(chart, (WIDTH - RIGHT - LEFT) / max(len(cats), 1)) if cats else None
     labels = any(p.label for s in chart.series for p in s.points
-                 if not _names_its_category(p, cats))
+                 if not names_its_category(p, cats))
     top = y + 4 + lh + (drawer.label_room if labels else 12)
     if axis and axis.rotation:
         bottom_pad = 30 + max((b.y1 for b in axis.boxes if b), default=0.0)
