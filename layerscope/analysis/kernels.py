@@ -1,0 +1,237 @@
+"""``profile --kernels``: a short torch.profiler window whose events are joined to modules.
+
+- a forward op belongs to the innermost module whose forward was running (the ``module::``
+  ranges ``op_profile._ModuleRanges`` opens around each forward);
+- a backward op (anything under the autograd engine's ``evaluate_function`` event of a node)
+  belongs to the module of the forward op that made the node: the profiler gives the node the
+  forward op's ``sequence_nr``; a module range open around the backward op (activation
+  checkpointing's recomputation) wins;
+- device activities (kernels, copies, sets) belong to the op that launched them: torch's own
+  join by correlation id (``FunctionEvent.kernels``); the CUDA runtime calls that enqueued them
+  (cudaLaunchKernel, cudaMemcpyAsync, ...) are the launch time of the op's row;
+- what ran in no module is "(outside modules)"; device time no op claims is "(unattributed)".
+So every CPU event of a step is counted in exactly one row, and the rows' CPU self times plus
+launch times sum to the step's.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from layerscope.analysis.op_profile import RANGE_PREFIX, _ModuleRanges, quiet_native_stderr
+from layerscope.core.records.kernels import (
+    OUTSIDE,
+    SHORT_KERNEL_US,
+    UNATTRIBUTED,
+    KernelBreakdown,
+    KernelRow,
+    KernelStep,
+)
+
+STEP_PREFIX = "layerscope::step "
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+DEFAULT_STEPS = 3
+# CUDA runtime/driver calls that enqueue device work (their time is the launch overhead)
+_LAUNCH = re.compile(r"^cu(da)?(\w*Launch\w*|Memcpy\w*Async|Memset\w*Async)")
+CPU_NOTE = "no device kernels (CPU run)"
+
+
+def is_launch(name: str) -> bool:
+    return bool(_LAUNCH.match(name))
+
+
+def _split_range(name: str) -> tuple[str, str]:
+    """``module::a.b (Linear)`` -> ("a.b", "Linear")."""
+    body = name[len(RANGE_PREFIX):]
+    module, _, rest = body.rpartition(" (")
+    return module, rest[:-1]
+
+
+@dataclass
+class _Acc:
+    cpu_ops: int = 0
+    cpu_self_us: float = 0.0
+    launch_us: float = 0.0
+    kernels: list[float] = field(default_factory=list)  # durations, µs
+
+
+def _is_cpu(e) -> bool:
+    return getattr(e.device_type, "name", str(e.device_type)).upper().endswith("CPU")
+
+
+def _ours(name: str) -> bool:
+    return name.startswith(RANGE_PREFIX) or name.startswith(STEP_PREFIX)
+
+
+def join(events: list[Any], cuda: bool, steps_expected: int | None = None,
+         short_us: float = SHORT_KERNEL_US) -> tuple[list[KernelRow], list[KernelStep]]:
+    """Rows per (module, phase) and figures per step from a finished profiler's events
+    (``prof.events()``); pure, so tests can build the events by hand."""
+    cpu = [e for e in events if _is_cpu(e) and not e.is_async]
+    device = sorted((e for e in events if not _is_cpu(e)), key=lambda e: e.time_range.start)
+    steps = sorted((e for e in cpu if e.name.startswith(STEP_PREFIX)),
+                   key=lambda e: e.time_range.start)
+    starts = [s.time_range.start for s in steps]
+
+    def step_of(t: float) -> int | None:
+        i = bisect.bisect_right(starts, t) - 1
+        return i if i >= 0 and t <= steps[i].time_range.end else None
+
+    # innermost module range and enclosing backward node of every CPU event
+    where: dict[int, tuple[str | None, Any]] = {}
+    for e in cpu:
+        module, node, p = None, None, e
+        while p is not None:
+            if module is None and p.name.startswith(RANGE_PREFIX):
+                module = p.name
+            if node is None and p.name.startswith(BACKWARD_PREFIX):
+                node = p
+            p = p.cpu_parent
+        where[id(e)] = (module, node)
+    # sequence number of a forward op -> the module it ran in (the innermost: the latest op)
+    by_seq: dict[tuple[int, int], str | None] = {}
+    by_seq_any: dict[int, str | None] = {}
+    for e in sorted(cpu, key=lambda e: e.time_range.start):
+        module, node = where[id(e)]
+        if node is None and e.sequence_nr is not None and e.sequence_nr >= 0:
+            by_seq[(e.thread, e.sequence_nr)] = module
+            by_seq_any[e.sequence_nr] = module
+
+    def key_of(e) -> tuple[str | None, str]:
+        module, node = where[id(e)]
+        if node is None:
+            return module, "forward"
+        if module is None and node.sequence_nr is not None and node.sequence_nr >= 0:
+            k = (node.fwd_thread, node.sequence_nr)
+            module = by_seq[k] if k in by_seq else by_seq_any.get(node.sequence_nr)
+        return module, "backward"
+
+    acc: dict[tuple[str | None, str], _Acc] = defaultdict(_Acc)
+    per_step = [KernelStep(step=i, wall_s=(s.time_range.end - s.time_range.start) / 1e6,
+                           cpu_ops=0, cpu_self_s=0.0) for i, s in enumerate(steps)]
+    step_ops = [0] * len(steps)
+    step_self = [0.0] * len(steps)
+    for e in cpu:
+        i = step_of(e.time_range.start)
+        if i is None:
+            continue
+        a = acc[key_of(e)]
+        a.kernels += [k.duration for k in (getattr(e, "kernels", None) or [])]
+        if _ours(e.name):
+            continue
+        self_us = e.self_cpu_time_total
+        if is_launch(e.name):
+            a.launch_us += self_us
+        else:
+            a.cpu_ops += 1
+            a.cpu_self_us += self_us
+            step_ops[i] += 1
+            step_self[i] += self_us
+    for st, n, s in zip(per_step, step_ops, step_self):
+        st.cpu_ops, st.cpu_self_s = n, s / 1e6
+    window_device_us = 0.0
+    if cuda:
+        window_device_us = _device_steps(per_step, steps, device, cpu, step_of, short_us)
+    rows = [_row(module, phase, a, cuda, short_us) for (module, phase), a in acc.items()
+            if a.cpu_ops or a.kernels or a.launch_us]
+    if cuda:
+        claimed = sum(sum(a.kernels) for a in acc.values())
+        left = window_device_us - claimed
+        if left > 1e-6 * max(window_device_us, 1.0):
+            rows.append(KernelRow(module=UNATTRIBUTED, type="", phase="forward", cpu_ops=0,
+                                  cpu_self_s=0.0, kernels=None, kernel_s=left / 1e6,
+                                  launch_s=0.0, short_kernels=None))
+    order = {"forward": 0, "backward": 1}
+    rows.sort(key=lambda r: (order[r.phase], r.module in (OUTSIDE, UNATTRIBUTED)))
+    return rows, per_step
+
+
+def _row(module: str | None, phase: str, a: _Acc, cuda: bool, short_us: float) -> KernelRow:
+    name, type_ = _split_range(module) if module else (OUTSIDE, "")
+    return KernelRow(module=name, type=type_, phase=phase, cpu_ops=a.cpu_ops,
+                     cpu_self_s=a.cpu_self_us / 1e6,
+                     kernels=len(a.kernels) if cuda else None,
+                     kernel_s=sum(a.kernels) / 1e6 if cuda else None,
+                     launch_s=a.launch_us / 1e6 if cuda else None,
+                     short_kernels=sum(d < short_us for d in a.kernels) if cuda else None)
+
+
+def _device_steps(per_step: list[KernelStep], steps, device, cpu, step_of,
+                  short_us: float) -> float:
+    """Fill each step's device figures; return the window's device time (µs).
+
+    Busy: the union of the device intervals clipped to the step. A gap before a kernel is
+    waiting on the host up to the moment the kernel's launch call returned (the runtime call
+    with the kernel's correlation id), the rest of it (and the tail after the step's last
+    kernel) is idle for other reasons."""
+    launches = {e.id: e for e in cpu if is_launch(e.name)}
+    total = 0.0
+    for i, st in enumerate(per_step):
+        lo, hi = steps[i].time_range.start, steps[i].time_range.end
+        mine = [d for d in device if step_of(d.time_range.start) == i]
+        st.kernels = len(mine)
+        st.kernel_s = sum(d.time_range.end - d.time_range.start for d in mine) / 1e6
+        total += st.kernel_s * 1e6
+        busy = host = 0.0
+        cursor = lo  # the device is idle from here until the next interval starts
+        for d in mine:
+            a, b = max(d.time_range.start, lo), min(d.time_range.end, hi)
+            if a > cursor:
+                launch = launches.get(d.id)
+                if launch is not None:
+                    host += max(0.0, min(a, launch.time_range.end) - cursor)
+                cursor = a
+            if b > cursor:
+                busy += b - cursor
+                cursor = b
+        st.busy_s, st.idle_host_s = busy / 1e6, host / 1e6
+        st.idle_other_s = max(0.0, st.wall_s - st.busy_s - st.idle_host_s)
+    return total
+
+
+def kernel_window(name: str, module: torch.nn.Module, xs, kw: dict | None, device: str,
+                  steps: int = DEFAULT_STEPS, backward: bool = False) -> KernelBreakdown:
+    """Profile ``steps`` steps (a forward, plus with ``backward`` the backward of the summed
+    outputs w.r.t. the trainable parameters, as ``profile --backward`` times it) after one
+    unprofiled step, and join the events to modules. The caller keeps the model untouched."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils import _pytree as pytree
+
+    from layerscope.core.errors import UserError, first_line
+
+    cuda = device == "cuda"
+    params = [p for p in module.parameters() if p.requires_grad] if backward else []
+
+    def step() -> None:
+        with torch.set_grad_enabled(backward):
+            out = module(*xs, **(kw or {}))
+        if backward:
+            outs = [t for t in pytree.tree_leaves(out)
+                    if isinstance(t, torch.Tensor) and t.requires_grad]
+            if outs and params:
+                torch.autograd.grad(outs, params, [torch.ones_like(t) for t in outs],
+                                    allow_unused=True)
+        if cuda:
+            torch.cuda.synchronize()
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        step()
+        with quiet_native_stderr(), profile(activities=activities) as prof:
+            with _ModuleRanges(module):
+                for i in range(steps):
+                    with torch.profiler.record_function(f"{STEP_PREFIX}{i}"):
+                        step()
+        events = list(prof.events())
+    except Exception as exc:
+        raise UserError(f"{name} failed to run under the profiler (kernels): "
+                        f"{first_line(exc, with_type=True)}") from exc
+    rows, per_step = join(events, cuda)
+    return KernelBreakdown(steps=len(per_step), device=device, backward=backward,
+                           short_kernel_us=SHORT_KERNEL_US, rows=rows, per_step=per_step,
+                           note=None if cuda else CPU_NOTE)
