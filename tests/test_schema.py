@@ -33,6 +33,8 @@ COMMANDS = [
     ("profile", ["profile", "resnet20", "--runs", "2", "--warmup", "1"]),
     ("profile-backward", ["profile", "mnist-cnn", "--runs", "2", "--warmup", "1", "--backward",
                           "--no-roofline"]),
+    ("profile-kernels", ["profile", "mnist-cnn", "--runs", "2", "--warmup", "1", "--backward",
+                         "--kernels", "--no-roofline"]),
     ("ops", ["ops", "mnist-cnn", "--runs", "2", "--warmup", "1"]),
     ("sweep", ["sweep", "mnist-cnn", "--batch-sizes", "1,2", "--runs", "2", "--warmup", "1"]),
     ("train", ["train", "--steps", "2", "--no-eval", "--synthetic"]),

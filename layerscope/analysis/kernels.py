@@ -68,12 +68,8 @@ def _ours(name: str) -> bool:
     return name.startswith(RANGE_PREFIX) or name.startswith(STEP_PREFIX)
 
 
-def join(events: list[Any], cuda: bool, steps_expected: int | None = None,
-         short_us: float = SHORT_KERNEL_US) -> tuple[list[KernelRow], list[KernelStep]]:
-    """Rows per (module, phase) and figures per step from a finished profiler's events
-    (``prof.events()``); pure, so tests can build the events by hand."""
-    cpu = [e for e in events if _is_cpu(e) and not e.is_async]
-    device = sorted((e for e in events if not _is_cpu(e)), key=lambda e: e.time_range.start)
+def _steps(cpu: list[Any]) -> tuple[list[Any], Any]:
+    """The step ranges in order, and a function: a time -> the index of its step (or None)."""
     steps = sorted((e for e in cpu if e.name.startswith(STEP_PREFIX)),
                    key=lambda e: e.time_range.start)
     starts = [s.time_range.start for s in steps]
@@ -82,6 +78,15 @@ def join(events: list[Any], cuda: bool, steps_expected: int | None = None,
         i = bisect.bisect_right(starts, t) - 1
         return i if i >= 0 and t <= steps[i].time_range.end else None
 
+    return steps, step_of
+
+
+def attribute(events: list[Any]) -> list[tuple[Any, tuple[str | None, str], int]]:
+    """(event, (module range name or None for outside modules, phase), step) for every CPU
+    event that starts within a step, layerscope's own ranges included (they carry the kernels
+    launched outside any op)."""
+    cpu = [e for e in events if _is_cpu(e) and not e.is_async]
+    _, step_of = _steps(cpu)
     # innermost module range and enclosing backward node of every CPU event
     where: dict[int, tuple[str | None, Any]] = {}
     for e in cpu:
@@ -111,16 +116,26 @@ def join(events: list[Any], cuda: bool, steps_expected: int | None = None,
             module = by_seq[k] if k in by_seq else by_seq_any.get(node.sequence_nr)
         return module, "backward"
 
+    out = []
+    for e in cpu:
+        i = step_of(e.time_range.start)
+        if i is not None:
+            out.append((e, key_of(e), i))
+    return out
+
+
+def join(events: list[Any], cuda: bool,
+         short_us: float = SHORT_KERNEL_US) -> tuple[list[KernelRow], list[KernelStep]]:
+    """Rows per (module, phase) and figures per step from a finished profiler's events
+    (``prof.events()``)."""
+    cpu = [e for e in events if _is_cpu(e) and not e.is_async]
+    device = sorted((e for e in events if not _is_cpu(e)), key=lambda e: e.time_range.start)
+    steps, step_of = _steps(cpu)
     acc: dict[tuple[str | None, str], _Acc] = defaultdict(_Acc)
     per_step = [KernelStep(step=i, wall_s=(s.time_range.end - s.time_range.start) / 1e6,
                            cpu_ops=0, cpu_self_s=0.0) for i, s in enumerate(steps)]
-    step_ops = [0] * len(steps)
-    step_self = [0.0] * len(steps)
-    for e in cpu:
-        i = step_of(e.time_range.start)
-        if i is None:
-            continue
-        a = acc[key_of(e)]
+    for e, key, i in attribute(events):
+        a = acc[key]
         a.kernels += [k.duration for k in (getattr(e, "kernels", None) or [])]
         if _ours(e.name):
             continue
@@ -130,13 +145,11 @@ def join(events: list[Any], cuda: bool, steps_expected: int | None = None,
         else:
             a.cpu_ops += 1
             a.cpu_self_us += self_us
-            step_ops[i] += 1
-            step_self[i] += self_us
-    for st, n, s in zip(per_step, step_ops, step_self):
-        st.cpu_ops, st.cpu_self_s = n, s / 1e6
+            per_step[i].cpu_ops += 1
+            per_step[i].cpu_self_s += self_us / 1e6
     window_device_us = 0.0
     if cuda:
-        window_device_us = _device_steps(per_step, steps, device, cpu, step_of, short_us)
+        window_device_us = _device_steps(per_step, steps, device, cpu, step_of)
     rows = [_row(module, phase, a, cuda, short_us) for (module, phase), a in acc.items()
             if a.cpu_ops or a.kernels or a.launch_us]
     if cuda:
@@ -161,8 +174,7 @@ def _row(module: str | None, phase: str, a: _Acc, cuda: bool, short_us: float) -
                      short_kernels=sum(d < short_us for d in a.kernels) if cuda else None)
 
 
-def _device_steps(per_step: list[KernelStep], steps, device, cpu, step_of,
-                  short_us: float) -> float:
+def _device_steps(per_step: list[KernelStep], steps, device, cpu, step_of) -> float:
     """Fill each step's device figures; return the window's device time (µs).
 
     Busy: the union of the device intervals clipped to the step. A gap before a kernel is
