@@ -17,7 +17,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import EventList, FunctionEvent
 
 from layerscope.analysis import kernels as K
-from layerscope.analysis.op_profile import RANGE_PREFIX
+from layerscope.analysis.profiler_ranges import RANGE_PREFIX
 from layerscope.core.records.kernels import OUTSIDE, UNATTRIBUTED
 
 

@@ -1,7 +1,7 @@
 """``profile --kernels``: a short torch.profiler window whose events are joined to modules.
 
 - a forward op belongs to the innermost module whose forward was running (the ``module::``
-  ranges ``op_profile._ModuleRanges`` opens around each forward);
+  ranges ``op_profile.ModuleRanges`` opens around each forward);
 - a backward op (anything under the autograd engine's ``evaluate_function`` event of a node)
   belongs to the module of the forward op that made the node: the profiler gives the node the
   forward op's ``sequence_nr``; a module range open around the backward op (activation
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from layerscope.analysis.op_profile import RANGE_PREFIX, _ModuleRanges, quiet_native_stderr
+from layerscope.analysis.profiler_ranges import RANGE_PREFIX, ModuleRanges, quiet_native_stderr
 from layerscope.core.records.kernels import (
     OUTSIDE,
     SHORT_KERNEL_US,
@@ -235,7 +235,7 @@ def kernel_window(name: str, module: torch.nn.Module, xs, kw: dict | None, devic
     try:
         step()
         with quiet_native_stderr(), profile(activities=activities) as prof:
-            with _ModuleRanges(module):
+            with ModuleRanges(module):
                 for i in range(steps):
                     with torch.profiler.record_function(f"{STEP_PREFIX}{i}"):
                         step()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.op_profile import _ModuleRanges
+from layerscope.analysis.profiler_ranges import ModuleRanges
 
 PHASE_PREFIX = "layerscope::"
 NO_CUDA_NOTE = "--nvtx: no CUDA here, so no NVTX ranges were emitted"
@@ -25,8 +25,8 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
-class NvtxRanges(_ModuleRanges):
-    """An NVTX range per module forward (the names of ``_ModuleRanges``), and ``phase(name)``
+class NvtxRanges(ModuleRanges):
+    """An NVTX range per module forward (the names of ``ModuleRanges``), and ``phase(name)``
     ranges; whatever a raising forward left open is popped on exit."""
 
     def _pre(self, module, args):

@@ -340,7 +340,8 @@ def _profiler(kind: str | None, run_dir: str):
     if kind == "torch":
         from torch.profiler import ProfilerActivity, profile
 
-        from layerscope.analysis.op_profile import op_rows, quiet_native_stderr
+        from layerscope.analysis.op_profile import op_rows
+        from layerscope.analysis.profiler_ranges import quiet_native_stderr
 
         class _Torch:
             def __enter__(self):
