@@ -344,3 +344,16 @@ def test_hand_sample_validates_and_renders():
     assert _problems(jsonschema.Draft202012Validator(schema), d) == []
     page = render_html(r)
     assert "Kernels per module" in page and UNATTRIBUTED in page and "Idle: host ms" in page
+
+
+def test_cpu_view_leaves_out_the_device_columns():
+    from layerscope.core.records.kernels import KernelBreakdown
+    from layerscope.views.kernels import kernel_table, step_table
+
+    _, kb = _window(Functional(), backward=False, steps=1)
+    assert isinstance(kb, KernelBreakdown)
+    t, s = kernel_table(kb), step_table(kb)
+    assert [c.label for c in t.columns] == ["Module", "Type", "Phase", "CPU ops", "CPU self ms"]
+    assert all(len(r) == 5 for r in t.rows) and len(t.foot) == 5
+    assert [c.label for c in s.columns] == ["Step", "Wall ms", "CPU ops", "CPU op self ms"]
+    assert K.CPU_NOTE in t.title and K.CPU_NOTE in s.title

@@ -33,9 +33,20 @@ def kernel_table(k) -> RowTable:
             ms(_total(r.get("kernel_s") for r in rs)),
             ms(_total(r.get("launch_s") for r in rs)), ""]
     phases = "forward and backward" if k["backward"] else "forward"
-    return RowTable("kernels", f"Kernels per module ({k['steps']} profiled steps, {phases}; "
-                               f"{OUTSIDE} and {UNATTRIBUTED} are shown, never dropped)",
-                    cols, rows, foot)
+    return _device_columns(k, RowTable(
+        "kernels", f"Kernels per module ({k['steps']} profiled steps, {phases}; "
+                   f"{OUTSIDE} and {UNATTRIBUTED} are shown, never dropped"
+                   f"{'; ' + k['note'] if k.get('note') else ''})", cols, rows, foot), 5)
+
+
+def _device_columns(k, table: RowTable, first: int) -> RowTable:
+    """A run without device figures (CPU) keeps the first ``first`` columns only."""
+    if not k.get("note"):
+        return table
+    table.columns = table.columns[:first]
+    table.rows = [r[:first] for r in table.rows]
+    table.foot = table.foot[:first]
+    return table
 
 
 def step_table(k) -> RowTable:
@@ -49,8 +60,9 @@ def step_table(k) -> RowTable:
              ms_cell(s.get("kernel_s")), ms_cell(s.get("busy_s")),
              ms_cell(s.get("idle_host_s")), ms_cell(s.get("idle_other_s"))]
             for s in k["per_step"]]
-    return RowTable("kernel-steps", "Profiled steps (busy + idle = wall; idle: host = the "
-                                    "device waited for a launch call)", cols, rows)
+    title = ("Profiled steps (busy + idle = wall; idle: host = the device waited for a "
+             "launch call)") if not k.get("note") else f"Profiled steps ({k['note']})"
+    return _device_columns(k, RowTable("kernel-steps", title, cols, rows), 4)
 
 
 def kernel_tables(report) -> list[RowTable]:
