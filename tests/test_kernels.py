@@ -84,6 +84,15 @@ def _ops_of(events):
     return out
 
 
+class Checkpointed(NestedMLP):
+    """The block under activation checkpointing: its forward runs again in the backward."""
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.out(checkpoint(self.block, self.inp(x), use_reentrant=False))
+
+
 # (model, backward, {(module, phase): {op: count per step}}): hand-derived
 CASES = {
     "nested-mlp-forward": (NestedMLP, False, {
@@ -107,6 +116,13 @@ CASES = {
         ("out (Linear)", "backward"): {"AddmmBackward0": 1, "aten::mm": 2},
         # the gradients' seeds (ones_like) are made by layerscope, outside the model
         (OUTSIDE, "forward"): {"aten::ones_like": 1},
+    }),
+    "checkpoint-recompute": (Checkpointed, True, {
+        ("block.fc (Linear)", "forward"): {"aten::addmm": 1},
+        # the recomputed forward runs inside the backward, in the block's module ranges
+        ("block.fc (Linear)", "backward"): {"aten::addmm": 1, "aten::mm": 2},
+        ("block.act (ReLU)", "backward"): {"aten::relu": 1, "aten::threshold_backward": 1},
+        ("out (Linear)", "backward"): {"aten::mm": 2},
     }),
     "functional-backward": (Functional, True, {
         ("(root) (Functional)", "backward"): {"TanhBackward0": 1, "aten::tanh_backward": 1},
