@@ -197,8 +197,24 @@ def _cuda_events():
     return list(events)
 
 
-def test_cuda_rows_and_idle_by_hand():
-    rows, steps = K.join(_cuda_events(), cuda=True)
+def _with_device_annotations():
+    """_cuda_events plus Kineto's device-side mirrors of the step and the module range
+    (gpu_user_annotation spans): ranges, not work, so every figure stays as it was."""
+    events = _cuda_events()
+    step = next(e for e in events if e.name.startswith(K.STEP_PREFIX))
+    rng = next(e for e in events if e.name.startswith(RANGE_PREFIX))
+    mirrors = [_event(11, step.name, 1, 99, device=True), _event(12, rng.name, 28, 36, device=True)]
+    for m in mirrors:
+        m.is_user_annotation = True
+    rng.append_kernel(rng.name, 0, 8.0)
+    step.append_kernel(step.name, 0, 98.0)
+    return events + mirrors
+
+
+@pytest.mark.parametrize("make", [_cuda_events, _with_device_annotations],
+                         ids=["kernels", "with-device-annotations"])
+def test_cuda_rows_and_idle_by_hand(make):
+    rows, steps = K.join(make(), cuda=True)
     by = {(r.module, r.phase): r for r in rows}
     a = by[("a", "forward")]
     assert (a.type, a.cpu_ops, a.kernels, a.short_kernels) == ("Linear", 1, 1, 1)

@@ -61,17 +61,37 @@ class _Acc:
 
 
 def _is_cpu(e) -> bool:
-    return getattr(e.device_type, "name", str(e.device_type)).upper().endswith("CPU")
+    """A host event: of the CPU device type, and no device-side span (Kineto's
+    ``gpu_user_annotation``) whatever type it carries."""
+    return (getattr(e.device_type, "name", str(e.device_type)).upper().endswith("CPU")
+            and "gpu" not in str(getattr(e, "activity_type", None) or "").lower())
 
 
 def _ours(name: str) -> bool:
     return name.startswith(RANGE_PREFIX) or name.startswith(STEP_PREFIX)
 
 
+def _annotation(e) -> bool:
+    """A range, not work: ours, or a user's ``record_function`` (Kineto mirrors them onto the
+    device's timeline as ``gpu_user_annotation`` spans over the kernels they hold)."""
+    return (_ours(e.name) or bool(getattr(e, "is_user_annotation", False))
+            or "annotation" in str(getattr(e, "activity_type", None) or "").lower())
+
+
+def _launched(e) -> list[float]:
+    """The durations (µs) of the device work ``e`` launched; a device-side mirror of the event
+    itself (a range's span, named as the range) is no work of its own."""
+    return [k.duration for k in (getattr(e, "kernels", None) or [])
+            if k.name != e.name and not _ours(k.name)]
+
+
 def _steps(cpu: list[Any]) -> tuple[list[Any], Any]:
     """The step ranges in order, and a function: a time -> the index of its step (or None)."""
-    steps = sorted((e for e in cpu if e.name.startswith(STEP_PREFIX)),
-                   key=lambda e: e.time_range.start)
+    first: dict[str, Any] = {}  # one range per step: the earliest of that name
+    for e in sorted(cpu, key=lambda e: e.time_range.start):
+        if e.name.startswith(STEP_PREFIX):
+            first.setdefault(e.name, e)
+    steps = sorted(first.values(), key=lambda e: e.time_range.start)
     starts = [s.time_range.start for s in steps]
 
     def step_of(t: float) -> int | None:
@@ -129,14 +149,15 @@ def join(events: list[Any], cuda: bool,
     """Rows per (module, phase) and figures per step from a finished profiler's events
     (``prof.events()``)."""
     cpu = [e for e in events if _is_cpu(e) and not e.is_async]
-    device = sorted((e for e in events if not _is_cpu(e)), key=lambda e: e.time_range.start)
+    device = sorted((e for e in events if not _is_cpu(e) and not _annotation(e)),
+                    key=lambda e: e.time_range.start)
     steps, step_of = _steps(cpu)
     acc: dict[tuple[str | None, str], _Acc] = defaultdict(_Acc)
     per_step = [KernelStep(step=i, wall_s=(s.time_range.end - s.time_range.start) / 1e6,
                            cpu_ops=0, cpu_self_s=0.0) for i, s in enumerate(steps)]
     for e, key, i in attribute(events):
         a = acc[key]
-        a.kernels += [k.duration for k in (getattr(e, "kernels", None) or [])]
+        a.kernels += _launched(e)
         if _ours(e.name):
             continue
         self_us = e.self_cpu_time_total
