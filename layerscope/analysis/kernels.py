@@ -18,6 +18,8 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,17 +229,78 @@ def _device_steps(per_step: list[KernelStep], steps, device, cpu, step_of) -> fl
     return total
 
 
+class KernelWindow:
+    """Profiles ``steps`` consecutive steps after ``skip`` unprofiled ones: each step of the
+    caller runs inside ``with window.step():``; ``result()`` joins the events to modules (None
+    until the window has run). Module ranges are global forward hooks on ``model``'s modules,
+    installed for the window's steps only."""
+
+    def __init__(self, model: torch.nn.Module, device: str, *, steps: int = DEFAULT_STEPS,
+                 skip: int = 1, backward: bool = False):
+        self.model, self.cuda, self.device = model, device == "cuda", device
+        self.steps, self.skip, self.backward = steps, skip, backward
+        self.seen = 0
+        self.events: list[Any] | None = None
+        self._stack: ExitStack | None = None
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        i = self.seen - self.skip
+        self.seen += 1
+        if i < 0 or i >= self.steps:
+            yield
+            return
+        if i == 0:
+            if self.cuda:  # the unprofiled steps' kernels end before the window starts
+                torch.cuda.synchronize()
+            self._start()
+        ok = False
+        try:
+            with torch.profiler.record_function(f"{STEP_PREFIX}{i}"):
+                yield
+                if self.cuda:
+                    torch.cuda.synchronize()
+            ok = True
+        finally:
+            if i == self.steps - 1 or not ok:
+                self._stop(ok)
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        stack = ExitStack()
+        stack.enter_context(quiet_native_stderr())
+        self._prof = stack.enter_context(profile(activities=activities))
+        stack.enter_context(ModuleRanges(self.model))
+        self._stack = stack
+
+    def _stop(self, ok: bool) -> None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        stack.close()
+        if ok:
+            self.events = list(self._prof.events())
+
+    def result(self) -> KernelBreakdown | None:
+        if self.events is None:
+            return None
+        rows, per_step = join(self.events, self.cuda)
+        return KernelBreakdown(steps=len(per_step), device=self.device, backward=self.backward,
+                               short_kernel_us=SHORT_KERNEL_US, rows=rows, per_step=per_step,
+                               note=None if self.cuda else CPU_NOTE)
+
+
 def kernel_window(name: str, module: torch.nn.Module, xs, kw: dict | None, device: str,
                   steps: int = DEFAULT_STEPS, backward: bool = False) -> KernelBreakdown:
     """Profile ``steps`` steps (a forward, plus with ``backward`` the backward of the summed
     outputs w.r.t. the trainable parameters, as ``profile --backward`` times it) after one
     unprofiled step, and join the events to modules. The caller keeps the model untouched."""
-    from torch.profiler import ProfilerActivity, profile
     from torch.utils import _pytree as pytree
 
     from layerscope.core.errors import UserError, first_line
 
-    cuda = device == "cuda"
     params = [p for p in module.parameters() if p.requires_grad] if backward else []
 
     def step() -> None:
@@ -249,22 +312,15 @@ def kernel_window(name: str, module: torch.nn.Module, xs, kw: dict | None, devic
             if outs and params:
                 torch.autograd.grad(outs, params, [torch.ones_like(t) for t in outs],
                                     allow_unused=True)
-        if cuda:
-            torch.cuda.synchronize()
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    window = KernelWindow(module, device, steps=steps, skip=1, backward=backward)
     try:
-        step()
-        with quiet_native_stderr(), profile(activities=activities) as prof:
-            with ModuleRanges(module):
-                for i in range(steps):
-                    with torch.profiler.record_function(f"{STEP_PREFIX}{i}"):
-                        step()
-        events = list(prof.events())
+        for _ in range(steps + 1):
+            with window.step():
+                step()
+        result = window.result()
     except Exception as exc:
         raise UserError(f"{name} failed to run under the profiler (kernels): "
                         f"{first_line(exc, with_type=True)}") from exc
-    rows, per_step = join(events, cuda)
-    return KernelBreakdown(steps=len(per_step), device=device, backward=backward,
-                           short_kernel_us=SHORT_KERNEL_US, rows=rows, per_step=per_step,
-                           note=None if cuda else CPU_NOTE)
+    assert result is not None  # the window ran all its steps
+    return result
