@@ -310,8 +310,8 @@ def kernels_profile() -> Report:
     r.settings["kernels"] = True
     rows = [KernelRow("conv1", "Conv2d", "forward", 4, 20e-6, 1, 5e-6, 3e-6, 1),
             KernelRow("fc", "Linear", "forward", 6, 15e-6, 1, 12e-6, 3e-6, 0),
-            KernelRow("(outside modules)", "", "forward", 1, 2e-6, 0, 0.0, 0.0, 0),
-            KernelRow("(unattributed)", "", "forward", 0, 0.0, None, 10e-6, 0.0, None)]
+            KernelRow("(outside modules)", "", "other", 1, 2e-6, 0, 0.0, 0.0, 0),
+            KernelRow("(unattributed)", "", "other", 0, 0.0, None, 10e-6, 0.0, None)]
     step = KernelStep(step=0, wall_s=100e-6, cpu_ops=11, cpu_self_s=37e-6, kernels=3,
                       kernel_s=27e-6, busy_s=27e-6, idle_host_s=38e-6, idle_other_s=35e-6)
     r.kernels = KernelBreakdown(steps=1, device="cuda", backward=False, short_kernel_us=10.0,

@@ -115,7 +115,7 @@ CASES = {
                                            "aten::threshold_backward": 1},
         ("out (Linear)", "backward"): {"AddmmBackward0": 1, "aten::mm": 2},
         # the gradients' seeds (ones_like) are made by layerscope, outside the model
-        (OUTSIDE, "forward"): {"aten::ones_like": 1},
+        (OUTSIDE, "other"): {"aten::ones_like": 1},
     }),
     "checkpoint-recompute": (Checkpointed, True, {
         ("block.fc (Linear)", "forward"): {"aten::addmm": 1},
@@ -220,10 +220,10 @@ def test_cuda_rows_and_idle_by_hand(make):
     assert (a.type, a.cpu_ops, a.kernels, a.short_kernels) == ("Linear", 1, 1, 1)
     assert a.cpu_self_s == pytest.approx(7e-6)  # 10 µs less its 3 µs launch call
     assert a.kernel_s == pytest.approx(5e-6) and a.launch_s == pytest.approx(3e-6)
-    out = by[(OUTSIDE, "forward")]
+    out = by[(OUTSIDE, "other")]
     assert (out.cpu_ops, out.kernels, out.short_kernels) == (1, 1, 0)
     assert out.kernel_s == pytest.approx(12e-6) and out.launch_s == pytest.approx(3e-6)
-    lost = by[(UNATTRIBUTED, "forward")]
+    lost = by[(UNATTRIBUTED, "other")]
     assert lost.kernel_s == pytest.approx(10e-6)
     # the rows' kernel time is the window's: 5 + 12 + 10 µs
     assert sum(r.kernel_s for r in rows) == pytest.approx(27e-6)
@@ -389,3 +389,33 @@ def test_cpu_view_leaves_out_the_device_columns():
     assert all(len(r) == 5 for r in t.rows) and len(t.foot) == 5
     assert [c.label for c in s.columns] == ["Step", "Wall ms", "CPU ops", "CPU op self ms"]
     assert K.CPU_NOTE in t.title and K.CPU_NOTE in s.title
+
+
+# ---- train --kernels ------------------------------------------------------------------------
+@pytest.mark.parametrize("steps,profiled", [(5, 3), (2, 1)], ids=["window", "run-too-short"])
+def test_train_kernels(tmp_path, steps, profiled):
+    """Three training steps after the first are profiled (fewer when the run ends first); the
+    model's modules get forward and backward rows; data, loss and optimizer are "other"."""
+    from layerscope.training.loop import train
+
+    r = train(recipe="digits-cnn", steps=steps, synthetic=True, evaluate=False, kernels=True,
+              out=str(tmp_path / "run"))
+    k = r.kernels
+    assert k is not None and k.steps == profiled and k.backward
+    keys = {(row.module, row.phase) for row in k.rows}
+    assert {("conv1", "forward"), ("conv1", "backward"), ("fc2", "backward"),
+            (OUTSIDE, "other")} <= keys
+    assert sum(row.cpu_ops for row in k.rows) == sum(s.cpu_ops for s in k.per_step)
+    assert sum(row.cpu_self_s for row in k.rows) == pytest.approx(
+        sum(s.cpu_self_s for s in k.per_step), rel=1e-9)
+    saved = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert saved["kernels"]["steps"] == profiled
+
+
+def test_train_kernels_refuses_profile_torch(capsys):
+    from layerscope.cli.main import main
+
+    assert main(["train", "--steps", "2", "--synthetic", "--kernels", "--profile", "torch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--kernels runs torch.profiler itself over three steps: leave out "
+                        "--profile torch") and len(err.splitlines()) == 1

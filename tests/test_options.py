@@ -41,6 +41,7 @@ FIELDS = {
     "amp": (["--amp"], True),
     "channels_last": (["--channels-last"], True),
     "profile": (["--profile", "torch"], "torch"),
+    "kernels": (["--kernels"], True),
     "dry_run": (["--dry-run"], True),
     "resume": (["--resume", "runs/a"], "runs/a"),
     "out": (["--out", "runs/b"], "runs/b"),

@@ -38,6 +38,7 @@ COMMANDS = [
     ("ops", ["ops", "mnist-cnn", "--runs", "2", "--warmup", "1"]),
     ("sweep", ["sweep", "mnist-cnn", "--batch-sizes", "1,2", "--runs", "2", "--warmup", "1"]),
     ("train", ["train", "--steps", "2", "--no-eval", "--synthetic"]),
+    ("train-kernels", ["train", "--steps", "3", "--no-eval", "--synthetic", "--kernels"]),
     ("ablate", ["ablate", "digits-cnn", "--steps", "3", "--warmup-steps", "1", "--synthetic",
                 "--variants", "baseline,pin-memory"]),
     ("loop", ["profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--runs", "2",

@@ -9,7 +9,9 @@
 - device activities (kernels, copies, sets) belong to the op that launched them: torch's own
   join by correlation id (``FunctionEvent.kernels``); the CUDA runtime calls that enqueued them
   (cudaLaunchKernel, cudaMemcpyAsync, ...) are the launch time of the op's row;
-- what ran in no module is "(outside modules)"; device time no op claims is "(unattributed)".
+- what ran in no module is "(outside modules)" (phase "other" outside the backward: a training
+  step's data, loss and optimizer, layerscope's gradient seeds); device time no op claims is
+  "(unattributed)".
 So every CPU event of a step is counted in exactly one row, and the rows' CPU self times plus
 launch times sum to the step's.
 """
@@ -132,7 +134,7 @@ def attribute(events: list[Any]) -> list[tuple[Any, tuple[str | None, str], int]
     def key_of(e) -> tuple[str | None, str]:
         module, node = where[id(e)]
         if node is None:
-            return module, "forward"
+            return module, "forward" if module is not None else "other"
         if module is None and node.sequence_nr is not None and node.sequence_nr >= 0:
             k = (node.fwd_thread, node.sequence_nr)
             module = by_seq[k] if k in by_seq else by_seq_any.get(node.sequence_nr)
@@ -179,10 +181,10 @@ def join(events: list[Any], cuda: bool,
         claimed = sum(sum(a.kernels) for a in acc.values())
         left = window_device_us - claimed
         if left > 1e-6 * max(window_device_us, 1.0):
-            rows.append(KernelRow(module=UNATTRIBUTED, type="", phase="forward", cpu_ops=0,
+            rows.append(KernelRow(module=UNATTRIBUTED, type="", phase="other", cpu_ops=0,
                                   cpu_self_s=0.0, kernels=None, kernel_s=left / 1e6,
                                   launch_s=0.0, short_kernels=None))
-    order = {"forward": 0, "backward": 1}
+    order = {"forward": 0, "backward": 1, "other": 2}
     rows.sort(key=lambda r: (order[r.phase], r.module in (OUTSIDE, UNATTRIBUTED)))
     return rows, per_step
 
@@ -282,6 +284,11 @@ class KernelWindow:
         stack.close()
         if ok:
             self.events = list(self._prof.events())
+
+    def finish(self) -> None:
+        """Stop a window that is still open (the run had fewer steps than it), keeping the
+        steps it saw."""
+        self._stop(True)
 
     def result(self) -> KernelBreakdown | None:
         if self.events is None:

@@ -459,6 +459,9 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
           progress: Callback | None = None, **overrides: Any) -> TrainReport:
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
+    if config.kernels and config.profile == "torch":
+        raise UserError("kernels runs torch.profiler itself over three steps: leave out "
+                        "profile torch", arguments=("kernels", "profile"))
     if config.out:
         check_dir(config.out, "out")  # before any work: an existing file is not a run folder
     if config.resume:
@@ -705,7 +708,8 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
 
 
 def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
-           autocast: Any, unprofiled: Callable[[], Any]) -> tuple[EpochResult, bool]:
+           autocast: Any, unprofiled: Callable[[], Any],
+           window: Any = None) -> tuple[EpochResult, bool]:
     """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
     result and whether the run stops after it."""
     c = run.config
@@ -723,7 +727,8 @@ def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseT
     t_epoch = time.perf_counter()
     it = iter(loader)
     for i in range(n_batches):
-        s = _step(run, it, timer, autocast)
+        with window.step() if window is not None else nullcontext():  # --kernels
+            s = _step(run, it, timer, autocast)
         loss_sum += s.loss * s.samples
         correct += s.correct
         seen += s.samples
@@ -796,12 +801,22 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
     rows = list(run.history)
-    with probing() as probe:  # inside the data loaders (training.dataloading)
-        for epoch in range(run.start_epoch, run.epochs):
-            result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
-            rows = result.rows
-            if stop:
-                break
+    window = None
+    if c.kernels:
+        from layerscope.analysis.kernels import KernelWindow
+
+        window = KernelWindow(run.model, "cuda" if run.cuda else "cpu", backward=True)
+    try:
+        with probing() as probe:  # inside the data loaders (training.dataloading)
+            for epoch in range(run.start_epoch, run.epochs):
+                result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled,
+                                      window)
+                rows = result.rows
+                if stop:
+                    break
+    finally:
+        if window is not None:
+            window.finish()
     with unprofiled():
         efficiency = _efficiency(run, m)
     for sink in sinks:
@@ -825,7 +840,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
         notes=run.notes, environment=environment(),
         data_loading=probe.result(h2d_s=m.totals.seconds.get("h2d", 0.0), cuda=run.cuda)
-        if probe is not None else None, **extra)
+        if probe is not None else None,
+        kernels=window.result() if window is not None else None, **extra)
 
 
 def _efficiency(run: _Run, m: _Measured) -> Any:

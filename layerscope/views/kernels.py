@@ -32,7 +32,7 @@ def kernel_table(k) -> RowTable:
             str(_total(r.get("kernels") for r in rs) or "-"),
             ms(_total(r.get("kernel_s") for r in rs)),
             ms(_total(r.get("launch_s") for r in rs)), ""]
-    phases = "forward and backward" if k["backward"] else "forward"
+    phases = "with backward" if k["backward"] else "forward only"
     return _device_columns(k, RowTable(
         "kernels", f"Kernels per module ({k['steps']} profiled steps, {phases}; "
                    f"{OUTSIDE} and {UNATTRIBUTED} are shown, never dropped"
@@ -66,12 +66,12 @@ def step_table(k) -> RowTable:
 
 
 def kernel_tables(report) -> list[RowTable]:
-    k = report.kernels
+    k = getattr(report, "kernels", None)
     return [] if k is None else [kernel_table(k), step_table(k)]
 
 
 def kernel_lines(report) -> list[str]:
-    k = report.kernels
+    k = getattr(report, "kernels", None)
     if k is None:
         return []
     walls = sum(s["wall_s"] for s in k["per_step"])

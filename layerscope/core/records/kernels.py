@@ -25,7 +25,10 @@ class KernelRow(DictRecord):
     module: str = field(metadata={"description": "qualified module name, (root), "
                                                  f"{OUTSIDE} or {UNATTRIBUTED}"})
     type: str = field(metadata={"description": "the module's class; empty for the others"})
-    phase: str = field(metadata={"schema": {"enum": ["forward", "backward"]}})
+    phase: str = field(metadata={
+        "schema": {"enum": ["forward", "backward", "other"]},
+        "description": "other: ops in no module outside the backward (data, loss, optimizer, "
+                       "gradient seeds), and unattributed device time"})
     cpu_ops: int = field(metadata={**_COUNT, "description": "CPU op events (all nesting "
                                                              "levels)"})
     cpu_self_s: float = field(metadata={"description": "the ops' self time (children "
@@ -65,8 +68,8 @@ class KernelStep(DictRecord):
 
 @dataclass(eq=False)
 class KernelBreakdown(DictRecord):
-    """The window: its steps (each a forward, plus a backward with ``backward``), rows per
-    (module, phase) summed over them, and each step's figures."""
+    """The window: its steps (profile: a forward, plus a backward with ``backward``; train: whole
+    training steps), rows per (module, phase) summed over them, and each step's figures."""
 
     steps: int = field(metadata=_COUNT)
     device: str
