@@ -1,7 +1,8 @@
-"""``profile --kernels``: a short torch.profiler window whose events are joined to modules.
+"""``profile --kernels`` and ``train --kernels``: a short torch.profiler window whose events
+are joined to modules.
 
 - a forward op belongs to the innermost module whose forward was running (the ``module::``
-  ranges ``op_profile.ModuleRanges`` opens around each forward);
+  ranges ``profiler_ranges.ModuleRanges`` opens around each forward);
 - a backward op (anything under the autograd engine's ``evaluate_function`` event of a node)
   belongs to the module of the forward op that made the node: the profiler gives the node the
   forward op's ``sequence_nr``; a module range open around the backward op (activation
@@ -12,8 +13,8 @@
 - what ran in no module is "(outside modules)" (phase "other" outside the backward: a training
   step's data, loss and optimizer, layerscope's gradient seeds); device time no op claims is
   "(unattributed)".
-So every CPU event of a step is counted in exactly one row, and the rows' CPU self times plus
-launch times sum to the step's.
+So every CPU event of a step is counted in exactly one row: the rows' CPU op counts and self
+times sum to the steps' (the launch calls are counted apart, as launch time).
 """
 from __future__ import annotations
 
@@ -272,8 +273,16 @@ class KernelWindow:
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         stack = ExitStack()
-        stack.enter_context(quiet_native_stderr())
-        self._prof = stack.enter_context(profile(activities=activities))
+        self._prof = prof = profile(activities=activities)
+        # Kineto's banners are hidden at start and stop only: the steps' own output stays
+        with quiet_native_stderr():
+            prof.__enter__()
+
+        def stop() -> None:
+            with quiet_native_stderr():
+                prof.__exit__(None, None, None)
+
+        stack.callback(stop)
         stack.enter_context(ModuleRanges(self.model))
         self._stack = stack
 
