@@ -419,3 +419,36 @@ def test_train_kernels_refuses_profile_torch(capsys):
     err = capsys.readouterr().err.strip()
     assert err.endswith("--kernels runs torch.profiler itself over three steps: leave out "
                         "--profile torch") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "no-cuda"])
+def test_train_nvtx_phases_and_modules(tmp_path, monkeypatch, cuda):
+    """A step range, the phase table's names in the loop's order, the model's modules inside
+    forward; balanced. Without CUDA: nothing pushed, a note."""
+    from layerscope.analysis import nvtx
+    from layerscope.training.loop import train
+
+    log: list[str | None] = []
+    monkeypatch.setattr(nvtx, "available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: log.append(name))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: log.append(None))
+    r = train(recipe="digits-cnn", steps=2, synthetic=True, evaluate=False, nvtx=True,
+              out=str(tmp_path / "run"))
+    if not cuda:
+        assert log == [] and nvtx.NO_CUDA_NOTE in r.notes
+        return
+    depth, stack, pushed = 0, [], []
+    for name in log:
+        if name is None:
+            stack.pop()
+        else:
+            pushed.append((name, tuple(stack)))
+            stack.append(name)
+        depth = len(stack)
+    assert depth == 0
+    step = [n for n, _ in pushed if n.startswith("layerscope::")][:7]
+    assert step == ["layerscope::step", "layerscope::data", "layerscope::h2d",
+                    "layerscope::forward", "layerscope::loss", "layerscope::backward",
+                    "layerscope::optimizer"]
+    conv = next(inside for n, inside in pushed if n == "module::conv1 (Conv2d)")
+    assert conv[:2] == ("layerscope::step", "layerscope::forward")

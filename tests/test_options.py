@@ -42,6 +42,7 @@ FIELDS = {
     "channels_last": (["--channels-last"], True),
     "profile": (["--profile", "torch"], "torch"),
     "kernels": (["--kernels"], True),
+    "nvtx": (["--nvtx"], True),
     "dry_run": (["--dry-run"], True),
     "resume": (["--resume", "runs/a"], "runs/a"),
     "out": (["--out", "runs/b"], "runs/b"),

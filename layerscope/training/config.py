@@ -47,6 +47,9 @@ class TrainConfig:
                                   "torch.profiler and join them to modules: CPU ops, device "
                                   "kernels and launch time per module, forward and backward; "
                                   "per step, device busy and idle (CUDA)")
+    nvtx: bool = option(False, "NVTX ranges named after the step's phases and the model's "
+                               "modules, for Nsight Systems (CUDA; a note and nothing else "
+                               "without it)")
     dry_run: bool = option(False, "one small batch (8 samples unless --batch-size) through "
                                   "training, validation, checkpoint and outputs")
     resume: str | None = option(None, "a checkpoint or a run directory", metavar="CKPT",

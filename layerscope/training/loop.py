@@ -658,6 +658,45 @@ class _Measured:
         self.epoch = PhaseTotals()
 
 
+_STEP_ORDER = ("data", "h2d", "forward", "loss", "backward", "optimizer")  # _step's marks
+
+
+class _NvtxPhases:
+    """--nvtx: a ``layerscope::step`` range around each step and a ``layerscope::<phase>`` range
+    around each of its phases (the phase table's names), opened and closed at the timer's
+    marks; stands in for the timer it wraps."""
+
+    def __init__(self, timer: PhaseTimer):
+        self.timer = timer
+        self.open = 0  # 2: the step's and a phase's range are open
+
+    def _push(self, name: str) -> None:
+        torch.cuda.nvtx.range_push(f"layerscope::{name}")
+        self.open += 1
+
+    def _pop(self) -> None:
+        torch.cuda.nvtx.range_pop()
+        self.open -= 1
+
+    def start(self) -> None:
+        self.timer.start()
+        self._push("step")
+        self._push(_STEP_ORDER[0])
+
+    def mark(self, phase: str) -> None:
+        self.timer.mark(phase)
+        if self.open == 2:
+            self._pop()
+        i = _STEP_ORDER.index(phase) + 1 if phase in _STEP_ORDER else len(_STEP_ORDER)
+        if i < len(_STEP_ORDER) and self.open == 1:
+            self._push(_STEP_ORDER[i])
+
+    def stop(self) -> tuple[dict[str, float], float]:
+        while self.open:
+            self._pop()
+        return self.timer.stop()
+
+
 def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
     """One optimizer step on the next of ``batches``: the copies to the device, forward and
     loss under ``autocast``, backward, the optimizer (through the GradScaler with CUDA amp),
@@ -795,6 +834,12 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         sinks = _sinks(run, on_epoch, progress)
     timer = PhaseTimer(cuda=run.cuda)
     m = _Measured(c.warmup_steps)
+    from layerscope.analysis.nvtx import NO_CUDA_NOTE, available, nvtx_ranges
+
+    if c.nvtx and not available():
+        run.notes.append(NO_CUDA_NOTE)
+    nvtx = c.nvtx and available()
+    step_timer: Any = _NvtxPhases(timer) if nvtx else timer
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -807,9 +852,9 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
 
         window = KernelWindow(run.model, "cuda" if run.cuda else "cpu", backward=True)
     try:
-        with probing() as probe:  # inside the data loaders (training.dataloading)
+        with probing() as probe, nvtx_ranges(run.model, nvtx):  # probing: the data loaders
             for epoch in range(run.start_epoch, run.epochs):
-                result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled,
+                result, stop = _epoch(run, epoch, m, sinks, step_timer, autocast, unprofiled,
                                       window)
                 rows = result.rows
                 if stop:
