@@ -300,6 +300,25 @@ def advice_report():
     return _saved("advice", "0.5")
 
 
+def kernels_profile() -> Report:
+    """profile --kernels on CUDA, by hand: one step of 100 µs; conv1 launched a 5 µs kernel
+    (3 µs launch call), fc a 12 µs one; 10 µs of copies no op claimed."""
+    from layerscope.core.records.kernels import KernelBreakdown, KernelRow, KernelStep
+
+    r = profile_report()
+    r.settings["device"] = "cuda"
+    r.settings["kernels"] = True
+    rows = [KernelRow("conv1", "Conv2d", "forward", 4, 20e-6, 1, 5e-6, 3e-6, 1),
+            KernelRow("fc", "Linear", "forward", 6, 15e-6, 1, 12e-6, 3e-6, 0),
+            KernelRow("(outside modules)", "", "other", 1, 2e-6, 0, 0.0, 0.0, 0),
+            KernelRow("(unattributed)", "", "other", 0, 0.0, None, 10e-6, 0.0, None)]
+    step = KernelStep(step=0, wall_s=100e-6, cpu_ops=11, cpu_self_s=37e-6, kernels=3,
+                      kernel_s=27e-6, busy_s=27e-6, idle_host_s=38e-6, idle_other_s=35e-6)
+    r.kernels = KernelBreakdown(steps=1, device="cuda", backward=False, short_kernel_us=10.0,
+                                rows=rows, per_step=[step])
+    return r
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,

@@ -41,6 +41,8 @@ FIELDS = {
     "amp": (["--amp"], True),
     "channels_last": (["--channels-last"], True),
     "profile": (["--profile", "torch"], "torch"),
+    "kernels": (["--kernels"], True),
+    "nvtx": (["--nvtx"], True),
     "dry_run": (["--dry-run"], True),
     "resume": (["--resume", "runs/a"], "runs/a"),
     "out": (["--out", "runs/b"], "runs/b"),

@@ -12,13 +12,16 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from layerscope.analysis.module_hooks import ForwardHookContext
+from layerscope.analysis.profiler_ranges import (
+    RANGE_PREFIX,
+    ModuleRanges,
+    quiet_native_stderr,
+)
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
@@ -26,52 +29,7 @@ from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.core.stats import TimingStats
 
-RANGE_PREFIX = "module::"
 SORTS = ("self", "total")
-
-
-class _ModuleRanges(ForwardHookContext):
-    """A profiler range named ``module::<qualified name> (<Type>)`` around each module's forward."""
-
-    def __init__(self, model: nn.Module):
-        self.names = {id(m): f"{RANGE_PREFIX}{name or '(root)'} ({type(m).__name__})"
-                      for name, m in model.named_modules()}
-        self.stack: list[Any] = []
-
-    def _pre(self, module, args):
-        name = self.names.get(id(module))
-        if name is not None:
-            self.stack.append(torch.ops.profiler._record_function_enter_new(name, None))
-
-    def _post(self, module, args, output):
-        if id(module) in self.names and self.stack:
-            torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
-
-    def _on_exit(self) -> None:
-        while self.stack:
-            torch.ops.profiler._record_function_exit._RecordFunction(self.stack.pop())
-
-
-@contextmanager
-def quiet_native_stderr():
-    """Kineto prints start/stop banners straight to file descriptor 2; hide them while the
-    profiler runs (Python exceptions are objects and still propagate)."""
-    import sys
-
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _write_trace(prof, path: str) -> None:
@@ -185,7 +143,7 @@ def _profile_runs(name: str, module: nn.Module, xs, device: str, runs: int, warm
             with quiet_native_stderr(), profile(activities=activities,
                                                  record_shapes=group_by_shape,
                                                  profile_memory=memory) as prof:
-                with _ModuleRanges(module):
+                with ModuleRanges(module):
                     for _ in range(runs):
                         t0 = clock()
                         module(*xs)

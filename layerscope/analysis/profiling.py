@@ -14,7 +14,8 @@ def profile(model: Any, inputs: Any = None, *, kwargs: dict[str, Any] | None = N
             runs: int | None = None, min_time: float | None = None, warmup: int = 5,
             depth: int | None = None, backward: bool = False, dtype: Any = None,
             roofline: bool = True, progress: Any = None, optimization: str = "disabled",
-            functions: bool = False, **testing: Any):
+            functions: bool = False, kernels: bool = False, nvtx: bool = False,
+            **testing: Any):
     """``runtime.profile``; an ONNX file is profiled on the CPU with onnxruntime (``optimization``:
     its graph optimisation level, for ONNX models only; a fixed count of runs: no ``min_time``)."""
     ref = detect(model)
@@ -22,10 +23,12 @@ def profile(model: Any, inputs: Any = None, *, kwargs: dict[str, Any] | None = N
         from layerscope.analysis.ort_profile import profile_onnx
 
         model = ref.spec  # a pathlib.Path as its text
-        if device != "cpu" or backward or depth is not None or dtype or kwargs or functions:
+        if (device != "cpu" or backward or depth is not None or dtype or kwargs or functions
+                or kernels or nvtx):
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: device, "
-                            "backward, depth, dtype and functions do not apply",
-                            arguments=("device", "backward", "depth", "dtype", "functions"))
+                            "backward, depth, dtype, functions, kernels and nvtx do not apply",
+                            arguments=("device", "backward", "depth", "dtype", "functions",
+                                       "kernels", "nvtx"))
         return profile_onnx(model, inputs, batch_size=batch_size, runs=runs, warmup=warmup,
                             threads=threads, optimization=optimization, roofline=roofline,
                             progress=progress)
@@ -34,4 +37,5 @@ def profile(model: Any, inputs: Any = None, *, kwargs: dict[str, Any] | None = N
     return profile_torch(model, inputs, kwargs=kwargs, batch_size=batch_size, device=device,
                          threads=threads, runs=runs, min_time=min_time, warmup=warmup,
                          depth=depth, backward=backward, dtype=dtype, roofline=roofline,
-                         progress=progress, functions=functions, **testing)
+                         progress=progress, functions=functions, kernels=kernels,
+                         nvtx=nvtx, **testing)

@@ -154,12 +154,17 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             min_time: float | None = None, warmup: int = 5, depth: int | None = None,
             backward: bool = False, dtype: str | torch.dtype | None = None,
             roofline: bool = True, clock: Clock = time.perf_counter,
-            progress: Progress | None = None, functions: bool = False) -> Report:
+            progress: Progress | None = None, functions: bool = False,
+            kernels: bool = False, nvtx: bool = False) -> Report:
     """Measured latency per layer (median, p10, p90, mean, n), with the static columns.
     ``functions``: each container's own-code row is split into one row per torch function
-    it calls (as ``analyze(functions=True)`` splits it), each timed; forward only."""
+    it calls (as ``analyze(functions=True)`` splits it), each timed; forward only.
+    ``kernels``: afterwards, a short torch.profiler window joined to modules (the report's
+    ``kernels`` section, analysis/kernels.py; with ``backward``, its steps include the backward
+    pass). ``nvtx``: NVTX ranges named after the modules and phases (analysis/nvtx.py)."""
     from layerscope.analysis.analyze import analyze
     from layerscope.analysis.capture import untouched
+    from layerscope.analysis.nvtx import NO_CUDA_NOTE, NVTX_NOTE, available, nvtx_ranges
     from layerscope.frontends.inputs import parse_dtype
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
@@ -185,12 +190,22 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
             report.model, report.frontend = loaded.name, loaded.frontend
             module.eval()
             # a forward caching into self leaves the caller's model as it was
-            with untouched(module):
-                _measure_forward(report, module, xs, device, depth, warmup, plan, clock,
-                                 progress, machine, kw)
+            with untouched(module), nvtx_ranges(module, nvtx) as ranges:
+                with ranges.phase("forward"):
+                    _measure_forward(report, module, xs, device, depth, warmup, plan, clock,
+                                     progress, machine, kw)
                 if backward:
-                    _measure_backward(report, module, xs, device, warmup, plan, clock,
-                                      progress, kw)
+                    with ranges.phase("backward"):
+                        _measure_backward(report, module, xs, device, warmup, plan, clock,
+                                          progress, kw)
+                if kernels:
+                    from layerscope.analysis.kernels import kernel_window
+
+                    with ranges.phase("kernels"):
+                        report.kernels = kernel_window(report.model, module, xs, kw, device,
+                                                       backward=backward)
+            if nvtx:
+                report.notes.append(NVTX_NOTE if available() else NO_CUDA_NOTE)
             if roofline:
                 place_on_roofline(report, device, dtype or torch.float32,
                                    torch.get_num_threads())
@@ -200,6 +215,8 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     report.kind = "profile"
     report.settings.update({"device": device, "threads": threads or old_threads,
                             **({"functions": True} if functions else {}),
+                            **({"kernels": True} if kernels else {}),
+                            **({"nvtx": True} if nvtx else {}),
                             "warmup": warmup, "runs": report.end_to_end["n"],
                             "min_time": min_time, "backward": backward,
                             "batch_size": _batch_of(xs, kw)})

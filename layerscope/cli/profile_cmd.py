@@ -48,6 +48,14 @@ def register(sub) -> None:
                    help="split each container's own-code row into one timed row per torch "
                         "function it calls (F.relu, the residual add, torch.cat), as analyze "
                         "--functions counts them; forward only")
+    p.add_argument("--kernels", action="store_true",
+                   help="after the timed runs, profile 3 steps with torch.profiler and join "
+                        "its events to modules: CPU ops (backward ops to the module whose "
+                        "forward made them), device kernels, launch time, short kernels; per "
+                        "step, device busy and idle (CUDA)")
+    p.add_argument("--nvtx", action="store_true",
+                   help="NVTX ranges named after layerscope's modules and phases, for Nsight "
+                        "Systems (CUDA; a note and nothing else without it)")
     add_ort_level(p, "--optimization", note="; ONNX models (fused nodes are reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")
@@ -99,7 +107,8 @@ def run(args) -> int:
                          threads=args.threads, runs=args.runs, min_time=args.min_time,
                          warmup=args.warmup, depth=args.depth, backward=args.backward,
                          dtype=args.dtype, roofline=not args.no_roofline, progress=progress,
-                         optimization=args.optimization, functions=args.functions)
+                         optimization=args.optimization, functions=args.functions,
+                         kernels=args.kernels, nvtx=args.nvtx)
     emit(report, args)
     return 0
 
@@ -109,9 +118,10 @@ def _run_loop(args) -> int:
     from layerscope.training.inference_loop import profile_loop
 
     if (args.input or args.backward or args.depth is not None or args.dtype or args.min_time
-            or args.functions):
+            or args.functions or args.kernels or args.nvtx):
         raise UserError("--loop takes its inputs from the data set: --input, --backward, "
-                        "--depth, --dtype, --min-time and --functions do not apply")
+                        "--depth, --dtype, --min-time, --functions, --kernels and --nvtx do "
+                        "not apply")
     with progress_bar(f"profiling {args.model} over {args.loop}", quiet=args.quiet,
                       unit="batches") as progress:
         result = profile_loop(args.model, args.loop, synthetic=args.synthetic,
@@ -132,6 +142,7 @@ def _run_decode(args) -> int:
         ("--loop", args.loop is not None), ("--input", args.input), ("--runs", args.runs),
         ("--min-time", args.min_time), ("--depth", args.depth is not None),
         ("--backward", args.backward), ("--functions", args.functions),
+        ("--kernels", args.kernels), ("--nvtx", args.nvtx),
         ("--no-roofline", args.no_roofline)) if given]
     if others:
         raise UserError(f"--decode times decode steps of a language model: {', '.join(others)} "

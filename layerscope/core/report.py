@@ -23,6 +23,7 @@ from layerscope.core.records import (
     TypeTiming,
 )
 from layerscope.core.records.efficiency import Efficiency
+from layerscope.core.records.kernels import KernelBreakdown
 from layerscope.core.stats import TimingStats
 
 SCHEMA_VERSION = "1.0"
@@ -197,6 +198,9 @@ class Report(Record, Result):
     efficiency: Efficiency | None = field(default=None, metadata=omit_none(
         description="profile: MFU and MBU of the forward pass at the median batch time, "
                     "against the measured ceilings (and a GPU's datasheet dense peak)"))
+    kernels: KernelBreakdown | None = field(default=None, metadata=omit_none(
+        description="profile --kernels: a short torch.profiler window's CPU ops, device "
+                    "kernels and launch calls per module and phase, and per step"))
 
     # a static analysis (analyze) and a measured one (profile: the report plus its measured
     # sections, the fields marked ``required_in`` profile)

@@ -43,6 +43,13 @@ class TrainConfig:
     amp: bool = option(False, "autocast (float16 on CUDA, bfloat16 on CPU)")
     channels_last: bool = option(False)
     profile: str | None = option(None, choices=("cprofile", "torch", "pyinstrument"))
+    kernels: bool = option(False, "profile 3 training steps (after the first) with "
+                                  "torch.profiler and join them to modules: CPU ops, device "
+                                  "kernels and launch time per module, forward and backward; "
+                                  "per step, device busy and idle (CUDA)")
+    nvtx: bool = option(False, "NVTX ranges named after the step's phases and the model's "
+                               "modules, for Nsight Systems (CUDA; a note and nothing else "
+                               "without it)")
     dry_run: bool = option(False, "one small batch (8 samples unless --batch-size) through "
                                   "training, validation, checkpoint and outputs")
     resume: str | None = option(None, "a checkpoint or a run directory", metavar="CKPT",

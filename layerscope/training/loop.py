@@ -340,7 +340,8 @@ def _profiler(kind: str | None, run_dir: str):
     if kind == "torch":
         from torch.profiler import ProfilerActivity, profile
 
-        from layerscope.analysis.op_profile import op_rows, quiet_native_stderr
+        from layerscope.analysis.op_profile import op_rows
+        from layerscope.analysis.profiler_ranges import quiet_native_stderr
 
         class _Torch:
             def __enter__(self):
@@ -458,6 +459,9 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
           progress: Callback | None = None, **overrides: Any) -> TrainReport:
     """Train a recipe; returns the TrainReport (also written to the run directory)."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
+    if config.kernels and config.profile == "torch":
+        raise UserError("kernels runs torch.profiler itself over three steps: leave out "
+                        "profile torch", arguments=("kernels", "profile"))
     if config.out:
         check_dir(config.out, "out")  # before any work: an existing file is not a run folder
     if config.resume:
@@ -676,6 +680,45 @@ class _Measured:
         self.epoch = PhaseTotals()
 
 
+_STEP_ORDER = ("data", "h2d", "forward", "loss", "backward", "optimizer")  # _step's marks
+
+
+class _NvtxPhases:
+    """--nvtx: a ``layerscope::step`` range around each step and a ``layerscope::<phase>`` range
+    around each of its phases (the phase table's names), opened and closed at the timer's
+    marks; stands in for the timer it wraps."""
+
+    def __init__(self, timer: PhaseTimer):
+        self.timer = timer
+        self.open = 0  # 2: the step's and a phase's range are open
+
+    def _push(self, name: str) -> None:
+        torch.cuda.nvtx.range_push(f"layerscope::{name}")
+        self.open += 1
+
+    def _pop(self) -> None:
+        torch.cuda.nvtx.range_pop()
+        self.open -= 1
+
+    def start(self) -> None:
+        self.timer.start()
+        self._push("step")
+        self._push(_STEP_ORDER[0])
+
+    def mark(self, phase: str) -> None:
+        self.timer.mark(phase)
+        if self.open == 2:
+            self._pop()
+        i = _STEP_ORDER.index(phase) + 1 if phase in _STEP_ORDER else len(_STEP_ORDER)
+        if i < len(_STEP_ORDER) and self.open == 1:
+            self._push(_STEP_ORDER[i])
+
+    def stop(self) -> tuple[dict[str, float], float]:
+        while self.open:
+            self._pop()
+        return self.timer.stop()
+
+
 def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
     """One optimizer step on the next of ``batches``: the copies to the device, forward and
     loss under ``autocast``, backward, the optimizer (through the GradScaler with CUDA amp),
@@ -726,7 +769,8 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
 
 
 def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
-           autocast: Any, unprofiled: Callable[[], Any]) -> tuple[EpochResult, bool]:
+           autocast: Any, unprofiled: Callable[[], Any],
+           window: Any = None) -> tuple[EpochResult, bool]:
     """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
     result and whether the run stops after it."""
     c = run.config
@@ -744,7 +788,8 @@ def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseT
     t_epoch = time.perf_counter()
     it = iter(loader)
     for i in range(n_batches):
-        s = _step(run, it, timer, autocast)
+        with window.step() if window is not None else nullcontext():  # --kernels
+            s = _step(run, it, timer, autocast)
         loss_sum += s.loss * s.samples
         correct += s.correct
         seen += s.samples
@@ -816,6 +861,12 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         sinks = _sinks(run, on_epoch, progress)
     timer = PhaseTimer(cuda=run.cuda)
     m = _Measured(c.warmup_steps)
+    from layerscope.analysis.nvtx import NO_CUDA_NOTE, available, nvtx_ranges
+
+    if c.nvtx and not available():
+        run.notes.append(NO_CUDA_NOTE)
+    nvtx = c.nvtx and available()
+    step_timer: Any = _NvtxPhases(timer) if nvtx else timer
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -823,23 +874,34 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
                 else nullcontext())
     rows = list(run.history)
     stopped: dict[str, Any] | None = None  # the post-mortem of the error that stopped it
-    with probing() as probe:  # inside the data loaders (training.dataloading)
-        try:
-            for epoch in range(run.start_epoch, run.epochs):
-                result, stop = _epoch(run, epoch, m, sinks, timer, autocast, unprofiled)
-                rows = result.rows
-                if stop:
-                    break
-        except Exception as exc:
-            stopped = post_mortem_of(exc) if post_mortem_of is not None else None
-            if stopped is None:
-                raise
-            stopped["step"] = run.global_step + 1
-            # the error (and the step's tensors its traceback holds) goes here
-            run.notes.append(f"training stopped out of memory in step {run.global_step + 1}; "
-                             "the breakdown covers the steps before it")
-            run.notes.append("MFU not given: training stopped out of memory (the model's "
-                             "FLOPs are not counted after the failure)")
+    window = None
+    if c.kernels:
+        from layerscope.analysis.kernels import KernelWindow
+
+        window = KernelWindow(run.model, "cuda" if run.cuda else "cpu", backward=True)
+    try:
+        with probing() as probe, nvtx_ranges(run.model, nvtx):  # probing: the data loaders
+            try:
+                for epoch in range(run.start_epoch, run.epochs):
+                    result, stop = _epoch(run, epoch, m, sinks, step_timer, autocast,
+                                          unprofiled, window)
+                    rows = result.rows
+                    if stop:
+                        break
+            except Exception as exc:
+                stopped = post_mortem_of(exc) if post_mortem_of is not None else None
+                if stopped is None:
+                    raise
+                stopped["step"] = run.global_step + 1
+                # the error (and the step's tensors its traceback holds) goes here
+                run.notes.append(f"training stopped out of memory in step "
+                                 f"{run.global_step + 1}; the breakdown covers the steps "
+                                 "before it")
+                run.notes.append("MFU not given: training stopped out of memory (the model's "
+                                 "FLOPs are not counted after the failure)")
+    finally:
+        if window is not None:
+            window.finish()
     efficiency = None
     if stopped is None:
         with unprofiled():
@@ -869,7 +931,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
         notes=run.notes, environment=environment(),
         data_loading=probe.result(h2d_s=m.totals.seconds.get("h2d", 0.0), cuda=run.cuda)
-        if probe is not None else None, **extra)
+        if probe is not None else None,
+        kernels=window.result() if window is not None else None, **extra)
 
 
 def _efficiency(run: _Run, m: _Measured) -> Any:

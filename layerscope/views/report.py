@@ -25,6 +25,7 @@ from layerscope.views.common import (
     type_of,
 )
 from layerscope.views.highlight import describe, hot_predicate, rule_of
+from layerscope.views.kernels import kernel_lines, kernel_tables
 from layerscope.views.lead import lead_section
 from layerscope.views.sections import (
     Cell,
@@ -278,7 +279,7 @@ def analyze_tables(r) -> list[RowTable]:
 
 
 def profile_tables(r) -> list[RowTable]:
-    return [profile_table(r)] + ([type_table(r)] if r.by_type else [])
+    return [profile_table(r)] + ([type_table(r)] if r.by_type else []) + kernel_tables(r)
 
 
 # ---- charts -----------------------------------------------------------------------------
@@ -526,8 +527,8 @@ def profile_terminal(report) -> list:
                            f"n={report.end_to_end['n']})",
                      caption=f"red rows: {describe(rule_of(report))}"
                              f"{'; ' + legend if legend else ''}")
-    return [layers] + ([type_table(report)] if report.by_type else []) + [
-        Lines(profile_lines(report))]
+    return [layers] + ([type_table(report)] if report.by_type else []) + \
+        kernel_tables(report) + [Lines(profile_lines(report) + kernel_lines(report))]
 
 
 ANALYZE = View(heading=analyze_heading, terminal=analyze_terminal, facts=analyze_facts,

@@ -26,6 +26,7 @@ from layerscope.views.common import (
     spent_phases,
 )
 from layerscope.views.dataloading import data_facts, data_lines, data_tables
+from layerscope.views.kernels import kernel_lines, kernel_tables
 from layerscope.views.lead import lead_section
 from layerscope.views.memory import post_mortem_line, post_mortem_table
 from layerscope.views.sections import (
@@ -392,7 +393,7 @@ def train_tables(r) -> list[RowTable]:
         tables.append(_ranks_table(r))
     if r.communication:
         tables.append(_buckets_table(r.communication))
-    return tables + _watch_tables(r) + data_tables(r)
+    return tables + _watch_tables(r) + data_tables(r) + kernel_tables(r)
 
 
 def ablate_tables(a) -> list[RowTable]:
@@ -571,6 +572,8 @@ def train_terminal(report) -> list:
         out.append(Lines(data_lines(report)))
     if report.ops:
         out += [Lines([""]), *ops_terminal(OpTable.from_dict(report.ops))]
+    if getattr(report, "kernels", None):
+        out += [Lines([""]), *kernel_tables(report), Lines(kernel_lines(report))]
     return out
 
 

@@ -17,6 +17,7 @@ from layerscope.core.document import DictRecord, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.records.dataloading import DataLoading
 from layerscope.core.records.efficiency import Efficiency
+from layerscope.core.records.kernels import KernelBreakdown
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
@@ -163,6 +164,9 @@ class TrainReport(ResultDocument):
     environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     ops: dict[str, Any] | None = field(default=None, metadata={
         "description": "--profile torch: the operator table (OpTable.to_dict()), per step"})
+    kernels: KernelBreakdown | None = field(default=None, metadata=omit_none(
+        description="train --kernels: three profiled training steps' CPU ops, device kernels "
+                    "and launch calls per module and phase, and per step"))
     # a watched script (layerscope run, layerscope.watch()): what ran, which rank of how many,
     # per-layer forward time (--layers) and peak memory per phase (--memory)
     script: WatchedScript | None = field(default=None, metadata=omit_none(
