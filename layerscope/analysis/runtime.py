@@ -276,7 +276,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         if progress:
             progress(done, plan.total(done))
 
-    e2e = TimingStats.of(bare)
+    e2e = TimingStats.of(bare, keep=True)
     inst = TimingStats.of(instrumented)
     counts = timer.calls()  # of the last run: the own rows _add_own_rows made have none yet
     for row in report.layers:
@@ -287,7 +287,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     keep = middle_runs(instrumented)
     row_stats = []
     for row, xs_row in zip(report.layers, samples):
-        stats = TimingStats.of(xs_row)
+        stats = TimingStats.of(xs_row, keep=True)
         row_stats.append(stats)
         row.time = stats
         row.share = _share(xs_row, instrumented, keep)
@@ -330,7 +330,8 @@ def _by_type(report, samples, walls, keep) -> list[TypeTiming]:
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
         out.append(TypeTiming(type=type_name, layers=len(idx),
                               macs=sum(report.layers[i].macs for i in idx),
-                              time=TimingStats.of(per_run), share=_share(per_run, walls, keep)))
+                              time=TimingStats.of(per_run, keep=True),
+                              share=_share(per_run, walls, keep)))
     out.sort(key=lambda d: -d.time.median_s)
     return out
 
