@@ -122,8 +122,8 @@ def _report(r: Any, out: Timed) -> None:
     if r.kind != "profile" or r.end_to_end is None:
         return
     out.add(of_stats("end_to_end", "end_to_end", r.end_to_end))
-    for t in r.by_type or []:
-        out.add(of_stats(t.type, "type", t.time))
+    for t in r.by_type or []:  # records, or the dicts an in-memory report may hold
+        out.add(of_stats(t["type"], "type", t["time"]))
     for row in r.layers:
         if row.time is not None:
             out.add(of_stats(row.name, "layer", row.time, row.type))
@@ -159,11 +159,11 @@ def _train(r: Any, out: Timed) -> None:
     _per_step_phases(out, r.step_phases, b["seconds"], b["steps"])
     steps = len(r.step_seconds) or b["steps"]
     for layer in r.layers or []:
-        per_step = layer.forward_s_per_step
+        per_step = layer.get("forward_s_per_step")
         if per_step is None and steps:
-            per_step = layer.forward_s / steps
+            per_step = layer["forward_s"] / steps
         if per_step is not None:
-            out.add(Measure(layer.name, "layer", per_step, type=layer.type))
+            out.add(Measure(layer["name"], "layer", per_step, type=layer["type"]))
     if r.ranks:
         out.notes.append("distributed run: rank 0's steps and phases are compared (the "
                          "per-rank table is not)")
