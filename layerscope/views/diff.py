@@ -66,7 +66,8 @@ def _shown(r) -> bool:
 
 
 def terminal(d, show_all: bool = False) -> list:
-    out: list = [Lines([d.summary], style="bold")]
+    title, settings = heading(d)
+    out: list = [Lines([title]), Lines([d.summary], style="bold")]
     if d.unfair:
         out.append(Lines(["Unfair comparison:"] + [f"- {u}" for u in d.unfair], style="bold"))
     rows = d.all_rows()
@@ -77,7 +78,6 @@ def terminal(d, show_all: bool = False) -> list:
     if hidden:
         out.append(Lines([f"{hidden} layer(s) within noise and with the same work not shown "
                           "(--all shows every row)"]))
-    title, settings = heading(d)
     out.append(Lines([settings] + [f"Note: {n}" for n in d.notes]))
     return out
 

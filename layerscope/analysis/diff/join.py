@@ -154,6 +154,11 @@ def pct(x: float) -> str:
     return f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
 
 
+def points_text(points: float) -> str:
+    """Percentage points as ``pct`` writes the percentage: 12, 4.5."""
+    return f"{points:.0f}" if points >= 10 else f"{points:.1f}"
+
+
 def _attribution(report: DiffReport, st: Static | None) -> str:
     """"9 of the 12 points from layer3.*.conv2, whose input grew ...": the group of rows (one
     module path pattern) whose own change explains most of the end-to-end change."""
@@ -176,8 +181,7 @@ def _attribution(report: DiffReport, st: Static | None) -> str:
     best = max(groups, key=lambda g: abs(points(groups[g])))
     got = abs(points(groups[best]))
     total = abs((e2e.change or 0) * 100)
-    text = f"; {got:.0f} of the {total:.0f} points from {best}" if total >= 1 else \
-        f"; most of it from {best}"
+    text = f"; {points_text(got)} of the {points_text(total)} points from {best}"
     first = groups[best][0]
     if st is not None and first.name in st.grew:
         text += ", " + st.grew[first.name].replace("its input", "whose input", 1)
