@@ -13,9 +13,9 @@ Layout: :mod:`.measures` (what each kind timed), :mod:`.verdict`, :mod:`.static`
 from __future__ import annotations
 
 from layerscope.analysis.diff.gate import Check, failed_checks, parse_check
-from layerscope.analysis.diff.join import diff_files, diff_results
+from layerscope.analysis.diff.join import diff, diff_files, diff_results
 from layerscope.analysis.diff.verdict import ALPHA, MIN_EFFECT, MIN_SAMPLES
 from layerscope.core.diff_records import DiffReport, DiffRow
 
 __all__ = ["ALPHA", "MIN_EFFECT", "MIN_SAMPLES", "Check", "DiffReport", "DiffRow",
-           "diff_files", "diff_results", "failed_checks", "parse_check"]
+           "diff", "diff_files", "diff_results", "failed_checks", "parse_check"]

@@ -2,6 +2,7 @@
 static explanation beside it, the unfair differences and the summary sentence."""
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -32,6 +33,24 @@ SAME_WORK = "same shapes and work on both sides"
 def diff_files(paths: Sequence[str], min_effect: float = MIN_EFFECT) -> DiffReport:
     """``layerscope diff``: read the saved results, then ``diff_results``."""
     return diff_results([read_result(p) for p in paths], names=list(paths), min_effect=min_effect)
+
+
+def diff(*results: Any, names: Sequence[str] | None = None,
+         min_effect: float = MIN_EFFECT) -> DiffReport:
+    """``layerscope.diff(base, new)``: each of ``results`` a saved result's path (str or
+    os.PathLike) or a result object (what ``layerscope.profile`` and the other commands
+    return); the paths name their results unless ``names`` is given."""
+    loaded, given = [], []
+    for i, r in enumerate(results):
+        if isinstance(r, (str, os.PathLike)):
+            path = os.fsdecode(os.fspath(r))
+            loaded.append(read_result(path))
+            given.append(path)
+        else:
+            loaded.append(r)
+            given.append(f"result {i + 1}")
+    return diff_results(loaded, names=names if names is not None else given,
+                        min_effect=min_effect)
 
 
 def _check(results: Sequence[Any], names: list[str]) -> str:
