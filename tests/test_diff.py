@@ -301,3 +301,53 @@ def test_real_profile_one_layer_slower(real_profile):
     fc1 = next(r for r in d.rows if r.name == "fc1")
     assert fc1.explanation == SAME_WORK
     assert " points from fc1" in d.summary
+
+
+# ------------------------------------------------------------------ real results, static change
+def test_real_analyze_pair_names_the_shape_change(tmp_path):
+    """resnet20 at 32x32 and at 64x64: every convolution's input and MACs grow 4x."""
+    paths = []
+    for size in (32, 64):
+        path = tmp_path / f"r{size}.json"
+        code, _, err = run_cli("analyze", "resnet20", "--input", f"1x3x{size}x{size}",
+                               "--format", "json", "-o", str(path))
+        assert code == 0, err
+        paths.append(str(path))
+    code, out, err = run_cli("diff", *paths, "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["end_to_end"] is None and d["compared"] == "analyze"
+    rows = {r["name"]: r for r in d["rows"]}
+    conv = rows["layer3.0.conv2"]
+    assert conv["verdict"] == "changed" and conv["basis"] == "static"
+    assert conv["explanation"].startswith("its input grew from 1x64x8x8 to 1x64x16x16 (4x)")
+    assert "MACs +300%" in conv["explanation"]
+    assert d["summary"].startswith("static only (no timing): the input grew from 1x3x32x32 to "
+                                   "1x3x64x64 (4x); MACs +300%")
+
+
+def test_loop_and_train_keep_their_samples(tmp_path):
+    loop = tmp_path / "loop.json"
+    code, _, err = run_cli("profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--runs",
+                           "3", "--batch-size", "4", "-o", str(loop))
+    assert code == 0, err
+    d = json.loads(loop.read_text())
+    assert set(d["step_phases"]) == {"data", "h2d", "forward", "other"}
+    assert all(len(xs) == 3 for xs in d["step_phases"].values())
+    assert len(d["batch_time"]["samples_s"]) == 3
+    train = tmp_path / "train.json"
+    code, _, err = run_cli("train", "digits-cnn", "--steps", "3", "--synthetic", "--no-eval",
+                           "--out", str(tmp_path / "run"), "--format", "json", "-o", str(train),
+                           "--quiet")
+    assert code == 0, err
+    d = json.loads(train.read_text())
+    assert {"forward", "backward", "optimizer"} <= set(d["step_phases"])
+    assert all(len(xs) == len(d["step_seconds"]) for xs in d["step_phases"].values())
+    code, out, err = run_cli("diff", str(train), str(train), "--format", "json")
+    assert code == 0, err
+    assert {r["verdict"] for r in json.loads(out)["rows"]} == {"within-noise"}
+
+
+def test_markdown_is_generic_over_views():
+    md = to_markdown(ALL["compare"]())
+    assert md.startswith("### ") and "| Module |" in md and "|---|" in md
