@@ -98,7 +98,7 @@ def charts(d) -> list:
     for i, r in enumerate(timed):
         tip = f"{_label(r)}\nbase {ms(r.base_s)} ms\nnew {ms(r.new_s)} ms\n{r.verdict}"
         hot = r.verdict in ("slower", "faster")
-        base.points.append(Point(i, (r.base_s or 0) * 1e3, tip))
+        base.points.append(Point(i, (r.base_s or 0) * 1e3, tip, hot=hot))
         new.points.append(Point(i, (r.new_s or 0) * 1e3, tip, hot=hot,
                                 label=f"{r.change:+.0%}" if hot and r.change is not None
                                 else None))
