@@ -351,3 +351,24 @@ def test_loop_and_train_keep_their_samples(tmp_path):
 def test_markdown_is_generic_over_views():
     md = to_markdown(ALL["compare"]())
     assert md.startswith("### ") and "| Module |" in md and "|---|" in md
+
+
+def test_unfair_differences_are_named_at_the_top():
+    """Another CPU, 2 torch threads instead of 4, a machine 3.0 busier (load 0.4 -> 3.4) and a
+    batch of 8: each is one line, and the summary names them."""
+    from layerscope.core.noise import MachineReading, noise_section
+
+    base, new = diff_profiles()
+    new.environment = dict(new.environment, cpu="Other CPU 2000", torch_threads=2)
+    e2e = {k: new.end_to_end[k] for k in ("median_s", "p10_s", "p90_s", "mean_s", "std_s",
+                                          "iqr_s", "n")}
+    new.noise = noise_section(TimingStats(**e2e), MachineReading((3.4, 1.0, 1.0), 8, 8), 2)
+    new.inputs = [{"shape": [8, 3, 64, 64], "dtype": "float32"}]
+    d = diff_results([base, new])
+    assert d.unfair == ["CPU: Test CPU 3000 vs Other CPU 2000", "torch threads: 4 vs 2",
+                        "batch size: 1 vs 8", "1-minute load average: 0.4 vs 3.4"]
+    assert d.summary.endswith("(unfair: CPU, torch threads, batch size, 1-minute load average)")
+    from layerscope.renderers import render
+
+    out = render(d, "table", width=150)  # the terminal lists them under the summary
+    assert out.index("Unfair comparison:") < out.index("Base against new")
