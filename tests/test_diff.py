@@ -194,7 +194,7 @@ def test_failed_checks(expr, failed):
     assert len(failed_checks(ALL["diff"](), [expr])) == failed
 
 
-@pytest.mark.parametrize("expr", ["bogus", "step>5", "layer>+5%", "rank:0>+5%", "step=5%",
+@pytest.mark.parametrize("expr", ["bogus", "step>5", "layer>+5%", "gpu:0>+5%", "step=5%",
                                   "layer:>+5%"])
 def test_malformed_expression_is_one_line(expr):
     with pytest.raises(UserError) as e:
@@ -372,3 +372,27 @@ def test_unfair_differences_are_named_at_the_top():
 
     out = render(d, "table", width=150)  # the terminal lists them under the summary
     assert out.index("Unfair comparison:") < out.index("Base against new")
+
+
+def test_renamed_layer_and_ranks():
+    """fc renamed head (same position, same type): added and removed, each naming the other.
+    A distributed run: each rank's median step is a row."""
+    base, new = diff_profiles()
+    new.layers[-1].name = "head"
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows if r.level == "layer"}
+    assert rows["head"].verdict == "added" and rows["fc"].verdict == "removed"
+    assert rows["head"].explanation == ("only in the new result; renamed from fc? (same position "
+                                        "and type: Linear)")
+    assert rows["fc"].explanation.startswith("only in the base result; renamed to head?")
+    base, new = train_report(), train_report()
+    for r, slow in ((base, 1.0), (new, 1.5)):
+        r.ranks = [{"rank": 0, "step_s": 0.02, "phases": {}},
+                   {"rank": 1, "step_s": 0.02 * slow, "phases": {}}]
+        r.step_seconds = [0.02 * (1 + 0.01 * i) for i in range(10)]  # +-4%: the spread
+    d = diff_results([base, new])
+    ranks = {r.name: r for r in d.rows if r.level == "rank"}
+    assert ranks["rank 0"].verdict == "within-noise"
+    assert (ranks["rank 1"].verdict, ranks["rank 1"].basis) == ("slower", "end-to-end spread")
+    assert failed_checks(d, ["rank:*>+40%"]) == [
+        "rank:*>+40%: rank 1 +50.0% (slower beyond noise, end-to-end spread)"]

@@ -10,7 +10,7 @@ from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 VERDICTS = ("slower", "faster", "within-noise", "added", "removed", "changed", "same")
-LEVELS = ("end_to_end", "phase", "type", "layer", "cell", "point")
+LEVELS = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 BASES = ("rank test", "p10-p90 overlap", "end-to-end spread", "static")
 
 _SIGNED = {"minimum": None}
@@ -21,7 +21,9 @@ _SECONDS = {"description": "median seconds (the baseline's: of every baseline fi
 @dataclass
 class DiffRow(Record):
     """One thing timed on both sides (or on one: added, removed): its medians, the change and
-    the verdict, on the basis named."""
+    the verdict, on the basis named. Levels: end_to_end, phase (train, run, loop), rank (a
+    distributed run's step per rank), type and layer (profile, loop; train --layers), cell
+    (sweep), point (scaling)."""
 
     name: str
     level: str = field(metadata={"schema": {"enum": list(LEVELS)}})

@@ -2,8 +2,8 @@
 
 An expression is ``WHAT OP CHANGE``:
 - WHAT: ``step``, ``end_to_end``, ``forward`` or ``batch`` (the end-to-end row, whatever the
-  kind calls it), or ``LEVEL:GLOB`` with LEVEL one of phase, type, layer, cell, point and GLOB
-  a shell pattern matched against the row's name (``layer:*.attn``, ``phase:backward``);
+  kind calls it), or ``LEVEL:GLOB`` with LEVEL one of phase, rank, type, layer, cell, point
+  and GLOB a shell pattern matched against the row's name (``layer:*.attn``, ``phase:backward``);
 - OP: ``>`` (slower by more than) or ``<`` (faster by more than: a negative CHANGE);
 - CHANGE: a signed percentage, ``+5%``, ``-10%``, ``5%``.
 
@@ -20,9 +20,10 @@ from layerscope.core.diff_records import DiffReport, DiffRow
 from layerscope.core.errors import UserError
 
 END_TO_END = ("step", "end_to_end", "forward", "batch")
-ROW_LEVELS = ("phase", "type", "layer", "cell", "point")
+ROW_LEVELS = ("phase", "rank", "type", "layer", "cell", "point")
 _EXPR = re.compile(r"^\s*(?P<what>[^<>]+?)\s*(?P<op>[<>])\s*(?P<num>[+-]?\d+(?:\.\d+)?)\s*%\s*$")
-FORM = "WHAT>+N% or WHAT<-N% (WHAT: step, end_to_end, or phase|type|layer|cell|point:PATTERN)"
+FORM = ("WHAT>+N% or WHAT<-N% (WHAT: step, end_to_end, or "
+        "phase|rank|type|layer|cell|point:PATTERN)")
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def failed_checks(report: DiffReport, checks: list[str] | list[Check]) -> list[s
     for check in parsed:
         for row in report.all_rows():
             if check.fails(row):
-                label = "end to end" if row.level == "end_to_end" else f"{row.level} {row.name}"
+                label = ("end to end" if row.level == "end_to_end" else row.name
+                         if row.level == "rank" else f"{row.level} {row.name}")
                 out.append(f"{check.text}: {label} {row.change:+.1%} ({row.verdict} beyond "
                            f"noise, {row.basis})")
     return out

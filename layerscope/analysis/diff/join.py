@@ -24,7 +24,7 @@ from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow
 from layerscope.core.errors import UserError
 from layerscope.core.results import read_result
 
-LEVEL_ORDER = ("end_to_end", "phase", "type", "layer", "cell", "point")
+LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 # the rows the end-to-end change is attributed to, per kind
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
@@ -93,6 +93,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                          min_effect))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
+    if kind in ("profile", "analyze"):
+        mark_renamed(rows, [r.name for r in bases[-1].layers], [r.name for r in new.layers])
     end_to_end = rows.pop(0) if rows and rows[0].level == "end_to_end" else None
     if end_to_end is not None and st is not None:
         end_to_end.explanation = st.total
@@ -159,6 +161,19 @@ def _static_rows(st: Static) -> list[DiffRow]:
                      verdict="removed", explanation="only in the base result", basis="static",
                      type=t) for n, t in st.only_base]
     return rows
+
+
+def mark_renamed(rows: list[DiffRow], base_names: list[str], new_names: list[str]) -> None:
+    """A layer added at the position (in execution order) of a removed layer of the same type
+    was probably renamed: both rows say so (their verdicts stay added and removed)."""
+    added = {r.name: r for r in rows if r.level == "layer" and r.verdict == "added"}
+    removed = {r.name: r for r in rows if r.level == "layer" and r.verdict == "removed"}
+    for j, name in enumerate(new_names):
+        old = base_names[j] if j < len(base_names) else None
+        if name in added and old in removed and added[name].type == removed[old].type:
+            same = f"(same position and type: {added[name].type})"
+            added[name].explanation = f"only in the new result; renamed from {old}? {same}"
+            removed[old].explanation = f"only in the base result; renamed to {name}? {same}"
 
 
 # ---------------------------------------------------------------------------------- summary

@@ -5,7 +5,8 @@ Kinds and their levels:
 - profile: end_to_end (the bare forward runs), type (``by_type``), layer (rows with a time);
 - loop: end_to_end (a batch), phase (``step_phases``, else the totals per batch), layer;
 - train, run: end_to_end (a step: ``step_seconds``), phase (``step_phases``, else the totals
-  per step), layer (``--layers``: forward seconds per step, no spread);
+  per step), rank (a distributed run: each rank's median step, no spread), layer (``--layers``:
+  forward seconds per step, no spread);
 - sweep: cell (one per device, backend, dtype, threads and batch size that ran);
 - scaling: point (one per world size: the slowest rank's step);
 - analyze: nothing timed (the static figures are compared by analysis/compare).
@@ -164,9 +165,11 @@ def _train(r: Any, out: Timed) -> None:
             per_step = layer["forward_s"] / steps
         if per_step is not None:
             out.add(Measure(layer["name"], "layer", per_step, type=layer["type"]))
+    for entry in r.ranks or []:  # records, or the dicts a report built by the loop holds
+        out.add(Measure(f"rank {entry['rank']}", "rank", entry["step_s"]))
     if r.ranks:
-        out.notes.append("distributed run: rank 0's steps and phases are compared (the "
-                         "per-rank table is not)")
+        out.notes.append("distributed run: the end-to-end row and the phases are rank 0's "
+                         "steps; each rank's median step is a row of its own")
 
 
 def spread(m: Measure | None) -> float | None:
