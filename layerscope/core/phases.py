@@ -46,11 +46,12 @@ BY_NAME = {p.name: p for p in STEP_PHASES}
 def per_step(steps: list[dict[str, float]]) -> dict[str, list[float]]:
     """Each phase's seconds in every step (0 in a step that did not spend it), in step order and
     at most ``core.stats.SAMPLES_KEPT`` of them: a result's ``step_phases``, what
-    ``layerscope diff`` ranks phase by phase."""
+    ``layerscope diff`` ranks phase by phase. A phase no step spent time in is left out."""
     from layerscope.core.stats import kept_samples
 
-    names = [p.name for p in STEP_PHASES if any(p.name in s for s in steps)]
-    names += sorted({k for s in steps for k in s} - set(names))
+    spent = {k for s in steps for k, v in s.items() if v}
+    names = [p.name for p in STEP_PHASES if p.name in spent]
+    names += sorted(spent - set(names))
     return {n: kept_samples([s.get(n, 0.0) for s in steps]) for n in names}
 
 
