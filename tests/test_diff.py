@@ -396,3 +396,20 @@ def test_renamed_layer_and_ranks():
     assert (ranks["rank 1"].verdict, ranks["rank 1"].basis) == ("slower", "end-to-end spread")
     assert failed_checks(d, ["rank:*>+40%"]) == [
         "rank:*>+40%: rank 1 +50.0% (slower beyond noise, end-to-end spread)"]
+
+
+def test_several_baselines_hold_the_drift_between_runs():
+    """Baseline runs of 50 samples at 1.0 and 5 at 1.4 (each tight: +-1%), a new run of 50 at
+    1.3: the new run is above 2500 of the 2750 pairs (p far under 0.05), but 1.3 lies between
+    the baseline runs' own medians, so within the noise; at 1.5 it is beyond them."""
+    def m(median, n):
+        return Measure("x", "layer", median, samples=[median * (0.99 + 0.02 * i / n)
+                                                      for i in range(n)])
+
+    from layerscope.analysis.diff.measures import pooled
+
+    base = pooled([m(1.0, 50), m(1.4, 5)])
+    assert mann_whitney_u(base.samples, m(1.3, 50).samples)[1] < 1e-6
+    assert judge(base, m(1.3, 50), None).verdict == "slower"
+    assert judge(base, m(1.3, 50), None, base_medians=[1.0, 1.4]).verdict == "within-noise"
+    assert judge(base, m(1.5, 50), None, base_medians=[1.0, 1.4]).verdict == "slower"

@@ -90,7 +90,7 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
     for key in sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0])):
         rows.append(_row(key, _pool(tbs, key), tn.measures.get(key), e2e_spread, st,
-                         min_effect))
+                         min_effect, [t.measures[key].median for t in tbs if key in t.measures]))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -121,7 +121,8 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
 
 
 def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
-         e2e_spread: float | None, st: Static | None, min_effect: float) -> DiffRow:
+         e2e_spread: float | None, st: Static | None, min_effect: float,
+         base_medians: list[float]) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -132,7 +133,7 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
                        verdict="added" if added else "removed",
                        explanation="only in the new result" if added
                        else "only in the base result", basis=None, type=one.type)
-    v = judge(base, new, e2e_spread, min_effect)
+    v = judge(base, new, e2e_spread, min_effect, base_medians=base_medians)
     explanation = ""
     static = None
     if st is not None and level == "layer":
@@ -215,6 +216,10 @@ def _attribution(report: DiffReport, st: Static | None) -> str:
     best = max(groups, key=lambda g: abs(points(groups[g])))
     got = abs(points(groups[best]))
     total = abs((e2e.change or 0) * 100)
+    rows = sum(len(g) for g in groups.values())
+    if got < total / 2 and rows > len(groups[best]):
+        return (f"; spread over {rows} {level}s {e2e.verdict} beyond noise, the most "
+                f"{points_text(got)} of the {points_text(total)} points from {best}")
     text = f"; {points_text(got)} of the {points_text(total)} points from {best}"
     first = groups[best][0]
     if st is not None and first.name in st.grew:

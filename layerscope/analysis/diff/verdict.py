@@ -10,10 +10,14 @@ Rules (decisions, stated for users in docs/diff.md):
   spread";
 - and in every case a change under ``MIN_EFFECT`` of the base median is within the noise: on
   thousands of samples the test finds a 0.5% difference "significant", which nobody would call
-  slower.
+  slower;
+- with several baseline files, the new median must also lie outside the range of the baseline
+  files' own medians: the samples of one run hold its run-to-run noise, not the drift between
+  runs (another program starting, the CPU's clock), and several baseline runs show that drift.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from layerscope.analysis.diff.measures import Measure
@@ -36,8 +40,10 @@ def change(base: float, new: float) -> float | None:
 
 
 def judge(base: Measure, new: Measure, e2e_spread: float | None,
-          min_effect: float = MIN_EFFECT, alpha: float = ALPHA) -> Verdict:
-    """The verdict on ``new`` against ``base`` (see the module's rules)."""
+          min_effect: float = MIN_EFFECT, alpha: float = ALPHA,
+          base_medians: Sequence[float] = ()) -> Verdict:
+    """The verdict on ``new`` against ``base`` (see the module's rules); ``base_medians``: each
+    baseline file's own median, when there are several."""
     c = change(base.median, new.median)
     p = None
     if len(base.samples or ()) >= MIN_SAMPLES and len(new.samples or ()) >= MIN_SAMPLES:
@@ -50,6 +56,8 @@ def judge(base: Measure, new: Measure, e2e_spread: float | None,
         basis, beyond = "end-to-end spread", abs(c) > e2e_spread
     else:
         basis, beyond = None, False
+    if len(base_medians) > 1 and min(base_medians) <= new.median <= max(base_medians):
+        beyond = False  # within the drift between the baseline runs
     if not beyond or c is None or abs(c) < min_effect:
         return Verdict("within-noise", basis, p)
     return Verdict("slower" if c > 0 else "faster", basis, p)
