@@ -6,7 +6,7 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
-           "Totals", "__version__", "scaling", "advise", "load", "memory"]
+           "Totals", "__version__", "scaling", "advise", "load", "memory", "diff"]
 
 
 def load(path):
@@ -74,6 +74,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.analysis.compare import compare
 
         return compare
+    if name == "diff":
+        from layerscope.analysis.diff import diff
+
+        return diff
     if name == "graph":
         from layerscope.analysis.graph import graph
 

@@ -319,11 +319,53 @@ def kernels_profile() -> Report:
     return r
 
 
+def with_samples(median_ms: float, scale: float = 1.0, n: int = 10) -> dict:
+    """A timing whose runs took median_ms x (0.90, 0.92, ..., 1.08) x scale: median
+    median_ms x 0.99 x scale, the samples kept."""
+    xs = [median_ms / 1e3 * (0.9 + 0.02 * i) * scale for i in range(n)]
+    return TimingStats.of(xs, keep=True).to_dict()
+
+
+def diff_profiles() -> tuple[Report, Report]:
+    """profile_report() with 10 runs' samples (base), and the same net whose conv1 input grew
+    from 1x3x32x32 to 1x3x64x64 (MACs x4) and took twice as long in every run (new): conv1
+    0.2475 -> 0.495 ms, the forward pass 0.4158 -> 0.6633 ms (+59.5%)."""
+    base, new = profile_report(), profile_report()
+    medians = {"conv1": 0.250, "bn1": 0.040, "relu": 0.020, "fc": 0.090}
+    for r in (base, new):
+        for row in r.layers:
+            row.time = with_samples(medians[row.name], 2.0 if r is new and row.name == "conv1"
+                                    else 1.0)
+        for t in r.by_type:
+            t["time"] = next(row.time for row in r.layers if row.type == t["type"])
+    e2e_base = with_samples(0.420)
+    # every run of new: base's run plus conv1's extra time in that run (0.250 x (0.9 + 0.02 i))
+    extra = [s1 - s0 for s0, s1 in zip(base.layers[0].time["samples_s"],
+                                       new.layers[0].time["samples_s"])]
+    base.end_to_end = base.end_to_end | e2e_base
+    new.end_to_end = new.end_to_end | TimingStats.of(
+        [a + b for a, b in zip(e2e_base["samples_s"], extra)], keep=True).to_dict()
+    conv1 = new.layers[0]
+    conv1.input_shapes = [[1, 3, 64, 64]]
+    conv1.macs *= 4
+    new.inputs = [{"shape": [1, 3, 64, 64], "dtype": "float32"}]
+    new.totals.macs += 3 * base.layers[0].macs
+    return base, new
+
+
+def diff_report():
+    """diff of diff_profiles(): the forward pass 59.5% slower, all of it from conv1."""
+    from layerscope.analysis.diff import diff_results
+
+    return diff_results(diff_profiles(), names=["base.json", "new.json"])
+
+
 ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
        "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
        "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
        "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
-       "advice": advice_report, "decode": decode_profile, "memory": memory_report}
+       "advice": advice_report, "decode": decode_profile, "memory": memory_report,
+       "diff": diff_report}
 
 
 def resnet20_names() -> list[str]:

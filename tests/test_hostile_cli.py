@@ -286,7 +286,8 @@ BASE = {
     "sweep": ["mnist-cnn"], "roofline": [], "train": [], "ablate": ["digits-cnn"],
     "predict": ["run"], "activations": ["mnist-cnn"], "models": [], "verify": ["a", "b"],
     "render": ["r.json"], "report": ["r.json"], "export": ["mnist-cnn", "-o", "m.onnx"],
-    "compare": ["a", "b"], "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
+    "compare": ["a", "b"], "diff": ["a.json", "b.json"],
+    "rewrite tile-linear": ["a.onnx", "-o", "b.onnx"],
     "rewrite linear-subgraph": ["--m", "1", "--k", "1", "--n", "1", "-o", "d"],
     "env": [], "graph": ["mnist-cnn"], "rewrite fold-identity": ["a.onnx", "-o", "b.onnx"],
     "run": [],  # options only: everything after the script would be the script's

@@ -18,7 +18,7 @@ CHARTS = {"analyze": {"macs", "params"}, "profile": {"latency", "roofline"},
           "activations": set(), "compare": {"compare-totals"}, "loop": {"loop-phases"},
           "scaling": {"scaling-speedup"}, "llm": {"llm-memory"}, "plan": {"plan-memory"},
           "advice": {"advice-gains"}, "decode": {"decode-tokens"},
-          "memory": {"memory-timeline"}}
+          "memory": {"memory-timeline"}, "diff": {"diff-rows"}}
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -116,7 +116,7 @@ def test_every_result_has_a_notebook_table(kind):
              "activations": "conv1", "compare": "bn1", "loop": "conv1",
              "scaling": "oversubscribed", "llm": "bf16", "plan": "zero3",
              "advice": "channels-last", "decode": "bound (measured ceilings)",
-             "memory": "optimizer_state"}[kind]
+             "memory": "optimizer_state", "diff": "conv1"}[kind]
     assert first in table
 
 

@@ -34,6 +34,7 @@ WHERE = {
     "advice": "layerscope.core.records.advice.AdviceReport",
     "decode": "layerscope.core.records.decode.DecodeProfile",
     "memory": "layerscope.core.records.memory.MemoryReport",
+    "diff": "layerscope.core.diff_records.DiffReport",
 }
 
 
@@ -186,7 +187,7 @@ def test_a_new_kind_is_loaded_shown_and_in_the_schema_from_its_declaration(
 def test_an_unknown_kind_names_the_known_ones():
     with pytest.raises(UserError, match=re.escape(
             "(unknown kind 'toy'); layerscope results are ablate, activations, advice, analyze, "
-            "compare, decode, "
+            "compare, decode, diff, "
             "llm, loop, memory, ops, plan, profile, scaling, sweep, train")):
         load_result({"kind": "toy", "schema_version": "1.0"})
 

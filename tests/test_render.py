@@ -12,7 +12,7 @@ from layerscope.renderers.terminal import to_text
 from tests.helpers import check_golden, run_cli
 from tests.sample_results import ALL
 
-GOLDEN_KINDS = ["profile", "sweep", "ops", "ablate", "train", "scaling"]
+GOLDEN_KINDS = ["profile", "sweep", "ops", "ablate", "train", "scaling", "diff"]
 
 
 @pytest.mark.parametrize("kind", GOLDEN_KINDS)

@@ -42,10 +42,11 @@ FILES = sorted(DATA.glob("*_*.json"))
 # release -> the kinds it could write (0.2 had no llm, plan or scaling)
 # (0.5 added advice; its file was written by `advise train_0.4.json --verify --steps 2`; and
 # decode, tests/sample_results.py's decode_profile() saved as 0.5 writes it; and memory, by
-# `memory mnist-cnn --mode training --measure --format json`)
-BEFORE_05 = set(KINDS) - {"advice", "decode", "memory"}
+# `memory mnist-cnn --mode training --measure --format json`; and diff, by
+# `diff profile_0.3.json profile_0.4.json -o diff_0.5.json` in tests/data)
+BEFORE_05 = set(KINDS) - {"advice", "decode", "memory", "diff"}
 RELEASES = {"0.1": BEFORE_05, "0.2": BEFORE_05 - {"llm", "plan", "scaling"},
-            "0.3": BEFORE_05, "0.4": BEFORE_05, "0.5": {"advice", "decode", "memory"}}
+            "0.3": BEFORE_05, "0.4": BEFORE_05, "0.5": {"advice", "decode", "memory", "diff"}}
 
 
 def _kind_release(path: Path) -> tuple[str, str]:

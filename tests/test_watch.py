@@ -151,6 +151,18 @@ def test_each_step_sums_and_epochs_split_at_the_loader_end():
     assert any("evaluation" in n for n in r.notes)  # the no-grad passes were left out
 
 
+def test_the_report_keeps_each_phase_per_step():
+    """step_phases: each phase's seconds in every measured step (what layerscope diff ranks),
+    the watch's per-step phases transposed."""
+    with Watch(warmup_steps=1) as w:
+        plain(_net(), _loader())
+    r = w.report()
+    assert set(r.step_phases) == set(r.breakdown["seconds"])
+    for phase, xs in r.step_phases.items():
+        assert xs == [round(s.get(phase, 0.0), 9) for s in w.step_phases]
+    assert len(r.to_dict()["step_phases"]["forward"]) == len(r.step_seconds) == 7
+
+
 def test_warmup_steps_are_left_out():
     with Watch(warmup_steps=3) as w:
         plain(_net(), _loader())

@@ -170,7 +170,7 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
     ``bare_s[i]`` and ``prof_s[i]`` are the wall times of the i-th interleaved pair."""
     from layerscope.analysis.runtime import coverage_of, share_of, type_timings
 
-    e2e, inst = TimingStats.of(bare_s), TimingStats.of(prof_s)
+    e2e, inst = TimingStats.of(bare_s, keep=True), TimingStats.of(prof_s)
     samples: dict[str, list[float]] = defaultdict(list)
     meta: dict[str, tuple[str, str]] = {}
     for run in per_run:
@@ -190,7 +190,7 @@ def _join(report: Report, per_run: list[dict], bare_s: list[float],
         xs = samples.get(row.name, [])
         xs = xs + [0.0] * (n - len(xs))  # a node that did not run (folded away) took no time
         row_samples.append(xs or [0.0])
-        stats = TimingStats.of(row_samples[-1])
+        stats = TimingStats.of(row_samples[-1], keep=True)
         row.time = stats
         row.share = share_of(row_samples[-1], walls, keep) if n else None
         medians.append(stats.median_s)

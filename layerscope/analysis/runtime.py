@@ -293,7 +293,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
         if progress:
             progress(done, plan.total(done))
 
-    e2e = TimingStats.of(bare)
+    e2e = TimingStats.of(bare, keep=True)
     inst = TimingStats.of(instrumented)
     counts = timer.calls()  # of the last run: the own rows _add_own_rows made have none yet
     for row in report.layers:
@@ -304,7 +304,7 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
     keep = middle_runs(instrumented)
     row_stats = []
     for row, xs_row in zip(report.layers, samples):
-        stats = TimingStats.of(xs_row)
+        stats = TimingStats.of(xs_row, keep=True)
         row_stats.append(stats)
         row.time = stats
         row.share = share_of(xs_row, instrumented, keep)
@@ -347,7 +347,8 @@ def type_timings(report, samples, walls, keep) -> list[TypeTiming]:
         per_run = [sum(samples[i][r] for i in idx) for r in range(len(walls))]
         out.append(TypeTiming(type=type_name, layers=len(idx),
                               macs=sum(report.layers[i].macs for i in idx),
-                              time=TimingStats.of(per_run), share=share_of(per_run, walls, keep)))
+                              time=TimingStats.of(per_run, keep=True),
+                              share=share_of(per_run, walls, keep)))
     out.sort(key=lambda d: -d.time.median_s)
     return out
 

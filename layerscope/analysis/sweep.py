@@ -47,7 +47,7 @@ def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
         if device == "cuda":
             torch.cuda.synchronize()
         samples.append(clock() - t0)
-    return TimingStats.of(samples)
+    return TimingStats.of(samples, keep=True)
 
 
 def _export_onnx(module: nn.Module, xs: list[torch.Tensor], path: str) -> None:

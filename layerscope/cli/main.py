@@ -14,6 +14,7 @@ from layerscope.cli import (
     advise_cmd,
     analyze_cmd,
     compare_cmd,
+    diff_cmd,
     env_cmd,
     export_cmd,
     graph_cmd,
@@ -40,7 +41,7 @@ from layerscope.core.io import Terminated, outputs
 
 COMMANDS = [analyze_cmd, profile_cmd, ops_cmd, sweep_cmd, roofline_cmd, train_cmd, ablate_cmd,
             predict_cmd, activations_cmd, models_cmd, rewrite_cmd, verify_cmd, render_cmd,
-            report_cmd, export_cmd, compare_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd,
+            report_cmd, export_cmd, compare_cmd, diff_cmd, env_cmd, graph_cmd, run_cmd, scaling_cmd,
             llm_cmd, plan_cmd, advise_cmd, memory_cmd]
 
 

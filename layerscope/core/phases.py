@@ -43,6 +43,18 @@ STEP_PHASES = (
 BY_NAME = {p.name: p for p in STEP_PHASES}
 
 
+def per_step(steps: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Each phase's seconds in every step (0 in a step that did not spend it), in step order and
+    at most ``core.stats.SAMPLES_KEPT`` of them: a result's ``step_phases``, what
+    ``layerscope diff`` ranks phase by phase. A phase no step spent time in is left out."""
+    from layerscope.core.stats import kept_samples
+
+    spent = {k for s in steps for k, v in s.items() if v}
+    names = [p.name for p in STEP_PHASES if p.name in spent]
+    names += sorted(spent - set(names))
+    return {n: kept_samples([s.get(n, 0.0) for s in steps]) for n in names}
+
+
 def shown(seconds: dict[str, float]) -> dict[str, float]:
     """A breakdown's seconds without the phases shown only when spent that no step spent."""
     return {k: v for k, v in seconds.items()

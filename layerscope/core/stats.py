@@ -6,7 +6,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from layerscope.core.document import DictRecord
+from layerscope.core.document import DictRecord, omit_none
+
+# the most per-run samples a result keeps (``TimingStats.samples_s``): evenly spaced over the
+# runs when there were more, so that a saved result stays small and ``layerscope diff`` can still
+# rank the runs of two results against each other
+SAMPLES_KEPT = 100
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -33,9 +38,15 @@ class TimingStats(DictRecord):
     std_s: float = field(metadata=_optional("sample standard deviation (0 for one sample)"))
     iqr_s: float = field(metadata=_optional("p75 - p25"))
     n: int = field(metadata={"minimum": 0})
+    samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        description="the per-run seconds, in run order (at most SAMPLES_KEPT, evenly spaced "
+                    "over the runs when there were more): what layerscope diff ranks; absent in "
+                    "results saved before it and in the timings that do not keep them"))
 
     @classmethod
-    def of(cls, samples: Sequence[float]) -> TimingStats:
+    def of(cls, samples: Sequence[float], keep: bool = False) -> TimingStats:
+        """The statistics of ``samples``; ``keep``: also the samples themselves
+        (``kept_samples``)."""
         xs = sorted(samples)
         if not xs:
             raise ValueError("no timing samples")
@@ -47,6 +58,7 @@ class TimingStats(DictRecord):
             std_s=statistics.stdev(xs) if len(xs) > 1 else 0.0,
             iqr_s=percentile(xs, 0.75) - percentile(xs, 0.25),
             n=len(xs),
+            samples_s=kept_samples(samples) if keep else None,
         )
 
     @property
@@ -61,6 +73,76 @@ class TimingStats(DictRecord):
     def overlaps(self, other: TimingStats) -> bool:
         """Whether the p10-p90 ranges overlap: a difference within the noise."""
         return self.p10_s <= other.p90_s and other.p10_s <= self.p90_s
+
+
+def kept_samples(samples: Sequence[float], most: int = SAMPLES_KEPT) -> list[float]:
+    """``samples`` in run order, at most ``most`` of them (evenly spaced over the runs), each
+    rounded to the nanosecond."""
+    xs = list(samples)
+    if len(xs) > most:
+        xs = [xs[i * len(xs) // most] for i in range(most)]
+    return [round(float(x), 9) for x in xs]
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """The Mann-Whitney U test of two independent samples: (U of ``b``, two-sided p-value).
+
+    U_b = R_b - n_b (n_b + 1) / 2, where R_b is the sum of ``b``'s ranks in the pooled samples
+    (ties share their mean rank): how many of the (a, b) pairs have b > a, a tie counting one
+    half. Under "neither tends to be larger" U has mean mu = n_a n_b / 2 and variance
+    sigma^2 = n_a n_b / 12 * ((n + 1) - sum(t^3 - t) / (n (n - 1))), n = n_a + n_b, t the size
+    of each group of tied values. Without ties and with n_a, n_b <= 20 the p-value is exact
+    (the distribution of U counted by the recurrence
+    c(u; i, j) = c(u - j; i - 1, j) + c(u; i, j - 1), over C(n, n_a) equally likely orders);
+    otherwise the normal approximation z = (|U - mu| - 1/2) / sigma with the continuity
+    correction (scipy.stats.mannwhitneyu's ``method="asymptotic"``). p = 1 when every value is
+    the same."""
+    na, nb = len(a), len(b)
+    if not na or not nb:
+        raise ValueError("the U test needs samples on both sides")
+    pooled = sorted([(float(x), 0) for x in a] + [(float(x), 1) for x in b])
+    ranks_b, ties, i = 0.0, [], 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        mid = (i + j) / 2 + 1  # ranks i+1 .. j+1 share their mean
+        ranks_b += mid * sum(1 for k in range(i, j + 1) if pooled[k][1] == 1)
+        if j > i:
+            ties.append(j - i + 1)
+        i = j + 1
+    u = ranks_b - nb * (nb + 1) / 2
+    mu = na * nb / 2
+    if not ties and na <= 20 and nb <= 20:
+        return u, _exact_u_p(u, na, nb)
+    n = na + nb
+    var = na * nb / 12 * ((n + 1) - sum(t ** 3 - t for t in ties) / (n * (n - 1)))
+    if var <= 0:
+        return u, 1.0
+    z = max(abs(u - mu) - 0.5, 0.0) / math.sqrt(var)
+    return u, min(1.0, math.erfc(z / math.sqrt(2)))
+
+
+def _exact_u_p(u: float, na: int, nb: int) -> float:
+    """Two-sided exact p-value of U without ties: 2 x P(U' <= min(U, na nb - U)), capped at 1."""
+    # counts[i][j][k]: orders of i a's and j b's with U = k, built up one value at a time
+    # (the largest value is an a: U unchanged; a b: U + i)
+    prev = [[1] for _ in range(nb + 1)]  # i = 0: one order, U = 0
+    for i in range(1, na + 1):
+        cur = [[1]]
+        for j in range(1, nb + 1):
+            size = i * j + 1
+            row = [0] * size
+            for k, c in enumerate(prev[j]):  # largest is an a
+                row[k] += c
+            for k, c in enumerate(cur[j - 1]):  # largest is a b: it beats all i a's
+                row[k + i] += c
+            cur.append(row)
+        prev = cur
+    dist = prev[nb]
+    low = min(u, na * nb - u)
+    tail = sum(c for k, c in enumerate(dist) if k <= low)
+    return min(1.0, 2 * tail / sum(dist))
 
 
 def median_of_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> float | None:

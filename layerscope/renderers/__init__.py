@@ -1,4 +1,7 @@
-"""Turn results into text, JSON, CSV, HTML (renderers/html) and PNG plots (renderers/plot).
+"""Turn results into text, JSON, CSV, HTML (renderers/html), Markdown (``md``: any result's
+tables as GitHub Markdown, for a pull request's comment; not in ``FORMATS``, which the
+commands' --format choices read: a command offers it by naming it) and PNG plots
+(renderers/plot).
 
 Every renderer draws the sections of ``layerscope.views.view_for(result)``; none asks which kind
 of result it was given."""
@@ -8,7 +11,7 @@ import os
 
 FORMATS = ("table", "json", "csv", "html", "png")
 _EXT = {".json": "json", ".csv": "csv", ".txt": "table", ".html": "html", ".htm": "html",
-        ".png": "png"}
+        ".png": "png", ".md": "md"}
 
 
 def format_of(path: str) -> str | None:
@@ -32,6 +35,10 @@ def render(report, fmt: str, width: int | None = None, **options) -> str:
         return render_html(report)
     if fmt == "png":
         raise ValueError("png is binary: use layerscope.renderers.plot.render_png")
+    if fmt == "md":
+        from layerscope.renderers.markdown_out import to_markdown
+
+        return to_markdown(report)
     if fmt == "csv":
         from layerscope.renderers.csv_out import to_csv
 

@@ -88,18 +88,20 @@ def _place_point_labels(fig, ax) -> None:
 
 def _draw_bars(ax, chart: Chart) -> None:
     hot_any = any(p.hot for s in chart.series for p in s.points)
-    for s in chart.series:
-        xs = [p.x for p in s.points]
+    width = 0.8 / max(len(chart.series), 1)  # several series share each slot side by side
+    for k, s in enumerate(chart.series):
+        shift = (k - (len(chart.series) - 1) / 2) * width
+        xs = [p.x + shift for p in s.points]
         ys = [p.y for p in s.points]
         alphas = [1.0 if (p.hot or not hot_any) else 0.55 for p in s.points]
         colors = [(*_rgb(s.color), a) for a in alphas]
         edges = ["#222222" if p.hot else "none" for p in s.points]
-        ax.bar(xs, ys, width=0.8, color=colors, edgecolor=edges, linewidth=1.0, label=s.name)
+        ax.bar(xs, ys, width=width, color=colors, edgecolor=edges, linewidth=1.0, label=s.name)
         for p in s.points:
             if p.lo is not None and p.hi is not None and len(chart.categories) <= 200:
-                ax.plot([p.x, p.x], [p.lo, p.hi], color="#333333", linewidth=0.8)
+                ax.plot([p.x + shift, p.x + shift], [p.lo, p.hi], color="#333333", linewidth=0.8)
             if p.label and not names_its_category(p, chart.categories):
-                ax.annotate(p.label, (p.x, p.hi if p.hi is not None else p.y),
+                ax.annotate(p.label, (p.x + shift, p.hi if p.hi is not None else p.y),
                             xytext=(2, 4), textcoords="offset points", rotation=30,
                             fontsize=7, fontweight="bold")
 

@@ -19,6 +19,7 @@ from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.phases import per_step
 from layerscope.core.records.loop import LoopLayer, LoopProfile  # also imported from here
 from layerscope.core.stats import TimingStats
 from layerscope.training.data import DATASETS, datasets
@@ -95,6 +96,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     timer = PhaseTimer(cuda=cuda, clock=clock)
     layer_timer = ForwardTimer(leaves, cuda=cuda, clock=clock)
     totals, walls, forwards, per_batch = PhaseTotals(), [], [], []
+    batch_phases: list[dict[str, float]] = []
     try:
         module.eval()
         it = iter(loader)
@@ -119,6 +121,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
                 if i >= warmup:
                     totals.add(phases, wall, len(y))
                     walls.append(wall)
+                    batch_phases.append({p: phases[p] for p in LOOP_PHASES if p in phases})
                     forwards.append(phases["forward"])
                     per_batch.append(layer_timer.result())
                 if progress:
@@ -137,7 +140,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     forward_median = TimingStats.of(forwards).median_s
     layers, layer_stats = [], []
     for name, m in leaves:
-        stats = TimingStats.of([run.get(name, 0.0) for run in per_batch])
+        stats = TimingStats.of([run.get(name, 0.0) for run in per_batch], keep=True)
         layer_stats.append(stats)
         layers.append(LoopLayer(name, type(m).__name__, stats.to_dict(),
                                 stats.median_s / forward_median if forward_median else None))
@@ -150,9 +153,10 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     return LoopProfile(
         model=loaded.name, dataset=dataset + (" (synthetic)" if synthetic else ""),
         device=device, batch_size=batch_size, batches=batches, warmup=warmup, phases=phases,
-        batch_time=TimingStats.of(walls).to_dict(), layers=layers,
+        batch_time=TimingStats.of(walls, keep=True).to_dict(), layers=layers,
         coverage=(sum(r.time["median_s"] for r in layers) / forward_median
                   if forward_median else None), notes=notes,
+        step_phases=per_step(batch_phases) if batch_phases else None,
         settings={"threads": threads or old_threads, "num_workers": num_workers,
                   "synthetic": synthetic},
         environment=environment(),

@@ -29,6 +29,7 @@ from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
+from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport  # its home is core; imported from here too
 from layerscope.training import checkpoint as ckpt
@@ -662,6 +663,7 @@ class _Measured:
     # every measured step's input (shape, dtype): its FLOPs are counted once per distinct one
     inputs: list[tuple[Any, Any]] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)  # the measured steps' numbers
+    phases: list[dict[str, float]] = field(default_factory=list)  # every measured step's
 
     def add(self, s: StepResult) -> None:
         if self.steps >= self.warmup:
@@ -671,6 +673,7 @@ class _Measured:
             self.totals.add(s.phases, s.wall, s.samples)
             self.epoch.add(s.phases, s.wall, s.samples)
             self.step_seconds.append(s.wall)
+            self.phases.append(dict(s.phases))
             self.inputs.append(s.inputs)
             self.numbers.append(s.step)
         self.steps += 1
@@ -925,7 +928,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     return TrainReport(
         recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
-        step_seconds=m.step_seconds,
+        step_seconds=m.step_seconds, step_phases=per_step(m.phases) if m.phases else None,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,

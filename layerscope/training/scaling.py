@@ -77,7 +77,7 @@ def point(report: dict[str, Any], threads: int, cores: int, device: str) -> Scal
     ranks = report.get("ranks") or []
     b = report["breakdown"]
     batch = (report.get("config") or {}).get("batch_size") or lookup(report["recipe"]).batch_size
-    stats = TimingStats.of(report["step_seconds"])
+    stats = TimingStats.of(report["step_seconds"], keep=True)
 
     def mean_phase(name: str) -> float:
         return statistics.fmean(r["phases"].get(name, 0.0) for r in ranks) if ranks else 0.0
@@ -88,6 +88,7 @@ def point(report: dict[str, Any], threads: int, cores: int, device: str) -> Scal
     return ScalingPoint(
         world_size=n, threads_per_rank=threads, batch_per_rank=batch, steps=stats.n,
         step_s=stats.median_s, step_p10_s=stats.p10_s, step_p90_s=stats.p90_s,
+        step_samples_s=stats.samples_s,
         throughput_per_s=n * b["samples"] / b["wall_s"], speedup=1.0, efficiency=1.0,
         communication_s=comm_s, communication_share=comm_s / stats.median_s,
         exposed_s=exposed_s, exposed_share=exposed_s / stats.median_s,

@@ -73,6 +73,7 @@ from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
+from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport
 from layerscope.training import chrome_trace
@@ -1074,6 +1075,7 @@ class Watch:
                     **given, **({"what_if": self.what_if.flags()} if given else {})},
             run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
+            step_phases=per_step(self.step_phases) if self.step_phases else None,
             cpu_utilisation=(time.process_time() - self._cpu0) / wall if wall > 0 else None,
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             peak_cuda_bytes=max(self._cuda_peak, torch.cuda.max_memory_allocated())

@@ -34,6 +34,7 @@ from layerscope.views import (  # noqa: E402
     advice,
     compare,
     decode,
+    diff,
     graph,
     llm,
     memory,
@@ -60,3 +61,4 @@ register("plan", llm.PLAN)
 register("advice", advice.VIEW)
 register("decode", decode.VIEW)
 register("memory", memory.VIEW)
+register("diff", diff.VIEW)

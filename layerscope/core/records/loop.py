@@ -47,6 +47,10 @@ class LoopProfile(ResultDocument):
                     "loader iterated again), samples left out of each pass, a data set smaller "
                     "than one batch"))
     settings: dict[str, Any] = field(default_factory=dict)
+    step_phases: dict[str, list[float]] | None = field(default=None, metadata=omit_none(
+        description="each phase's seconds in every measured batch, in batch order (at most "
+                    "core.stats.SAMPLES_KEPT, evenly spaced): what layerscope diff ranks phase "
+                    "by phase; absent in results saved before it"))
     environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     noise: Noise | None = field(default=None, metadata=omit_none(
         description="core.noise section: spread of the batches' wall times, the machine at the "

@@ -43,6 +43,9 @@ class ScalingPoint(Record):
     bytes_per_step: int
     theory_bytes_per_step: float = field(metadata=_NONNEG)
     oversubscribed: bool
+    step_samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        description="the steps' seconds in step order (at most core.stats.SAMPLES_KEPT): what "
+                    "layerscope diff ranks; absent in results saved before it"))
     phases: dict[str, float] = field(default_factory=dict, metadata={
         "description": "rank-mean of the median seconds per step by phase"})
     utilisation: Efficiency | None = field(default=None, metadata=omit_none(

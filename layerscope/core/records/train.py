@@ -161,6 +161,10 @@ class TrainReport(ResultDocument):
     peak_rss_bytes: int
     peak_cuda_bytes: int | None
     notes: list[str] = field(default_factory=list)
+    step_phases: dict[str, list[float]] | None = field(default=None, metadata=omit_none(
+        description="each phase's seconds in every measured step, in step order (at most "
+                    "core.stats.SAMPLES_KEPT, evenly spaced): what layerscope diff ranks phase "
+                    "by phase; absent in results saved before it"))
     environment: dict[str, Any] = field(default_factory=dict, metadata=ENVIRONMENT)
     ops: dict[str, Any] | None = field(default=None, metadata={
         "description": "--profile torch: the operator table (OpTable.to_dict()), per step"})

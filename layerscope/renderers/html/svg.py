@@ -251,9 +251,11 @@ def _category_ticks(b: _Bands, f: _Frame) -> list[str]:
 
 
 def _draw_bars(chart: Chart, f: _Frame) -> list[str]:
+    """One bar per point; several series share each slot side by side (diff: base, new)."""
     b = _Bands(chart, f)
-    parts = [_bar(p, s.color, b.x(p.x), b.width, f.sy, f.bottom, f.hot_any)
-             for s in chart.series for p in s.points]
+    w = b.width / max(len(chart.series), 1)
+    parts = [_bar(p, s.color, b.x(p.x) + k * w, w, f.sy, f.bottom, f.hot_any)
+             for k, s in enumerate(chart.series) for p in s.points]
     return parts + _category_ticks(b, f)
 
 

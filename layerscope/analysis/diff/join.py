@@ -1,0 +1,273 @@
+"""``diff_results``: results of one kind joined figure by figure, each with its verdict, the
+static explanation beside it, the unfair differences and the summary sentence."""
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from layerscope.analysis.diff.measures import (
+    KINDS,
+    UNIT,
+    Measure,
+    Timed,
+    pooled,
+    spread,
+    timed,
+)
+from layerscope.analysis.diff.static import Static, explain
+from layerscope.analysis.diff.unfair import unfair
+from layerscope.analysis.diff.verdict import ALPHA, MIN_EFFECT, change, judge
+from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow
+from layerscope.core.errors import UserError
+from layerscope.core.results import read_result
+
+LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
+# the rows the end-to-end change is attributed to, per kind
+ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
+SAME_WORK = "same shapes and work on both sides"
+
+
+def diff_files(paths: Sequence[str], min_effect: float = MIN_EFFECT) -> DiffReport:
+    """``layerscope diff``: read the saved results, then ``diff_results``."""
+    return diff_results([read_result(p) for p in paths], names=list(paths), min_effect=min_effect)
+
+
+def diff(*results: Any, names: Sequence[str] | None = None,
+         min_effect: float = MIN_EFFECT) -> DiffReport:
+    """``layerscope.diff(base, new)``: each of ``results`` a saved result's path (str or
+    os.PathLike) or a result object (what ``layerscope.profile`` and the other commands
+    return); the paths name their results unless ``names`` is given."""
+    loaded, given = [], []
+    for i, r in enumerate(results):
+        if isinstance(r, (str, os.PathLike)):
+            path = os.fsdecode(os.fspath(r))
+            loaded.append(read_result(path))
+            given.append(path)
+        else:
+            loaded.append(r)
+            given.append(f"result {i + 1}")
+    return diff_results(loaded, names=names if names is not None else given,
+                        min_effect=min_effect)
+
+
+def _check(results: Sequence[Any], names: list[str]) -> str:
+    if len(results) < 2:
+        raise UserError("diff needs at least two results: the base (one or more) and the new one")
+    kinds = [getattr(r, "kind", None) for r in results]
+    for name, kind in zip(names, kinds):
+        if kind not in KINDS:
+            raise UserError(f"{name}: diff reads {', '.join(KINDS)} results, not {kind}")
+    if len(set(kinds)) > 1:
+        which = ", ".join(f"{n} is {k}" for n, k in zip(names, kinds))
+        raise UserError(f"diff compares results of one kind, got {which}: diff two results "
+                        f"of the same command")
+    return str(kinds[0])
+
+
+def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
+                 min_effect: float = MIN_EFFECT) -> DiffReport:
+    """Join ``results`` (saved results of one kind: profile, loop, train, sweep, scaling or
+    analyze) figure by figure: every result but the last together form the baseline, the last
+    is the new one. ``names``: what to call each result (its file name); by default
+    "result 1", "result 2", ...
+
+    Raises UserError for fewer than two results, results of different kinds, or a kind diff
+    does not read."""
+    names = list(names) if names is not None else [f"result {i + 1}"
+                                                   for i in range(len(results))]
+    if len(names) != len(results):
+        raise UserError(f"diff_results: {len(names)} names for {len(results)} results")
+    kind = _check(results, names)
+    bases, new = list(results[:-1]), results[-1]
+    tbs, tn = [timed(r) for r in bases], timed(new)
+    st = explain(bases[-1], new) if kind in ("profile", "analyze") else None
+    e2e_base = _pool(tbs, ("end_to_end", "end_to_end"))
+    e2e_spread = spread(e2e_base)
+    rows: list[DiffRow] = []
+    keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
+    for key in sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0])):
+        rows.append(_row(key, _pool(tbs, key), tn.measures.get(key), e2e_spread, st,
+                         min_effect, [t.measures[key].median for t in tbs if key in t.measures]))
+    if kind == "analyze" and st is not None:
+        rows += _static_rows(st)
+    if kind in ("profile", "analyze"):
+        mark_renamed(rows, [r.name for r in bases[-1].layers], [r.name for r in new.layers])
+    end_to_end = rows.pop(0) if rows and rows[0].level == "end_to_end" else None
+    if end_to_end is not None and st is not None:
+        end_to_end.explanation = st.total
+    unfair_lines = unfair(bases[-1], new, tbs[-1], tn)
+    for base in bases[:-1]:
+        unfair_lines += [u for u in unfair(base, new, timed(base), tn) if u not in unfair_lines]
+    files = [DiffFile(n, kind, _model(r), "base") for n, r in zip(names[:-1], bases)]
+    files.append(DiffFile(names[-1], kind, _model(new), "new"))
+    notes = list(dict.fromkeys(n for t in tbs + [tn] for n in t.notes))
+    report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
+                        rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
+                        notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
+    report.summary = summary(report, st)
+    return report
+
+
+def _model(r: Any) -> str | None:
+    return getattr(r, "model", None) or getattr(r, "recipe", None)
+
+
+def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
+    found = [t.measures[key] for t in tbs if key in t.measures]
+    return pooled(found) if found else None
+
+
+def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
+         e2e_spread: float | None, st: Static | None, min_effect: float,
+         base_medians: list[float]) -> DiffRow:
+    level, name = key
+    if base is None or new is None:
+        one = new or base
+        assert one is not None
+        added = base is None
+        return DiffRow(name=name, level=level, base_s=None if added else one.median,
+                       new_s=one.median if added else None, change=None,
+                       verdict="added" if added else "removed",
+                       explanation="only in the new result" if added
+                       else "only in the base result", basis=None, type=one.type)
+    v = judge(base, new, e2e_spread, min_effect, base_medians=base_medians)
+    explanation = ""
+    static = None
+    if st is not None and level == "layer":
+        explanation = st.rows.get(name, "")
+        static = st.diffs.get(name) or None
+        if not explanation and v.verdict in ("slower", "faster"):
+            explanation = SAME_WORK
+    elif st is not None and level == "type":
+        explanation = st.types.get(name, "")
+    return DiffRow(name=name, level=level, base_s=base.median, new_s=new.median,
+                   change=change(base.median, new.median), verdict=v.verdict,
+                   explanation=explanation, basis=v.basis, p_value=v.p_value,
+                   type=new.type or base.type, base_n=len(base.samples or []) or base.n,
+                   new_n=len(new.samples or []) or new.n, static=static)
+
+
+def _static_rows(st: Static) -> list[DiffRow]:
+    """analyze: one row per layer whose static figures changed, added or removed."""
+    rows = [DiffRow(name=n, level="layer", base_s=None, new_s=None, change=None,
+                    verdict="changed", explanation=text, basis="static",
+                    static=st.diffs.get(n) or None) for n, text in st.rows.items()]
+    rows += [DiffRow(name=n, level="layer", base_s=None, new_s=None, change=None,
+                     verdict="added", explanation="only in the new result", basis="static",
+                     type=t) for n, t in st.only_new]
+    rows += [DiffRow(name=n, level="layer", base_s=None, new_s=None, change=None,
+                     verdict="removed", explanation="only in the base result", basis="static",
+                     type=t) for n, t in st.only_base]
+    return rows
+
+
+def mark_renamed(rows: list[DiffRow], base_names: list[str], new_names: list[str]) -> None:
+    """A layer added at the position (in execution order) of a removed layer of the same type
+    was probably renamed: both rows say so (their verdicts stay added and removed)."""
+    added = {r.name: r for r in rows if r.level == "layer" and r.verdict == "added"}
+    removed = {r.name: r for r in rows if r.level == "layer" and r.verdict == "removed"}
+    for j, name in enumerate(new_names):
+        old = base_names[j] if j < len(base_names) else None
+        if name in added and old in removed and added[name].type == removed[old].type:
+            same = f"(same position and type: {added[name].type})"
+            added[name].explanation = f"only in the new result; renamed from {old}? {same}"
+            removed[old].explanation = f"only in the base result; renamed to {name}? {same}"
+
+
+# ---------------------------------------------------------------------------------- summary
+def pattern(name: str) -> str:
+    """A module path with its indices as ``*``: layer3.0.conv2 -> layer3.*.conv2."""
+    return ".".join("*" if re.fullmatch(r"\d+", p) else p for p in name.split("."))
+
+
+def pct(x: float) -> str:
+    """|x| as a percentage: 12%, 4.5%."""
+    v = abs(x) * 100
+    return f"{v:.0f}%" if v >= 10 else f"{v:.1f}%"
+
+
+def points_text(points: float) -> str:
+    """Percentage points as ``pct`` writes the percentage: 12, 4.5."""
+    return f"{points:.0f}" if points >= 10 else f"{points:.1f}"
+
+
+def _attribution(report: DiffReport, st: Static | None) -> str:
+    """"9 of the 12 points from layer3.*.conv2, whose input grew ...": the group of rows (one
+    module path pattern) whose own change explains most of the end-to-end change."""
+    e2e = report.end_to_end
+    level = ATTRIBUTE_TO.get(report.compared)
+    if e2e is None or e2e.base_s is None or e2e.new_s is None or level is None \
+            or not e2e.beyond_noise or not e2e.base_s:
+        return ""
+    groups: dict[str, list[DiffRow]] = defaultdict(list)
+    for r in report.rows:
+        if r.level == level and r.verdict == e2e.verdict and r.base_s is not None \
+                and r.new_s is not None:
+            groups[pattern(r.name) if level == "layer" else r.name].append(r)
+    if not groups:
+        return "; no single row beyond the noise explains it"
+
+    def points(rows: list[DiffRow]) -> float:
+        return sum((r.new_s or 0) - (r.base_s or 0) for r in rows) / (e2e.base_s or 1) * 100
+
+    best = max(groups, key=lambda g: abs(points(groups[g])))
+    got = abs(points(groups[best]))
+    total = abs((e2e.change or 0) * 100)
+    rows = sum(len(g) for g in groups.values())
+    if got < total / 2 and rows > len(groups[best]):
+        return (f"; spread over {rows} {level}s {e2e.verdict} beyond noise, the most "
+                f"{points_text(got)} of the {points_text(total)} points from {best}")
+    text = f"; {points_text(got)} of the {points_text(total)} points from {best}"
+    first = groups[best][0]
+    if st is not None and first.name in st.grew:
+        text += ", " + st.grew[first.name].replace("its input", "whose input", 1)
+    elif first.explanation and first.explanation != SAME_WORK:
+        text += f" ({first.explanation})"
+    return text
+
+
+def summary(report: DiffReport, st: Static | None) -> str:
+    """The answer first, in one sentence."""
+    e2e = report.end_to_end
+    if report.compared == "analyze":
+        changed = [r for r in report.rows if r.verdict != "same"]
+        what = st.total if st is not None and st.total else "no change in the totals"
+        text = (f"static only (no timing): {what}; {len(changed)} layer(s) changed, added or "
+                f"removed")
+    elif e2e is not None:
+        unit = UNIT.get(report.compared, "run")
+        if e2e.verdict in ("slower", "faster"):
+            text = f"{unit} {pct(e2e.change or 0)} {e2e.verdict} beyond noise"
+            text += _attribution(report, st)
+        elif e2e.change is not None:
+            text = f"{unit} within noise ({e2e.change:+.1%})"
+        else:
+            text = f"{unit} {e2e.verdict}"
+        if e2e.verdict == "within-noise":
+            beyond = [r for r in report.rows if r.beyond_noise]
+            if beyond:
+                text += f"; {len(beyond)} row(s) beyond noise, e.g. {_row_text(beyond)}"
+    else:
+        text = _counts(report)
+    if report.unfair:
+        text += " (unfair: " + ", ".join(u.split(":")[0] for u in report.unfair) + ")"
+    return text
+
+
+def _row_text(rows: list[DiffRow]) -> str:
+    top = max(rows, key=lambda r: abs(r.change or 0))
+    return f"{top.name} {top.change or 0:+.0%}"
+
+
+def _counts(report: DiffReport) -> str:
+    """Kinds without an end-to-end figure (sweep, scaling): how many rows moved."""
+    level = report.rows[0].level if report.rows else "row"
+    slower = [r for r in report.rows if r.verdict == "slower"]
+    faster = [r for r in report.rows if r.verdict == "faster"]
+    text = (f"{len(slower)} of {len(report.rows)} {level}s slower beyond noise, "
+            f"{len(faster)} faster")
+    moved = slower + faster
+    return text + (f"; the most: {_row_text(moved)}" if moved else "")

@@ -1,0 +1,415 @@
+"""layerscope diff: the rank test on fixed samples, verdicts from the runs' own samples (never a
+fixed percentage), static explanations through compare, --fail-if exit codes, several base
+files, kinds that differ, and old results without samples."""
+import copy
+import json
+import math
+
+import pytest
+
+from layerscope.analysis.diff import diff_results, failed_checks, parse_check
+from layerscope.analysis.diff.join import SAME_WORK, pattern
+from layerscope.analysis.diff.measures import Measure
+from layerscope.analysis.diff.verdict import judge
+from layerscope.core.errors import UserError
+from layerscope.core.results import load_result
+from layerscope.core.stats import TimingStats, mann_whitney_u
+from layerscope.renderers.markdown_out import to_markdown
+from tests.helpers import run_cli
+from tests.sample_results import ALL, diff_profiles, profile_report, train_report
+
+
+# --------------------------------------------------------------------------- the statistic
+@pytest.mark.parametrize("a, b, u, p", [
+    # b above every a: U = 5 x 5 = 25; exact: 2 of the C(10, 5) = 252 orders are as extreme
+    pytest.param([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 25, 2 / 252, id="separated-5v5"),
+    # pairs with b > a: 1 + 2 + 3 = 6 = mu + 1.5; P(U <= 3) = (1 + 1 + 2 + 3) / C(6, 3) = 7/20
+    pytest.param([1, 2, 3], [1.5, 2.5, 3.5], 6, 0.7, id="interleaved-3v3"),
+    # ties (2 x3, 3 x3): U = 24, mu = 15, var = 30/12 (12 - 48/110) = 28.909,
+    # z = (9 - 0.5) / 5.3768 = 1.5809, p = erfc(z / sqrt 2) = 0.1139
+    pytest.param([1, 2, 2, 3, 4], [2, 3, 3, 5, 6, 7], 24,
+                 math.erfc((9 - 0.5) / math.sqrt(2.5 * (12 - 48 / 110)) / math.sqrt(2)),
+                 id="ties-normal-approximation"),
+    pytest.param([1, 1, 1], [1, 1, 1], 4.5, 1.0, id="all-equal"),
+    # b below every a: U = 0, the same two-sided p as separated-5v5
+    pytest.param([6, 7, 8, 9, 10], [1, 2, 3, 4, 5], 0, 2 / 252, id="reversed"),
+])
+def test_mann_whitney_u(a, b, u, p):
+    got_u, got_p = mann_whitney_u(a, b)
+    assert got_u == u
+    assert got_p == pytest.approx(p, rel=1e-9)
+
+
+def test_mann_whitney_u_needs_both_sides():
+    with pytest.raises(ValueError):
+        mann_whitney_u([], [1.0])
+
+
+def _m(samples=None, median=None, p10=None, p90=None):
+    if samples is not None:
+        s = TimingStats.of(samples)
+        return Measure("x", "layer", s.median_s, s.p10_s, s.p90_s, list(samples))
+    return Measure("x", "layer", median, p10, p90)
+
+
+@pytest.mark.parametrize("base, new, spread, verdict, basis", [
+    pytest.param(_m([1, 2, 3, 4, 5]), _m([6, 7, 8, 9, 10]), None, "slower", "rank test",
+                 id="rank-test-slower"),
+    pytest.param(_m([6, 7, 8, 9, 10]), _m([1, 2, 3, 4, 5]), None, "faster", "rank test",
+                 id="rank-test-faster"),
+    pytest.param(_m([1, 3, 5, 7, 9]), _m([2, 4, 6, 8, 10]), None, "within-noise", "rank test",
+                 id="rank-test-overlapping"),
+    # 1000 runs each, new 1% slower in every run: p is tiny, but under the 3% minimum effect
+    pytest.param(_m([1 + i / 100_000 for i in range(1000)]),
+                 _m([1.01 * (1 + i / 100_000) for i in range(1000)]), None, "within-noise",
+                 "rank test", id="significant-but-tiny"),
+    pytest.param(_m(median=1.0, p10=0.9, p90=1.1), _m(median=1.3, p10=1.2, p90=1.4), None,
+                 "slower", "p10-p90 overlap", id="old-result-no-overlap"),
+    pytest.param(_m(median=1.0, p10=0.9, p90=1.1), _m(median=1.15, p10=1.05, p90=1.25), None,
+                 "within-noise", "p10-p90 overlap", id="old-result-overlap"),
+    pytest.param(_m(median=1.0), _m(median=1.2), 0.1, "slower", "end-to-end spread",
+                 id="mean-only-beyond-spread"),
+    pytest.param(_m(median=1.0), _m(median=1.05), 0.1, "within-noise", "end-to-end spread",
+                 id="mean-only-within-spread"),
+])
+def test_judge(base, new, spread, verdict, basis):
+    v = judge(base, new, spread)
+    assert (v.verdict, v.basis) == (verdict, basis)
+
+
+def test_significant_but_tiny_has_a_small_p():
+    """The minimum effect, not the test, keeps the 1% change within the noise."""
+    _, p = mann_whitney_u([1 + i / 100_000 for i in range(1000)],
+                          [1.01 * (1 + i / 100_000) for i in range(1000)])
+    assert p < 0.05
+
+
+# --------------------------------------------------------------- the hand-made profile pair
+def test_sample_diff_names_the_layer_and_its_shape_change():
+    """diff_profiles: conv1's input grew 4x and it took twice as long in every run; the forward
+    pass 0.4158 -> 0.6633 ms (+59.5%), all of it conv1's 0.2475 ms."""
+    d = ALL["diff"]()
+    assert d.end_to_end.verdict == "slower" and d.end_to_end.basis == "rank test"
+    assert d.end_to_end.change == pytest.approx(0.2475 / 0.4158)
+    assert d.end_to_end.p_value == pytest.approx(2 / math.comb(20, 10))
+    flagged = {(r.level, r.name) for r in d.rows if r.beyond_noise}
+    assert flagged == {("layer", "conv1"), ("type", "Conv2d")}
+    conv1 = next(r for r in d.rows if r.name == "conv1")
+    assert conv1.change == pytest.approx(1.0)
+    assert conv1.explanation.startswith("its input grew from 1x3x32x32 to 1x3x64x64 (4x)")
+    assert "MACs +300%" in conv1.explanation
+    assert d.summary == ("forward pass 60% slower beyond noise; 60 of the 60 points from conv1, "
+                         "whose input grew from 1x3x32x32 to 1x3x64x64 (4x)")
+    assert d.unfair == []
+
+
+def test_sample_diff_as_markdown_and_json():
+    d = ALL["diff"]()
+    md = to_markdown(d)
+    assert "| Level | Name |" in md and "**end to end**" in md
+    back = load_result(json.loads(json.dumps(d.to_dict())))
+    assert back.summary == d.summary and back.rows[0].to_dict() == d.rows[0].to_dict()
+
+
+def test_old_results_without_samples_use_the_p10_p90_overlap():
+    """profile_report() keeps no samples (as results saved before them): every row is judged
+    on its p10-p90 range (timing(): median +-10%)."""
+    base, new = profile_report(), profile_report()
+    for row in new.layers:
+        if row.name == "fc":
+            row.time = dict(row.time, median_s=row.time["median_s"] * 2,
+                            p10_s=row.time["p10_s"] * 2, p90_s=row.time["p90_s"] * 2)
+    d = diff_results([base, new])
+    assert {r.basis for r in d.all_rows()} == {"p10-p90 overlap"}
+    assert [r.name for r in d.rows if r.beyond_noise] == ["fc"]
+    fc = next(r for r in d.rows if r.name == "fc")
+    assert fc.verdict == "slower" and fc.explanation == SAME_WORK
+    assert d.end_to_end.verdict == "within-noise"  # its figures are unchanged
+
+
+def test_more_than_two_files_pool_the_baseline():
+    base, new = diff_profiles()
+    base2 = copy.deepcopy(base)
+    d = diff_results([base, base2, new], names=["a.json", "b.json", "c.json"])
+    assert [(f.path, f.role) for f in d.files] == [("a.json", "base"), ("b.json", "base"),
+                                                   ("c.json", "new")]
+    assert d.end_to_end.base_n == 20 and d.end_to_end.new_n == 10
+    # 20 base runs (10 values, each twice: ties) all below 10 new runs: U = 200, mu = 100,
+    # var = 200/12 (31 - 10 x 6 / (30 x 29)), the normal approximation
+    z = (200 - 100 - 0.5) / math.sqrt(200 / 12 * (31 - 60 / 870))
+    assert d.end_to_end.p_value == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert d.end_to_end.verdict == "slower"
+
+
+def test_same_results_are_within_noise_everywhere():
+    for kind in ("profile", "train", "loop", "sweep", "scaling"):
+        d = diff_results([ALL[kind](), ALL[kind]()])
+        assert all(r.verdict == "within-noise" for r in d.all_rows()), kind
+        assert d.all_rows(), kind
+
+
+def test_analyze_is_static_only():
+    base, new = diff_profiles()
+    for r in (base, new):
+        r.kind = "analyze"
+        r.end_to_end = r.by_type = None
+        for row in r.layers:
+            row.time = None
+    d = diff_results([base, new])
+    assert d.end_to_end is None
+    assert [(r.name, r.verdict, r.basis) for r in d.rows] == [("conv1", "changed", "static")]
+    assert d.rows[0].static == {"macs": 3 * 442_368}
+    assert d.summary.startswith("static only (no timing): the input grew from 1x3x32x32 to "
+                                "1x3x64x64 (4x)")
+
+
+def test_train_step_attributed_to_the_phase():
+    """Every step's backward 11 -> 16.5 ms (x1.5) over 20 steps with a 2% spread."""
+    base, new = train_report(), train_report()
+    for r, scale in ((base, 1.0), (new, 1.5)):
+        steps = [{"forward": 0.006 * (1 + 0.001 * i), "backward": 0.011 * scale * (1 + 0.001 * i),
+                  "other": 0.0045} for i in range(20)]
+        r.step_phases = {p: [s[p] for s in steps] for p in ("forward", "backward", "other")}
+        r.step_seconds = [sum(s.values()) for s in steps]
+    d = diff_results([base, new])
+    assert d.end_to_end.verdict == "slower"
+    flagged = [r.name for r in d.rows if r.beyond_noise]
+    assert flagged == ["backward"]
+    assert d.summary.startswith("step 26% slower beyond noise; 26 of the 26 points from "
+                                "backward")
+
+
+def test_pattern():
+    assert pattern("layer3.0.conv2") == "layer3.*.conv2"
+    assert pattern("fc") == "fc"
+
+
+# -------------------------------------------------------------------------------- --fail-if
+@pytest.mark.parametrize("expr, failed", [
+    ("step>+5%", 1), ("end_to_end>+5%", 1), ("step>+80%", 0), ("step<-5%", 0),
+    ("layer:conv*>+10%", 1), ("layer:fc>+1%", 0), ("type:Conv2d>+50%", 1),
+    ("phase:backward>+10%", 0), ("step > 5 %", 1),
+])
+def test_failed_checks(expr, failed):
+    assert len(failed_checks(ALL["diff"](), [expr])) == failed
+
+
+@pytest.mark.parametrize("expr", ["bogus", "step>5", "layer>+5%", "gpu:0>+5%", "step=5%",
+                                  "layer:>+5%"])
+def test_malformed_expression_is_one_line(expr):
+    with pytest.raises(UserError) as e:
+        parse_check(expr)
+    assert "\n" not in str(e.value) and expr in str(e.value)
+
+
+def _save(tmp_path, result, name):
+    path = tmp_path / name
+    path.write_text(json.dumps(result.to_dict()))
+    return str(path)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    base, new = diff_profiles()
+    return _save(tmp_path, base, "base.json"), _save(tmp_path, new, "new.json")
+
+
+@pytest.mark.parametrize("flags, code", [
+    ([], 0), (["--fail-if", "step>+80%"], 0), (["--fail-if", "step>+5%"], 1),
+    (["--fail-if", "step>+80%", "--fail-if", "layer:conv1>+50%"], 1),
+    (["--fail-if", "step>>5%"], 2),
+])
+def test_cli_exit_codes(pair, flags, code):
+    got, out, err = run_cli("diff", *pair, *flags)
+    assert got == code, err
+    if code == 1:
+        assert "layerscope: diff failed:" in err and "slower beyond noise" in err
+    if code == 2:
+        assert err.count("\n") == 1 and out == ""
+    if code == 0:
+        assert err == ""
+
+
+def test_cli_formats(pair, tmp_path):
+    for fmt, needle in (("json", '"kind": "diff"'), ("csv", "level,name,type,base_s"),
+                        ("md", "| Level | Name |"), ("html", "diff-rows"),
+                        ("table", "60 of the 60 points")):
+        code, out, err = run_cli("diff", *pair, "--format", fmt)
+        assert code == 0 and needle in out, (fmt, err)
+    target = tmp_path / "d.md"
+    code, _, err = run_cli("diff", *pair, "-o", str(target))
+    assert code == 0 and target.read_text().startswith("### tinynet — diff (profile)")
+
+
+def test_cli_different_kinds_and_too_few(pair, tmp_path):
+    train = _save(tmp_path, train_report(), "train.json")
+    code, out, err = run_cli("diff", pair[0], train)
+    assert code == 2 and out == ""
+    assert err.strip() == ("layerscope: error: diff compares results of one kind, got "
+                           f"{pair[0]} is profile, {train} is train: diff two results of "
+                           "the same command")
+    code, out, err = run_cli("diff", pair[0])
+    assert code == 2 and err.count("\n") == 1
+    compare = _save(tmp_path, ALL["compare"](), "c.json")
+    code, out, err = run_cli("diff", compare, compare)
+    assert code == 2 and "diff reads analyze, profile" in err
+
+
+# ------------------------------------------------------------------- a real profile, perturbed
+@pytest.fixture(scope="module")
+def real_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("diff") / "p.json"
+    code, _, err = run_cli("profile", "mnist-cnn", "--runs", "5", "--warmup", "1", "-o",
+                           str(path))
+    assert code == 0, err
+    return json.loads(path.read_text())
+
+
+def test_real_profile_keeps_samples(real_profile):
+    assert len(real_profile["end_to_end"]["samples_s"]) == 5
+    assert all(len(r["time"]["samples_s"]) == 5 for r in real_profile["layers"])
+    assert all(len(t["time"]["samples_s"]) == 5 for t in real_profile["by_type"])
+
+
+def test_real_profile_against_itself_is_within_noise(real_profile):
+    d = diff_results([load_result(real_profile), load_result(real_profile)])
+    assert {r.verdict for r in d.all_rows()} == {"within-noise"}
+    assert {r.basis for r in d.all_rows()} == {"rank test"}
+
+
+def test_real_profile_one_layer_slower(real_profile):
+    """fc1 made slower in every run by twice its slowest run (so each new run is above every
+    base run whatever the machine's noise), the forward pass and fc1's type likewise: those are
+    flagged (5 against 5 runs all above: p = 2/252), nothing else."""
+    new = copy.deepcopy(real_profile)
+    row = next(r for r in new["layers"] if r["name"] == "fc1")
+    extra = 2 * max(row["time"]["samples_s"]) + 1e-3
+    spread = max(new["end_to_end"]["samples_s"]) - min(new["end_to_end"]["samples_s"])
+
+    def slower(t, by):
+        xs = [x + by for x in t["samples_s"]]
+        t.update(TimingStats.of(xs, keep=True).to_dict())
+
+    slower(row["time"], extra)
+    slower(next(t for t in new["by_type"] if t["type"] == row["type"])["time"], extra)
+    slower(new["end_to_end"], extra + spread)
+    d = diff_results([load_result(real_profile), load_result(new)])
+    assert d.end_to_end.verdict == "slower"
+    assert d.end_to_end.p_value == pytest.approx(2 / 252)
+    flagged = {(r.level, r.name) for r in d.rows if r.beyond_noise}
+    assert flagged == {("layer", "fc1"), ("type", "Linear")}
+    fc1 = next(r for r in d.rows if r.name == "fc1")
+    assert fc1.explanation == SAME_WORK
+    assert " points from fc1" in d.summary
+
+
+# ------------------------------------------------------------------ real results, static change
+def test_real_analyze_pair_names_the_shape_change(tmp_path):
+    """resnet20 at 32x32 and at 64x64: every convolution's input and MACs grow 4x."""
+    paths = []
+    for size in (32, 64):
+        path = tmp_path / f"r{size}.json"
+        code, _, err = run_cli("analyze", "resnet20", "--input", f"1x3x{size}x{size}",
+                               "--format", "json", "-o", str(path))
+        assert code == 0, err
+        paths.append(str(path))
+    code, out, err = run_cli("diff", *paths, "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["end_to_end"] is None and d["compared"] == "analyze"
+    rows = {r["name"]: r for r in d["rows"]}
+    conv = rows["layer3.0.conv2"]
+    assert conv["verdict"] == "changed" and conv["basis"] == "static"
+    assert conv["explanation"].startswith("its input grew from 1x64x8x8 to 1x64x16x16 (4x)")
+    assert "MACs +300%" in conv["explanation"]
+    assert d["summary"].startswith("static only (no timing): the input grew from 1x3x32x32 to "
+                                   "1x3x64x64 (4x); MACs +300%")
+
+
+def test_loop_and_train_keep_their_samples(tmp_path):
+    loop = tmp_path / "loop.json"
+    code, _, err = run_cli("profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--runs",
+                           "3", "--batch-size", "4", "-o", str(loop))
+    assert code == 0, err
+    d = json.loads(loop.read_text())
+    assert set(d["step_phases"]) == {"data", "h2d", "forward", "other"}
+    assert all(len(xs) == 3 for xs in d["step_phases"].values())
+    assert len(d["batch_time"]["samples_s"]) == 3
+    train = tmp_path / "train.json"
+    code, _, err = run_cli("train", "digits-cnn", "--steps", "3", "--synthetic", "--no-eval",
+                           "--out", str(tmp_path / "run"), "--format", "json", "-o", str(train),
+                           "--quiet")
+    assert code == 0, err
+    d = json.loads(train.read_text())
+    assert {"forward", "backward", "optimizer"} <= set(d["step_phases"])
+    assert all(len(xs) == len(d["step_seconds"]) for xs in d["step_phases"].values())
+    code, out, err = run_cli("diff", str(train), str(train), "--format", "json")
+    assert code == 0, err
+    assert {r["verdict"] for r in json.loads(out)["rows"]} == {"within-noise"}
+
+
+def test_markdown_is_generic_over_views():
+    md = to_markdown(ALL["compare"]())
+    assert md.startswith("### ") and "| Module |" in md and "|---|" in md
+
+
+def test_unfair_differences_are_named_at_the_top():
+    """Another CPU, 2 torch threads instead of 4, a machine 3.0 busier (load 0.4 -> 3.4) and a
+    batch of 8: each is one line, and the summary names them."""
+    from layerscope.core.noise import MachineReading, noise_section
+
+    base, new = diff_profiles()
+    new.environment = dict(new.environment, cpu="Other CPU 2000", torch_threads=2)
+    e2e = {k: new.end_to_end[k] for k in ("median_s", "p10_s", "p90_s", "mean_s", "std_s",
+                                          "iqr_s", "n")}
+    new.noise = noise_section(TimingStats(**e2e), MachineReading((3.4, 1.0, 1.0), 8, 8), 2)
+    new.inputs = [{"shape": [8, 3, 64, 64], "dtype": "float32"}]
+    d = diff_results([base, new])
+    assert d.unfair == ["CPU: Test CPU 3000 vs Other CPU 2000", "torch threads: 4 vs 2",
+                        "batch size: 1 vs 8", "1-minute load average: 0.4 vs 3.4"]
+    assert d.summary.endswith("(unfair: CPU, torch threads, batch size, 1-minute load average)")
+    from layerscope.renderers import render
+
+    out = render(d, "table", width=150)  # the terminal lists them under the summary
+    assert out.index("Unfair comparison:") < out.index("Base against new")
+
+
+def test_renamed_layer_and_ranks():
+    """fc renamed head (same position, same type): added and removed, each naming the other.
+    A distributed run: each rank's median step is a row."""
+    base, new = diff_profiles()
+    new.layers[-1].name = "head"
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows if r.level == "layer"}
+    assert rows["head"].verdict == "added" and rows["fc"].verdict == "removed"
+    assert rows["head"].explanation == ("only in the new result; renamed from fc? (same position "
+                                        "and type: Linear)")
+    assert rows["fc"].explanation.startswith("only in the base result; renamed to head?")
+    base, new = train_report(), train_report()
+    for r, slow in ((base, 1.0), (new, 1.5)):
+        r.ranks = [{"rank": 0, "step_s": 0.02, "phases": {}},
+                   {"rank": 1, "step_s": 0.02 * slow, "phases": {}}]
+        r.step_seconds = [0.02 * (1 + 0.01 * i) for i in range(10)]  # +-4%: the spread
+    d = diff_results([base, new])
+    ranks = {r.name: r for r in d.rows if r.level == "rank"}
+    assert ranks["rank 0"].verdict == "within-noise"
+    assert (ranks["rank 1"].verdict, ranks["rank 1"].basis) == ("slower", "end-to-end spread")
+    assert failed_checks(d, ["rank:*>+40%"]) == [
+        "rank:*>+40%: rank 1 +50.0% (slower beyond noise, end-to-end spread)"]
+
+
+def test_several_baselines_hold_the_drift_between_runs():
+    """Baseline runs of 50 samples at 1.0 and 5 at 1.4 (each tight: +-1%), a new run of 50 at
+    1.3: the new run is above 2500 of the 2750 pairs (p far under 0.05), but 1.3 lies between
+    the baseline runs' own medians, so within the noise; at 1.5 it is beyond them."""
+    def m(median, n):
+        return Measure("x", "layer", median, samples=[median * (0.99 + 0.02 * i / n)
+                                                      for i in range(n)])
+
+    from layerscope.analysis.diff.measures import pooled
+
+    base = pooled([m(1.0, 50), m(1.4, 5)])
+    assert mann_whitney_u(base.samples, m(1.3, 50).samples)[1] < 1e-6
+    assert judge(base, m(1.3, 50), None).verdict == "slower"
+    assert judge(base, m(1.3, 50), None, base_medians=[1.0, 1.4]).verdict == "within-noise"
+    assert judge(base, m(1.5, 50), None, base_medians=[1.0, 1.4]).verdict == "slower"
