@@ -19,10 +19,18 @@ from layerscope.analysis.diff.measures import (
 )
 from layerscope.analysis.diff.static import Static, explain
 from layerscope.analysis.diff.unfair import unfair
-from layerscope.analysis.diff.verdict import ALPHA, MIN_EFFECT, change, judge
+from layerscope.analysis.diff.verdict import (
+    ALPHA,
+    MIN_EFFECT,
+    change,
+    drift_tolerance,
+    judge,
+    rank_p,
+)
 from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow
 from layerscope.core.errors import UserError
 from layerscope.core.results import read_result
+from layerscope.core.stats import holm_adjusted
 
 LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 # the rows the end-to-end change is attributed to, per kind
@@ -88,9 +96,18 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     e2e_spread = spread(e2e_base)
     rows: list[DiffRow] = []
     keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
-    for key in sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0])):
-        rows.append(_row(key, _pool(tbs, key), tn.measures.get(key), e2e_spread, st,
-                         min_effect, [t.measures[key].median for t in tbs if key in t.measures]))
+    keys = sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0]))
+    sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
+    ps = {k: rank_p(b, n) for k, (b, n) in sides.items() if b is not None and n is not None}
+    family = [k for k, p in ps.items() if p is not None and k[0] != "end_to_end"]
+    adjusted = dict(zip(family, holm_adjusted([ps[k] or 1.0 for k in family])))
+    e2e_new = tn.measures.get(("end_to_end", "end_to_end"))
+    floor = drift_tolerance(e2e_base, e2e_new) if e2e_base and e2e_new else None
+    for key in keys:
+        rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
+                         [t.measures[key].median for t in tbs if key in t.measures],
+                         ps.get(key), adjusted.get(key),
+                         None if key[0] == "end_to_end" else floor))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -122,7 +139,8 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
 
 def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          e2e_spread: float | None, st: Static | None, min_effect: float,
-         base_medians: list[float]) -> DiffRow:
+         base_medians: list[float], p: float | None = None,
+         p_adjusted: float | None = None, drift_floor: float | None = None) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -133,7 +151,8 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
                        verdict="added" if added else "removed",
                        explanation="only in the new result" if added
                        else "only in the base result", basis=None, type=one.type)
-    v = judge(base, new, e2e_spread, min_effect, base_medians=base_medians)
+    v = judge(base, new, e2e_spread, min_effect, base_medians=base_medians, p=p,
+              p_adjusted=p_adjusted, drift_floor=drift_floor)
     explanation = ""
     static = None
     if st is not None and level == "layer":
