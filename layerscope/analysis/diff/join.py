@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -101,8 +102,9 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     ps = {k: rank_p(b, n) for k, (b, n) in sides.items() if b is not None and n is not None}
     family = [k for k, p in ps.items() if p is not None and k[0] != "end_to_end"]
     adjusted = dict(zip(family, holm_adjusted([ps[k] or 1.0 for k in family])))
-    e2e_new = tn.measures.get(("end_to_end", "end_to_end"))
-    floor = drift_tolerance(e2e_base, e2e_new) if e2e_base and e2e_new else None
+    tolerances = [t for k, (b, n) in sides.items() if k[0] != "end_to_end" and b and n
+                  for t in [drift_tolerance(b, n)] if t is not None]
+    floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
     for key in keys:
         rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],

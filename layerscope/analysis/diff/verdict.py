@@ -29,10 +29,13 @@ Rules (decisions, stated for users in docs/diff.md):
                                        * sqrt(d_base^2 + d_new^2)
 
   (t: Student's t quantile, 2.447 with 4 blocks at ALPHA 0.05). A layer's, type's or phase's
-  time shares its run's level, and the end-to-end samples measure that level best: such a
-  row's tolerance is at least the end-to-end row's (a whole process a few percent slower is
-  a few percent slower in every layer). Figures without samples in run order (or fewer than
-  two a block) have no drift estimate of their own;
+  time shares its run's level, so a row's tolerance is at least the median of the tolerances
+  of all the rows but the end-to-end one (a whole process a few percent slower is a few
+  percent slower in most layers, and their blocks show it). The median, not the end-to-end
+  row's own tolerance: a preempted run (another program taking the core for a time slice) adds
+  its milliseconds to one layer and to the end-to-end figure, whose blocks then wander by as
+  much as 2x on a busy machine while no layer's level moved. Figures without samples in run
+  order (or fewer than two a block) have no drift estimate of their own;
 - with several baseline files, the new median must also lie outside the range of the baseline
   files' own medians (the drift between runs, measured directly), and the pooled baseline's
   samples, file after file, give its blocks (the files' levels apart show in them);
@@ -88,8 +91,8 @@ def judge(base: Measure, new: Measure, e2e_spread: float | None,
     """The verdict on ``new`` against ``base`` (see the module's rules); ``base_medians``: each
     baseline file's own median, when there are several; ``p``: the rank test's p-value when
     already computed (``rank_p``); ``p_adjusted``: the row's Holm-Bonferroni adjusted p-value
-    in its family (compared with ``alpha`` instead of ``p``); ``drift_floor``: the end-to-end
-    row's drift tolerance, the least this row's may be."""
+    in its family (compared with ``alpha`` instead of ``p``); ``drift_floor``: the least this
+    row's drift tolerance may be (the median of the rows' tolerances)."""
     c = change(base.median, new.median)
     if p is None:
         p = rank_p(base, new)
