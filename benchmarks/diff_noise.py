@@ -52,7 +52,9 @@ from layerscope.core.stats import block_drift  # noqa: E402
 LAYERSCOPE = [sys.executable, "-m", "layerscope"]
 RULE = ("rank test: the end to end p < 0.05, the other rows Holm-adjusted p < 0.05; and "
         "|ln(new/base)| > t(0.975; 6) sqrt(d_base^2 + d_new^2), d = sd of the logs of 4 block "
-        "medians, a row's tolerance at least the median of the rows'; and |change| >= 3%")
+        "medians, a row's tolerance at least the median of the rows'; each layer, type or "
+        "phase judged beyond its level's common shift (the median log ratio of its >= 8 "
+        "rows); and |change| >= 3%")
 
 MODELS = textwrap.dedent("""\
     from collections import OrderedDict

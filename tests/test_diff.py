@@ -188,6 +188,9 @@ def test_train_step_attributed_to_the_phase():
 def test_pattern():
     assert pattern("layer3.0.conv2") == "layer3.*.conv2"
     assert pattern("fc") == "fc"
+    # the last part names the layer: an nn.Sequential's children are not one group
+    assert pattern("3") == "3" and pattern("features.3") == "features.3"
+    assert pattern("layer1.0.shortcut.0") == "layer1.*.shortcut.0"
 
 
 # -------------------------------------------------------------------------------- --fail-if
@@ -547,3 +550,63 @@ def test_rows_share_the_drift_of_most_rows():
     assert rows["conv1"].p_value * 8 < 0.05
     assert rows["conv1"].verdict == "within-noise"
     assert {r.name for r in d.rows if r.beyond_noise} == {"fc"}
+
+
+def _wide(scales: dict[str, float], e2e_scale: float):
+    """profile_report() with 10 layers (conv1 copied as l0..l9, steady runs: STEADY) whose runs
+    take 0.1 ms x scales[name] each, and the end to end 1 ms x e2e_scale."""
+    r = profile_report()
+    proto = r.layers[0]
+    r.layers = []
+    for i in range(10):
+        row = copy.deepcopy(proto)
+        row.name = f"l{i}"
+        row.time = TimingStats.of([1e-4 * scales.get(row.name, 1.0) * x for x in STEADY],
+                                  keep=True).to_dict()
+        r.layers.append(row)
+    r.by_type = []
+    r.end_to_end = r.end_to_end | TimingStats.of([1e-3 * e2e_scale * x for x in STEADY],
+                                                 keep=True).to_dict()
+    return r
+
+
+def test_common_shift_is_the_median_of_a_levels_rows():
+    """9 layers 10% slower and one 2x: the level's shift is ln 1.1 (the median of 10 log
+    ratios, 9 of them ln 1.1); fewer than MIN_SHIFT_ROWS rows at a level: no shift."""
+    from layerscope.analysis.diff.join import MIN_SHIFT_ROWS, common_shifts
+
+    sides = {("layer", f"l{i}"): (_m(median=1.0), _m(median=2.0 if i == 0 else 1.1))
+             for i in range(10)}
+    sides[("type", "Conv2d")] = (_m(median=1.0), _m(median=1.5))
+    sides[("end_to_end", "end_to_end")] = (_m(median=1.0), _m(median=3.0))
+    assert common_shifts(sides) == {"layer": pytest.approx(math.log(1.1))}
+    assert MIN_SHIFT_ROWS == 8
+    few = {k: v for k, v in sides.items() if k[1] in ("l0", "l1", "l2")}
+    assert common_shifts(few) == {}
+
+
+def test_a_whole_run_shifted_is_the_end_to_end_rows_change_not_every_layers():
+    """Every layer 10% slower in every run (steady runs: no block drift to hide it) and the
+    end to end 10% slower: the rank test calls each layer slower on its own (p of 10 against
+    10 fully apart), but the run as a whole moved: the layers are within the noise, each
+    saying so, and the end to end carries the change."""
+    base = _wide({}, 1.0)
+    new = _wide({f"l{i}": 1.1 for i in range(10)}, 1.1)
+    d = diff_results([base, new])
+    layers = [r for r in d.rows if r.level == "layer"]
+    assert len(layers) == 10 and all(r.verdict == "within-noise" for r in layers)
+    assert all("as the whole run: every layer moved by +10.0%" in r.explanation
+               for r in layers)
+    assert d.end_to_end.verdict == "slower"
+
+
+def test_a_layer_beyond_the_whole_runs_shift_is_still_slower():
+    """The same 10% shift of the whole run, and l3 2x (2.2x the base): l3 is slower, its
+    explanation naming the shift it is beyond; the 9 others are within the noise."""
+    base = _wide({}, 1.0)
+    new = _wide({**{f"l{i}": 1.1 for i in range(10)}, "l3": 2.2}, 1.22)
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows if r.level == "layer"}
+    assert rows["l3"].verdict == "slower" and rows["l3"].change == pytest.approx(1.2)
+    assert "beyond the +10.0% every layer moved by" in rows["l3"].explanation
+    assert [n for n, r in rows.items() if r.verdict != "within-noise"] == ["l3"]

@@ -36,6 +36,9 @@ Rules (decisions, stated for users in docs/diff.md):
   its milliseconds to one layer and to the end-to-end figure, whose blocks then wander by as
   much as 2x on a busy machine while no layer's level moved. Figures without samples in run
   order (or fewer than two a block) have no drift estimate of their own;
+- the whole run's shift (applied by the caller, join.common_shifts): a layer, layer type or
+  phase is judged on its change beyond the median change of its level's rows, the new side's
+  samples divided by that factor before this verdict; the end-to-end row never is;
 - with several baseline files, the new median must also lie outside the range of the baseline
   files' own medians (the drift between runs, measured directly), and the pooled baseline's
   samples, file after file, give its blocks (the files' levels apart show in them);
