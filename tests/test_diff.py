@@ -13,7 +13,13 @@ from layerscope.analysis.diff.measures import Measure
 from layerscope.analysis.diff.verdict import judge
 from layerscope.core.errors import UserError
 from layerscope.core.results import load_result
-from layerscope.core.stats import TimingStats, mann_whitney_u
+from layerscope.core.stats import (
+    TimingStats,
+    block_drift,
+    holm_adjusted,
+    mann_whitney_u,
+    t_quantile,
+)
 from layerscope.renderers.markdown_out import to_markdown
 from tests.helpers import run_cli
 from tests.sample_results import ALL, diff_profiles, profile_report, train_report
@@ -182,6 +188,9 @@ def test_train_step_attributed_to_the_phase():
 def test_pattern():
     assert pattern("layer3.0.conv2") == "layer3.*.conv2"
     assert pattern("fc") == "fc"
+    # the last part names the layer: an nn.Sequential's children are not one group
+    assert pattern("3") == "3" and pattern("features.3") == "features.3"
+    assert pattern("layer1.0.shortcut.0") == "layer1.*.shortcut.0"
 
 
 # -------------------------------------------------------------------------------- --fail-if
@@ -259,16 +268,16 @@ def test_cli_different_kinds_and_too_few(pair, tmp_path):
 @pytest.fixture(scope="module")
 def real_profile(tmp_path_factory):
     path = tmp_path_factory.mktemp("diff") / "p.json"
-    code, _, err = run_cli("profile", "mnist-cnn", "--runs", "5", "--warmup", "1", "-o",
+    code, _, err = run_cli("profile", "mnist-cnn", "--runs", "10", "--warmup", "1", "-o",
                            str(path))
     assert code == 0, err
     return json.loads(path.read_text())
 
 
 def test_real_profile_keeps_samples(real_profile):
-    assert len(real_profile["end_to_end"]["samples_s"]) == 5
-    assert all(len(r["time"]["samples_s"]) == 5 for r in real_profile["layers"])
-    assert all(len(t["time"]["samples_s"]) == 5 for t in real_profile["by_type"])
+    assert len(real_profile["end_to_end"]["samples_s"]) == 10
+    assert all(len(r["time"]["samples_s"]) == 10 for r in real_profile["layers"])
+    assert all(len(t["time"]["samples_s"]) == 10 for t in real_profile["by_type"])
 
 
 def test_real_profile_against_itself_is_within_noise(real_profile):
@@ -278,24 +287,28 @@ def test_real_profile_against_itself_is_within_noise(real_profile):
 
 
 def test_real_profile_one_layer_slower(real_profile):
-    """fc1 made slower in every run by twice its slowest run (so each new run is above every
-    base run whatever the machine's noise), the forward pass and fc1's type likewise: those are
-    flagged (5 against 5 runs all above: p = 2/252), nothing else."""
+    """fc1, its type and the forward pass made slower in every run: each run multiplied by
+    3 (max / min)^2 of that figure's own runs, so each new run is above every base run and the
+    log change, 2 ln(max / min) + ln 3, is beyond the drift tolerance whatever the machine's
+    noise (the block medians lie within [min, max], so their log standard deviation is at most
+    0.58 ln(max / min) a side and the tolerance at most 1.96 sqrt(2) 0.58 = 1.6 ln(max / min)).
+    Those are flagged (10 against 10 runs all above: p = 2/C(20, 10); Holm over the rows
+    multiplies a row's p by at most the number of rows, still far under 0.05, where 5 runs a
+    side, whose smallest p is 2/252, could not pass it), nothing else."""
     new = copy.deepcopy(real_profile)
     row = next(r for r in new["layers"] if r["name"] == "fc1")
-    extra = 2 * max(row["time"]["samples_s"]) + 1e-3
-    spread = max(new["end_to_end"]["samples_s"]) - min(new["end_to_end"]["samples_s"])
 
-    def slower(t, by):
-        xs = [x + by for x in t["samples_s"]]
-        t.update(TimingStats.of(xs, keep=True).to_dict())
+    def slower(t):
+        xs = t["samples_s"]
+        factor = 3 * (max(xs) / min(xs)) ** 2
+        t.update(TimingStats.of([x * factor for x in xs], keep=True).to_dict())
 
-    slower(row["time"], extra)
-    slower(next(t for t in new["by_type"] if t["type"] == row["type"])["time"], extra)
-    slower(new["end_to_end"], extra + spread)
+    slower(row["time"])
+    slower(next(t for t in new["by_type"] if t["type"] == row["type"])["time"])
+    slower(new["end_to_end"])
     d = diff_results([load_result(real_profile), load_result(new)])
     assert d.end_to_end.verdict == "slower"
-    assert d.end_to_end.p_value == pytest.approx(2 / 252)
+    assert d.end_to_end.p_value == pytest.approx(2 / math.comb(20, 10))
     flagged = {(r.level, r.name) for r in d.rows if r.beyond_noise}
     assert flagged == {("layer", "fc1"), ("type", "Linear")}
     fc1 = next(r for r in d.rows if r.name == "fc1")
@@ -413,3 +426,187 @@ def test_several_baselines_hold_the_drift_between_runs():
     assert judge(base, m(1.3, 50), None).verdict == "slower"
     assert judge(base, m(1.3, 50), None, base_medians=[1.0, 1.4]).verdict == "within-noise"
     assert judge(base, m(1.5, 50), None, base_medians=[1.0, 1.4]).verdict == "slower"
+
+
+# ------------------------------------------------- family-wise control and drift between runs
+@pytest.mark.parametrize("ps, adjusted", [
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): 4 x 0.005 = 0.02, 3 x 0.01 = 0.03,
+    # 2 x 0.03 = 0.06, 1 x 0.04 = 0.04 -> the running maximum 0.06; back in the order given
+    pytest.param([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02], id="step-down"),
+    pytest.param([0.2], [0.2], id="one"),
+    # 2 x 0.5 = 1.0 (capped at 1), then max(1.0, 0.6)
+    pytest.param([0.5, 0.6], [1.0, 1.0], id="capped"),
+    pytest.param([], [], id="none"),
+])
+def test_holm_adjusted(ps, adjusted):
+    assert holm_adjusted(ps) == pytest.approx(adjusted)
+
+
+@pytest.mark.parametrize("q, dof, t", [
+    # dof 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2)) = 0.975 -> t^2 = 0.9025 (2 + t^2),
+    # t = sqrt(1.805 / 0.0975) = 4.3027
+    pytest.param(0.975, 2, math.sqrt(1.805 / 0.0975), id="dof-2"),
+    pytest.param(0.975, 6, 2.4469, id="dof-6-table"),
+    pytest.param(0.95, 10, 1.8125, id="dof-10-table"),
+])
+def test_t_quantile(q, dof, t):
+    assert t_quantile(q, dof) == pytest.approx(t, abs=1e-4)
+
+
+def _blocks(levels, n=5):
+    """Samples in run order: one block of n per level, each level x (0.995, 1.0, 1.005,
+    0.9975, 1.0025) -- within a block the median is the level itself."""
+    pattern = [0.995, 1.0, 1.005, 0.9975, 1.0025][:n]
+    return [level * f for level in levels for f in pattern]
+
+
+@pytest.mark.parametrize("samples, drift", [
+    pytest.param(_blocks([1.0] * 4), 0.0, id="stationary"),
+    # ln 1, ln 1.1, ln 0.9, ln 1.05 = 0, 0.09531, -0.10536, 0.04879: mean 0.009685, squared
+    # deviations summing to 0.022190, / 3 -> sd 0.08600
+    pytest.param(_blocks([1.0, 1.1, 0.9, 1.05]), 0.08600, id="wandering"),
+    # ln 0.97, 0, ln 1.03, 0 = -0.030459, 0, 0.029559, 0: mean -0.000225, sd 0.02450
+    pytest.param(_blocks([0.97, 1.0, 1.03, 1.0]), 0.02450, id="wandering-3%"),
+    pytest.param([1.0] * 7, None, id="too-few"),
+])
+def test_block_drift(samples, drift):
+    got = block_drift(samples)
+    assert got == (None if drift is None else pytest.approx(drift, abs=1e-5))
+
+
+WANDER = [0.97, 1.0, 1.03, 1.0]  # each run's level wanders by about 2.5% (block_drift 0.0245)
+
+
+@pytest.mark.parametrize("base, new, verdict", [
+    # the same 6% with steady runs: no drift, the rank test decides
+    pytest.param([1.0] * 4, [1.06] * 4, "slower", id="6%-stationary"),
+    # 6% with runs whose levels wander: tolerance t(0.975; 6) x sqrt(2) x 0.0245
+    # = 2.447 x 0.0347 = 0.0848 > ln 1.06 = 0.0583, within the noise though the rank test
+    # alone says slower (p < 0.05)
+    pytest.param(WANDER, [1.06 * w for w in WANDER], "within-noise", id="6%-wandering"),
+    # twice as slow: ln 2 = 0.69, far beyond the same tolerance
+    pytest.param(WANDER, [2 * w for w in WANDER], "slower", id="2x-wandering"),
+    pytest.param([2 * w for w in WANDER], WANDER, "faster", id="half-wandering"),
+])
+def test_drift_between_runs(base, new, verdict):
+    b, n = _m(_blocks(base)), _m(_blocks(new))
+    assert mann_whitney_u(b.samples, n.samples)[1] < 0.05  # the rank test alone: beyond
+    v = judge(b, n, None)
+    assert v.verdict == verdict and v.basis == "rank test"
+
+
+STEADY = [0.98, 1.02, 0.96, 1.0, 1.04, 0.98, 1.02, 0.94, 1.0, 1.06]  # 4 blocks, each median 1.0
+
+
+def test_rows_are_one_family():
+    """diff_profiles with steady runs (STEADY: no drift between the blocks) and fc 5% slower in
+    every run: U = 84 of 100 (ties within each side: the normal approximation), its own
+    p = 0.0111, under 0.05 -- beyond the noise on its own. The family has 8 rows (4 layers, 4
+    types); conv1 and Conv2d (p = 2 / C(20, 10)) come first, then fc and Linear: fc's against
+    0.05 / 6 = 0.0083 under Holm (adjusted 6 x 0.0111 = 0.067): within the noise, and so is
+    Linear. The forward pass (0.42 -> 0.66 ms) is judged at 0.05 by itself: slower."""
+    base, new = diff_profiles()
+    for r, scale, e2e in ((base, 1.0, 4.2e-4), (new, 1.05, 6.6e-4)):
+        fc = next(row for row in r.layers if row.name == "fc")
+        fc.time = TimingStats.of([9e-5 * scale * x for x in STEADY], keep=True).to_dict()
+        next(t for t in r.by_type if t["type"] == "Linear")["time"] = fc.time
+        r.end_to_end = r.end_to_end | TimingStats.of([e2e * x for x in STEADY],
+                                                     keep=True).to_dict()
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows}
+    assert rows["fc"].change == pytest.approx(0.05)
+    u, p = mann_whitney_u(base.layers[-1].time["samples_s"], new.layers[-1].time["samples_s"])
+    assert u == 84 and rows["fc"].p_value == pytest.approx(p)
+    assert 0.05 / 6 < p < 0.05 / 4
+    assert rows["fc"].verdict == rows["Linear"].verdict == "within-noise"
+    assert judge(_m(base.layers[-1].time["samples_s"]),
+                 _m(new.layers[-1].time["samples_s"]), None).verdict == "slower"
+    assert {r.name for r in d.rows if r.beyond_noise} == {"conv1", "Conv2d"}
+    assert d.end_to_end.verdict == "slower"
+
+
+def test_rows_share_the_drift_of_most_rows():
+    """Every row's runs wander (block medians 0.97, 1.0, 1.03, 1.0 on both sides: drift
+    tolerance 2.447 x sqrt(2) x 0.0245 = 0.085) but conv1's and fc's, which are steady
+    (STEADY, no drift of their own). The 8 rows' tolerances: 0 for conv1 and fc, 0.085 for the
+    6 others, median 0.085. conv1 6% slower in every run: its own rank test and Holm say beyond
+    (p x 8 rows far under 0.05), but ln 1.06 = 0.058 is within the tolerance the rows share:
+    within the noise. fc 2x: ln 2 = 0.69, slower. The forward pass's runs jump between two
+    levels 3x apart (preemptions): its own tolerance (1.3) does not reach the rows."""
+    base, new = diff_profiles()
+    for r in (base, new):
+        r.end_to_end = r.end_to_end | TimingStats.of(_blocks([1.0, 3.0, 1.0, 3.0]),
+                                                     keep=True).to_dict()
+        for row in r.layers:
+            factor = {"conv1": 1.06, "fc": 2.0}.get(row.name, 1.0) if r is new else 1.0
+            xs = STEADY * 2 if row.name in ("conv1", "fc") else _blocks(WANDER)
+            row.time = TimingStats.of([1e-4 * factor * x for x in xs], keep=True).to_dict()
+        for t in r.by_type:
+            t["time"] = TimingStats.of([2e-4 * x for x in _blocks(WANDER)], keep=True).to_dict()
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows}
+    assert rows["fc"].verdict == "slower"
+    assert rows["conv1"].change == pytest.approx(0.06)
+    assert rows["conv1"].p_value * 8 < 0.05
+    assert rows["conv1"].verdict == "within-noise"
+    assert {r.name for r in d.rows if r.beyond_noise} == {"fc"}
+
+
+def _wide(scales: dict[str, float], e2e_scale: float):
+    """profile_report() with 10 layers (conv1 copied as l0..l9, steady runs: STEADY) whose runs
+    take 0.1 ms x scales[name] each, and the end to end 1 ms x e2e_scale."""
+    r = profile_report()
+    proto = r.layers[0]
+    r.layers = []
+    for i in range(10):
+        row = copy.deepcopy(proto)
+        row.name = f"l{i}"
+        row.time = TimingStats.of([1e-4 * scales.get(row.name, 1.0) * x for x in STEADY],
+                                  keep=True).to_dict()
+        r.layers.append(row)
+    r.by_type = []
+    r.end_to_end = r.end_to_end | TimingStats.of([1e-3 * e2e_scale * x for x in STEADY],
+                                                 keep=True).to_dict()
+    return r
+
+
+def test_common_shift_is_the_median_of_a_levels_rows():
+    """9 layers 10% slower and one 2x: the level's shift is ln 1.1 (the median of 10 log
+    ratios, 9 of them ln 1.1); fewer than MIN_SHIFT_ROWS rows at a level: no shift."""
+    from layerscope.analysis.diff.join import MIN_SHIFT_ROWS, common_shifts
+
+    sides = {("layer", f"l{i}"): (_m(median=1.0), _m(median=2.0 if i == 0 else 1.1))
+             for i in range(10)}
+    sides[("type", "Conv2d")] = (_m(median=1.0), _m(median=1.5))
+    sides[("end_to_end", "end_to_end")] = (_m(median=1.0), _m(median=3.0))
+    assert common_shifts(sides) == {"layer": pytest.approx(math.log(1.1))}
+    assert MIN_SHIFT_ROWS == 8
+    few = {k: v for k, v in sides.items() if k[1] in ("l0", "l1", "l2")}
+    assert common_shifts(few) == {}
+
+
+def test_a_whole_run_shifted_is_the_end_to_end_rows_change_not_every_layers():
+    """Every layer 10% slower in every run (steady runs: no block drift to hide it) and the
+    end to end 10% slower: the rank test calls each layer slower on its own (p of 10 against
+    10 fully apart), but the run as a whole moved: the layers are within the noise, each
+    saying so, and the end to end carries the change."""
+    base = _wide({}, 1.0)
+    new = _wide({f"l{i}": 1.1 for i in range(10)}, 1.1)
+    d = diff_results([base, new])
+    layers = [r for r in d.rows if r.level == "layer"]
+    assert len(layers) == 10 and all(r.verdict == "within-noise" for r in layers)
+    assert all("as the whole run: every layer moved by +10.0%" in r.explanation
+               for r in layers)
+    assert d.end_to_end.verdict == "slower"
+
+
+def test_a_layer_beyond_the_whole_runs_shift_is_still_slower():
+    """The same 10% shift of the whole run, and l3 2x (2.2x the base): l3 is slower, its
+    explanation naming the shift it is beyond; the 9 others are within the noise."""
+    base = _wide({}, 1.0)
+    new = _wide({**{f"l{i}": 1.1 for i in range(10)}, "l3": 2.2}, 1.22)
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows if r.level == "layer"}
+    assert rows["l3"].verdict == "slower" and rows["l3"].change == pytest.approx(1.2)
+    assert "beyond the +10.0% every layer moved by" in rows["l3"].explanation
+    assert [n for n, r in rows.items() if r.verdict != "within-noise"] == ["l3"]

@@ -42,7 +42,8 @@ class DiffRow(Record):
                        "overlap of their p10-p90 ranges (a side without samples), or the "
                        "end-to-end spread (a figure without a spread of its own)"})
     p_value: float | None = field(default=None, metadata=omit_none(
-        description="rank test: the two-sided Mann-Whitney U p-value"))
+        description="rank test: the row's own two-sided Mann-Whitney U p-value (before the "
+                    "Holm-Bonferroni adjustment over the diff's rows that its verdict uses)"))
     type: str | None = field(default=None, metadata=omit_none(
         description="a layer's type (the new side's)"))
     base_n: int | None = field(default=None, metadata=omit_none(minimum=0))

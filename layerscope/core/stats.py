@@ -161,3 +161,62 @@ def middle_runs(walls: Sequence[float], trim: float = 0.1) -> list[int]:
     order = sorted(range(len(walls)), key=lambda i: walls[i])
     k = math.floor(trim * len(walls))
     return sorted(order[k:len(order) - k]) if k else order
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: with the m p-values sorted
+    ascending p_(1) <= ... <= p_(m), p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)).
+    Rejecting every hypothesis whose p~ is under alpha rejects exactly what Holm's step-down
+    procedure does (p_(i) against alpha / (m - i + 1) until the first that fails), and keeps
+    the chance of any false rejection among the m under alpha whatever their dependence."""
+    m = len(p_values)
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda k: p_values[k])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+DRIFT_BLOCKS = 4  # the blocks one run's samples are split into, in run order
+
+
+def block_drift(samples: Sequence[float], blocks: int = DRIFT_BLOCKS) -> float | None:
+    """How much one run's level wanders: the samples, in run order, split into ``blocks``
+    consecutive blocks of (nearly) equal size, and the sample standard deviation of the natural
+    logarithms of the block medians (a relative spread: 0.05 is about 5%). None with fewer than
+    two samples a block, or a block median that is not positive."""
+    xs = list(samples)
+    if len(xs) < 2 * blocks:
+        return None
+    medians = [statistics.median(xs[j * len(xs) // blocks:(j + 1) * len(xs) // blocks])
+               for j in range(blocks)]
+    if min(medians) <= 0:
+        return None
+    return statistics.stdev(math.log(m) for m in medians)
+
+
+def t_quantile(q: float, dof: int) -> float:
+    """The q-quantile (0.5 < q < 1) of Student's t distribution with an even number ``dof`` of
+    degrees of freedom, by bisection on its closed-form CDF: with x = t / sqrt(dof + t^2),
+    F(t) = 1/2 + x/2 * sum over j < dof/2 of c_j (1 - x^2)^j, c_0 = 1, c_j = c_{j-1} (2j - 1)
+    / (2j) (dof = 2: 1/2 + t / (2 sqrt(2 + t^2)))."""
+    if dof < 2 or dof % 2 or not 0.5 < q < 1:
+        raise ValueError("t_quantile takes an even dof >= 2 and 0.5 < q < 1")
+
+    def cdf(t: float) -> float:
+        x = t / math.sqrt(dof + t * t)
+        c, total = 1.0, 0.0
+        for j in range(dof // 2):
+            if j:
+                c *= (2 * j - 1) / (2 * j)
+            total += c * (1 - x * x) ** j
+        return 0.5 + x / 2 * total
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < q:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return (lo + hi) / 2

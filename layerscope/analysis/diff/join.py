@@ -2,8 +2,10 @@
 static explanation beside it, the unfair differences and the summary sentence."""
 from __future__ import annotations
 
+import math
 import os
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +21,25 @@ from layerscope.analysis.diff.measures import (
 )
 from layerscope.analysis.diff.static import Static, explain
 from layerscope.analysis.diff.unfair import unfair
-from layerscope.analysis.diff.verdict import ALPHA, MIN_EFFECT, change, judge
+from layerscope.analysis.diff.verdict import (
+    ALPHA,
+    MIN_EFFECT,
+    change,
+    drift_tolerance,
+    judge,
+    rank_p,
+)
 from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow
 from layerscope.core.errors import UserError
 from layerscope.core.results import read_result
+from layerscope.core.stats import holm_adjusted
 
 LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 # the rows the end-to-end change is attributed to, per kind
+# levels whose rows share their process's level: judged beyond their common shift
+SHARED_LEVELS = ("layer", "type", "phase")
+MIN_SHIFT_ROWS = 8  # rows a level needs for its median change to be the common shift (fewer:
+# a few changed rows would move the median)
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
 
@@ -88,9 +102,23 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     e2e_spread = spread(e2e_base)
     rows: list[DiffRow] = []
     keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
-    for key in sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0])):
-        rows.append(_row(key, _pool(tbs, key), tn.measures.get(key), e2e_spread, st,
-                         min_effect, [t.measures[key].median for t in tbs if key in t.measures]))
+    keys = sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0]))
+    sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
+    shifts = common_shifts(sides)
+    # each row judged on its change beyond its level's common shift (new's samples rescaled)
+    judged = {k: (b, rescaled(n, shifts.get(k[0])) if n is not None else None)
+              for k, (b, n) in sides.items()}
+    ps = {k: rank_p(b, n) for k, (b, n) in judged.items() if b is not None and n is not None}
+    family = [k for k, p in ps.items() if p is not None and k[0] != "end_to_end"]
+    adjusted = dict(zip(family, holm_adjusted([ps[k] or 1.0 for k in family])))
+    tolerances = [t for k, (b, n) in judged.items() if k[0] != "end_to_end" and b and n
+                  for t in [drift_tolerance(b, n)] if t is not None]
+    floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
+    for key in keys:
+        rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
+                         [t.measures[key].median for t in tbs if key in t.measures],
+                         ps.get(key), adjusted.get(key),
+                         None if key[0] == "end_to_end" else floor, shifts.get(key[0])))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -120,9 +148,40 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
     return pooled(found) if found else None
 
 
+def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]]
+                  ) -> dict[str, float]:
+    """Per level whose rows share their process's level (layers, layer types, phases), with at
+    least ``MIN_SHIFT_ROWS`` rows timed on both sides: the median over those rows of
+    ln(new median / base median), the shift of the whole run. A second process is often a few
+    percent (on a busy machine, up to 20%) faster or slower in every layer at once (the CPU's
+    clock, the load), while each run is steady in itself, so neither the rank test nor the
+    blocks of one run see it; the median leaves out the few rows that really changed. Each row
+    is then judged on its change beyond that shift, and the end-to-end row (never shifted)
+    carries the whole run's change."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    for (level, _), (b, n) in sides.items():
+        if level in SHARED_LEVELS and b is not None and n is not None \
+                and b.median > 0 and n.median > 0:
+            logs[level].append(math.log(n.median / b.median))
+    return {level: statistics.median(xs) for level, xs in logs.items()
+            if len(xs) >= MIN_SHIFT_ROWS}
+
+
+def rescaled(m: Measure, shift: float | None) -> Measure:
+    """``m`` with its median, range and samples divided by exp(shift) (unchanged for none)."""
+    if not shift:
+        return m
+    f = math.exp(-shift)
+    return Measure(m.name, m.level, m.median * f, None if m.p10 is None else m.p10 * f,
+                   None if m.p90 is None else m.p90 * f,
+                   None if m.samples is None else [x * f for x in m.samples], m.type, m.n)
+
+
 def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          e2e_spread: float | None, st: Static | None, min_effect: float,
-         base_medians: list[float]) -> DiffRow:
+         base_medians: list[float], p: float | None = None,
+         p_adjusted: float | None = None, drift_floor: float | None = None,
+         shift: float | None = None) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -133,7 +192,9 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
                        verdict="added" if added else "removed",
                        explanation="only in the new result" if added
                        else "only in the base result", basis=None, type=one.type)
-    v = judge(base, new, e2e_spread, min_effect, base_medians=base_medians)
+    v = judge(base, rescaled(new, shift), e2e_spread, min_effect,
+              base_medians=base_medians, p=p,
+              p_adjusted=p_adjusted, drift_floor=drift_floor)
     explanation = ""
     static = None
     if st is not None and level == "layer":
@@ -143,6 +204,13 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
             explanation = SAME_WORK
     elif st is not None and level == "type":
         explanation = st.types.get(name, "")
+    moved = math.exp(shift or 0.0) - 1
+    if abs(moved) >= min_effect and v.verdict != "within-noise":
+        explanation = "; ".join(x for x in (explanation, f"beyond the {moved:+.1%} every "
+                                            f"{level} moved by (the rows' median)") if x)
+    elif abs(moved) >= min_effect and abs(change(base.median, new.median) or 0) >= min_effect:
+        explanation = "; ".join(x for x in (explanation, f"as the whole run: every {level} "
+                                            f"moved by {moved:+.1%} (the rows' median)") if x)
     return DiffRow(name=name, level=level, base_s=base.median, new_s=new.median,
                    change=change(base.median, new.median), verdict=v.verdict,
                    explanation=explanation, basis=v.basis, p_value=v.p_value,
@@ -179,8 +247,11 @@ def mark_renamed(rows: list[DiffRow], base_names: list[str], new_names: list[str
 
 # ---------------------------------------------------------------------------------- summary
 def pattern(name: str) -> str:
-    """A module path with its indices as ``*``: layer3.0.conv2 -> layer3.*.conv2."""
-    return ".".join("*" if re.fullmatch(r"\d+", p) else p for p in name.split("."))
+    """A module path with its indices as ``*``: layer3.0.conv2 -> layer3.*.conv2. The last part
+    stays: it names the layer (an nn.Sequential's children are 0, 1, 2: "3" is one layer, not
+    every layer, and features.3 is not features.*)."""
+    parts = name.split(".")
+    return ".".join(["*" if re.fullmatch(r"\d+", p) else p for p in parts[:-1]] + parts[-1:])
 
 
 def pct(x: float) -> str:
