@@ -86,3 +86,11 @@ def test_a_recipe_name_is_the_step_train_runs():
     assert any("as layerscope train steps it" in n for n in report.notes)
     other = layerscope.memory("digits-cnn", mode="training", batch_size=8, optimizer="sgd")
     assert other.optimizer == "sgd" and other.peak_bytes < report.peak_bytes
+
+
+def test_a_recipe_name_with_inputs_and_in_inference():
+    given = layerscope.memory("digits-cnn", ["2x1x8x8"], mode="training")
+    assert given.model == "digits-cnn" and given.inputs == ["2x1x8x8"]
+    inference = layerscope.memory("digits-cnn", batch_size=360)  # validation's batch
+    assert inference.model == "digits-cnn" and inference.optimizer is None
+    assert inference.notes[-1] == "digits-cnn: the recipe's model"
