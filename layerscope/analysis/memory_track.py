@@ -346,7 +346,14 @@ def track(model: nn.Module, args: list, kwargs: dict, *, training: bool,
     finally:
         for m, flag in flags:
             m.training = flag
-    return Run(log, TRAINING_PHASES if training else INFERENCE_PHASES)
+    if not training:
+        return Run(log, INFERENCE_PHASES)
+    return Run(log, TRAINING_PHASES, [
+        f"the loss is {step.loss_name.replace('_', '-')} against int64 labels (one a sample, "
+        "alive all step), as layerscope train computes a classifier's; the outputs and the "
+        "loss stay alive to the step's end" if step.loss_name else
+        "the loss is the outputs' sum: backward starts from ones shaped like each output "
+        "(freed after backward); the outputs stay alive to the step's end"])
 
 
 def live_rows(log: StorageLog, t: int) -> dict[tuple[str, str], int]:
