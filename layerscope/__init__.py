@@ -62,8 +62,8 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.training.predict import predict
 
         return predict
-    if name == "memory":
-        from layerscope.analysis.memory_usage import memory
+    if name == "memory":  # a training recipe's name is the step train runs
+        from layerscope.training.recipe_memory import memory
 
         return memory
     if name == "activations":

@@ -281,6 +281,18 @@ def test_the_traceback_is_the_bare_scripts(tmp_path, where, limit):
     assert json.loads(out.read_text())["post_mortem"]["asked_bytes"] == 2**50
 
 
+def test_train_within_the_limit_ends(tmp_path):
+    """A run that fits ends with its report: after its steps train counts its step's FLOPs on
+    fake tensors, which hold no memory (the guard asking their meta sizes hung)."""
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli("train", "digits-cnn", "--synthetic", "--steps", "1", "--no-eval",
+                           "--quiet", "--batch-size", "8", "--memory-limit", "100MB",
+                           "--out", str(run_dir))
+    assert code == 0, err
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["config"]["memory_limit"] == 100_000_000 and report["efficiency"] is not None
+
+
 @pytest.mark.parametrize("command", [["run"], ["train", "digits-cnn"]], ids=["run", "train"])
 @pytest.mark.parametrize("value,message", [
     ("0", "--memory-limit must be from 1 byte to 2**63-1 bytes, got '0'"),

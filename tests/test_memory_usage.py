@@ -34,16 +34,19 @@ def test_mlp_adam_training_step_peak_by_hand():
 
     P (parameters) = (64*512 + 512*16) * 4 = 163,840 B; G (gradients) = P;
     S (Adam: exp_avg and exp_avg_sq per parameter, plus a 4-byte step tensor for each of the
-    2 parameters) = 2P + 8 = 327,688; X (input 256x64) = 65,536.
+    2 parameters) = 2P + 8 = 327,688; X (input 256x64) = 65,536; L (the batch's labels, one
+    int64 a sample, as train holds them) = 2,048.
     Forward: mm -> h (256x512 = 524,288), relu -> r (524,288; h is freed: ReLU saves its
     result, Linear 2 saves r too, the same storage), mm -> out (256x16 = 16,384).
-    At the end of forward: P + G + S + X + r + out = 1,261,576.
-    Loss: ones like out (16,384). Backward: Linear 2's input gradient ones @ W2 -> g_r
-    (524,288); its weight gradient (32 KB) is added into W2.grad and freed before ReLU's
-    backward, which makes g_h (524,288) while g_r and the saved r are still alive. That is the
-    peak, in backward: P + G + S + X + r + out + ones + g_r + g_h = 2,326,536. After it r and
-    g_r are freed; Linear 1's weight gradient (128 KB) and Adam's per-parameter temporaries
-    (2 x 128 KB at most) stay below it."""
+    At the end of forward: P + G + S + X + L + r + out = 1,263,624.
+    Loss: cross-entropy (a classifier's (batch, classes) output): log_softmax (16,384, saved
+    for backward) and the loss (4 B). Backward starts from a 4-byte one; the loss's backward
+    frees log_softmax's output and its own gradients once Linear 2 has used them. Linear 2's
+    input gradient g_r (524,288); its weight gradient (32 KB) is added into W2.grad and freed
+    before ReLU's backward, which makes g_h (524,288) while g_r and the saved r are still
+    alive. That is the peak, in backward: P + G + S + X + L + r + out + 4 + 4 + g_r + g_h =
+    2,312,208. After it r and g_r are freed; Linear 1's weight gradient (128 KB) and Adam's
+    per-parameter temporaries (2 x 128 KB at most) stay below it."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 512, bias=False), nn.ReLU(),
                           nn.Linear(512, 16, bias=False))
@@ -51,16 +54,18 @@ def test_mlp_adam_training_step_peak_by_hand():
                           set_to_none=False)
     P = (64 * 512 + 512 * 16) * F32
     X, act, out = 256 * 64 * F32, 256 * 512 * F32, 256 * 16 * F32
-    assert _end_of_forward(r) == P + P + (2 * P + 2 * F32) + X + act + out == 1_261_576
-    assert r.peak_bytes == 2_326_536
+    L = 256 * 8
+    assert _end_of_forward(r) == P + P + (2 * P + 2 * F32) + X + L + act + out == 1_263_624
+    assert r.peak_bytes == 2_312_208
     assert r.peak_phase == "backward"
     assert _kinds(r) == {"parameters": P, "gradients": P, "optimizer_state": 2 * P + 8,
-                         "activations": act, "inputs": X, "outputs": out,
-                         "temporaries": out + act + act}
+                         "activations": act, "inputs": X + L, "outputs": out,
+                         "temporaries": act + act + 4 + 4}
     rows = {(x.module, x.kind): x.bytes for x in r.by_module_kind}
     assert rows[("1", "activations")] == act  # ReLU's result, saved for backward
     assert rows[("0", "optimizer_state")] == 2 * 64 * 512 * F32 + F32
-    assert rows[("(loss)", "temporaries")] == out  # the ones backward starts from
+    assert rows[("(loss)", "temporaries")] == 4  # the loss
+    assert rows[("", "temporaries")] == 4  # the one backward starts from
 
 
 def test_sgd_without_momentum_has_no_state_and_gradients_are_freed_by_default():
@@ -70,7 +75,7 @@ def test_sgd_without_momentum_has_no_state_and_gradients_are_freed_by_default():
     assert "optimizer_state" not in _kinds(r)
     # zero_grad(set_to_none=True) frees last step's gradients: none alive at forward's end
     P = (64 * 512 + 512 * 16) * F32
-    assert _end_of_forward(r) == P + 256 * 64 * F32 + 256 * 512 * F32 + 256 * 16 * F32
+    assert _end_of_forward(r) == P + 256 * 64 * F32 + 256 * 8 + 256 * 512 * F32 + 256 * 16 * F32
 
 
 # ---- a temporary freed early ----------------------------------------------------------------
@@ -157,8 +162,8 @@ def test_the_rows_sum_to_the_peak(spec, mode, batch):
     assert len({(x.module, x.kind) for x in r.by_module_kind}) == len(r.by_module_kind)
 
 
-def test_the_optimizer_names_are_analyze_s():
-    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES
+def test_the_optimizer_names_are_analyze_s():  # and adadelta (a train recipe's)
+    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES + ("adadelta",)
 
 
 def test_momentum_keeps_one_state_per_parameter():

@@ -22,10 +22,12 @@ How it is seen:
   tensors are outputs; in training what forward created and was still alive when forward
   returned is an activation (saved for backward); everything else is a temporary.
 
-A training step is the loop's body: ``optimizer.zero_grad(set_to_none=...)``, forward, the
-loss (the outputs' sum: backward starts from ones shaped like each output), backward,
-``optimizer.step()``. One step runs untracked before it, so the optimizer's state exists (it is
-created lazily by the first step) and the tracked step is a steady-state one.
+A training step is ``train_step.step``, the body ``layerscope train`` runs:
+``optimizer.zero_grad(set_to_none=...)``, forward, the loss (a classifier's cross-entropy, or
+negative log-likelihood after ``log_softmax``, against int64 labels; any other output's sum:
+backward starts from ones shaped like it), backward, ``optimizer.step()``. One step runs
+untracked before it, so the optimizer's state exists (it is created lazily by the first step)
+and the tracked step is a steady-state one.
 
 Nothing is left on the model: its tensors are swapped for fake ones (static) or private copies
 (measured) only for the run (``capture.swapped``), the train/eval flags are put back, and the
@@ -42,10 +44,12 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from layerscope.analysis import train_step
 from layerscope.analysis.capture import (
     AUTOGRAD_TAG,
     ModuleTracker,
@@ -63,12 +67,14 @@ KINDS = ("parameters", "buffers", "gradients", "optimizer_state", "activations",
          "outputs", "temporaries")
 # what ops outside any module are charged to, by phase (elsewhere: "", the top level)
 OUTSIDE = {"zero_grad": "(zero_grad)", "loss": "(loss)", "optimizer": "(optimizer)"}
+_NEXT = dict(zip(TRAINING_PHASES, TRAINING_PHASES[1:]))  # the phase after each
 # optimizer name -> builder; the names of analyze --optimizer (static.OPTIMIZER_STATE_FACTOR)
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01),
     "momentum": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
     "adam": lambda params: torch.optim.Adam(params),
     "adamw": lambda params: torch.optim.AdamW(params),
+    "adadelta": lambda params: torch.optim.Adadelta(params),
 }
 
 
@@ -203,6 +209,8 @@ class _Step:
         self.model, self.args, self.kwargs = model, args, kwargs
         self.training, self.optimizer, self.set_to_none = training, optimizer, set_to_none
         self.owners = param_owners(model)
+        self.loss_name: str | None = None  # train_step's loss, once the outputs are seen
+        self.labels: torch.Tensor | None = None
 
     def run(self, log: StorageLog | None) -> None:
         def phase(name: str) -> None:
@@ -218,30 +226,41 @@ class _Step:
                 self._classify_forward(log, _outputs(out), activations=False)
                 log.event()
             return
+
+        def done(name: str, value) -> None:
+            if log is None:
+                return
+            if name == "forward":
+                log.enter_phase("loss")
+                self._classify_forward(log, _outputs(value), activations=True)
+            elif name == "optimizer":
+                log._purge()
+                self._classify_state(log)
+                log.event()
+            else:
+                log.enter_phase(_NEXT[name])
+                if name == "backward":
+                    self._classify_state(log)
+
         phase("zero_grad")
-        self.optimizer.zero_grad(set_to_none=self.set_to_none)
-        phase("forward")
-        out = self.model(*self.args, **self.kwargs)
-        outs = _outputs(out)
-        phase("loss")
-        if log is not None:
-            self._classify_forward(log, outs, activations=True)
-        diff = [t for t in outs if t.requires_grad]
+        train_step.step(self.model, self.args, self.kwargs, self._loss, self.optimizer,
+             set_to_none=self.set_to_none, done=done)
+
+    def _loss(self, out):
+        """The loss of ``train_step``: a classifier's against its labels (made in the first,
+        untracked step and kept: they are the batch's, alive through the step), else a
+        gradient of ones per output."""
+        diff = [t for t in _outputs(out) if t.requires_grad]
         if not diff:
             raise UserError("no output of the model's forward requires a gradient: there is "
                             "no backward to track; use mode inference", arguments="mode")
-        grads = [torch.ones_like(t) for t in diff]
-        phase("backward")
-        torch.autograd.backward(diff, grads)
-        del grads
-        phase("optimizer")
-        if log is not None:
-            self._classify_state(log)
-        self.optimizer.step()
-        if log is not None:
-            log._purge()
-            self._classify_state(log)
-            log.event()
+        if self.loss_name is None:
+            self.loss_name = train_step.classifier_loss(out) or ""
+        if self.loss_name:
+            if self.labels is None:
+                self.labels = train_step.labels_for(out)
+            return train_step.LOSSES[self.loss_name](out, self.labels)
+        return diff, [torch.ones_like(t) for t in diff]
 
     def _classify_forward(self, log: StorageLog, outs: list[torch.Tensor],
                           activations: bool) -> None:
@@ -271,7 +290,7 @@ def _register_resident(log: StorageLog, step: _Step, in_tensors: list[torch.Tens
     for t in list(step.model.parameters()) + list(step.model.buffers()):
         module, kind = step.owners.get(id(t), ("", "parameters"))
         log.add(t, module, kind)
-    for t in in_tensors:
+    for t in in_tensors + ([step.labels] if step.labels is not None else []):
         log.add(t, "", "inputs")
     if step.optimizer is not None:
         step._classify_state(log)
@@ -328,7 +347,14 @@ def track(model: nn.Module, args: list, kwargs: dict, *, training: bool,
     finally:
         for m, flag in flags:
             m.training = flag
-    return Run(log, TRAINING_PHASES if training else INFERENCE_PHASES)
+    if not training:
+        return Run(log, INFERENCE_PHASES)
+    return Run(log, TRAINING_PHASES, [
+        f"the loss is {step.loss_name.replace('_', '-')} against int64 labels (one a sample, "
+        "alive all step), as layerscope train computes a classifier's; the outputs and the "
+        "loss stay alive to the step's end" if step.loss_name else
+        "the loss is the outputs' sum: backward starts from ones shaped like each output "
+        "(freed after backward); the outputs stay alive to the step's end"])
 
 
 def live_rows(log: StorageLog, t: int) -> dict[tuple[str, str], int]:
@@ -604,6 +630,11 @@ class LimitGuard(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if any(isinstance(t, FakeTensor) for t in tensors((args, kwargs))):
+            # fake tensors (a static count the run makes, such as train's FLOPs of its
+            # step) hold no memory; their meta sizes are not asked for (a fake tensor moved
+            # to the meta device outside its mode hangs)
+            return func(*args, **kwargs)
         # the total counts storages freed since the last purge: exact once purged, so a
         # purge comes before any refusal (and when the table has grown)
         if len(self.live) > self._purge_at:

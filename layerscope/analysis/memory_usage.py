@@ -34,8 +34,10 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
            seq_len: int | None = None, fit: int | str | None = None,
            fit_seq: bool = False, device: str = "cpu") -> MemoryReport:
     """The live set of one inference pass (``mode="inference"``: eval mode, no grad) or one
-    steady-state training step (``"training"``: zero_grad, forward, the outputs' sum as the
-    loss, backward, ``optimizer.step()``), by module and kind at its peak and over time.
+    steady-state training step (``"training"``: ``train_step.step``, the step
+    ``layerscope train`` runs: zero_grad, forward, a classifier's cross-entropy or nll against
+    int64 labels (any other output's sum), backward, ``optimizer.step()``), by module and kind
+    at its peak and over time.
 
     ``model``, ``inputs``, ``kwargs``, ``batch_size``, ``seq_len``: as ``layerscope.analyze``.
     ``optimizer``: sgd, momentum, adam or adamw, or a function of the parameters returning your
@@ -89,7 +91,7 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         if training else None
     report.settings = {"mode": mode, "measure": measure,
                        **({"set_to_none": set_to_none} if training else {})}
-    report.notes = notes + _notes(training, set_to_none)
+    report.notes = notes + _notes(training, set_to_none) + static.notes
     if measure:
         module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
         if any(t.device.type not in ("cpu", device)
@@ -346,8 +348,6 @@ def _notes(training: bool, set_to_none: bool) -> list[str]:
     if training:
         out += ["one untracked step ran first, so the optimizer's state exists (it is created "
                 "by the first step); the tracked step is a steady-state one",
-                "the loss is the outputs' sum: backward starts from ones shaped like each "
-                "output (a real loss adds its own small tensors)",
                 "zero_grad(set_to_none=True): gradients are freed at each step's start"
                 if set_to_none else
                 "zero_grad(set_to_none=False): gradients are kept (zeroed) between steps"]

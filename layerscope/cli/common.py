@@ -248,10 +248,11 @@ def add_mode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["inference", "training"], default="inference")
 
 
-def add_optimizer(p: argparse.ArgumentParser, help: str) -> None:
+def add_optimizer(p: argparse.ArgumentParser, help: str,
+                  names: tuple[str, ...] = OPTIMIZER_NAMES, default: str | None = "adam") -> None:
     """--optimizer: sgd (no state), momentum (SGD with momentum 0.9: one state per
-    parameter), adam or adamw (two)."""
-    p.add_argument("--optimizer", choices=OPTIMIZER_NAMES, default="adam", help=help)
+    parameter), adam or adamw (two); ``names``: the choices."""
+    p.add_argument("--optimizer", choices=names, default=default, help=help)
 
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:

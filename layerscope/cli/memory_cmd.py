@@ -8,6 +8,7 @@ import sys
 from types import SimpleNamespace
 
 from layerscope.cli.common import (
+    OPTIMIZER_NAMES,
     add_device,
     add_mode,
     add_model_inputs,
@@ -27,7 +28,9 @@ def register(sub) -> None:
     add_model_inputs(p)
     add_mode(p)
     add_optimizer(p, "optimizer whose states --mode training tracks: sgd (none), momentum "
-                     "(SGD with momentum 0.9), adam or adamw (default adam)")
+                     "(SGD with momentum 0.9), adam, adamw or adadelta (default: a train "
+                     "recipe's own for its name, else adam)",
+                  names=OPTIMIZER_NAMES + ("adadelta",), default=None)
     p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
                    help="what optimizer.zero_grad() does between steps: none frees the gradients "
                         "(set_to_none=True, torch's default), zeros keeps them, zeroed")
@@ -65,7 +68,7 @@ def _is_script(args) -> bool:
 
 
 def run(args) -> int:
-    from layerscope.analysis.memory_usage import memory
+    from layerscope.training.recipe_memory import memory
 
     if _is_script(args):
         return _run_script(args)

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
+from layerscope.analysis import train_step
 from layerscope.analysis.memory_track import LimitGuard
 from layerscope.core import values
 from layerscope.core.environment import environment
@@ -723,9 +724,10 @@ class _NvtxPhases:
 
 
 def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
-    """One optimizer step on the next of ``batches``: the copies to the device, forward and
-    loss under ``autocast``, backward, the optimizer (through the GradScaler with CUDA amp),
-    each phase timed; with several processes, the end-of-step barrier and the gradient
+    """One optimizer step on the next of ``batches``: the copies to the device, then
+    ``train_step.step`` (the step ``layerscope memory --mode training`` tracks): zero_grad,
+    forward and loss under ``autocast``, backward, the optimizer (through the GradScaler with
+    CUDA amp), each phase timed; with several processes, the end-of-step barrier and the gradient
     communication split out of the phases."""
     c, comm = run.config, run.comm
     if run.env is not None:
@@ -739,22 +741,15 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
     if c.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     timer.mark("h2d")
-    with autocast:
-        out = run.forward_model(x)
-        timer.mark("forward")
-        loss = run.loss_fn(out, y)
-    timer.mark("loss")
-    run.optimizer.zero_grad(set_to_none=True)
-    (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
-    if comm is not None:
-        comm.backward_end()
-    timer.mark("backward")
-    if run.scaler is not None:
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-    else:
-        run.optimizer.step()
-    timer.mark("optimizer")
+
+    def done(phase: str, value: Any) -> None:
+        if phase == "backward" and comm is not None:
+            comm.backward_end()
+        if phase != "zero_grad":  # its time is the forward's (nothing to wait for)
+            timer.mark(phase)
+
+    out, loss = train_step.step(run.forward_model, (x,), {}, lambda o: run.loss_fn(o, y),
+                                run.optimizer, autocast=autocast, scaler=run.scaler, done=done)
     phases, wall = timer.stop()
     record = None
     if comm is not None:

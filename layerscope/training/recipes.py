@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from layerscope.analysis.train_step import LOSSES
 from layerscope.core.errors import UserError, first_line
 from layerscope.training.checkpoint import is_state_dict
 
@@ -33,7 +34,6 @@ SCHEDULERS: dict[str | None, Callable[[torch.optim.Optimizer, Any], Any]] = {
     "step": lambda optimizer, recipe: torch.optim.lr_scheduler.StepLR(optimizer, 1,
                                                                       gamma=recipe.gamma),
 }
-LOSSES = {"cross_entropy": F.cross_entropy, "nll": F.nll_loss}
 
 
 class DigitsCNN(nn.Module):
