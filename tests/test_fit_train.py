@@ -57,7 +57,7 @@ def test_fit_answer_trains_within_the_budget_and_one_more_does_not(recipe, start
         code, err, run_dir = _train(recipe, k + 1, budget, tmp_path)
         assert code == 1, err
         assert err.startswith("layerscope: out of memory in "), err
-        pm = json.loads((run_dir / "post_mortem.json").read_text())
+        pm = json.loads((run_dir / "report.json").read_text())["post_mortem"]
         assert pm["limit_bytes"] == budget
         assert pm["live_bytes"] <= budget < pm["live_bytes"] + pm["asked_bytes"] <= at_next
         assert sum(r["bytes"] for r in pm["by_module_kind"]) == pm["live_bytes"]

@@ -317,3 +317,37 @@ def test_cli_bad_input_is_one_line_exit_2(argv, words):
     code, out, err = run_cli(*argv)
     assert code == 2 and out == ""
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+class _CausalMaskCheck(nn.Module):
+    """The shape of nn.TransformerEncoder's causal-mask check (torch.equal on a mask it built):
+    a bool from tensor values, which fake tensors cannot give."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        mask = torch.triu(torch.ones(x.shape[0], x.shape[0]), diagonal=1)
+        h = self.fc(x)
+        return h * 2 if torch.equal(mask, torch.zeros_like(mask)) else h + 1
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_a_forward_needing_real_values_runs_for_real_and_says_so(mode):
+    """Not refused: the step runs for real on the CPU (as analyze falls back), the rows still sum
+    to the peak, the peak equals --measure's, and the first note says it is measured."""
+    model = _CausalMaskCheck()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = layerscope.memory(model, "4x8", mode=mode, measure=True)
+    assert r.settings["ran"] == "real"
+    assert r.notes[0].startswith("measured, not static: the forward needs real values")
+    assert sum(row.bytes for row in r.by_module_kind) == r.peak_bytes > 0
+    assert r.measured_peak_bytes == r.peak_bytes
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_fit_of_a_forward_needing_real_values_is_one_line():
+    with pytest.raises(UserError, match=r"needs real values .*fit traces the step at other "
+                                        r"batch sizes on fake tensors"):
+        layerscope.memory(_CausalMaskCheck(), "4x8", fit="1GB")

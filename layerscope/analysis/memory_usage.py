@@ -84,14 +84,34 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
                         "example input before tracking its memory")
     training = mode == "training"
     step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
-    static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
+    ran_real = None  # why the step ran for real instead of on fake tensors
+    try:
+        static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
+    except NeedsRealValues as exc:
+        if budget is not None:
+            raise UserError(f"{exc}; fit traces the step at other batch sizes on fake "
+                            "tensors, which this model cannot run on: leave it out for the "
+                            "measured figures at this size", arguments="fit") from None
+        # as analyze does: the step runs for real on the CPU, on private copies of the
+        # weights and zero inputs, and the same tracker counts its storages
+        try:
+            module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
+        except UserError:
+            raise UserError(f"{exc}, and it is too large to run for real here") from None
+        if any(t.device.type != "cpu"
+               for t in list(module.parameters()) + list(module.buffers())):
+            raise UserError(str(exc)) from None
+        static = _run(module, loaded, training, step_optimizer, set_to_none, real=True)
+        ran_real = exc.reason
     report = report_of_run(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
     report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
     report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
         if training else None
     report.settings = {"mode": mode, "measure": measure,
                        **({"set_to_none": set_to_none} if training else {})}
-    report.notes = notes + _notes(training, set_to_none) + static.notes
+    report.notes = notes + _notes(training, set_to_none, ran_real) + static.notes
+    if ran_real is not None:
+        report.settings["ran"] = "real"
     if measure:
         module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
         if any(t.device.type not in ("cpu", device)
@@ -246,6 +266,15 @@ def _with_cuda(rss: PeakRss, into: list[dict[str, int]]):
     return both
 
 
+class NeedsRealValues(UserError):
+    """The static run stopped: the forward needs real values (``reason``), so the step can
+    only be tracked running for real."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"{name}: the static run cannot track this model: {reason}")
+        self.reason = reason
+
+
 def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool, *,
          real: bool, around=None, device: str = "cpu"):
     from layerscope.analysis.capture import InputSpec, ModelRunError, fake_like
@@ -289,9 +318,7 @@ def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool
     except Exception as exc:  # noqa: BLE001 - the model's own error, one line
         reason = None if real else real_run_reason(exc)
         if reason is not None:
-            raise UserError(f"{loaded.name}: the static run cannot track this model: {reason}; "
-                            "layerscope memory needs a forward that runs on fake tensors") \
-                from exc
+            raise NeedsRealValues(loaded.name, reason) from exc
         if isinstance(exc, ModelRunError):
             raise UserError(f"{loaded.name}: {exc}") from exc
         raise UserError(f"{loaded.name} rejected input {call_text(loaded.inputs, loaded.kwargs)}"
@@ -342,9 +369,14 @@ def report_of_run(run, name: str, mode: str, inputs: str) -> MemoryReport:
                         inputs=[inputs])
 
 
-def _notes(training: bool, set_to_none: bool) -> list[str]:
+def _notes(training: bool, set_to_none: bool, ran_real: str | None = None) -> list[str]:
     out = ["static: the step ran on fake tensors (no memory used); a kernel's internal "
-           "workspace (oneDNN, cuDNN) and the allocator's rounding and caching are not counted"]
+           "workspace (oneDNN, cuDNN) and the allocator's rounding and caching are not counted"
+           if ran_real is None else
+           f"measured, not static: {ran_real}, so the step ran for real on the CPU (private "
+           "copies of the weights, zero inputs) and these figures are its tracked tensor "
+           "storages; a kernel's internal workspace and the allocator's rounding and caching "
+           "are not counted"]
     if training:
         out += ["one untracked step ran first, so the optimizer's state exists (it is created "
                 "by the first step); the tracked step is a steady-state one",
