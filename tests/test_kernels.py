@@ -151,10 +151,15 @@ def test_every_op_in_exactly_one_row(case):
     module ranges and steps themselves excepted), step by step."""
     make, backward, _ = CASES[case]
     events, kb = _window(make(), backward, steps=3)
+    _check_every_op_once(events, kb, 3)
+
+
+def _check_every_op_once(events, kb, n_steps):
+    """The rows' and steps' op counts and self times are those of the window's CPU events."""
     cpu = [e for e in events if e.device_type == DeviceType.CPU and not e.is_async]
     steps = sorted((e for e in cpu if e.name.startswith(K.STEP_PREFIX)),
                    key=lambda e: e.time_range.start)
-    assert len(steps) == 3
+    assert len(steps) == n_steps == kb.steps == len(kb.per_step)
     total_ops = total_self = 0.0
     for st, s in zip(kb.per_step, steps):
         inside = [e for e in cpu if not K._ours(e.name)
@@ -452,3 +457,132 @@ def test_train_nvtx_phases_and_modules(tmp_path, monkeypatch, cuda):
                     "layerscope::optimizer"]
     conv = next(inside for n, inside in pushed if n == "module::conv1 (Conv2d)")
     assert conv[:2] == ("layerscope::step", "layerscope::forward")
+
+
+# ---- run --kernels / --nvtx: the user's own script ------------------------------------------
+# pytorch/examples' regression, in small: an MLP fitted with SGD, one print per step
+REGRESSION = """\
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+steps = int(sys.argv[1])
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+for i in range(steps):
+    opt.zero_grad()
+    loss = F.smooth_l1_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    print(f"step {i}")
+"""
+
+
+def _run_script(tmp_path, monkeypatch, steps, *flags):
+    """run FLAGS -o r.json on the regression script of ``steps`` steps: (exit code, stdout,
+    stderr, the JSON report, the events the kernels window joined)."""
+    from helpers import run_cli
+
+    (tmp_path / "regression.py").write_text(REGRESSION)
+    monkeypatch.chdir(tmp_path)
+    captured: dict = {}
+    real_join = K.join
+
+    def spy(events, cuda, **kw):
+        captured["events"] = events
+        return real_join(events, cuda, **kw)
+
+    monkeypatch.setattr(K, "join", spy)
+    code, out, err = run_cli("run", *flags, "-o", "r.json", "regression.py", str(steps))
+    report = json.loads((tmp_path / "r.json").read_text())
+    return code, out, err, report, captured.get("events")
+
+
+@pytest.mark.parametrize("steps,profiled", [(6, 3), (2, 1)], ids=["window", "script-too-short"])
+def test_run_kernels(tmp_path, monkeypatch, steps, profiled):
+    """Three steps after the first are profiled (fewer when the script ends first, noted); the
+    model's modules get forward and backward rows; every CPU op of the window is in one row;
+    the script's output is its own."""
+    from layerscope.core.records.kernels import KernelBreakdown
+
+    code, out, _, report, events = _run_script(tmp_path, monkeypatch, steps, "--kernels")
+    assert code == 0 and out == "".join(f"step {i}\n" for i in range(steps))
+    kb = KernelBreakdown.from_dict(report["kernels"])
+    assert kb.steps == profiled and kb.backward and kb.note == K.CPU_NOTE
+    keys = {(r.module, r.phase) for r in kb.rows}
+    assert {("0", "forward"), ("1", "forward"), ("2", "forward"), ("0", "backward"),
+            ("2", "backward"), (OUTSIDE, "other")} <= keys
+    assert {r.type for r in kb.rows if r.module == "0"} == {"Linear"}
+    _check_every_op_once(events, kb, profiled)
+    partial = [n for n in report["notes"] if n.startswith("--kernels:")]
+    assert partial == ([] if profiled == 3 else [
+        "--kernels: the script ended 1 step into the kernel window: the kernels section covers "
+        "1 of 3 steps"])
+    assert report["config"]["kernels"] is True
+
+
+def test_run_kernels_window_after_the_warmup(tmp_path, monkeypatch):
+    """--warmup-steps 4 of 6: the window opens at the end of step 4 and sees 2 steps end."""
+    _, _, _, report, events = _run_script(tmp_path, monkeypatch, 6, "--kernels",
+                                          "--warmup-steps", "4")
+    assert report["kernels"]["steps"] == 2
+
+
+def test_run_kernels_script_ends_before_the_window(tmp_path, monkeypatch):
+    code, out, _, report, events = _run_script(tmp_path, monkeypatch, 1, "--kernels")
+    assert code == 0 and out == "step 0\n" and events is None and "kernels" not in report
+    assert ("--kernels: the script ended after 1 step, before the kernel window opened (it "
+            "opens at the end of step 1): no kernels section") in report["notes"]
+
+
+def test_run_kernels_refuses_nproc_per_node(tmp_path, monkeypatch):
+    from helpers import run_cli
+
+    (tmp_path / "regression.py").write_text(REGRESSION)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", "--kernels", "--nproc-per-node", "2", "regression.py", "2")
+    assert code == 2 and out == "" and err.strip().endswith(
+        "--kernels profiles the steps of one process: leave out --nproc-per-node (the window "
+        "is not merged across ranks)") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "no-cuda"])
+def test_run_nvtx_steps_phases_and_modules(tmp_path, monkeypatch, cuda):
+    """A step range per step (start/end: a step may end inside a phase), the phases nested and
+    balanced, the model's modules inside forward once the model is known; the script's output
+    is its own. Without CUDA: nothing pushed, a note."""
+    from layerscope.analysis import nvtx
+
+    log: list[tuple[str, object]] = []
+    monkeypatch.setattr(nvtx, "available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: log.append(("push", name)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: log.append(("pop", None)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_start",
+                        lambda name: log.append(("start", name)) or len(log))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_end", lambda rid: log.append(("end", rid)))
+    code, out, _, report, _ = _run_script(tmp_path, monkeypatch, 3, "--nvtx")
+    assert code == 0 and out == "step 0\nstep 1\nstep 2\n"
+    if not cuda:
+        assert log == [] and nvtx.NO_CUDA_NOTE in report["notes"]
+        return
+    stack: list[str] = []
+    pushed = []
+    for what, name in log:
+        if what == "push":
+            pushed.append((name, tuple(stack)))
+            stack.append(str(name))
+        elif what == "pop":
+            stack.pop()
+    assert stack == []
+    starts = [i + 1 for i, (what, _) in enumerate(log) if what == "start"]
+    ends = [rid for what, rid in log if what == "end"]
+    assert sorted(ends) == starts and len(starts) >= 3  # every step range ended
+    names = {n for n, _ in pushed}
+    assert {"layerscope::forward", "layerscope::backward", "layerscope::optimizer",
+            "module::(root) (Sequential)", "module::0 (Linear)"} <= names
+    linear = next(inside for n, inside in pushed if n == "module::0 (Linear)")
+    assert linear[0] == "layerscope::forward"

@@ -308,6 +308,71 @@ class KernelWindow:
                                note=None if self.cuda else CPU_NOTE)
 
 
+class BoundaryWindow:
+    """The window over a loop layerscope does not run (``run --kernels``): the caller reports
+    each step end it sees (``boundary``); the window opens at the end of step ``skip`` and
+    profiles the next ``steps`` steps, each a ``layerscope::step`` range from one step end to
+    the next. The model (the module whose forwards take the batches) is known by then. A step
+    still open when the loop stops (``finish``) is left out: the window covers the steps it saw
+    end."""
+
+    def __init__(self, skip: int, steps: int = DEFAULT_STEPS):
+        self.skip, self.steps = skip, steps
+        self.window: KernelWindow | None = None
+        self.done = 0  # profiled steps ended
+        self._range: Any = None  # the open step range's handle
+        self._result: KernelBreakdown | None = None
+
+    def boundary(self, ended: int, model: torch.nn.Module | None) -> None:
+        """``ended`` steps have ended, here."""
+        window = self.window
+        if window is None:
+            if ended < self.skip or model is None:
+                return
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            window = self.window = KernelWindow(model, "cuda" if cuda else "cpu",
+                                                steps=self.steps, skip=0, backward=True)
+            if cuda:  # the unprofiled steps' kernels end before the window starts
+                torch.cuda.synchronize()
+            window._start()
+        elif self._range is not None:
+            self._close()
+            self.done += 1
+            if self.done == self.steps:
+                window._stop(True)
+                return
+        else:  # the window is full
+            return
+        self._range = torch.ops.profiler._record_function_enter_new(
+            f"{STEP_PREFIX}{self.done}", None)
+
+    def _close(self) -> None:
+        assert self.window is not None
+        if self.window.cuda:
+            torch.cuda.synchronize()
+        torch.ops.profiler._record_function_exit._RecordFunction(self._range)
+        self._range = None
+
+    def finish(self) -> None:
+        """The loop stopped: a step still open is dropped, the steps ended are kept."""
+        window = self.window
+        if window is None or window._stack is None:
+            return
+        open_step = self._range is not None
+        if open_step:
+            self._close()
+        window._stop(self.done > 0)
+        if open_step and window.events is not None:
+            name = f"{STEP_PREFIX}{self.done}"
+            window.events = [e for e in window.events if e.name != name]
+
+    def result(self) -> KernelBreakdown | None:
+        """The joined window once it has stopped (None before, or when no step ended in it)."""
+        if self._result is None and self.window is not None and self.window._stack is None:
+            self._result = self.window.result()
+        return self._result
+
+
 def kernel_window(name: str, module: torch.nn.Module, xs, kw: dict | None, device: str,
                   steps: int = DEFAULT_STEPS, backward: bool = False) -> KernelBreakdown:
     """Profile ``steps`` steps (a forward, plus with ``backward`` the backward of the summed

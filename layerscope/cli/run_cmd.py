@@ -64,6 +64,14 @@ def register(sub) -> None:
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
     SHARED_OPTIONS["memory_limit"](p)
+    p.add_argument("--kernels", action="store_true",
+                   help="profile 3 training steps after the warm-up (after the first when "
+                        "there is none) with torch.profiler: CPU ops, device kernels and "
+                        "launch time per module of the model, forward and backward")
+    p.add_argument("--nvtx", action="store_true",
+                   help="NVTX ranges named after the steps, their phases and the model's "
+                        "modules, for Nsight Systems (nsys profile layerscope run --nvtx ...); "
+                        "a no-op, with a note, without CUDA")
     add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
     p.add_argument("--trace", metavar="FILE.json",
                    help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
@@ -391,6 +399,9 @@ def run(args) -> int:
     target, script_args, is_module = script_target(args)
     if args.functions and not args.layers:
         raise UserError("--functions splits the --layers rows: add --layers")
+    if args.kernels and args.nproc_per_node:
+        raise UserError("--kernels profiles the steps of one process: leave out "
+                        "--nproc-per-node (the window is not merged across ranks)")
     check_script_outputs(args)  # in the words the user typed
     absolute_outputs(args)
     if args.nproc_per_node and distributed.detect() is None:
@@ -401,7 +412,8 @@ def run(args) -> int:
                   functions=args.functions,
                   memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
                   step_on=args.step_on, what_if=settings_from(WhatIf, args),
-                  script_path=target, module=is_module, memory_limit=args.memory_limit)
+                  script_path=target, module=is_module, memory_limit=args.memory_limit,
+                  kernels=args.kernels, nvtx=args.nvtx)
     failure: list[str] = []
     starter = os.getpid()
     code = execute(target, script_args, is_module, watch, failure)

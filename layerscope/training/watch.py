@@ -189,6 +189,9 @@ class Watch:
     per torch function a container's own code calls (``F.relu``, the residual add), each a
     row "MODULE (FUNCTION)" (forward only: its backward stays the module's). ``memory``: peak RSS
     and CUDA memory per phase. ``trace``: keep every phase interval for a Chrome trace.
+    ``kernels``: profile three steps after the warm-up (after the first when there is none)
+    and join their CPU ops and device kernels to the model's modules (the report's
+    ``kernels``). ``nvtx``: NVTX ranges around each step, phase and module call (with CUDA).
     ``memory_limit``: bytes (or a size such as "512MB"): an allocation that would take the live
     tensor bytes above it raises ``torch.OutOfMemoryError``, and the report's ``post_mortem``
     says what was alive (``analysis.memory_track.LimitGuard``).
@@ -201,8 +204,8 @@ class Watch:
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
                  step_on: str = "optimizer", what_if: WhatIf | None = None,
                  script_path: str | None = None, module: bool = False,
-                 memory_limit: int | str | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 memory_limit: int | str | None = None, kernels: bool = False,
+                 nvtx: bool = False, clock: Callable[[], float] = time.perf_counter):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
                             f"{type(model).__name__}")
@@ -220,6 +223,10 @@ class Watch:
                             "too")
         self.layers, self.memory, self.trace = layers, memory, trace
         self.functions = functions
+        # kernels: torch.profiler over three steps after the warm-up (at least one), joined to
+        # the model's modules (analysis.kernels.BoundaryWindow); nvtx: NVTX ranges per step,
+        # phase and (once the model is known) module, as train --nvtx names them
+        self.kernels, self.nvtx = kernels, nvtx
         # --memory-limit: every tensor storage of the run against a limit (LimitGuard), and the
         # post-mortem of the out-of-memory error the run ended with
         self.memory_limit = (None if memory_limit is None
@@ -257,6 +264,11 @@ class Watch:
         self._loader_seen = False  # a training batch came from a DataLoader
         # the module whose training forwards take the batches: the first called (the model)
         self._sample_module: tuple[int, str] | None = None
+        self._sample_model: torch.nn.Module | None = None
+        self._window: Any = None  # kernels: the BoundaryWindow
+        self._nvtx_on = False  # nvtx and CUDA here
+        self._nvtx_modules: Any = None  # nvtx: the model's module ranges, once it is known
+        self._nvtx_step: int | None = None  # the open step range
         self._samples_from_forward = False  # no loader: counted from its arguments
         self._seen = ModelSeen()  # the model and each step's inputs: its FLOPs per step (MFU)
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
@@ -379,6 +391,7 @@ class Watch:
             self._probe.start()
             self._installed.append(self._probe.stop)
             self._install()
+            self._start_ranges()
             if self.memory_limit is not None:
                 self._guard = LimitGuard(self.memory_limit)
                 self._guard.__enter__()
@@ -395,6 +408,9 @@ class Watch:
             return
         self._running = False
         self._seen.close()
+        if self._window is not None:
+            self._window.finish()
+        self._stop_ranges()
         while self._installed:
             self._installed.pop()()
         if self._cuda and self._t0 is not None:
@@ -403,6 +419,40 @@ class Watch:
         self._depth = self._opt_depth = self._bwd_depth = 0
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+
+    def _start_ranges(self) -> None:
+        from layerscope.analysis.nvtx import available
+
+        if self.kernels:
+            from layerscope.analysis.kernels import BoundaryWindow
+
+            self._window = BoundaryWindow(skip=max(self.warmup_steps, 1))
+        self._nvtx_on = self.nvtx and available()
+
+    def _stop_ranges(self) -> None:
+        """Close every NVTX range left open (the step and phases in progress at the stop)."""
+        if not self._nvtx_on:
+            return
+        for _ in self._stack:
+            torch.cuda.nvtx.range_pop()
+        if self._nvtx_step is not None:
+            torch.cuda.nvtx.range_end(self._nvtx_step)
+            self._nvtx_step = None
+        if self._nvtx_modules is not None:
+            self._nvtx_modules.__exit__(None, None, None)
+            self._nvtx_modules = None
+        self._nvtx_on = False
+
+    def _at_step_end(self) -> None:
+        """kernels/nvtx at a step's end: the window moves on; the module ranges start once the
+        model is known (hooks are added here, never inside a module call's hooks)."""
+        if self._window is not None:
+            self._window.boundary(self.steps, self._sample_model)
+        if self._nvtx_on and self._nvtx_modules is None and self._sample_model is not None:
+            from layerscope.analysis.nvtx import NvtxRanges
+
+            self._nvtx_modules = NvtxRanges(self._sample_model)
+            self._nvtx_modules.__enter__()
 
     def _install(self) -> None:
         handles = [_optim.register_optimizer_step_pre_hook(self._opt_pre),
@@ -466,6 +516,8 @@ class Watch:
             top = stack[-1]
             self._add(top[0], top[1], now)
         stack.append([phase, now])
+        if self._nvtx_on:
+            torch.cuda.nvtx.range_push(f"layerscope::{phase}")
         if self._cuda:
             self._mark(phase)
 
@@ -474,6 +526,8 @@ class Watch:
         stack = self._stack
         while stack:  # a phase left open by an exception is closed with its parent
             top = stack.pop()
+            if self._nvtx_on:
+                torch.cuda.nvtx.range_pop()
             self._add(top[0], top[1], now)
             if top[0] == phase:
                 break
@@ -496,6 +550,8 @@ class Watch:
 
     def _begin(self, now: float) -> None:
         self._t0 = now
+        if self._nvtx_on:  # a start/end range: steps end inside phases (it need not nest)
+            self._nvtx_step = torch.cuda.nvtx.range_start("layerscope::step")
         self._gen += 1
         self._opt_step = {}
         self._acc = {}
@@ -561,6 +617,9 @@ class Watch:
         self._step_fwd, self._step_bwd = {}, {}
         if self.process_group is None:
             self.process_group = process_group()
+        if self._nvtx_step is not None:
+            torch.cuda.nvtx.range_end(self._nvtx_step)
+            self._nvtx_step = None
         self._begin(now)
 
     def _merge_last(self, k: int) -> None:
@@ -657,6 +716,7 @@ class Watch:
         argument's."""
         if self._sample_module is None:
             self._sample_module = (id(module), type(module).__name__)
+            self._sample_model = module
         elif self._sample_module[0] != id(module):
             return
         self._seen.forward(module, args)
@@ -764,6 +824,7 @@ class Watch:
         parts, self._provisional = self._provisional, 0
         self._close_step()
         self._merge_last(parts + 1)
+        self._at_step_end()
         self._check_limit()
 
     def _optimizers_note(self) -> str:
@@ -994,6 +1055,27 @@ class Watch:
         return sorted(rows, key=lambda r: -r["forward_s"])
 
     # ---- the result ---------------------------------------------------------------
+    def _range_notes(self, done: int) -> list[str]:
+        """What kernels and nvtx did not cover: a window the script ended before filling (or
+        before it opened), NVTX without CUDA."""
+        from layerscope.analysis.nvtx import NO_CUDA_NOTE, available
+
+        notes = []
+        window = self._window
+        if window is not None:
+            result = window.result()
+            if result is None:
+                notes.append(f"--kernels: the script ended after {done} step"
+                             f"{'s' if done != 1 else ''}, before the kernel window opened (it "
+                             f"opens at the end of step {window.skip}): no kernels section")
+            elif result.steps < window.steps:
+                notes.append(f"--kernels: the script ended {result.steps} step"
+                             f"{'s' if result.steps != 1 else ''} into the kernel window: the "
+                             f"kernels section covers {result.steps} of {window.steps} steps")
+        if self.nvtx and not available():
+            notes.append(NO_CUDA_NOTE)
+        return notes
+
     def chrome_trace(self) -> dict[str, Any]:
         """The phases of every step as a Chrome trace (chrome://tracing, Perfetto), in the
         layout of ``train``'s distributed trace (training.chrome_trace): steps on one row,
@@ -1062,6 +1144,7 @@ class Watch:
         notes += [why] if why else []
         if self._guard is not None:
             notes += [caught_note(pm) for pm in self._guard.caught(self.post_mortem)]
+        notes += self._range_notes(done)
         given = self.what_if.given() if self.what_if is not None else {}
         if given:
             notes.insert(0, self.what_if.note())
@@ -1072,6 +1155,8 @@ class Watch:
                     "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
                     **({"memory_limit": self.memory_limit} if self.memory_limit else {}),
                     **({"functions": True} if self.functions else {}),
+                    **({"kernels": True} if self.kernels else {}),
+                    **({"nvtx": True} if self.nvtx else {}),
                     **given, **({"what_if": self.what_if.flags()} if given else {})},
             run_dir="", epochs=[], breakdown=breakdown, epoch_breakdown=epochs,
             step_seconds=list(self.step_seconds),
@@ -1087,6 +1172,7 @@ class Watch:
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
             process_group=group, efficiency=efficiency,
+            kernels=self._window.result() if self._window is not None else None,
             # the record, as a report read back from JSON holds it (the views read its fields)
             post_mortem=None if self.post_mortem is None
             else PostMortem.from_dict(self.post_mortem),

@@ -4,8 +4,10 @@ and idle times add up to its wall time. In a dry run (CPU) the CPU-side join is 
 device figures are absent."""
 from __future__ import annotations
 
+import json
+
 import pytest
-from gpu_helpers import DRY_RUN, cli_json
+from gpu_helpers import DRY_RUN, cli, cli_json
 
 pytestmark = pytest.mark.cuda
 MODEL = "resnet20"  # cuDNN convolutions, batch norms, a linear: many short kernels
@@ -21,7 +23,40 @@ def _own_cache(tmp_path, monkeypatch):
 def test_profile_kernels_attributes_every_kernel(tmp_path, device, figures):
     d = cli_json(tmp_path, "kernels", "profile", MODEL, "--kernels", "--backward",
                  "--device", device, "--runs", "3", "--warmup", "2", "--no-roofline", "-q")
-    k = d["kernels"]
+    _check_window(d["kernels"], device, figures)
+
+
+# a CNN trained with SGD, in the shape of pytorch/examples' mnist (the device its argument)
+SCRIPT = """\
+import sys
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = sys.argv[1]
+model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.Flatten(), nn.Linear(8 * 28 * 28, 10)).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 1, 28, 28, device=device), torch.randint(0, 10, (64,), device=device)
+for _ in range(6):
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_run_kernels_attributes_every_kernel(tmp_path, device, figures):
+    """run --kernels on the user's script: the same window, found at its optimizer's steps."""
+    (tmp_path / "mnist.py").write_text(SCRIPT)
+    out = tmp_path / "run-kernels.json"
+    code, _, err = cli("run", "--kernels", "-o", str(out), str(tmp_path / "mnist.py"), device)
+    assert code == 0, err[-2000:]
+    d = json.loads(out.read_text())
+    assert d["kernels"]["steps"] == 3
+    _check_window(d["kernels"], device, figures)
+
+
+def _check_window(k, device, figures):
     rows, steps = k["rows"], k["per_step"]
     wall = sum(s["wall_s"] for s in steps)
     figures.update(device=k["device"], steps=k["steps"], window_wall_s=wall,
