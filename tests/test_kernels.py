@@ -8,6 +8,7 @@ by hand with known times, so busy and idle can be derived exactly."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
 import pytest
@@ -537,6 +538,28 @@ def test_run_kernels_script_ends_before_the_window(tmp_path, monkeypatch):
     assert code == 0 and out == "step 0\n" and events is None and "kernels" not in report
     assert ("--kernels: the script ended after 1 step, before the kernel window opened (it "
             "opens at the end of step 1): no kernels section") in report["notes"]
+
+
+# pytorch/examples' regression as written: no torch.optim optimizer, the update by hand
+MANUAL_UPDATE = REGRESSION.replace("opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "") \
+    .replace("    opt.zero_grad()\n", "    model.zero_grad()\n") \
+    .replace("    opt.step()\n", "    with torch.no_grad():\n"
+             "        for p in model.parameters():\n            p -= 0.1 * p.grad\n")
+
+
+@pytest.mark.parametrize("flags, covered", [((), None), (("--step-on", "backward"), 3)])
+def test_run_kernels_without_an_optimizer(tmp_path, monkeypatch, flags, covered):
+    """No optimizer step: steps that end at backward passes are provisional and never move
+    the window, which the note says with the option that makes them steps; with
+    --step-on backward the window covers 3 steps."""
+    monkeypatch.setattr(sys.modules[__name__], "REGRESSION", MANUAL_UPDATE)
+    code, out, _, report, events = _run_script(tmp_path, monkeypatch, 6, "--kernels", *flags)
+    assert code == 0 and out == "".join(f"step {i}\n" for i in range(6))
+    assert report.get("kernels", {}).get("steps") == covered
+    no_window = ("--kernels: no optimizer.step() was seen, and the kernel window opens at the "
+                 "step ends an optimizer step marks: no kernels section; use --step-on backward "
+                 "(steps end where a backward() returns)")
+    assert (no_window in report["notes"]) == (covered is None)
 
 
 def test_run_kernels_refuses_nproc_per_node(tmp_path, monkeypatch):

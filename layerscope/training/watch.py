@@ -1064,7 +1064,16 @@ class Watch:
         window = self._window
         if window is not None:
             result = window.result()
-            if result is None:
+            if result is None and done > window.skip and not self._opt_seen \
+                    and self.step_on == "optimizer":
+                # the window moves at the step ends an optimizer step (or mark_step) makes;
+                # steps that end at backward passes only while no optimizer is seen are
+                # provisional (an accumulation's micro-steps until the first optimizer step)
+                notes.append("--kernels: no optimizer.step() was seen, and the kernel window "
+                             "opens at the step ends an optimizer step marks: no kernels "
+                             "section; use --step-on backward (steps end where a backward() "
+                             "returns)")
+            elif result is None:
                 notes.append(f"--kernels: the script ended after {done} step"
                              f"{'s' if done != 1 else ''}, before the kernel window opened (it "
                              f"opens at the end of step {window.skip}): no kernels section")
