@@ -122,3 +122,47 @@ def test_memory_bound_layers_above_the_roof_name_the_caches(monkeypatch):
     assert report.above_roof["memory_bound"] >= 1
     assert "can also beat the large copy's bandwidth when its data stays in the CPU caches" in \
         above_roof_line(report)
+
+
+@pytest.mark.parametrize("cached_load, now_load, device, measured_again", [
+    pytest.param(4.46, 0.5, "cpu", True, id="busy-then-quiet-now"),
+    pytest.param(4.46, 4.0, "cpu", False, id="busy-then-as-busy-now"),
+    pytest.param(0.6, 0.0, "cpu", False, id="quiet-then"),
+    pytest.param(None, 0.0, "cpu", False, id="load-not-recorded"),
+    pytest.param(4.46, 0.5, "cuda", False, id="gpu-ceilings"),
+])
+def test_ceilings_measured_busy_are_measured_again_once_quieter(monkeypatch, tmp_path,
+                                                                 cached_load, now_load, device,
+                                                                 measured_again):
+    """A cached entry measured at load 4.46 on 2 CPUs (at least half of them busy), read when the
+    load is 0.5 (quieter by at least 1): measured again. The new measurement's bandwidth is
+    lower (5e11 against 1e12) and its peak higher (5e10 against 2e9): each keeps the higher,
+    with the new time and load, and the cache holds them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    old = Ceilings(device, "float32", 2, 2e9, 1e12, 2048, 2**29,
+                   measured_at="2026-11-26T15:02:11+00:00", loadavg=cached_load, cpus=2)
+    key = roofline._key(device, torch.float32, 2)
+    path = roofline.cache_path()
+    (tmp_path / "layerscope").mkdir()
+    with open(path, "w") as f:
+        json.dump({key: old.to_dict()}, f)
+    new = Ceilings(device, "float32", 2, 5e10, 5e11, 2048, 2**29,
+                   measured_at="2026-11-27T04:00:00+00:00", loadavg=now_load, cpus=2)
+    calls = []
+    monkeypatch.setattr(roofline, "read_machine",
+                        lambda: MachineReading((now_load, 1.0, 1.0), 2, 2))
+    monkeypatch.setattr(roofline, "measure", lambda *a, **k: calls.append(a) or new)
+    got = roofline.ceilings(device, torch.float32, threads=2)
+    assert bool(calls) == measured_again
+    if measured_again:
+        assert (got.peak_flops, got.bandwidth) == (5e10, 1e12)
+        assert (got.measured_at, got.loadavg) == (new.measured_at, now_load)
+        with open(path) as f:
+            kept = json.load(f)[key]
+        assert (kept["peak_flops"], kept["bandwidth"], kept["loadavg"]) == (5e10, 1e12, now_load)
+        # read again at the same load: the new entry was measured quiet; not measured again
+        calls.clear()
+        roofline.ceilings(device, torch.float32, threads=2)
+        assert calls == []
+    else:
+        assert got.peak_flops == 2e9 and got.bandwidth == 1e12

@@ -7,6 +7,8 @@ The ceilings are cached with when they were measured and the load then. A layer 
 measured while other work shared the machine, kept in the cache for every later run. Such a
 result carries ``above_roof`` (``above_roof``): how many layers, the highest share, when and
 under what load the ceilings were measured, and the command that measures them again.
+Ceilings measured while the machine was busy are measured again, once it is quieter, by the
+first run that reads them (``measured_busier``); each ceiling keeps the higher measurement.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import torch
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import LayerscopeWarning, UserError
-from layerscope.core.noise import read_machine
+from layerscope.core.noise import MachineReading, read_machine
 from layerscope.core.records import AboveRoof, Ceilings, RooflinePoint
 
 # 2: entries record when and under what load they were measured (measured_at, loadavg, cpus);
@@ -174,6 +176,22 @@ def _read_cache(path: str, key: str) -> tuple[dict[str, Any], str | None]:
     return cache, None
 
 
+def measured_busier(c: Ceilings, now: MachineReading) -> bool:
+    """Whether CPU ceilings were measured while the machine was busy (a 1-minute load of at
+    least half its CPUs) and it is now quieter by at least one CPU's worth of load: then they
+    are measured again (``ceilings``). Ceilings without their load recorded, GPU ceilings (the
+    load is the host's) and a machine whose load cannot be read are left as they are."""
+    if c.device not in (None, "cpu") or c.loadavg is None or not c.cpus or not now.loadavg:
+        return False
+    return c.loadavg >= c.cpus / 2 and now.loadavg[0] <= c.loadavg - 1
+
+
+def higher(old: Ceilings, new: Ceilings) -> Ceilings:
+    """``new`` (its time and load) with each ceiling the higher of the two measurements."""
+    return dataclasses.replace(new, peak_flops=max(old.peak_flops, new.peak_flops),
+                               bandwidth=max(old.bandwidth, new.bandwidth))
+
+
 def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: int | None = None,
              refresh: bool = False) -> Ceilings:
     """Cached ceilings for this machine, device, dtype and thread count; measured if missing.
@@ -188,8 +206,14 @@ def ceilings(device: str = "cpu", dtype: torch.dtype = torch.float32, threads: i
     if not refresh and key in cache:
         d = dict(cache[key])
         d.pop("ridge", None)
-        return Ceilings(**d)
-    result = measure(device, dtype, threads)
+        cached = Ceilings(**d)
+        if not measured_busier(cached, read_machine()):
+            return cached
+        # a ceiling is what the machine reached at least once: measured again on a quieter
+        # machine, each ceiling keeps the higher of the two measurements
+        result = higher(cached, measure(device, dtype, threads))
+    else:
+        result = measure(device, dtype, threads)
     cache[key] = result.to_dict()
     from layerscope.core.io import make_dir, write_file
 
