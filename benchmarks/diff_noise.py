@@ -80,9 +80,10 @@ MODELS = textwrap.dedent("""\
     """)
 
 
-def profile(model: str, path: str, runs: int, extra: list[str]) -> None:
-    subprocess.run(LAYERSCOPE + ["profile", model, "--runs", str(runs), "--threads", "1",
-                                 "-o", path, "-q", *extra], check=True, capture_output=True)
+def profile(model: str, path: str, runs: int, threads: int, extra: list[str]) -> None:
+    subprocess.run(LAYERSCOPE + ["profile", model, "--runs", str(runs), "-o", path, "-q",
+                                 *(["--threads", str(threads)] if threads else []), *extra],
+                   check=True, capture_output=True)
 
 
 def collect(folder: str, args: argparse.Namespace) -> list[dict]:
@@ -99,8 +100,8 @@ def collect(folder: str, args: argparse.Namespace) -> list[dict]:
         entry = {"case": case, "model": base.split(":")[-1] if case == "positive" else base,
                  "load_average": os.getloadavg()[0], "busy_loop": bool(args.busy),
                  "files": [os.path.join(folder, f"{i:02d}-{side}.json") for side in "ab"]}
-        profile(base, entry["files"][0], args.runs, extra)
-        profile(new, entry["files"][1], args.runs, extra)
+        profile(base, entry["files"][0], args.runs, args.threads, extra)
+        profile(new, entry["files"][1], args.runs, args.threads, extra)
         pairs.append(entry)
     with open(os.path.join(folder, "pairs.json"), "w") as f:
         json.dump(pairs, f, indent=1)
@@ -147,6 +148,8 @@ def main(argv=None) -> None:
     parser.add_argument("--resnet-pairs", type=int, default=3, help="null pairs of resnet20")
     parser.add_argument("--positive", type=int, default=3, help="pairs with conv2's input 2x")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of the profiles (0: torch's default)")
     parser.add_argument("--busy", action="store_true", help="a busy loop runs meanwhile")
     parser.add_argument("--keep", help="keep the profiles in this folder")
     parser.add_argument("--evaluate", help="judge the profiles kept in this folder")
@@ -175,7 +178,7 @@ def main(argv=None) -> None:
     else:
         report_load = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
     report = {"rule_after": RULE, "rule_before": "rank test p < 0.05 per row, |change| >= 3%",
-              "runs": args.runs, "threads": 1, "busy_loop": busy_note, "alpha": ALPHA,
+              "runs": args.runs, "threads": args.threads or "torch's default", "busy_loop": busy_note, "alpha": ALPHA,
               "min_effect": MIN_EFFECT, **report_load, "pairs": judged, "fractions": {}}
     for model in dict.fromkeys(j["model"] for j in judged if j["case"] == "null"):
         mine = [j for j in judged if j["case"] == "null" and j["model"] == model]

@@ -610,3 +610,39 @@ def test_a_layer_beyond_the_whole_runs_shift_is_still_slower():
     assert rows["l3"].verdict == "slower" and rows["l3"].change == pytest.approx(1.2)
     assert "beyond the +10.0% every layer moved by" in rows["l3"].explanation
     assert [n for n, r in rows.items() if r.verdict != "within-noise"] == ["l3"]
+
+
+def test_common_shift_leaves_out_rows_whose_work_changed():
+    """16 layers: 8 whose input grew, 1.5x slower, and 8 unchanged, 2% slower. The median of
+    all 16 log ratios lies halfway between ln 1.02 and ln 1.5; without the 8 that changed it is
+    ln 1.02. With fewer than MIN_SHIFT_ROWS unchanged rows, no shift."""
+    from layerscope.analysis.diff.join import common_shifts
+
+    sides = {("layer", f"l{i}"): (_m(median=1.0), _m(median=1.5 if i < 8 else 1.02))
+             for i in range(16)}
+    changed = {("layer", f"l{i}") for i in range(8)}
+    assert common_shifts(sides) == {
+        "layer": pytest.approx((math.log(1.02) + math.log(1.5)) / 2)}
+    assert common_shifts(sides, changed) == {"layer": pytest.approx(math.log(1.02))}
+    assert common_shifts(sides, changed | {("layer", "l8")}) == {}
+
+
+def test_layers_after_a_grown_input_are_not_the_whole_runs_shift():
+    """Half the layers get twice the input (and twice the MACs) and take 1.6x the time, the
+    other half are unchanged: the median of all ten would take ln 1.6 / 2 for a shift of the
+    whole run and call the five unchanged layers 21% faster. Only the unchanged rows may show
+    a shift (here fewer than MIN_SHIFT_ROWS of them: none), so the five grown layers are
+    slower, each explained by its input, and the five others within the noise."""
+    base = _wide({}, 1.0)
+    new = _wide({f"l{i}": 1.6 for i in range(5)}, 1.3)
+    for row in new.layers[:5]:
+        row.input_shapes = [[2 * d if j == 0 else d for j, d in enumerate(s)]
+                            for s in row.input_shapes]
+        row.macs *= 2
+    d = diff_results([base, new])
+    rows = {r.name: r for r in d.rows if r.level == "layer"}
+    assert {n for n, r in rows.items() if r.verdict == "slower"} == {f"l{i}" for i in range(5)}
+    assert {n for n, r in rows.items() if r.verdict == "within-noise"} == {
+        f"l{i}" for i in range(5, 10)}
+    assert all("its input grew" in rows[f"l{i}"].explanation for i in range(5))
+    assert d.end_to_end.verdict == "slower"

@@ -260,3 +260,40 @@ def test_resnet_type_shares_equal_row_shares_and_never_exceed_the_runs():
     assert 0.0 < report.coverage <= 1.0 + 1e-9
     assert set(report.noise) >= {"p90_over_p10", "cv", "loadavg", "cpu_count", "cpus_available",
                                  "threads", "warnings"}
+
+
+@pytest.mark.parametrize("runs, min_time, run_s, filler", [
+    # 8 runs of 1/64 s (125 ms in all) spread over SPAN_S = 1 s: measured run i starts at
+    # i/8 s; after each of the first 7, 7 unmeasured runs fill the 7/64 s to the next
+    pytest.param(8, None, 1 / 64, 7 * 7, id="8-runs-spread"),
+    # 7 runs: fewer than two a block (4 blocks), no drift to estimate, back to back
+    pytest.param(7, None, 1 / 64, 0, id="7-runs-back-to-back"),
+    # 8 runs of 1/4 s take 2 s, longer than the span: nothing to fill
+    pytest.param(8, None, 1 / 4, 0, id="8-long-runs"),
+    # a time budget sets its own span
+    pytest.param(None, 0.5, 1 / 64, 0, id="min-time"),
+])
+def test_fixed_runs_are_spread_over_the_span(runs, min_time, run_s, filler):
+    from layerscope.analysis.runtime import SPAN_S, _Runs
+
+    t = [100.0]
+    plan = _Runs(runs, min_time, now=lambda: t[0])
+    plan.start()
+    starts, done = [], 0
+    while plan.more(done):
+        while plan.early(done):
+            t[0] += run_s  # an unmeasured run
+        starts.append(t[0] - 100.0)
+        t[0] += run_s  # the measured run
+        done += 1
+    assert plan.filler == filler
+    if filler:
+        assert SPAN_S == 1.0
+        assert starts == [i / runs for i in range(runs)]
+
+
+def test_a_profile_of_eight_runs_says_it_spread_them():
+    r = layerscope.profile("mnist-cnn", runs=8, warmup=1, threads=1, roofline=False)
+    assert r.settings["spread_s"] == 1.0 and r.end_to_end["n"] == 8
+    r = layerscope.profile("mnist-cnn", runs=2, warmup=1, threads=1, roofline=False)
+    assert "spread_s" not in r.settings

@@ -39,7 +39,7 @@ from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import MachineReading, noise_section, read_machine
 from layerscope.core.records import Achieved, BackwardTiming, EndToEnd, TypeTiming
 from layerscope.core.report import LayerRow, Report
-from layerscope.core.stats import TimingStats, median_of_ratios, middle_runs
+from layerscope.core.stats import DRIFT_BLOCKS, TimingStats, median_of_ratios, middle_runs
 from layerscope.frontends.inputs import real_inputs, real_kwargs
 
 Progress = Callable[[int, int], None]
@@ -103,10 +103,25 @@ def _row_samples(report: Report, per_run: list[dict[str, float]], kids: dict[str
     return out
 
 
-class _Runs:
-    """How many measured runs: a fixed count, or until a time budget is spent."""
+SPAN_S = 1.0  # the least wall time a fixed count of measured runs is spread over
 
-    def __init__(self, runs: int | None, min_time: float | None):
+
+class _Runs:
+    """How many measured runs: a fixed count, or until a time budget is spent.
+
+    A fixed count of at least two runs a block (``core.stats.DRIFT_BLOCKS`` blocks) is spread
+    over at least ``SPAN_S`` seconds: measured run i starts no earlier than i / runs of the span
+    after the first, and until then the caller runs unmeasured (``early``), so the machine is as
+    busy between two measured runs as during them. The machine a profile runs on changes on a
+    scale of a second (another program's time slice, the clock of a shared core): 30 runs of a
+    small model back to back take 50 ms and see one state of it, so two profiles taken a few
+    seconds apart differ by more than either run's spread shows. Spread over the span, each
+    block of a profile's samples (``core.stats.block_drift``) sees a different part of it, and
+    ``diff`` judges a change against how far they wander. A time budget (``min_time``) sets its
+    own span."""
+
+    def __init__(self, runs: int | None, min_time: float | None,
+                 now: Callable[[], float] = time.perf_counter):
         if runs is not None:
             runs = values.positive_int(runs, "runs")
         if min_time is not None:
@@ -114,15 +129,32 @@ class _Runs:
                                                     maximum=values.MIN_TIME_MAX)
         self.runs = runs if runs is not None else (None if min_time else 30)
         self.min_time = min_time
-        self.started = time.perf_counter()
+        self.now = now
+        self.started = now()
+        self.spread = self.runs is not None and self.runs >= 2 * DRIFT_BLOCKS
+        self.filler = 0  # unmeasured runs taken to spread the measured ones
+
+    def start(self) -> None:
+        """The measured runs begin (after warm-up)."""
+        self.started = self.now()
 
     def more(self, done: int) -> bool:
         if self.runs is not None:
             return done < self.runs
-        return done < 3 or time.perf_counter() - self.started < self.min_time
+        return done < 3 or self.now() - self.started < self.min_time
 
     def total(self, done: int) -> int:
         return self.runs if self.runs is not None else max(done + 1, 3)
+
+    def early(self, done: int) -> bool:
+        """Before measured run ``done``: True while its time in the span has not come (the
+        caller then runs once unmeasured and asks again)."""
+        if not self.spread or self.runs is None:
+            return False
+        if self.now() - self.started < done * SPAN_S / self.runs:
+            self.filler += 1
+            return True
+        return False
 
 
 def prepare_model(model: Any, inputs: Any, batch_size: int | None, device: str,
@@ -219,6 +251,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                             **({"nvtx": True} if nvtx else {}),
                             "warmup": warmup, "runs": report.end_to_end["n"],
                             "min_time": min_time, "backward": backward,
+                            **({"spread_s": SPAN_S} if plan.spread else {}),
                             "batch_size": _batch_of(xs, kw)})
     return report
 
@@ -279,7 +312,10 @@ def _measure_forward(report, module, xs, device, depth, warmup, plan, clock, pro
             from exc
     bare, instrumented, per_run, called = [], [], [], []
     done = 0
+    plan.start()
     while plan.more(done):
+        while plan.early(done):
+            run()  # not measured: spreads the measured runs over the span
         # alternate which kind goes first, so neither always follows the other's clean-up
         if done % 2 == 0:
             bare.append(run())
@@ -382,8 +418,10 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
         backward(forward())
     bare, instrumented, per_run = [], [], []
     done = 0
-    plan.started = time.perf_counter()
+    plan.start()
     while plan.more(done):
+        while plan.early(done):
+            backward(forward())  # not measured: spreads the measured runs over the span
         bare.append(backward(forward()))
         with timer.tagging():
             outs = forward()

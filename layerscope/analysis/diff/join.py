@@ -7,7 +7,7 @@ import os
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from layerscope.analysis.diff.measures import (
@@ -40,6 +40,8 @@ LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 SHARED_LEVELS = ("layer", "type", "phase")
 MIN_SHIFT_ROWS = 8  # rows a level needs for its median change to be the common shift (fewer:
 # a few changed rows would move the median)
+MIN_MOVE_ROWS = 5  # unchanged rows a level needs for their typical move to be measured
+MAD_SIGMA = 1.4826  # median absolute deviation x this = standard deviation, for normal noise
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
 
@@ -104,7 +106,9 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
     keys = sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0]))
     sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
-    shifts = common_shifts(sides)
+    changed = set() if st is None else ({("layer", n) for n in st.rows}
+                                        | {("type", t) for t in st.types})
+    shifts = common_shifts(sides, changed)
     # each row judged on its change beyond its level's common shift (new's samples rescaled)
     judged = {k: (b, rescaled(n, shifts.get(k[0])) if n is not None else None)
               for k, (b, n) in sides.items()}
@@ -114,11 +118,13 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     tolerances = [t for k, (b, n) in judged.items() if k[0] != "end_to_end" and b and n
                   for t in [drift_tolerance(b, n)] if t is not None]
     floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
+    moves = typical_moves(judged, changed)
     for key in keys:
         rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],
                          ps.get(key), adjusted.get(key),
-                         None if key[0] == "end_to_end" else floor, shifts.get(key[0])))
+                         None if key[0] == "end_to_end" else floor, shifts.get(key[0]),
+                         moves.get(key[0])))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -148,23 +154,50 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
     return pooled(found) if found else None
 
 
-def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]]
-                  ) -> dict[str, float]:
+def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
+                  changed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
     """Per level whose rows share their process's level (layers, layer types, phases), with at
-    least ``MIN_SHIFT_ROWS`` rows timed on both sides: the median over those rows of
-    ln(new median / base median), the shift of the whole run. A second process is often a few
-    percent (on a busy machine, up to 20%) faster or slower in every layer at once (the CPU's
-    clock, the load), while each run is steady in itself, so neither the rank test nor the
-    blocks of one run see it; the median leaves out the few rows that really changed. Each row
-    is then judged on its change beyond that shift, and the end-to-end row (never shifted)
-    carries the whole run's change."""
+    least ``MIN_SHIFT_ROWS`` rows timed on both sides whose work did not change: the median over
+    those rows of ln(new median / base median), the shift of the whole run. A second process is
+    often a few percent (on a busy machine, up to 20%) faster or slower in every layer at once
+    (the CPU's clock, the load), while each run is steady in itself, so neither the rank test
+    nor the blocks of one run see it. ``changed``: the (level, name) keys whose shapes or work
+    differ (the static side of the diff); they are left out, because when one input doubles,
+    the layers after it may all have more work, and their median would be taken for a shift
+    of the whole run and cancel the change it should show. Each row is then judged on its
+    change beyond that shift, and the end-to-end row (never shifted) carries the whole run's
+    change."""
     logs: dict[str, list[float]] = defaultdict(list)
-    for (level, _), (b, n) in sides.items():
+    for (level, name), (b, n) in sides.items():
         if level in SHARED_LEVELS and b is not None and n is not None \
-                and b.median > 0 and n.median > 0:
+                and (level, name) not in changed and b.median > 0 and n.median > 0:
             logs[level].append(math.log(n.median / b.median))
     return {level: statistics.median(xs) for level, xs in logs.items()
             if len(xs) >= MIN_SHIFT_ROWS}
+
+
+def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
+                  changed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
+    """Per level whose rows share their process's state (layers, layer types, phases): how far,
+    in seconds, a row whose work did not change typically moves between the two results beyond
+    the level's common shift (``judged``: the new sides already rescaled by it), as a standard
+    deviation: ``MAD_SIGMA`` x the median over those rows of |new median - base median|, with
+    at least ``MIN_MOVE_ROWS`` of them. A shared machine is slower or faster for seconds at a
+    time, and not by the same factor in every layer: a layer of a few microseconds that is
+    mostly Python calls moves by 20-40% from one process to the next while a convolution
+    moves by a few percent, each steady within its own run, so neither the rank test nor the
+    blocks of one run see it. A layer type sums layers and moves at least as far as one: a
+    level with too few rows of its own (the types of a small model) takes the layers'."""
+    deltas: dict[str, list[float]] = defaultdict(list)
+    for (level, name), (b, n) in judged.items():
+        if level in SHARED_LEVELS and b is not None and n is not None \
+                and (level, name) not in changed:
+            deltas[level].append(abs(n.median - b.median))
+    out = {level: MAD_SIGMA * statistics.median(xs) for level, xs in deltas.items()
+           if len(xs) >= MIN_MOVE_ROWS}
+    if "layer" in out and "type" not in out and deltas.get("type"):
+        out["type"] = out["layer"]
+    return out
 
 
 def rescaled(m: Measure, shift: float | None) -> Measure:
@@ -181,7 +214,7 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          e2e_spread: float | None, st: Static | None, min_effect: float,
          base_medians: list[float], p: float | None = None,
          p_adjusted: float | None = None, drift_floor: float | None = None,
-         shift: float | None = None) -> DiffRow:
+         shift: float | None = None, move: float | None = None) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -194,7 +227,7 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
                        else "only in the base result", basis=None, type=one.type)
     v = judge(base, rescaled(new, shift), e2e_spread, min_effect,
               base_medians=base_medians, p=p,
-              p_adjusted=p_adjusted, drift_floor=drift_floor)
+              p_adjusted=p_adjusted, drift_floor=drift_floor, typical_move=move)
     explanation = ""
     static = None
     if st is not None and level == "layer":
@@ -211,6 +244,10 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
     elif abs(moved) >= min_effect and abs(change(base.median, new.median) or 0) >= min_effect:
         explanation = "; ".join(x for x in (explanation, f"as the whole run: every {level} "
                                             f"moved by {moved:+.1%} (the rows' median)") if x)
+    if v.within_move:
+        explanation = "; ".join(x for x in (explanation, f"moved no further than the {level}s "
+                                            f"whose work did not change (typically "
+                                            f"±{(move or 0.0) * 1e3:.3f} ms)") if x)
     return DiffRow(name=name, level=level, base_s=base.median, new_s=new.median,
                    change=change(base.median, new.median), verdict=v.verdict,
                    explanation=explanation, basis=v.basis, p_value=v.p_value,

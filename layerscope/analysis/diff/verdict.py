@@ -58,6 +58,10 @@ from layerscope.core.stats import DRIFT_BLOCKS, block_drift, mann_whitney_u, t_q
 MIN_SAMPLES = 5  # per side, for the rank test (5 against 5: the smallest two-sided p is 0.008)
 ALPHA = 0.05
 MIN_EFFECT = 0.03  # |new / base - 1| below this is never called slower or faster
+# a row beyond the rows' typical move (join.typical_moves, a standard deviation) by more than
+# this many of them: Student's t for a two-sided ALPHA with 2 (DRIFT_BLOCKS - 1) degrees of
+# freedom, the factor the drift rule uses
+MOVE_T = t_quantile(1 - ALPHA / 2, 2 * (DRIFT_BLOCKS - 1))
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Verdict:
     verdict: str  # slower | faster | within-noise
     basis: str | None
     p_value: float | None = None
+    within_move: bool = False  # beyond the test and the drift, not beyond the rows' typical move
 
 
 def change(base: float, new: float) -> float | None:
@@ -90,12 +95,15 @@ def drift_tolerance(base: Measure, new: Measure, alpha: float = ALPHA) -> float 
 def judge(base: Measure, new: Measure, e2e_spread: float | None,
           min_effect: float = MIN_EFFECT, alpha: float = ALPHA,
           base_medians: Sequence[float] = (), p: float | None = None,
-          p_adjusted: float | None = None, drift_floor: float | None = None) -> Verdict:
+          p_adjusted: float | None = None, drift_floor: float | None = None,
+          typical_move: float | None = None) -> Verdict:
     """The verdict on ``new`` against ``base`` (see the module's rules); ``base_medians``: each
     baseline file's own median, when there are several; ``p``: the rank test's p-value when
     already computed (``rank_p``); ``p_adjusted``: the row's Holm-Bonferroni adjusted p-value
     in its family (compared with ``alpha`` instead of ``p``); ``drift_floor``: the least this
-    row's drift tolerance may be (the median of the rows' tolerances)."""
+    row's drift tolerance may be (the median of the rows' tolerances); ``typical_move``: how
+    far, in seconds, the rows whose work did not change typically moved (a standard deviation,
+    join.typical_moves): a change of no more than t x that is within the noise."""
     c = change(base.median, new.median)
     if p is None:
         p = rank_p(base, new)
@@ -115,6 +123,9 @@ def judge(base: Measure, new: Measure, e2e_spread: float | None,
     if beyond and tolerance is not None and base.median > 0 and new.median > 0 \
             and abs(math.log(new.median / base.median)) <= tolerance:
         beyond = False  # within the drift of the runs' levels
+    if beyond and c is not None and abs(c) >= min_effect and typical_move is not None \
+            and abs(new.median - base.median) <= MOVE_T * typical_move:
+        return Verdict("within-noise", basis, p, within_move=True)
     if not beyond or c is None or abs(c) < min_effect:
         return Verdict("within-noise", basis, p)
     return Verdict("slower" if c > 0 else "faster", basis, p)
