@@ -185,6 +185,9 @@ def main(argv=None) -> None:
         report["fractions"][model] = {
             rule: fraction([not j[rule]["beyond"] and j[rule]["end_to_end"] == "within-noise"
                             for j in mine]) for rule in ("before", "after")}
+        # the layers and layer types only (the end to end left out)
+        report["fractions"][model]["after_rows"] = fraction(
+            [not [n for n in j["after"]["beyond"] if n != "end_to_end"] for j in mine])
         report["fractions"][model]["pairs"] = len(mine)
     # the remedy the docs give for a drift a run does not show: several baseline files, here
     # the previous pair's new profile and this pair's base against this pair's new one

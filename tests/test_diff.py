@@ -572,15 +572,17 @@ def _wide(scales: dict[str, float], e2e_scale: float):
 
 def test_common_shift_is_the_median_of_a_levels_rows():
     """9 layers 10% slower and one 2x: the level's shift is ln 1.1 (the median of 10 log
-    ratios, 9 of them ln 1.1); fewer than MIN_SHIFT_ROWS rows at a level: no shift."""
-    from layerscope.analysis.diff.join import MIN_SHIFT_ROWS, common_shifts
+    ratios, 9 of them ln 1.1), and the one type takes the layers' shift; fewer than
+    MIN_LEVEL_ROWS rows at a level: no shift."""
+    from layerscope.analysis.diff.join import MIN_LEVEL_ROWS, common_shifts
 
     sides = {("layer", f"l{i}"): (_m(median=1.0), _m(median=2.0 if i == 0 else 1.1))
              for i in range(10)}
     sides[("type", "Conv2d")] = (_m(median=1.0), _m(median=1.5))
     sides[("end_to_end", "end_to_end")] = (_m(median=1.0), _m(median=3.0))
-    assert common_shifts(sides) == {"layer": pytest.approx(math.log(1.1))}
-    assert MIN_SHIFT_ROWS == 8
+    assert common_shifts(sides) == {"layer": pytest.approx(math.log(1.1)),
+                                    "type": pytest.approx(math.log(1.1))}
+    assert MIN_LEVEL_ROWS == 5
     few = {k: v for k, v in sides.items() if k[1] in ("l0", "l1", "l2")}
     assert common_shifts(few) == {}
 
@@ -615,7 +617,7 @@ def test_a_layer_beyond_the_whole_runs_shift_is_still_slower():
 def test_common_shift_leaves_out_rows_whose_work_changed():
     """16 layers: 8 whose input grew, 1.5x slower, and 8 unchanged, 2% slower. The median of
     all 16 log ratios lies halfway between ln 1.02 and ln 1.5; without the 8 that changed it is
-    ln 1.02. With fewer than MIN_SHIFT_ROWS unchanged rows, no shift."""
+    ln 1.02. With fewer than MIN_LEVEL_ROWS (5) unchanged rows, no shift."""
     from layerscope.analysis.diff.join import common_shifts
 
     sides = {("layer", f"l{i}"): (_m(median=1.0), _m(median=1.5 if i < 8 else 1.02))
@@ -624,14 +626,14 @@ def test_common_shift_leaves_out_rows_whose_work_changed():
     assert common_shifts(sides) == {
         "layer": pytest.approx((math.log(1.02) + math.log(1.5)) / 2)}
     assert common_shifts(sides, changed) == {"layer": pytest.approx(math.log(1.02))}
-    assert common_shifts(sides, changed | {("layer", "l8")}) == {}
+    assert common_shifts(sides, changed | {("layer", f"l{i}") for i in range(8, 12)}) == {}
 
 
 def test_layers_after_a_grown_input_are_not_the_whole_runs_shift():
     """Half the layers get twice the input (and twice the MACs) and take 1.6x the time, the
     other half are unchanged: the median of all ten would take ln 1.6 / 2 for a shift of the
     whole run and call the five unchanged layers 21% faster. Only the unchanged rows may show
-    a shift (here fewer than MIN_SHIFT_ROWS of them: none), so the five grown layers are
+    a shift (here none: the five unchanged did not move), so the five grown layers are
     slower, each explained by its input, and the five others within the noise."""
     base = _wide({}, 1.0)
     new = _wide({f"l{i}": 1.6 for i in range(5)}, 1.3)
@@ -646,3 +648,73 @@ def test_layers_after_a_grown_input_are_not_the_whole_runs_shift():
         f"l{i}" for i in range(5, 10)}
     assert all("its input grew" in rows[f"l{i}"].explanation for i in range(5))
     assert d.end_to_end.verdict == "slower"
+
+
+@pytest.mark.parametrize("deltas_us, changed, move_us", [
+    # |new - base| of 7 unchanged layers: 1, 1, 2, 3, 4, 20, 60 us -> median 3 us x 1.4826
+    pytest.param([1, 1, 2, 3, 4, 20, 60], (), 3 * 1.4826, id="median-of-7"),
+    # the two that moved most changed their work: the median of the other 5 (2 us)
+    pytest.param([1, 1, 2, 3, 4, 20, 60], ("l5", "l6"), 2 * 1.4826, id="changed-left-out"),
+    # fewer than MIN_LEVEL_ROWS (5) unchanged: not measured
+    pytest.param([1, 1, 2, 3], (), None, id="too-few"),
+])
+def test_typical_move_of_the_unchanged_rows(deltas_us, changed, move_us):
+    from layerscope.analysis.diff.join import MIN_LEVEL_ROWS, typical_moves
+
+    judged = {("layer", f"l{i}"): (_m(median=1e-3), _m(median=1e-3 + d * 1e-6))
+              for i, d in enumerate(deltas_us)}
+    judged[("end_to_end", "end_to_end")] = (_m(median=1.0), _m(median=2.0))
+    judged[("type", "Conv2d")] = (_m(median=1e-3), _m(median=5e-3))  # one type: the layers'
+    moves = typical_moves(judged, {("layer", n) for n in changed})
+    assert MIN_LEVEL_ROWS == 5
+    if move_us is None:
+        assert moves == {}
+    else:
+        assert moves == {"layer": pytest.approx(move_us * 1e-6),
+                         "type": pytest.approx(move_us * 1e-6)}
+
+
+@pytest.mark.parametrize("new_us, typical_us, verdict", [
+    # 100 -> 130 us in steady runs (beyond the test and the drift): 30 us against a typical
+    # move of 10 us (MOVE_T x 10 = 24.5 us) is beyond it; against 15 us (36.7 us) it is not
+    pytest.param(130, 10, "slower", id="beyond-the-move"),
+    pytest.param(130, 15, "within-noise", id="within-the-move"),
+    pytest.param(130, None, "slower", id="no-move-measured"),
+])
+def test_a_row_must_stand_out_from_how_the_unchanged_rows_moved(new_us, typical_us, verdict):
+    from layerscope.analysis.diff.verdict import MOVE_T
+
+    assert MOVE_T == pytest.approx(2.447, abs=1e-3)
+    base = _m([1e-4 * x for x in STEADY])
+    new = _m([new_us * 1e-6 * x for x in STEADY])
+    v = judge(base, new, None, typical_move=None if typical_us is None else typical_us * 1e-6)
+    assert v.verdict == verdict
+    assert v.within_move == (verdict == "within-noise")
+
+
+def test_a_tiny_layer_that_moved_like_the_others_is_within_the_noise():
+    """Ten steady layers: l0..l8 of 100 us move by -5..+5 us between the processes, l9 of 8 us
+    moves to 11 us (+37%, every run apart: the rank test and the drift call it slower). The
+    unchanged rows' typical move is 1.4826 x the median |change| (3 us); 3 us is within
+    MOVE_T x that, so l9 is within the noise and says why."""
+    moves = [-5, -4, -3, -2, 0, 2, 3, 4, 5]
+    base = _wide({"l9": 0.08}, 1.0)
+    new = _wide({**{f"l{i}": 1 + m / 100 for i, m in enumerate(moves)}, "l9": 0.11}, 1.0)
+    d = diff_results([base, new])
+    l9 = next(r for r in d.rows if r.name == "l9")
+    assert l9.change == pytest.approx(0.375)
+    assert l9.verdict == "within-noise"
+    assert "moved no further than the layers whose work did not change" in l9.explanation
+    assert not any(r.beyond_noise for r in d.all_rows())
+
+
+def test_a_row_slower_than_before_is_never_called_faster():
+    """The whole run 50% slower (nine layers 1.5x) and l3 only 1.2x: beyond the shift l3 went
+    the other way (1.2 / 1.5 = 0.8), but it is slower than before, not faster: within the
+    noise."""
+    base = _wide({}, 1.0)
+    new = _wide({**{f"l{i}": 1.5 for i in range(10)}, "l3": 1.2}, 1.5)
+    d = diff_results([base, new])
+    l3 = next(r for r in d.rows if r.name == "l3")
+    assert l3.change == pytest.approx(0.2)
+    assert l3.verdict == "within-noise"

@@ -24,6 +24,7 @@ from layerscope.analysis.diff.unfair import unfair
 from layerscope.analysis.diff.verdict import (
     ALPHA,
     MIN_EFFECT,
+    Verdict,
     change,
     drift_tolerance,
     judge,
@@ -38,9 +39,9 @@ LEVEL_ORDER = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 # the rows the end-to-end change is attributed to, per kind
 # levels whose rows share their process's level: judged beyond their common shift
 SHARED_LEVELS = ("layer", "type", "phase")
-MIN_SHIFT_ROWS = 8  # rows a level needs for its median change to be the common shift (fewer:
-# a few changed rows would move the median)
-MIN_MOVE_ROWS = 5  # unchanged rows a level needs for their typical move to be measured
+# unchanged rows a level needs for their median change to be the common shift, and for their
+# typical move to be measured (fewer: a few rows that changed would move the median)
+MIN_LEVEL_ROWS = 5
 MAD_SIGMA = 1.4826  # median absolute deviation x this = standard deviation, for normal noise
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
@@ -157,7 +158,7 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
 def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
                   changed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
     """Per level whose rows share their process's level (layers, layer types, phases), with at
-    least ``MIN_SHIFT_ROWS`` rows timed on both sides whose work did not change: the median over
+    least ``MIN_LEVEL_ROWS`` rows timed on both sides whose work did not change: the median over
     those rows of ln(new median / base median), the shift of the whole run. A second process is
     often a few percent (on a busy machine, up to 20%) faster or slower in every layer at once
     (the CPU's clock, the load), while each run is steady in itself, so neither the rank test
@@ -172,8 +173,18 @@ def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | N
         if level in SHARED_LEVELS and b is not None and n is not None \
                 and (level, name) not in changed and b.median > 0 and n.median > 0:
             logs[level].append(math.log(n.median / b.median))
-    return {level: statistics.median(xs) for level, xs in logs.items()
-            if len(xs) >= MIN_SHIFT_ROWS}
+    out = {level: statistics.median(xs) for level, xs in logs.items()
+           if len(xs) >= MIN_LEVEL_ROWS}
+    return _types_take_the_layers(out, logs)
+
+
+def _types_take_the_layers(out: dict[str, float], rows: dict[str, list[float]]
+                           ) -> dict[str, float]:
+    """A layer type sums layers, so it shares their shift and moves at least as far as one of
+    them: types too few to give a figure of their own (a small model's) take the layers'."""
+    if "layer" in out and "type" not in out and rows.get("type"):
+        out["type"] = out["layer"]
+    return out
 
 
 def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
@@ -182,22 +193,19 @@ def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | 
     in seconds, a row whose work did not change typically moves between the two results beyond
     the level's common shift (``judged``: the new sides already rescaled by it), as a standard
     deviation: ``MAD_SIGMA`` x the median over those rows of |new median - base median|, with
-    at least ``MIN_MOVE_ROWS`` of them. A shared machine is slower or faster for seconds at a
+    at least ``MIN_LEVEL_ROWS`` of them. A shared machine is slower or faster for seconds at a
     time, and not by the same factor in every layer: a layer of a few microseconds that is
     mostly Python calls moves by 20-40% from one process to the next while a convolution
     moves by a few percent, each steady within its own run, so neither the rank test nor the
-    blocks of one run see it. A layer type sums layers and moves at least as far as one: a
-    level with too few rows of its own (the types of a small model) takes the layers'."""
+    blocks of one run see it."""
     deltas: dict[str, list[float]] = defaultdict(list)
     for (level, name), (b, n) in judged.items():
         if level in SHARED_LEVELS and b is not None and n is not None \
                 and (level, name) not in changed:
             deltas[level].append(abs(n.median - b.median))
-    out = {level: MAD_SIGMA * statistics.median(xs) for level, xs in deltas.items()
-           if len(xs) >= MIN_MOVE_ROWS}
-    if "layer" in out and "type" not in out and deltas.get("type"):
-        out["type"] = out["layer"]
-    return out
+    return _types_take_the_layers({level: MAD_SIGMA * statistics.median(xs)
+                                   for level, xs in deltas.items()
+                                   if len(xs) >= MIN_LEVEL_ROWS}, deltas)
 
 
 def rescaled(m: Measure, shift: float | None) -> Measure:
@@ -228,6 +236,11 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
     v = judge(base, rescaled(new, shift), e2e_spread, min_effect,
               base_medians=base_medians, p=p,
               p_adjusted=p_adjusted, drift_floor=drift_floor, typical_move=move)
+    raw = change(base.median, new.median)
+    if v.verdict in ("slower", "faster") and (raw is None or (raw > 0) != (v.verdict == "slower")):
+        # slower than the whole run's shift but faster than before, or the other way round:
+        # the row itself did not move the way the verdict says
+        v = Verdict("within-noise", v.basis, v.p_value)
     explanation = ""
     static = None
     if st is not None and level == "layer":

@@ -39,6 +39,14 @@ Rules (decisions, stated for users in docs/diff.md):
 - the whole run's shift (applied by the caller, join.common_shifts): a layer, layer type or
   phase is judged on its change beyond the median change of its level's rows, the new side's
   samples divided by that factor before this verdict; the end-to-end row never is;
+- the rows' typical move (measured by the caller, join.typical_moves): besides the whole run's
+  shift, each row moves between two processes by an amount of its own -- a layer of a few
+  microseconds that is mostly Python calls by 20-40%, a convolution by a few percent -- and
+  each is steady within its own run. The median over the level's rows whose work did not
+  change of |new median - base median| (after the shift), times 1.4826 (a standard deviation
+  for normal noise), is how far such a row typically moves; a row is beyond the noise only
+  when its change exceeds ``MOVE_T`` times that: it must stand out from how the unchanged rows
+  moved;
 - with several baseline files, the new median must also lie outside the range of the baseline
   files' own medians (the drift between runs, measured directly), and the pooled baseline's
   samples, file after file, give its blocks (the files' levels apart show in them);
