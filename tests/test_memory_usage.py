@@ -280,10 +280,19 @@ def test_frozen_model_in_training_is_refused():
         layerscope.memory(model, torch.zeros(1, 2), mode="training")
 
 
-def test_measure_of_weights_on_the_meta_device_is_refused():
-    model = nn.Linear(2, 2, device="meta")
-    with pytest.raises(UserError, match="measure runs the step on the CPU"):
-        layerscope.memory(model, torch.zeros(1, 2), measure=True)
+# (model, measure, the refusal): a step that runs for real (measure, or a forward that needs
+# real values) refuses weights on no real device, in its own words
+@pytest.mark.parametrize("model,measure,words", [
+    (lambda: nn.Linear(8, 8, device="meta"), True, "measure runs the step on the CPU"),
+    (lambda: _CausalMaskCheck().to("meta"), False,
+     "the static run cannot track this model: the forward needs real values"),
+    (lambda: _CausalMaskCheck().to("meta"), True,
+     "the static run cannot track this model: the forward needs real values"),
+], ids=["measure", "needs-real-values", "needs-real-values-measure"])
+def test_weights_on_the_meta_device_are_refused_when_the_step_runs_for_real(model, measure,
+                                                                           words):
+    with pytest.raises(UserError, match=words):
+        layerscope.memory(model(), "4x8", measure=measure)
 
 
 # ---- the command ----------------------------------------------------------------------------
@@ -345,6 +354,37 @@ def test_a_forward_needing_real_values_runs_for_real_and_says_so(mode):
     assert sum(row.bytes for row in r.by_module_kind) == r.peak_bytes > 0
     assert r.measured_peak_bytes == r.peak_bytes
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+_REAL_FORWARDS: list = []  # kept outside the model: what a forward writes into the model
+#                             does not outlive the tracked step
+
+
+class _CountedMaskCheck(_CausalMaskCheck):
+    """``_CausalMaskCheck`` counting its forwards that ran for real in ``_REAL_FORWARDS`` (the
+    fake run stops at torch.equal, before the count)."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        _REAL_FORWARDS.append(x.shape)
+        return out
+
+
+# (mode, measure, forwards run for real): a training step is tracked after one untracked
+# step (the optimizer's state exists), so 2 forwards a training step, 1 an inference pass;
+# with measure the one measured step also gives the figures the static run could not
+@pytest.mark.parametrize("mode,measure,calls", [
+    ("inference", False, 1), ("inference", True, 1),
+    ("training", False, 2), ("training", True, 2),
+], ids=["inference", "inference-measure", "training", "training-measure"])
+def test_a_forward_needing_real_values_runs_one_real_step(mode, measure, calls):
+    _REAL_FORWARDS.clear()
+    r = layerscope.memory(_CountedMaskCheck(), "4x8", mode=mode, measure=measure)
+    assert len(_REAL_FORWARDS) == calls
+    assert r.settings["ran"] == "real"
+    if measure:
+        assert r.reconciliation.difference == 0
+        assert r.reconciliation.measured_peak_bytes == r.peak_bytes
 
 
 def test_fit_of_a_forward_needing_real_values_is_one_line():

@@ -120,3 +120,33 @@ def test_bad_onnx_input_is_one_line(tmp_path, make, expected):
     assert expected in err, err
     assert "Traceback" not in err
     assert set(os.listdir(tmp_path)) == before  # nothing half-written
+
+
+# (command, its words with FILE the bad file, GOOD a readable model): every command that reads
+# an ONNX file checks it first with one function, in the same words
+READS_ONNX = [
+    ("analyze", ["analyze", "FILE"]),
+    ("compare", ["compare", "GOOD", "FILE"]),
+    ("rewrite", ["rewrite", "tile-linear", "FILE", "-o", "OUT"]),
+    ("verify", ["verify", "GOOD", "FILE"]),
+]
+# (problem, how the file is made, the line that names it)
+NOT_A_FILE = [
+    ("empty", lambda p: p.write_bytes(b""),
+     "is empty: expected an ONNX model (export one with 'layerscope export MODEL -o "
+     "model.onnx')"),
+    ("directory", lambda p: p.mkdir(), "is a directory, not an ONNX model file"),
+]
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in NOT_A_FILE],
+                         ids=[c[0] for c in NOT_A_FILE])
+@pytest.mark.parametrize("words", [c[1] for c in READS_ONNX], ids=[c[0] for c in READS_ONNX])
+def test_every_command_reading_onnx_names_a_bad_file_alike(tmp_path, words, make, expected):
+    good = save(single("Relu", [tensor("x", [1, 4])], [1, 4]), tmp_path)
+    bad = tmp_path / "bad.onnx"
+    make(bad)
+    swap = {"FILE": str(bad), "GOOD": good, "OUT": str(tmp_path / "out.onnx")}
+    code, out, err = run_cli(*[swap.get(w, w) for w in words])
+    assert code == 2 and out == "", out
+    assert err == f"layerscope: error: {bad} {expected}\n", err

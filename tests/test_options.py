@@ -4,6 +4,7 @@ names the argument, the CLI the flag); ``--device`` and onnxruntime's optimisati
 declaration each; ``-o FILE.csv`` writes CSV on every command that writes a result."""
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import io
@@ -158,6 +159,11 @@ BAD_FLAGS = [
      "-o page.json: report writes an HTML page (.html, .htm), and .json names"),
     ("rewrite-o-txt", ["rewrite", "tile-linear", "m.onnx", "-o", "out.txt"],
      "-o out.txt: rewrite writes an ONNX graph (.onnx), and .txt names another format"),
+    # a command that writes only some formats refuses another before reading anything
+    ("diff-o-png", ["diff", "base.json", "new.json", "-o", "d.png"],
+     "diff writes table, json, csv, html, md; not png"),
+    ("compare-o-png", ["compare", "mnist-cnn", "mnist-cnn", "-o", "c.png"],
+     "compare writes table, json, csv, html; not png"),
 ]
 
 
@@ -181,6 +187,34 @@ def test_device_is_declared_once():
                 helps.add((action.help, action.default))
     assert helps == {(values.DEVICE_HELP, "cpu")}
     assert common.SHARED_OPTIONS["device"] is common.add_device
+
+
+# (command, its --format choices): --format, -o and --width declared by one helper
+FORMAT_CHOICES = [("diff", ("table", "json", "csv", "html", "md")),
+                  ("compare", ("table", "json", "csv", "html")),
+                  ("analyze", ("table", "json", "csv", "html", "png")),
+                  ("run", ("table", "json", "csv", "html", "png"))]
+
+
+@pytest.mark.parametrize("command,formats", FORMAT_CHOICES, ids=[c[0] for c in FORMAT_CHOICES])
+def test_format_output_and_width_are_declared_once(command, formats):
+    actions = {a.dest: a for a in _subparsers()[command]._actions}
+    assert tuple(actions["format"].choices) == formats and actions["format"].default is None
+    assert actions["output"].option_strings == ["-o", "--output"]
+    assert actions["output"].help == "write here (atomically) instead of standard output"
+    assert actions["width"].help.startswith("table width in characters")
+    with pytest.raises(argparse.ArgumentTypeError, match="must be at least 40"):
+        actions["width"].type("1")
+
+
+def test_kernels_and_nvtx_are_declared_once():
+    subs = _subparsers()
+    for command in ("profile", "run"):
+        actions = {a.dest: a for a in subs[command]._actions}
+        assert actions["kernels"].option_strings == ["--kernels"]
+        assert actions["nvtx"].option_strings == ["--nvtx"]
+        assert actions["kernels"].default is False and actions["nvtx"].default is False
+        assert subs[command].parse_known_args(["--kernels", "--nvtx", "m"])[0].nvtx is True
 
 
 def _subparsers():

@@ -50,7 +50,9 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     there and one larger); ``fit_seq``: also the longest sequence length that fits it at this
     batch size (language models, ``report.fit_seq``). ``device``: where ``measure`` runs the
     step, cpu or cuda (on CUDA the caching allocator's and the driver's figures join the
-    reconciliation, ``memory_cuda``). The model is left as it was."""
+    reconciliation, ``memory_cuda``). A forward that needs real values (fake tensors cannot
+    run it) has its step run for real instead of statically; with ``measure`` that one
+    measured step gives both figures. The model is left as it was."""
     from layerscope.analysis.analyze_torch import load
     from layerscope.analysis.memory_track import OPTIMIZERS
     from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
@@ -84,48 +86,51 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
                         "example input before tracking its memory")
     training = mode == "training"
     step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
-    ran_real = None  # why the step ran for real instead of on fake tensors
+    needs_real = None  # the static run stopped: the forward needs real values
     try:
         static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
     except NeedsRealValues as exc:
+        needs_real = exc
+    if needs_real is not None:
         if budget is not None:
-            raise UserError(f"{exc}; fit traces the step at other batch sizes on fake "
+            raise UserError(f"{needs_real}; fit traces the step at other batch sizes on fake "
                             "tensors, which this model cannot run on: leave it out for the "
-                            "measured figures at this size", arguments="fit") from None
-        # as analyze does: the step runs for real on the CPU, on private copies of the
-        # weights and zero inputs, and the same tracker counts its storages
+                            "measured figures at this size", arguments="fit")
+        # as analyze does: the step runs for real (with measure, as the measured step, which
+        # then serves as both), on private copies of the weights and zero inputs, and the
+        # same tracker counts its storages
         try:
             module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
         except UserError:
-            raise UserError(f"{exc}, and it is too large to run for real here") from None
-        if any(t.device.type != "cpu"
-               for t in list(module.parameters()) + list(module.buffers())):
-            raise UserError(str(exc)) from None
+            raise UserError(f"{needs_real}, and it is too large to run for real here") from None
+        _refuse_weights_elsewhere(module, device, str(needs_real))
+    elif measure:
+        module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
+        _refuse_weights_elsewhere(
+            module, device, f"{loaded.name}: measure runs the step on the {_where(device)}, "
+                            "and the model's weights are on another device (or the meta "
+                            "device: a config without weights); leave it out for the static "
+                            "figures", arguments="measure")
+    if measure:  # one measured step: with the static run refused, it serves as both
+        rss = PeakRss()
+        cuda: list[dict[str, int]] = []
+        real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
+                    around=rss if device == "cpu" else _with_cuda(rss, cuda), device=device)
+        if needs_real is not None:
+            static = real
+    elif needs_real is not None:  # device is the CPU: a GPU is for measure only
         static = _run(module, loaded, training, step_optimizer, set_to_none, real=True)
-        ran_real = exc.reason
+    ran_real = None if needs_real is None else needs_real.reason
     report = report_of_run(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
     report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
     report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
         if training else None
     report.settings = {"mode": mode, "measure": measure,
                        **({"set_to_none": set_to_none} if training else {})}
-    report.notes = notes + _notes(training, set_to_none, ran_real) + static.notes
+    report.notes = notes + _notes(training, set_to_none, ran_real, device) + static.notes
     if ran_real is not None:
         report.settings["ran"] = "real"
     if measure:
-        module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
-        if any(t.device.type not in ("cpu", device)
-               for t in list(module.parameters()) + list(module.buffers())):
-            where = "CPU" if device == "cpu" else "CUDA GPU"
-            raise UserError(f"{loaded.name}: measure runs the step on the {where}, and the "
-                            "model's weights are on another device (or the meta device: a config "
-                            "without weights); leave it out for the static figures",
-                            arguments="measure")
-        rss = PeakRss()
-        cuda: list[dict[str, int]] = []
-        around = rss if device == "cpu" else _with_cuda(rss, cuda)
-        real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
-                    around=around, device=device)
         report.measured_peak_bytes = real.log.peak()[1]
         report.reconciliation = reconciliation_of(report.peak_bytes, real, rss)
         if cuda:
@@ -245,6 +250,21 @@ def _real_weights(model, inputs, kwargs, batch_size, seq_len, module: nn.Module,
         return module
     again = load(model, inputs, batch_size, meta=False, kwargs=kwargs, seq_len=seq_len)
     return unwrap(again.module, again.name)[0]
+
+
+def _refuse_weights_elsewhere(module: nn.Module, device: str, message: str,
+                              arguments: str | tuple[str, ...] = ()) -> None:
+    """A step that runs for real runs on the CPU or ``device``: ``message`` (one line) refuses
+    a module with a parameter or buffer anywhere else (the meta device of a config without
+    weights, another GPU)."""
+    if any(t.device.type not in ("cpu", device)
+           for t in list(module.parameters()) + list(module.buffers())):
+        raise UserError(message, arguments=arguments)
+
+
+def _where(device: str) -> str:
+    """Where a step on ``device`` (cpu or cuda) runs, in words."""
+    return "CPU" if device == "cpu" else "CUDA GPU"
 
 
 def _batch(inputs: list[Any]) -> int | None:
@@ -369,14 +389,15 @@ def report_of_run(run, name: str, mode: str, inputs: str) -> MemoryReport:
                         inputs=[inputs])
 
 
-def _notes(training: bool, set_to_none: bool, ran_real: str | None = None) -> list[str]:
+def _notes(training: bool, set_to_none: bool, ran_real: str | None = None,
+           device: str = "cpu") -> list[str]:
     out = ["static: the step ran on fake tensors (no memory used); a kernel's internal "
            "workspace (oneDNN, cuDNN) and the allocator's rounding and caching are not counted"
            if ran_real is None else
-           f"measured, not static: {ran_real}, so the step ran for real on the CPU (private "
-           "copies of the weights, zero inputs) and these figures are its tracked tensor "
-           "storages; a kernel's internal workspace and the allocator's rounding and caching "
-           "are not counted"]
+           f"measured, not static: {ran_real}, so the step ran for real on the "
+           f"{_where(device)} (private copies of the weights, zero inputs) and these figures "
+           "are its tracked tensor storages; a kernel's internal workspace and the "
+           "allocator's rounding and caching are not counted"]
     if training:
         out += ["one untracked step ran first, so the optimizer's state exists (it is created "
                 "by the first step); the tracked step is a steady-state one",

@@ -272,14 +272,57 @@ def add_seq_len(p: argparse.ArgumentParser) -> None:
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="table (default), json, csv, html or png (needs -o); default from -o's "
-                        "extension")
+    add_format_options(p, FORMATS, "table (default), json, csv, html or png (needs -o); default "
+                                   "from -o's extension",
+                       width_help=f"table width in characters ({WIDTH_RANGE[0]} to "
+                                  f"{WIDTH_RANGE[1]})")
+    add_report_files(p)
+
+
+def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...], help: str,
+                       width_help: str = "table width in characters") -> None:
+    """--format (one of ``formats``; default: -o's extension), -o FILE and --width: how a
+    command's result is written. ``add_output`` adds the report files to them; a command
+    that writes only some formats (diff, compare) checks the one picked with
+    ``result_format``."""
+    p.add_argument("--format", choices=formats, default=None, help=help)
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=arg(width), default=None,
-                   help=f"table width in characters ({WIDTH_RANGE[0]} to {WIDTH_RANGE[1]})")
-    add_report_files(p)
+    p.add_argument("--width", type=arg(width), default=None, help=width_help)
+
+
+def add_result_output(p: argparse.ArgumentParser, formats: tuple[str, ...], help: str,
+                      all_help: str) -> None:
+    """--all (``all_help``: which rows a table shows) and ``add_format_options`` of a command
+    that checks its format with ``result_format`` and writes with ``output_result`` (diff,
+    compare)."""
+    p.add_argument("--all", action="store_true", help=all_help)
+    add_format_options(p, formats, help)
+
+
+def result_format(args, formats: tuple[str, ...], command: str) -> str:
+    """The format a command declared with ``add_format_options`` writes: --format, else
+    -o's extension, else a table; one ``formats`` leaves out (diff -o r.png) is refused
+    before any work."""
+    fmt = pick_format(args.format, args.output)
+    if fmt not in formats:
+        raise UserError(f"{command} writes {', '.join(formats)}; not {fmt}")
+    return fmt
+
+
+def output_result(result, fmt: str, args) -> None:
+    """A result in ``fmt`` to -o or standard output; a table 160 characters wide unless
+    --width says otherwise, with every row under --all."""
+    options = {"show_all": args.all} if fmt == "table" else {}
+    output(render(result, fmt, width=args.width or 160, **options), args.output)
+
+
+def add_profiler_flags(p: argparse.ArgumentParser, kernels: str, nvtx: str) -> None:
+    """--kernels (a torch.profiler window joined to the model's modules) and --nvtx (NVTX
+    ranges for Nsight Systems) of the commands that time a model (profile, run); ``kernels``
+    and ``nvtx``: their help, which says what each command profiles and names."""
+    p.add_argument("--kernels", action="store_true", help=kernels)
+    p.add_argument("--nvtx", action="store_true", help=nvtx)
 
 
 def add_report_files(p: argparse.ArgumentParser) -> None:

@@ -1,8 +1,7 @@
 """layerscope compare A B: two reports joined layer by layer, every difference explained."""
 from __future__ import annotations
 
-from layerscope.core.errors import UserError
-from layerscope.core.values import arg, width
+from layerscope.cli.common import add_result_output
 
 FORMATS = ("table", "json", "csv", "html")
 
@@ -21,25 +20,17 @@ def register(sub) -> None:
                    help="input shape for both sides, e.g. 1x3x224x224 (repeat for several "
                         "inputs); default: each side's own, a TorchScript file takes the other "
                         "side's")
-    p.add_argument("--all", action="store_true",
-                   help="table: show every joined row, not only the rows that differ")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="table (default), json, csv or html; default from -o's extension")
-    p.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=arg(width), default=None, help="table width in characters")
+    add_result_output(p, FORMATS, "table (default), json, csv or html; default from -o's "
+                                  "extension",
+                      all_help="table: show every joined row, not only the rows that differ")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.compare import compare
-    from layerscope.cli.common import output
-    from layerscope.renderers import pick_format, render
+    from layerscope.cli.common import output_result, result_format
 
-    fmt = pick_format(args.format, args.output)
-    if fmt not in FORMATS:
-        raise UserError(f"compare writes {', '.join(FORMATS)}; not {fmt}")
+    fmt = result_format(args, FORMATS, "compare")
     result = compare(args.a, args.b, inputs=args.input)
-    options = {"show_all": args.all} if fmt == "table" else {}
-    output(render(result, fmt, width=args.width or 160, **options), args.output)
+    output_result(result, fmt, args)
     return 0

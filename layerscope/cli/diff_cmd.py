@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from layerscope.cli.common import add_result_output
 from layerscope.core.errors import UserError
-from layerscope.core.values import arg, width
 
 FORMATS = ("table", "json", "csv", "html", "md")
 
@@ -23,32 +23,23 @@ def register(sub) -> None:
                    help="exit 1 when a change beyond the noise passes this threshold, e.g. "
                         "'step>+5%%', 'layer:*.attn>+10%%', 'phase:backward>+10%%', "
                         "'end_to_end<-5%%' (repeatable); the failed lines go to stderr")
-    p.add_argument("--all", action="store_true",
-                   help="table: show every layer, also those within the noise")
-    p.add_argument("--format", choices=FORMATS, default=None,
-                   help="table (default), json, csv, html or md (GitHub Markdown); default "
-                        "from -o's extension")
-    p.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=arg(width), default=None, help="table width in characters")
+    add_result_output(p, FORMATS, "table (default), json, csv, html or md (GitHub Markdown); "
+                                  "default from -o's extension",
+                      all_help="table: show every layer, also those within the noise")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis.diff import diff_files, failed_checks, parse_check
-    from layerscope.cli.common import output
-    from layerscope.renderers import pick_format, render
+    from layerscope.cli.common import output_result, result_format
 
-    fmt = pick_format(args.format, args.output)
-    if fmt not in FORMATS:
-        raise UserError(f"diff writes {', '.join(FORMATS)}; not {fmt}")
+    fmt = result_format(args, FORMATS, "diff")
     if len(args.files) < 2:
         raise UserError("diff needs at least two files: the base (one or more), then the new "
                         "one")
     checks = [parse_check(e) for e in args.fail_if]  # a malformed one: before any reading
     result = diff_files(args.files)
-    options = {"show_all": args.all} if fmt == "table" else {}
-    output(render(result, fmt, width=args.width or 160, **options), args.output)
+    output_result(result, fmt, args)
     failed = failed_checks(result, checks)
     for line in failed:
         print(f"layerscope: diff failed: {line}", file=sys.stderr)

@@ -7,6 +7,7 @@ from layerscope.cli.common import (
     add_model_inputs,
     add_ort_level,
     add_output,
+    add_profiler_flags,
     check_outputs,
     emit,
 )
@@ -48,14 +49,13 @@ def register(sub) -> None:
                    help="split each container's own-code row into one timed row per torch "
                         "function it calls (F.relu, the residual add, torch.cat), as analyze "
                         "--functions counts them; forward only")
-    p.add_argument("--kernels", action="store_true",
-                   help="after the timed runs, profile 3 steps with torch.profiler and join "
-                        "its events to modules: CPU ops (backward ops to the module whose "
-                        "forward made them), device kernels, launch time, short kernels; per "
-                        "step, device busy and idle (CUDA)")
-    p.add_argument("--nvtx", action="store_true",
-                   help="NVTX ranges named after layerscope's modules and phases, for Nsight "
-                        "Systems (CUDA; a note and nothing else without it)")
+    add_profiler_flags(
+        p, kernels="after the timed runs, profile 3 steps with torch.profiler and join its "
+                   "events to modules: CPU ops (backward ops to the module whose forward made "
+                   "them), device kernels, launch time, short kernels; per step, device busy "
+                   "and idle (CUDA)",
+        nvtx="NVTX ranges named after layerscope's modules and phases, for Nsight Systems "
+             "(CUDA; a note and nothing else without it)")
     add_ort_level(p, "--optimization", note="; ONNX models (fused nodes are reported as such)")
     p.add_argument("--no-roofline", action="store_true",
                    help="do not place layers on the measured roofline")

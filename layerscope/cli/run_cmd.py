@@ -21,6 +21,7 @@ from layerscope.cli.common import (
     SHARED_OPTIONS,
     add_output,
     add_output_folder,
+    add_profiler_flags,
     add_settings,
     write_output,
 )
@@ -64,14 +65,13 @@ def register(sub) -> None:
     p.add_argument("--memory", action="store_true",
                    help="peak RSS (and CUDA memory allocated) per phase")
     SHARED_OPTIONS["memory_limit"](p)
-    p.add_argument("--kernels", action="store_true",
-                   help="profile 3 training steps after the warm-up (after the first when "
-                        "there is none) with torch.profiler: CPU ops, device kernels and "
-                        "launch time per module of the model, forward and backward")
-    p.add_argument("--nvtx", action="store_true",
-                   help="NVTX ranges named after the steps, their phases and the model's "
-                        "modules, for Nsight Systems (nsys profile layerscope run --nvtx ...); "
-                        "a no-op, with a note, without CUDA")
+    add_profiler_flags(
+        p, kernels="profile 3 training steps after the warm-up (after the first when there is "
+                   "none) with torch.profiler: CPU ops, device kernels and launch time per "
+                   "module of the model, forward and backward",
+        nvtx="NVTX ranges named after the steps, their phases and the model's modules, for "
+             "Nsight Systems (nsys profile layerscope run --nvtx ...); a no-op, with a note, "
+             "without CUDA")
     add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
     p.add_argument("--trace", metavar="FILE.json",
                    help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")

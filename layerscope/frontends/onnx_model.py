@@ -81,10 +81,9 @@ def parse_named_shape(text: str) -> tuple[str | None, tuple[int, ...], str | Non
 
 
 # ---------------------------------------------------------------- loading and checks
-def _read_model(path: str) -> Any:
-    import onnx
-    from google.protobuf.message import DecodeError
-
+def check_onnx_file(path: str) -> None:
+    """``path`` names an ONNX model file: it exists, is no folder and is not empty (one line
+    each, before onnx reads it; analyze, compare, rewrite and verify)."""
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -92,6 +91,13 @@ def _read_model(path: str) -> Any:
     if os.path.getsize(path) == 0:
         raise UserError(f"{path} is empty: expected an ONNX model (export one with "
                         "'layerscope export MODEL -o model.onnx')")
+
+
+def _read_model(path: str) -> Any:
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    check_onnx_file(path)
     try:
         return onnx.load(path, load_external_data=False)
     except OSError as exc:

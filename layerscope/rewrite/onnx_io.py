@@ -1,8 +1,6 @@
 """Loading and saving ONNX files: bad files become one-line UserErrors, writes are atomic."""
 from __future__ import annotations
 
-import os
-
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import write_file
 
@@ -26,23 +24,15 @@ def require_onnxruntime():
     return onnxruntime
 
 
-def check_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise UserError(f"{path} is a directory, not an ONNX file")
-    if os.path.getsize(path) == 0:
-        raise UserError(f"{path} is empty: expected an ONNX model")
-
-
 def load_onnx(path: str):
     """Load an ONNX file (with its external data) or raise a one-line UserError."""
+    from layerscope.frontends.onnx_model import check_onnx_file, unreadable_hint
+
     onnx = require_onnx()
-    check_file(path)
+    check_onnx_file(path)
     try:
         model = onnx.load(path)
     except Exception as exc:
-        from layerscope.frontends.onnx_model import unreadable_hint
 
         raise UserError(f"{path} is not an ONNX model ({first_line(exc)}); "
                         f"{unreadable_hint(path)}") from exc

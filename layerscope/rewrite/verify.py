@@ -39,8 +39,9 @@ from layerscope.core.callable_module import make_callable
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.limits import check_input_bytes
 from layerscope.frontends.detect import is_onnx_path
+from layerscope.frontends.onnx_model import check_onnx_file
 from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL
-from layerscope.rewrite.onnx_io import check_file, require_onnxruntime
+from layerscope.rewrite.onnx_io import require_onnxruntime
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
               "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -252,7 +253,7 @@ class _OnnxRunner:
     def __init__(self, path: str, optimization: str):
         ort = require_onnxruntime()
         self.path = str(path)
-        check_file(self.path)
+        check_onnx_file(self.path)
         options = ort.SessionOptions()
         options.graph_optimization_level = graph_level(optimization)
         options.log_severity_level = 3
