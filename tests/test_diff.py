@@ -387,6 +387,28 @@ def test_unfair_differences_are_named_at_the_top():
     assert out.index("Unfair comparison:") < out.index("Base against new")
 
 
+@pytest.mark.parametrize("base_cfg, new_cfg, samples, unfair", [
+    # layerscope run: the script's loader, no batch_size in the settings: samples per step
+    pytest.param({}, {}, (64, 128), ["batch size: 64 vs 128"], id="run-batch-doubled"),
+    # an epoch's last partial batch: 1000 samples of 64 a batch, 16 steps: 62.5 a step
+    pytest.param({}, {}, (64, 62.5), [], id="run-partial-last-batch"),
+    # run --threads 1 against a run with torch's default (2 here): the settings say 1
+    pytest.param({"threads": 1}, {}, (64, 64), ["torch threads: 1 vs 2"], id="run-threads"),
+    pytest.param({"batch_size": 32}, {"batch_size": 32}, (32, 32), [], id="train-same-batch"),
+])
+def test_unfair_batch_and_threads_of_runs(base_cfg, new_cfg, samples, unfair):
+    """A ``layerscope run`` result names no batch size (the script's loader chose it) and
+    --threads is undone before its environment is read: its samples per step and its settings'
+    threads are what the unfair list compares."""
+    base, new = train_report(), train_report()
+    for r, cfg, per_step in ((base, base_cfg, samples[0]), (new, new_cfg, samples[1])):
+        r.config = {"device": "cpu", "warmup_steps": 0, "steps": 16, **cfg}
+        r.environment = dict(r.environment, torch_threads=2)
+        r.breakdown = dict(r.breakdown, steps=16, samples=int(16 * per_step))
+    d = diff_results([base, new])
+    assert d.unfair == unfair
+
+
 def test_renamed_layer_and_ranks():
     """fc renamed head (same position, same type): added and removed, each naming the other.
     A distributed run: each rank's median step is a row."""

@@ -381,3 +381,18 @@ def test_epochs_of_a_loader_that_fetches_ahead():
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
     assert [e["steps"] for e in w.report().epoch_breakdown] == [4, 4]
+
+
+def test_environment_names_the_threads_the_steps_ran_with():
+    """A what-if --threads (or the script's own set_num_threads) is undone before the report
+    is made: the environment's torch_threads is what the steps ran with, not what was left."""
+    from layerscope.training.whatif import WhatIf
+
+    before = torch.get_num_threads()
+    steps = 1 if before > 1 else 2
+    with Watch(what_if=WhatIf(threads=steps)) as w:
+        plain(_net(), _loader(), epochs=1)
+    assert torch.get_num_threads() == before  # undone
+    r = w.report()
+    assert r.environment["torch_threads"] == steps
+    assert r.config["threads"] == steps

@@ -293,6 +293,10 @@ class Watch:
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
         self.eval_seconds = 0.0
+        # torch's intra-op threads as the last step ended: what the steps ran with (a what-if
+        # --threads or the script's own set_num_threads, both undone or changed by the time
+        # the report is made)
+        self.step_threads: int | None = None
         self.cuda_used = False
         self._depth = 0  # module call depth inside the outermost counted call
         # what the outermost call in progress counts as (None: part of a batch's loading)
@@ -600,6 +604,7 @@ class Watch:
             named += v
         phases["other"] = wall - (named - phases["other"])
         self._seconds.append(wall)
+        self.step_threads = torch.get_num_threads()
         self._seen.end_step()
         self._phases.append(phases)
         if self._sample_module is None:  # no module forward seen: the batches fetched count
@@ -1096,6 +1101,13 @@ class Watch:
         phases = [(phase, a - t0, b - a, None) for phase, a, b in self.intervals if b > a]
         return chrome_trace.trace(chrome_trace.process_events(pid, self.name, steps, phases))
 
+    def _environment(self) -> dict[str, Any]:
+        """The environment, its torch threads those the steps ran with (when a step ended)."""
+        env = environment()
+        if self.step_threads is not None:
+            env["torch_threads"] = self.step_threads
+        return env
+
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
         totals = self.totals
@@ -1174,7 +1186,7 @@ class Watch:
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             peak_cuda_bytes=max(self._cuda_peak, torch.cuda.max_memory_allocated())
             if self.cuda_used else None,
-            notes=notes, environment=environment(),
+            notes=notes, environment=self._environment(),
             script={"name": self.name, "argv": argv, **self.started},
             rank=int(rank) if rank and rank.isdigit() else None,
             world_size=int(world) if world and world.isdigit() else None,

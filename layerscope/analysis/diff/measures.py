@@ -80,8 +80,9 @@ class Timed:
 
     kind: str
     measures: dict[tuple[str, str], Measure] = field(default_factory=dict)
-    batch: int | None = None
+    batch: float | None = None  # an int, or a run's mean samples per step
     device: str | None = None
+    threads: int | None = None  # the torch threads it ran with, where its settings say
     notes: list[str] = field(default_factory=list)
 
     def add(self, m: Measure) -> None:
@@ -152,8 +153,9 @@ def _loop(r: Any, out: Timed) -> None:
 
 
 def _train(r: Any, out: Timed) -> None:
-    out.batch = (r.config or {}).get("batch_size")
+    out.batch = (r.config or {}).get("batch_size") or samples_per_step(r.breakdown)
     out.device = (r.config or {}).get("device")
+    out.threads = (r.config or {}).get("threads")
     if r.step_seconds:
         out.add(of_samples("end_to_end", "end_to_end", r.step_seconds))
     b = r.breakdown
@@ -170,6 +172,16 @@ def _train(r: Any, out: Timed) -> None:
     if r.ranks:
         out.notes.append("distributed run: the end-to-end row and the phases are rank 0's "
                          "steps; each rank's median step is a row of its own")
+
+
+def samples_per_step(breakdown: Mapping[str, Any] | None) -> float | None:
+    """A run's batch size where its config names none (``layerscope run``: the script's own
+    loader): the samples over the measured steps per step, a mean (a last partial batch of an
+    epoch makes it a little smaller than the loader's batch size); None without samples."""
+    steps, samples = (breakdown or {}).get("steps"), (breakdown or {}).get("samples")
+    if not steps or not samples:
+        return None
+    return round(samples / steps, 1)
 
 
 def spread(m: Measure | None) -> float | None:
