@@ -22,7 +22,13 @@ from layerscope.core.stats import (
 )
 from layerscope.renderers.markdown_out import to_markdown
 from tests.helpers import run_cli
-from tests.sample_results import ALL, diff_profiles, profile_report, train_report
+from tests.sample_results import (
+    ALL,
+    analyze_report,
+    diff_profiles,
+    profile_report,
+    train_report,
+)
 
 
 # --------------------------------------------------------------------------- the statistic
@@ -167,6 +173,24 @@ def test_analyze_is_static_only():
     assert d.rows[0].static == {"macs": 3 * 442_368}
     assert d.summary.startswith("static only (no timing): the input grew from 1x3x32x32 to "
                                 "1x3x64x64 (4x)")
+
+
+def test_analyze_names_a_wider_layers_output_and_a_figure_from_zero():
+    """fc made twice as wide (10 -> 20 outputs, as an LLM config's intermediate_size): the
+    same input, so its output's change is what names it; params 16384 x 20 + 20 = 327,700
+    against 163,850 (+100%), 80 bytes written instead of 40. relu in place in the base (no new
+    tensor: activation bytes 0) and out of place in the new (65,536 bytes): a change from 0,
+    which no percentage can say."""
+    base, new = analyze_report(), analyze_report()
+    fc = new.layers[-1]
+    fc.output_shapes, fc.params, fc.macs = [[1, 20]], 327_700, 327_680
+    fc.activation_bytes = fc.bytes_written = 80
+    base.layers[2].activation_bytes = 0
+    d = diff_results([base, new])
+    rows = {r.name: r.explanation for r in d.rows}
+    assert rows["fc"] == ("its output grew from 1x10 to 1x20 (2x); MACs +100%, parameters "
+                          "+100%, activation bytes +100%")
+    assert rows["relu"] == "activation bytes from 0 to 65.54K; in-place in A"
 
 
 def test_train_step_attributed_to_the_phase():
