@@ -21,6 +21,7 @@ from layerscope.core.stats import (
     t_quantile,
 )
 from layerscope.renderers.markdown_out import to_markdown
+from layerscope.views import VIEWS
 from tests.helpers import run_cli
 from tests.sample_results import (
     ALL,
@@ -431,6 +432,37 @@ def test_unfair_batch_and_threads_of_runs(base_cfg, new_cfg, samples, unfair):
         r.breakdown = dict(r.breakdown, steps=16, samples=int(16 * per_step))
     d = diff_results([base, new])
     assert d.unfair == unfair
+
+
+@pytest.mark.parametrize("models, heading", [
+    pytest.param(["main.py", "main.py"], "main.py", id="same"),
+    # a script copied and made wider: the heading names both, not the new one alone
+    pytest.param(["main.py", "wide.py"], "main.py → wide.py", id="changed"),
+    pytest.param(["main.py", "main.py", "wide.py"], "main.py → wide.py", id="two-baselines"),
+    pytest.param(["a.py", "b.py", "c.py"], "a.py, b.py → c.py", id="every-file-its-own"),
+])
+def test_heading_names_both_models(models, heading):
+    runs = [train_report() for _ in models]
+    for r, m in zip(runs, models):
+        r.recipe = m
+    d = diff_results(runs)
+    assert d.model == heading
+    assert VIEWS["diff"].heading(d)[0] == f"{heading} — diff (train)"
+
+
+def test_hidden_layers_claim_the_same_work_only_where_it_was_compared():
+    """profile results keep each layer's shapes and MACs (compared: "the same work"); a train
+    result's layers keep only their time, so nothing says their work was the same."""
+    from layerscope.renderers import render
+
+    assert "layer(s) within noise and with the same work not shown" in render(
+        diff_results([profile_report(), profile_report()]), "table", width=150)
+    base, new = train_report(), train_report()
+    for r in (base, new):
+        r.layers = [{"name": n, "type": "Linear", "calls": 75, "forward_s": 0.075,
+                     "forward_s_per_step": 0.001} for n in ("fc1", "fc2")]
+    out = render(diff_results([base, new]), "table", width=150)
+    assert "2 layer(s) within noise not shown (--all shows every row)" in out
 
 
 def test_renamed_layer_and_ranks():

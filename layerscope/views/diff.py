@@ -22,6 +22,7 @@ from layerscope.views.sections import (
 )
 
 CHART_ROWS = 30  # the chart's rows at most: the largest |new - base| first
+WORK_COMPARED = ("profile", "analyze")  # kinds whose layers' work is compared (static)
 
 
 def heading(d) -> tuple[str, str]:
@@ -76,7 +77,9 @@ def terminal(d, show_all: bool = False) -> list:
         out.append(replace(_table(d, shown), title_left=True))
     hidden = len(rows) - len(shown)
     if hidden:
-        out.append(Lines([f"{hidden} layer(s) within noise and with the same work not shown "
+        # only profile and analyze results keep each layer's work (shapes, MACs) to compare
+        work = " and with the same work" if d.compared in WORK_COMPARED else ""
+        out.append(Lines([f"{hidden} layer(s) within noise{work} not shown "
                           "(--all shows every row)"]))
     out.append(Lines([settings] + [f"Note: {n}" for n in d.notes]))
     return out
