@@ -465,6 +465,26 @@ def test_hidden_layers_claim_the_same_work_only_where_it_was_compared():
     assert "2 layer(s) within noise not shown (--all shows every row)" in out
 
 
+def test_run_layers_are_ranked_by_their_steps():
+    """run --layers keeps each step's forward seconds per layer: one step of 20 preempted
+    (20 ms instead of about 1 ms) doubles the layer's mean per step (1.095 -> 2.045 ms), not its
+    steps' ranks: within the noise by the rank test (an older result's means alone were judged
+    against the end-to-end spread, here 0: "slower")."""
+    base, new = train_report(), train_report()
+    steps = [0.001 * (1 + 0.01 * i) for i in range(20)]
+    for r, xs in ((base, steps), (new, steps[:-1] + [0.020])):
+        r.layers = [{"name": "fc", "type": "Linear", "calls": 20, "forward_s": sum(xs),
+                     "forward_s_per_step": sum(xs) / 20, "forward_samples_s": xs}]
+    fc = diff_results([base, new]).rows[-1]
+    assert (fc.name, fc.verdict, fc.basis) == ("fc", "within-noise", "rank test")
+    assert (fc.base_n, fc.new_n) == (20, 20)
+    for r in (base, new):  # an older result: the mean per step only
+        del r.layers[0]["forward_samples_s"]
+    fc = diff_results([base, new]).rows[-1]
+    assert (fc.verdict, fc.basis) == ("slower", "end-to-end spread")
+    assert fc.change == pytest.approx((sum(steps[:-1]) + 0.020) / sum(steps) - 1)
+
+
 def test_renamed_layer_and_ranks():
     """fc renamed head (same position, same type): added and removed, each naming the other.
     A distributed run: each rank's median step is a row."""

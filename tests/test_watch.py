@@ -245,6 +245,10 @@ def test_layers_and_memory():
     assert {"Sequential", "0", "1", "2", "3"} <= set(names)
     assert names["0"]["calls"] == 4  # four training batches; the no-grad ones are evaluation
     assert names["Sequential"]["forward_s"] >= names["0"]["forward_s"]  # inclusive times
+    # each measured step's forward seconds (what diff ranks): they add up to the total
+    assert all(len(row["forward_samples_s"]) == len(r.step_seconds) == 4 for row in r.layers)
+    for row in r.layers:
+        assert sum(row["forward_samples_s"]) == pytest.approx(row["forward_s"], abs=1e-8)
     assert {"data", "forward", "backward", "optimizer"} <= set(r.phase_memory)
     assert all(m["peak_rss_bytes"] > 0 for m in r.phase_memory.values())
 

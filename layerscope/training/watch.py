@@ -76,6 +76,7 @@ from layerscope.core.errors import UserError
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport
+from layerscope.core.stats import kept_samples
 from layerscope.training import chrome_trace
 from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
@@ -1053,8 +1054,15 @@ class Watch:
         steps = max(len(self.step_seconds), 1)
         fwd, bwd = self._layer_totals()
         own = self._own_seconds(fwd)
+        # each measured step's forward seconds per module (0 in a step that did not call it):
+        # what layerscope diff ranks, as it ranks the phases' per-step seconds
+        per_step: dict[LayerKey, list[float]] = {key: [] for key in fwd}
+        for step in self._fwd_of[self.warmup_steps:]:
+            for key, xs in per_step.items():
+                xs.append(step[key][3] if key in step else 0.0)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
-                 "forward_s_per_step": s / steps, "own_s": own.get(key, s),
+                 "forward_s_per_step": s / steps,
+                 "forward_samples_s": kept_samples(per_step[key]), "own_s": own.get(key, s),
                  "backward_s": bwd.get(name, 0.0)}
                 for key, (name, kind, calls, s) in fwd.items()]
         return sorted(rows, key=lambda r: -r["forward_s"])

@@ -6,7 +6,7 @@ Kinds and their levels:
 - loop: end_to_end (a batch), phase (``step_phases``, else the totals per batch), layer;
 - train, run: end_to_end (a step: ``step_seconds``), phase (``step_phases``, else the totals
   per step), rank (a distributed run: each rank's median step, no spread), layer (``--layers``:
-  forward seconds per step, no spread);
+  each step's forward seconds, else, in older results, their mean per step and no spread);
 - sweep: cell (one per device, backend, dtype, threads and batch size that ran);
 - scaling: point (one per world size: the slowest rank's step);
 - analyze: nothing timed (the static figures are compared by analysis/compare).
@@ -162,6 +162,12 @@ def _train(r: Any, out: Timed) -> None:
     _per_step_phases(out, r.step_phases, b["seconds"], b["steps"])
     steps = len(r.step_seconds) or b["steps"]
     for layer in r.layers or []:
+        samples = layer.get("forward_samples_s")
+        if samples:  # each step's seconds (older results: only their mean per step)
+            m = of_samples(layer["name"], "layer", samples)
+            m.type = layer["type"]
+            out.add(m)
+            continue
         per_step = layer.get("forward_s_per_step")
         if per_step is None and steps:
             per_step = layer["forward_s"] / steps
