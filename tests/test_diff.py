@@ -485,6 +485,26 @@ def test_run_layers_are_ranked_by_their_steps():
     assert fc.change == pytest.approx((sum(steps[:-1]) + 0.020) / sum(steps) - 1)
 
 
+@pytest.mark.parametrize("first, warmup, noted", [
+    # 20 steps of 10 ms, the first 5 (the first drift block) at 13 ms: 30% longer, measured
+    pytest.param(0.013, 0, True, id="warm-up-measured"),
+    pytest.param(0.012, 0, False, id="under-25%"),
+    pytest.param(0.013, 5, False, id="warm-up-left-out"),  # the run left 5 out before these
+])
+def test_a_measured_warm_up_is_noted(first, warmup, noted):
+    """A run without --warmup-steps whose first steps were slow: the drift rule reads the
+    warm-up as wander of the run's level (an MNIST script's 58% slower step was within the
+    noise so), and the note says so and what to pass."""
+    base, new = train_report(), train_report()
+    base.config = {"warmup_steps": warmup}
+    base.step_seconds = [first] * 5 + [0.010] * 15
+    d = diff_results([base, new])
+    note = ("a result's first 5 of 20 steps took 30% longer than the rest: its warm-up was "
+            "measured (no --warmup-steps), and the drift it makes widens what is within the "
+            "noise; run with --warmup-steps 5")
+    assert (note in d.notes) == noted
+
+
 def test_renamed_layer_and_ranks():
     """fc renamed head (same position, same type): added and removed, each naming the other.
     A distributed run: each rank's median step is a row."""

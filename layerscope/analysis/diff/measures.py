@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core.errors import UserError
-from layerscope.core.stats import TimingStats, percentile
+from layerscope.core.stats import DRIFT_BLOCKS, TimingStats, percentile
 
 TIMED_KINDS = ("profile", "loop", "train", "sweep", "scaling")
 KINDS = ("analyze",) + TIMED_KINDS
 # what one end-to-end sample is, per kind (the summary's first word)
 UNIT = {"profile": "forward pass", "loop": "batch", "train": "step"}
+# a run's first quarter of steps (one drift block) this much slower than the rest, with no
+# warm-up left out: its warm-up was measured, and the drift rule reads it as level wander
+WARMUP_SLOWER = 1.25
 
 
 @dataclass
@@ -158,6 +161,7 @@ def _train(r: Any, out: Timed) -> None:
     out.threads = (r.config or {}).get("threads")
     if r.step_seconds:
         out.add(of_samples("end_to_end", "end_to_end", r.step_seconds))
+        out.notes += [n for n in [warmup_note(r.step_seconds, r.config or {})] if n]
     b = r.breakdown
     _per_step_phases(out, r.step_phases, b["seconds"], b["steps"])
     steps = len(r.step_seconds) or b["steps"]
@@ -178,6 +182,22 @@ def _train(r: Any, out: Timed) -> None:
     if r.ranks:
         out.notes.append("distributed run: the end-to-end row and the phases are rank 0's "
                          "steps; each rank's median step is a row of its own")
+
+
+def warmup_note(steps: Sequence[float], config: Mapping[str, Any]) -> str | None:
+    """A note when a run left no warm-up steps out and its first quarter of steps (the first
+    of the drift rule's blocks) took ``WARMUP_SLOWER`` times the rest's median or more: the
+    drift rule takes that warm-up for wander of the run's level, which widens the noise every
+    step and phase is judged against."""
+    k = len(steps) // DRIFT_BLOCKS
+    if config.get("warmup_steps") or len(steps) < 2 * DRIFT_BLOCKS:
+        return None
+    first, rest = statistics.median(steps[:k]), statistics.median(steps[k:])
+    if rest <= 0 or first < WARMUP_SLOWER * rest:
+        return None
+    return (f"a result's first {k} of {len(steps)} steps took {first / rest - 1:.0%} longer "
+            f"than the rest: its warm-up was measured (no --warmup-steps), and the drift it "
+            f"makes widens what is within the noise; run with --warmup-steps {k}")
 
 
 def samples_per_step(breakdown: Mapping[str, Any] | None) -> float | None:
