@@ -434,6 +434,16 @@ def test_unfair_batch_and_threads_of_runs(base_cfg, new_cfg, samples, unfair):
     assert d.unfair == unfair
 
 
+def test_unfair_batch_and_threads_of_scaling():
+    """A scaling result's batch and threads are per rank, on its points: they were never
+    compared (scaling --batch-size 32 against the recipe's 64 said nothing)."""
+    base, new = ALL["scaling"](), ALL["scaling"]()
+    for p in new.points:
+        p.batch_per_rank, p.threads_per_rank = 32, 2
+    assert diff_results([base, new]).unfair == ["torch threads: 1 vs 2", "batch size: 64 vs 32"]
+    assert diff_results([base, ALL["scaling"]()]).unfair == []
+
+
 @pytest.mark.parametrize("models, heading", [
     pytest.param(["main.py", "main.py"], "main.py", id="same"),
     # a script copied and made wider: the heading names both, not the new one alone

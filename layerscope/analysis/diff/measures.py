@@ -107,12 +107,22 @@ def timed(result: Any) -> Timed:
             if c.status == "ok" and c.latency:
                 out.add(of_stats(cell_name(c), "cell", c.latency))
     elif kind == "scaling":
+        out.device = result.device
+        out.batch, out.threads = (_same(getattr(p, f) for p in result.points)
+                                  for f in ("batch_per_rank", "threads_per_rank"))
         for p in result.points:
             out.add(Measure(f"world {p.world_size}", "point", p.step_s, p.step_p10_s,
                             p.step_p90_s, list(p.step_samples_s or []) or None, None, p.steps))
     else:
         raise UserError(f"diff reads {', '.join(KINDS)} results, not {kind}")
     return out
+
+
+def _same(values: Any) -> Any:
+    """The one value every point has (a scaling result's batch or threads per rank), else
+    None."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
 
 
 def cell_name(c: Any) -> str:
