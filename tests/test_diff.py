@@ -174,6 +174,9 @@ def test_analyze_is_static_only():
     assert d.rows[0].static == {"macs": 3 * 442_368}
     assert d.summary.startswith("static only (no timing): the input grew from 1x3x32x32 to "
                                 "1x3x64x64 (4x)")
+    # no verdict of a rank test to describe: the heading says what was compared
+    assert VIEWS["diff"].heading(d)[1] == ("base result 1 · new result 2 · static figures "
+                                           "joined by module path (nothing timed)")
 
 
 def test_analyze_names_a_wider_layers_output_and_a_figure_from_zero():

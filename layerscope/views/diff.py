@@ -28,9 +28,11 @@ WORK_COMPARED = ("profile", "analyze")  # kinds whose layers' work is compared (
 def heading(d) -> tuple[str, str]:
     base = [f.path for f in d.files if f.role == "base"]
     new = [f.path for f in d.files if f.role == "new"]
+    how = ("static figures joined by module path (nothing timed)" if d.compared == "analyze"
+           else f"verdicts: rank test at p < {d.alpha:g}, change of at least "
+                f"{d.min_effect:.0%}")
     return (f"{d.model} — diff ({d.compared})",
-            f"base {', '.join(base)} · new {', '.join(new)} · verdicts: rank test at "
-            f"p < {d.alpha:g}, change of at least {d.min_effect:.0%}")
+            f"base {', '.join(base)} · new {', '.join(new)} · {how}")
 
 
 def facts(d) -> list[tuple[str, str]]:
