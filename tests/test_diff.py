@@ -227,8 +227,34 @@ def test_pattern():
     ("layer:conv*>+10%", 1), ("layer:fc>+1%", 0), ("type:Conv2d>+50%", 1),
     ("phase:backward>+10%", 0), ("step > 5 %", 1),
 ])
+@pytest.mark.filterwarnings("ignore::layerscope.core.errors.LayerscopeWarning")  # phase: none
 def test_failed_checks(expr, failed):
     assert len(failed_checks(ALL["diff"](), [expr])) == failed
+
+
+@pytest.mark.parametrize("kind, expr, warning", [
+    ("sweep", "step>+5%", "'step>+5%' can never fail: a sweep diff has no end-to-end row (its "
+                          "rows: cell)"),
+    ("profile", "phase:data>+5%", "'phase:data>+5%' can never fail: a profile diff has no "
+                                  "phase rows (its rows: end_to_end, type, layer)"),
+    ("analyze", "layer:*>+5%", "'layer:*>+5%' can never fail: an analyze diff is static "
+                               "(nothing in it is slower or faster)"),
+    ("train", "phase:data>+5%", None), ("scaling", "point:*>+5%", None),
+])
+def test_a_check_that_can_never_fail_warns(kind, expr, warning):
+    """A CI gate that cannot fail looks like one that passed: an expression whose level the
+    diffed kind has no rows of says so (a pattern matching no row of a level it has does
+    not)."""
+    import warnings
+
+    from layerscope.core.errors import LayerscopeWarning
+
+    d = diff_results([ALL[kind](), ALL[kind]()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert failed_checks(d, [expr]) == []
+    said = [str(w.message) for w in caught if issubclass(w.category, LayerscopeWarning)]
+    assert said == ([warning] if warning else [])
 
 
 @pytest.mark.parametrize("expr", ["bogus", "step>5", "layer>+5%", "gpu:0>+5%", "step=5%",

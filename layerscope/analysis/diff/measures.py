@@ -23,6 +23,10 @@ from layerscope.core.stats import DRIFT_BLOCKS, TimingStats, percentile
 
 TIMED_KINDS = ("profile", "loop", "train", "sweep", "scaling")
 KINDS = ("analyze",) + TIMED_KINDS
+# the levels of the timed rows each kind's diff can have (the list above); analyze: none
+LEVELS = {"profile": ("end_to_end", "type", "layer"), "loop": ("end_to_end", "phase", "layer"),
+          "train": ("end_to_end", "phase", "rank", "layer"), "sweep": ("cell",),
+          "scaling": ("point",), "analyze": ()}
 # what one end-to-end sample is, per kind (the summary's first word)
 UNIT = {"profile": "forward pass", "loop": "batch", "train": "step"}
 # a run's first quarter of steps (one drift block) this much slower than the rest, with no
