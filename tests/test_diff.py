@@ -21,8 +21,15 @@ from layerscope.core.stats import (
     t_quantile,
 )
 from layerscope.renderers.markdown_out import to_markdown
+from layerscope.views import VIEWS
 from tests.helpers import run_cli
-from tests.sample_results import ALL, diff_profiles, profile_report, train_report
+from tests.sample_results import (
+    ALL,
+    analyze_report,
+    diff_profiles,
+    profile_report,
+    train_report,
+)
 
 
 # --------------------------------------------------------------------------- the statistic
@@ -167,6 +174,27 @@ def test_analyze_is_static_only():
     assert d.rows[0].static == {"macs": 3 * 442_368}
     assert d.summary.startswith("static only (no timing): the input grew from 1x3x32x32 to "
                                 "1x3x64x64 (4x)")
+    # no verdict of a rank test to describe: the heading says what was compared
+    assert VIEWS["diff"].heading(d)[1] == ("base result 1 · new result 2 · static figures "
+                                           "joined by module path (nothing timed)")
+
+
+def test_analyze_names_a_wider_layers_output_and_a_figure_from_zero():
+    """fc made twice as wide (10 -> 20 outputs, as an LLM config's intermediate_size): the
+    same input, so its output's change is what names it; params 16384 x 20 + 20 = 327,700
+    against 163,850 (+100%), 80 bytes written instead of 40. relu in place in the base (no new
+    tensor: activation bytes 0) and out of place in the new (65,536 bytes): a change from 0,
+    which no percentage can say."""
+    base, new = analyze_report(), analyze_report()
+    fc = new.layers[-1]
+    fc.output_shapes, fc.params, fc.macs = [[1, 20]], 327_700, 327_680
+    fc.activation_bytes = fc.bytes_written = 80
+    base.layers[2].activation_bytes = 0
+    d = diff_results([base, new])
+    rows = {r.name: r.explanation for r in d.rows}
+    assert rows["fc"] == ("its output grew from 1x10 to 1x20 (2x); MACs +100%, parameters "
+                          "+100%, activation bytes +100%")
+    assert rows["relu"] == "activation bytes from 0 to 65.54K; in-place in A"
 
 
 def test_train_step_attributed_to_the_phase():
@@ -199,8 +227,34 @@ def test_pattern():
     ("layer:conv*>+10%", 1), ("layer:fc>+1%", 0), ("type:Conv2d>+50%", 1),
     ("phase:backward>+10%", 0), ("step > 5 %", 1),
 ])
+@pytest.mark.filterwarnings("ignore::layerscope.core.errors.LayerscopeWarning")  # phase: none
 def test_failed_checks(expr, failed):
     assert len(failed_checks(ALL["diff"](), [expr])) == failed
+
+
+@pytest.mark.parametrize("kind, expr, warning", [
+    ("sweep", "step>+5%", "'step>+5%' can never fail: a sweep diff has no end-to-end row (its "
+                          "rows: cell)"),
+    ("profile", "phase:data>+5%", "'phase:data>+5%' can never fail: a profile diff has no "
+                                  "phase rows (its rows: end_to_end, type, layer)"),
+    ("analyze", "layer:*>+5%", "'layer:*>+5%' can never fail: an analyze diff is static "
+                               "(nothing in it is slower or faster)"),
+    ("train", "phase:data>+5%", None), ("scaling", "point:*>+5%", None),
+])
+def test_a_check_that_can_never_fail_warns(kind, expr, warning):
+    """A CI gate that cannot fail looks like one that passed: an expression whose level the
+    diffed kind has no rows of says so (a pattern matching no row of a level it has does
+    not)."""
+    import warnings
+
+    from layerscope.core.errors import LayerscopeWarning
+
+    d = diff_results([ALL[kind](), ALL[kind]()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert failed_checks(d, [expr]) == []
+    said = [str(w.message) for w in caught if issubclass(w.category, LayerscopeWarning)]
+    assert said == ([warning] if warning else [])
 
 
 @pytest.mark.parametrize("expr", ["bogus", "step>5", "layer>+5%", "gpu:0>+5%", "step=5%",
@@ -385,6 +439,109 @@ def test_unfair_differences_are_named_at_the_top():
 
     out = render(d, "table", width=150)  # the terminal lists them under the summary
     assert out.index("Unfair comparison:") < out.index("Base against new")
+
+
+@pytest.mark.parametrize("base_cfg, new_cfg, samples, unfair", [
+    # layerscope run: the script's loader, no batch_size in the settings: samples per step
+    pytest.param({}, {}, (64, 128), ["batch size: 64 vs 128"], id="run-batch-doubled"),
+    # an epoch's last partial batch: 1000 samples of 64 a batch, 16 steps: 62.5 a step
+    pytest.param({}, {}, (64, 62.5), [], id="run-partial-last-batch"),
+    # run --threads 1 against a run with torch's default (2 here): the settings say 1
+    pytest.param({"threads": 1}, {}, (64, 64), ["torch threads: 1 vs 2"], id="run-threads"),
+    pytest.param({"batch_size": 32}, {"batch_size": 32}, (32, 32), [], id="train-same-batch"),
+])
+def test_unfair_batch_and_threads_of_runs(base_cfg, new_cfg, samples, unfair):
+    """A ``layerscope run`` result names no batch size (the script's loader chose it) and
+    --threads is undone before its environment is read: its samples per step and its settings'
+    threads are what the unfair list compares."""
+    base, new = train_report(), train_report()
+    for r, cfg, per_step in ((base, base_cfg, samples[0]), (new, new_cfg, samples[1])):
+        r.config = {"device": "cpu", "warmup_steps": 0, "steps": 16, **cfg}
+        r.environment = dict(r.environment, torch_threads=2)
+        r.breakdown = dict(r.breakdown, steps=16, samples=int(16 * per_step))
+    d = diff_results([base, new])
+    assert d.unfair == unfair
+
+
+def test_unfair_batch_and_threads_of_scaling():
+    """A scaling result's batch and threads are per rank, on its points: they were never
+    compared (scaling --batch-size 32 against the recipe's 64 said nothing)."""
+    base, new = ALL["scaling"](), ALL["scaling"]()
+    for p in new.points:
+        p.batch_per_rank, p.threads_per_rank = 32, 2
+    assert diff_results([base, new]).unfair == ["torch threads: 1 vs 2", "batch size: 64 vs 32"]
+    assert diff_results([base, ALL["scaling"]()]).unfair == []
+
+
+@pytest.mark.parametrize("models, heading", [
+    pytest.param(["main.py", "main.py"], "main.py", id="same"),
+    # a script copied and made wider: the heading names both, not the new one alone
+    pytest.param(["main.py", "wide.py"], "main.py → wide.py", id="changed"),
+    pytest.param(["main.py", "main.py", "wide.py"], "main.py → wide.py", id="two-baselines"),
+    pytest.param(["a.py", "b.py", "c.py"], "a.py, b.py → c.py", id="every-file-its-own"),
+])
+def test_heading_names_both_models(models, heading):
+    runs = [train_report() for _ in models]
+    for r, m in zip(runs, models):
+        r.recipe = m
+    d = diff_results(runs)
+    assert d.model == heading
+    assert VIEWS["diff"].heading(d)[0] == f"{heading} — diff (train)"
+
+
+def test_hidden_layers_claim_the_same_work_only_where_it_was_compared():
+    """profile results keep each layer's shapes and MACs (compared: "the same work"); a train
+    result's layers keep only their time, so nothing says their work was the same."""
+    from layerscope.renderers import render
+
+    assert "layer(s) within noise and with the same work not shown" in render(
+        diff_results([profile_report(), profile_report()]), "table", width=150)
+    base, new = train_report(), train_report()
+    for r in (base, new):
+        r.layers = [{"name": n, "type": "Linear", "calls": 75, "forward_s": 0.075,
+                     "forward_s_per_step": 0.001} for n in ("fc1", "fc2")]
+    out = render(diff_results([base, new]), "table", width=150)
+    assert "2 layer(s) within noise not shown (--all shows every row)" in out
+
+
+def test_run_layers_are_ranked_by_their_steps():
+    """run --layers keeps each step's forward seconds per layer: one step of 20 preempted
+    (20 ms instead of about 1 ms) doubles the layer's mean per step (1.095 -> 2.045 ms), not its
+    steps' ranks: within the noise by the rank test (an older result's means alone were judged
+    against the end-to-end spread, here 0: "slower")."""
+    base, new = train_report(), train_report()
+    steps = [0.001 * (1 + 0.01 * i) for i in range(20)]
+    for r, xs in ((base, steps), (new, steps[:-1] + [0.020])):
+        r.layers = [{"name": "fc", "type": "Linear", "calls": 20, "forward_s": sum(xs),
+                     "forward_s_per_step": sum(xs) / 20, "forward_samples_s": xs}]
+    fc = diff_results([base, new]).rows[-1]
+    assert (fc.name, fc.verdict, fc.basis) == ("fc", "within-noise", "rank test")
+    assert (fc.base_n, fc.new_n) == (20, 20)
+    for r in (base, new):  # an older result: the mean per step only
+        del r.layers[0]["forward_samples_s"]
+    fc = diff_results([base, new]).rows[-1]
+    assert (fc.verdict, fc.basis) == ("slower", "end-to-end spread")
+    assert fc.change == pytest.approx((sum(steps[:-1]) + 0.020) / sum(steps) - 1)
+
+
+@pytest.mark.parametrize("first, warmup, noted", [
+    # 20 steps of 10 ms, the first 5 (the first drift block) at 13 ms: 30% longer, measured
+    pytest.param(0.013, 0, True, id="warm-up-measured"),
+    pytest.param(0.012, 0, False, id="under-25%"),
+    pytest.param(0.013, 5, False, id="warm-up-left-out"),  # the run left 5 out before these
+])
+def test_a_measured_warm_up_is_noted(first, warmup, noted):
+    """A run without --warmup-steps whose first steps were slow: the drift rule reads the
+    warm-up as wander of the run's level (an MNIST script's 58% slower step was within the
+    noise so), and the note says so and what to pass."""
+    base, new = train_report(), train_report()
+    base.config = {"warmup_steps": warmup}
+    base.step_seconds = [first] * 5 + [0.010] * 15
+    d = diff_results([base, new])
+    note = ("a result's first 5 of 20 steps took 30% longer than the rest: its warm-up was "
+            "measured (no --warmup-steps), and the drift it makes widens what is within the "
+            "noise; run with --warmup-steps 5")
+    assert (note in d.notes) == noted
 
 
 def test_renamed_layer_and_ranks():

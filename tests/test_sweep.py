@@ -48,6 +48,20 @@ def test_eager_cells_carry_the_share_per_layer_type():
         assert {"Conv2d", "Linear"} <= types
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_every_backends_cells_keep_their_runs_for_diff():
+    """Eager cells are timed by profile, whose end-to-end runs were dropped: layerscope diff
+    then judged them by their p10-p90 overlap instead of the rank test, unlike the others."""
+    report = layerscope.sweep(nn.Linear(4, 2), inputs=(1, 4), batch_sizes=[1],
+                              backends=["eager", "torchscript"], runs=5, warmup=1)
+    for cell in report.cells:
+        assert len(cell.latency["samples_s"]) == cell.latency["n"] == 5, cell.backend
+    from layerscope.analysis.diff import diff_results
+
+    d = diff_results([report, report])
+    assert {r.basis for r in d.rows} == {"rank test"}
+
+
 def _cell(batch, median, p10, p90):
     c = SweepCell("cpu", "eager", "float32", None, batch)
     c.latency = {"median_s": median, "p10_s": p10, "p90_s": p90}

@@ -245,6 +245,10 @@ def test_layers_and_memory():
     assert {"Sequential", "0", "1", "2", "3"} <= set(names)
     assert names["0"]["calls"] == 4  # four training batches; the no-grad ones are evaluation
     assert names["Sequential"]["forward_s"] >= names["0"]["forward_s"]  # inclusive times
+    # each measured step's forward seconds (what diff ranks): they add up to the total
+    assert all(len(row["forward_samples_s"]) == len(r.step_seconds) == 4 for row in r.layers)
+    for row in r.layers:
+        assert sum(row["forward_samples_s"]) == pytest.approx(row["forward_s"], abs=1e-8)
     assert {"data", "forward", "backward", "optimizer"} <= set(r.phase_memory)
     assert all(m["peak_rss_bytes"] > 0 for m in r.phase_memory.values())
 
@@ -381,3 +385,18 @@ def test_epochs_of_a_loader_that_fetches_ahead():
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
     assert [e["steps"] for e in w.report().epoch_breakdown] == [4, 4]
+
+
+def test_environment_names_the_threads_the_steps_ran_with():
+    """A what-if --threads (or the script's own set_num_threads) is undone before the report
+    is made: the environment's torch_threads is what the steps ran with, not what was left."""
+    from layerscope.training.whatif import WhatIf
+
+    before = torch.get_num_threads()
+    steps = 1 if before > 1 else 2
+    with Watch(what_if=WhatIf(threads=steps)) as w:
+        plain(_net(), _loader(), epochs=1)
+    assert torch.get_num_threads() == before  # undone
+    r = w.report()
+    assert r.environment["torch_threads"] == steps
+    assert r.config["threads"] == steps

@@ -143,8 +143,9 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                     if backend == "eager":
                         rep = profile(module, xs, runs=runs, warmup=warmup, roofline=False,
                                       device=device)
-                        stats = TimingStats(**{k: rep.end_to_end[k] for k in (
-                            "median_s", "p10_s", "p90_s", "mean_s", "std_s", "iqr_s", "n")})
+                        stats = TimingStats(**{k: rep.end_to_end.get(k) for k in (
+                            "median_s", "p10_s", "p90_s", "mean_s", "std_s", "iqr_s", "n",
+                            "samples_s")})  # the runs kept: what layerscope diff ranks
                         cell.by_type = [{"type": d["type"], "share": d["share"]}
                                         for d in rep.by_type]
                     else:

@@ -98,8 +98,15 @@ class DiffReport(ResultDocument):
 
     @property
     def model(self) -> str:
-        names = [f.model for f in self.files if f.model]
-        return names[-1] if names else self.compared
+        """The model compared; "BASE → NEW" where the files name different ones (a script
+        copied and changed, two configs), so a heading never names one side only."""
+        base = list(dict.fromkeys(f.model for f in self.files if f.model and f.role == "base"))
+        new = [f.model for f in self.files if f.model and f.role == "new"]
+        if not new:
+            return base[-1] if base else self.compared
+        if not base or base == new:
+            return new[0]
+        return f"{', '.join(base)} → {new[0]}"
 
     def all_rows(self) -> list[DiffRow]:
         return ([self.end_to_end] if self.end_to_end is not None else []) + list(self.rows)

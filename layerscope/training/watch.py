@@ -76,6 +76,7 @@ from layerscope.core.errors import UserError
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport
+from layerscope.core.stats import kept_samples
 from layerscope.training import chrome_trace
 from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
@@ -293,6 +294,10 @@ class Watch:
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
         self.eval_seconds = 0.0
+        # torch's intra-op threads as the last step ended: what the steps ran with (a what-if
+        # --threads or the script's own set_num_threads, both undone or changed by the time
+        # the report is made)
+        self.step_threads: int | None = None
         self.cuda_used = False
         self._depth = 0  # module call depth inside the outermost counted call
         # what the outermost call in progress counts as (None: part of a batch's loading)
@@ -600,6 +605,7 @@ class Watch:
             named += v
         phases["other"] = wall - (named - phases["other"])
         self._seconds.append(wall)
+        self.step_threads = torch.get_num_threads()
         self._seen.end_step()
         self._phases.append(phases)
         if self._sample_module is None:  # no module forward seen: the batches fetched count
@@ -1048,8 +1054,15 @@ class Watch:
         steps = max(len(self.step_seconds), 1)
         fwd, bwd = self._layer_totals()
         own = self._own_seconds(fwd)
+        # each measured step's forward seconds per module (0 in a step that did not call it):
+        # what layerscope diff ranks, as it ranks the phases' per-step seconds
+        per_step: dict[LayerKey, list[float]] = {key: [] for key in fwd}
+        for step in self._fwd_of[self.warmup_steps:]:
+            for key, xs in per_step.items():
+                xs.append(step[key][3] if key in step else 0.0)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
-                 "forward_s_per_step": s / steps, "own_s": own.get(key, s),
+                 "forward_s_per_step": s / steps,
+                 "forward_samples_s": kept_samples(per_step[key]), "own_s": own.get(key, s),
                  "backward_s": bwd.get(name, 0.0)}
                 for key, (name, kind, calls, s) in fwd.items()]
         return sorted(rows, key=lambda r: -r["forward_s"])
@@ -1095,6 +1108,13 @@ class Watch:
                  for step, a, b in self.step_spans]
         phases = [(phase, a - t0, b - a, None) for phase, a, b in self.intervals if b > a]
         return chrome_trace.trace(chrome_trace.process_events(pid, self.name, steps, phases))
+
+    def _environment(self) -> dict[str, Any]:
+        """The environment, its torch threads those the steps ran with (when a step ended)."""
+        env = environment()
+        if self.step_threads is not None:
+            env["torch_threads"] = self.step_threads
+        return env
 
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
@@ -1174,7 +1194,7 @@ class Watch:
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             peak_cuda_bytes=max(self._cuda_peak, torch.cuda.max_memory_allocated())
             if self.cuda_used else None,
-            notes=notes, environment=environment(),
+            notes=notes, environment=self._environment(),
             script={"name": self.name, "argv": argv, **self.started},
             rank=int(rank) if rank and rank.isdigit() else None,
             world_size=int(world) if world and world.isdigit() else None,

@@ -22,14 +22,17 @@ from layerscope.views.sections import (
 )
 
 CHART_ROWS = 30  # the chart's rows at most: the largest |new - base| first
+WORK_COMPARED = ("profile", "analyze")  # kinds whose layers' work is compared (static)
 
 
 def heading(d) -> tuple[str, str]:
     base = [f.path for f in d.files if f.role == "base"]
     new = [f.path for f in d.files if f.role == "new"]
+    how = ("static figures joined by module path (nothing timed)" if d.compared == "analyze"
+           else f"verdicts: rank test at p < {d.alpha:g}, change of at least "
+                f"{d.min_effect:.0%}")
     return (f"{d.model} — diff ({d.compared})",
-            f"base {', '.join(base)} · new {', '.join(new)} · verdicts: rank test at "
-            f"p < {d.alpha:g}, change of at least {d.min_effect:.0%}")
+            f"base {', '.join(base)} · new {', '.join(new)} · {how}")
 
 
 def facts(d) -> list[tuple[str, str]]:
@@ -76,7 +79,9 @@ def terminal(d, show_all: bool = False) -> list:
         out.append(replace(_table(d, shown), title_left=True))
     hidden = len(rows) - len(shown)
     if hidden:
-        out.append(Lines([f"{hidden} layer(s) within noise and with the same work not shown "
+        # only profile and analyze results keep each layer's work (shapes, MACs) to compare
+        work = " and with the same work" if d.compared in WORK_COMPARED else ""
+        out.append(Lines([f"{hidden} layer(s) within noise{work} not shown "
                           "(--all shows every row)"]))
     out.append(Lines([settings] + [f"Note: {n}" for n in d.notes]))
     return out

@@ -8,16 +8,21 @@ An expression is ``WHAT OP CHANGE``:
 - CHANGE: a signed percentage, ``+5%``, ``-10%``, ``5%``.
 
 A row fails ``> +5%`` when its verdict is slower and its change is above +5%; ``< -5%`` when
-its verdict is faster and its change is below -5%. A row within the noise never fails.
+its verdict is faster and its change is below -5%. A row within the noise never fails. An
+expression whose level the diffed kind has no rows of (``step`` on a sweep, anything on a
+static analyze diff) can never fail: a ``LayerscopeWarning`` says so, since a CI gate that
+cannot fail looks like one that passed.
 """
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from layerscope.analysis.diff.measures import LEVELS
 from layerscope.core.diff_records import DiffReport, DiffRow
-from layerscope.core.errors import UserError
+from layerscope.core.errors import LayerscopeWarning, UserError
 
 END_TO_END = ("step", "end_to_end", "forward", "batch")
 ROW_LEVELS = ("phase", "rank", "type", "layer", "cell", "point")
@@ -63,10 +68,28 @@ def parse_check(text: str) -> Check:
     return Check(text.strip(), level, glob, m["op"], float(m["num"]) / 100)
 
 
+def never_fails(check: Check, kind: str) -> str | None:
+    """Why ``check`` can never fail on a diff of ``kind`` (its level has no rows there), or
+    None."""
+    levels = LEVELS.get(kind)
+    if levels is None or check.level in levels:
+        return None
+    what = "end-to-end row" if check.level == "end_to_end" else f"{check.level} rows"
+    if not levels:
+        return (f"{check.text!r} can never fail: an {kind} diff is static (nothing in it is "
+                f"slower or faster)")
+    return (f"{check.text!r} can never fail: a {kind} diff has no {what} (its rows: "
+            f"{', '.join(levels)})")
+
+
 def failed_checks(report: DiffReport, checks: list[str] | list[Check]) -> list[str]:
     """One line per (expression, row) that fails, in the order given; empty when all pass.
     Expressions are parsed first, so a malformed one raises before anything is judged."""
     parsed = [c if isinstance(c, Check) else parse_check(c) for c in checks]
+    for check in parsed:
+        why = never_fails(check, report.compared)
+        if why:
+            warnings.warn(why, LayerscopeWarning, stacklevel=2)
     out = []
     for check in parsed:
         for row in report.all_rows():

@@ -6,7 +6,7 @@ Kinds and their levels:
 - loop: end_to_end (a batch), phase (``step_phases``, else the totals per batch), layer;
 - train, run: end_to_end (a step: ``step_seconds``), phase (``step_phases``, else the totals
   per step), rank (a distributed run: each rank's median step, no spread), layer (``--layers``:
-  forward seconds per step, no spread);
+  each step's forward seconds, else, in older results, their mean per step and no spread);
 - sweep: cell (one per device, backend, dtype, threads and batch size that ran);
 - scaling: point (one per world size: the slowest rank's step);
 - analyze: nothing timed (the static figures are compared by analysis/compare).
@@ -19,12 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core.errors import UserError
-from layerscope.core.stats import TimingStats, percentile
+from layerscope.core.stats import DRIFT_BLOCKS, TimingStats, percentile
 
 TIMED_KINDS = ("profile", "loop", "train", "sweep", "scaling")
 KINDS = ("analyze",) + TIMED_KINDS
+# the levels of the timed rows each kind's diff can have (the list above); analyze: none
+LEVELS = {"profile": ("end_to_end", "type", "layer"), "loop": ("end_to_end", "phase", "layer"),
+          "train": ("end_to_end", "phase", "rank", "layer"), "sweep": ("cell",),
+          "scaling": ("point",), "analyze": ()}
 # what one end-to-end sample is, per kind (the summary's first word)
 UNIT = {"profile": "forward pass", "loop": "batch", "train": "step"}
+# a run's first quarter of steps (one drift block) this much slower than the rest, with no
+# warm-up left out: its warm-up was measured, and the drift rule reads it as level wander
+WARMUP_SLOWER = 1.25
 
 
 @dataclass
@@ -80,8 +87,9 @@ class Timed:
 
     kind: str
     measures: dict[tuple[str, str], Measure] = field(default_factory=dict)
-    batch: int | None = None
+    batch: float | None = None  # an int, or a run's mean samples per step
     device: str | None = None
+    threads: int | None = None  # the torch threads it ran with, where its settings say
     notes: list[str] = field(default_factory=list)
 
     def add(self, m: Measure) -> None:
@@ -103,12 +111,22 @@ def timed(result: Any) -> Timed:
             if c.status == "ok" and c.latency:
                 out.add(of_stats(cell_name(c), "cell", c.latency))
     elif kind == "scaling":
+        out.device = result.device
+        out.batch, out.threads = (_same(getattr(p, f) for p in result.points)
+                                  for f in ("batch_per_rank", "threads_per_rank"))
         for p in result.points:
             out.add(Measure(f"world {p.world_size}", "point", p.step_s, p.step_p10_s,
                             p.step_p90_s, list(p.step_samples_s or []) or None, None, p.steps))
     else:
         raise UserError(f"diff reads {', '.join(KINDS)} results, not {kind}")
     return out
+
+
+def _same(values: Any) -> Any:
+    """The one value every point has (a scaling result's batch or threads per rank), else
+    None."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
 
 
 def cell_name(c: Any) -> str:
@@ -152,14 +170,22 @@ def _loop(r: Any, out: Timed) -> None:
 
 
 def _train(r: Any, out: Timed) -> None:
-    out.batch = (r.config or {}).get("batch_size")
+    out.batch = (r.config or {}).get("batch_size") or samples_per_step(r.breakdown)
     out.device = (r.config or {}).get("device")
+    out.threads = (r.config or {}).get("threads")
     if r.step_seconds:
         out.add(of_samples("end_to_end", "end_to_end", r.step_seconds))
+        out.notes += [n for n in [warmup_note(r.step_seconds, r.config or {})] if n]
     b = r.breakdown
     _per_step_phases(out, r.step_phases, b["seconds"], b["steps"])
     steps = len(r.step_seconds) or b["steps"]
     for layer in r.layers or []:
+        samples = layer.get("forward_samples_s")
+        if samples:  # each step's seconds (older results: only their mean per step)
+            m = of_samples(layer["name"], "layer", samples)
+            m.type = layer["type"]
+            out.add(m)
+            continue
         per_step = layer.get("forward_s_per_step")
         if per_step is None and steps:
             per_step = layer["forward_s"] / steps
@@ -170,6 +196,32 @@ def _train(r: Any, out: Timed) -> None:
     if r.ranks:
         out.notes.append("distributed run: the end-to-end row and the phases are rank 0's "
                          "steps; each rank's median step is a row of its own")
+
+
+def warmup_note(steps: Sequence[float], config: Mapping[str, Any]) -> str | None:
+    """A note when a run left no warm-up steps out and its first quarter of steps (the first
+    of the drift rule's blocks) took ``WARMUP_SLOWER`` times the rest's median or more: the
+    drift rule takes that warm-up for wander of the run's level, which widens the noise every
+    step and phase is judged against."""
+    k = len(steps) // DRIFT_BLOCKS
+    if config.get("warmup_steps") or len(steps) < 2 * DRIFT_BLOCKS:
+        return None
+    first, rest = statistics.median(steps[:k]), statistics.median(steps[k:])
+    if rest <= 0 or first < WARMUP_SLOWER * rest:
+        return None
+    return (f"a result's first {k} of {len(steps)} steps took {first / rest - 1:.0%} longer "
+            f"than the rest: its warm-up was measured (no --warmup-steps), and the drift it "
+            f"makes widens what is within the noise; run with --warmup-steps {k}")
+
+
+def samples_per_step(breakdown: Mapping[str, Any] | None) -> float | None:
+    """A run's batch size where its config names none (``layerscope run``: the script's own
+    loader): the samples over the measured steps per step, a mean (a last partial batch of an
+    epoch makes it a little smaller than the loader's batch size); None without samples."""
+    steps, samples = (breakdown or {}).get("steps"), (breakdown or {}).get("samples")
+    if not steps or not samples:
+        return None
+    return round(samples / steps, 1)
 
 
 def spread(m: Measure | None) -> float | None:

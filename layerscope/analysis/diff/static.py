@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.analysis.compare import LABELS, ROW_METRICS, UNEXPLAINED, compare
-from layerscope.core.units import shape_str
+from layerscope.core.units import shape_str, si
 
 # the figures named in an explanation, in this order (compare's row metrics)
 NAMED = ("macs", "params", "activation_bytes")
@@ -47,7 +47,8 @@ def shape_change(base_shapes: Any, new_shapes: Any, what: str = "its input") -> 
 
 
 def _pct(a: int, b: int) -> str:
-    return f"{(b - a) / a:+.0%}" if a else f"{b - a:+,}"
+    """+14%, or "from 0 to 6.29G" for a figure that was 0 (no percentage of nothing)."""
+    return f"{(b - a) / a:+.0%}" if a else f"from 0 to {si(b)}"
 
 
 def figures(base: dict[str, int], diff: dict[str, int]) -> str:
@@ -73,6 +74,10 @@ def explain(base: Any, new: Any) -> Static:
         if grew:
             out.grew[name] = grew
             parts.append(grew)
+        else:  # the same input: a wider or narrower layer shows in what it makes
+            wider = shape_change(old.output_shapes, row.output_shapes, "its output")
+            if wider:
+                parts.append(wider)
         diff = {m: getattr(row, m) - getattr(old, m) for m in ROW_METRICS
                 if getattr(row, m) != getattr(old, m)}
         if diff:

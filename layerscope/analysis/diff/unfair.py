@@ -9,12 +9,25 @@ from layerscope.analysis.diff.measures import Timed
 
 # 1-minute load averages further apart than this: the machine was busier on one side
 LOAD_APART = 1.0
+# a run's batch size is its mean samples per step (an epoch's last partial batch lowers it):
+# two such means count as different batch sizes when further apart than this share
+BATCH_APART = 0.05
 
 
 def _load(result: Any) -> tuple[float | None, bool | None, int | None]:
     noise = getattr(result, "noise", None) or {}
     load = noise.get("loadavg")
     return (load[0] if load else None), noise.get("oversubscribed"), noise.get("threads")
+
+
+def batch_differs(a: float | None, b: float | None) -> bool:
+    """Two batch sizes differ: exactly for whole numbers, beyond ``BATCH_APART`` for a run's
+    mean samples per step."""
+    if a is None or b is None:
+        return False
+    if isinstance(a, int) and isinstance(b, int):
+        return a != b
+    return abs(a - b) > BATCH_APART * max(a, b)
 
 
 def unfair(base: Any, new: Any, tb: Timed, tn: Timed) -> list[str]:
@@ -32,9 +45,11 @@ def unfair(base: Any, new: Any, tb: Timed, tn: Timed) -> list[str]:
     differ("torch", ea.get("torch"), eb.get("torch"))
     la, oa, ta = _load(base)
     lb, ob, tnb = _load(new)
-    differ("torch threads", ta or ea.get("torch_threads"), tnb or eb.get("torch_threads"))
+    differ("torch threads", ta or tb.threads or ea.get("torch_threads"),
+           tnb or tn.threads or eb.get("torch_threads"))
     differ("device", tb.device, tn.device)
-    differ("batch size", tb.batch, tn.batch)
+    if batch_differs(tb.batch, tn.batch):
+        out.append(f"batch size: {tb.batch:g} vs {tn.batch:g}")
     if la is not None and lb is not None and (abs(la - lb) > LOAD_APART or oa != ob):
         busy = " (oversubscribed on one side)" if oa != ob and None not in (oa, ob) else ""
         out.append(f"1-minute load average: {la:g} vs {lb:g}{busy}")

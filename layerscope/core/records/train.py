@@ -68,6 +68,9 @@ class LayerSeconds(DictRecord):
     calls: int
     forward_s: float
     forward_s_per_step: float | None = field(default=None, metadata=omit_none(optional=True))
+    forward_samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        optional=True, description="its forward seconds in each measured step (at most 100, "
+                                   "evenly spaced over the steps), for layerscope diff"))
     own_s: float | None = field(default=None, metadata=omit_none(optional=True))
     backward_s: float | None = field(default=None, metadata=omit_none(optional=True))
 
