@@ -120,12 +120,16 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                   for t in [drift_tolerance(b, n)] if t is not None]
     floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
     moves = typical_moves(judged, changed)
+    # the same family on the rows' own changes (before the shift): a shift may clear a row
+    # that moved with the whole run, never make one beyond the noise that is not by itself
+    raw_ps = {k: rank_p(*sides[k]) if shifts.get(k[0]) else p for k, p in ps.items()}
+    raw_adjusted = dict(zip(family, holm_adjusted([raw_ps[k] or 1.0 for k in family])))
     for key in keys:
         rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],
                          ps.get(key), adjusted.get(key),
                          None if key[0] == "end_to_end" else floor, shifts.get(key[0]),
-                         moves.get(key[0])))
+                         moves.get(key[0]), (raw_ps.get(key), raw_adjusted.get(key))))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -222,7 +226,8 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          e2e_spread: float | None, st: Static | None, min_effect: float,
          base_medians: list[float], p: float | None = None,
          p_adjusted: float | None = None, drift_floor: float | None = None,
-         shift: float | None = None, move: float | None = None) -> DiffRow:
+         shift: float | None = None, move: float | None = None,
+         raw_p: tuple[float | None, float | None] = (None, None)) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -236,10 +241,12 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
     v = judge(base, rescaled(new, shift), e2e_spread, min_effect,
               base_medians=base_medians, p=p,
               p_adjusted=p_adjusted, drift_floor=drift_floor, typical_move=move)
-    raw = change(base.median, new.median)
-    if v.verdict in ("slower", "faster") and (raw is None or (raw > 0) != (v.verdict == "slower")):
-        # slower than the whole run's shift but faster than before, or the other way round:
-        # the row itself did not move the way the verdict says
+    if shift and v.verdict in ("slower", "faster") and judge(
+            base, new, e2e_spread, min_effect, base_medians=base_medians, p=raw_p[0],
+            p_adjusted=raw_p[1], drift_floor=drift_floor).verdict != v.verdict:
+        # beyond the whole run's shift but not by its own change (a row that stayed while the
+        # run got 10% faster, or got 20% slower while the run got 50% slower): it did not
+        # move the way the verdict would say
         v = Verdict("within-noise", v.basis, v.p_value)
     explanation = ""
     static = None

@@ -37,8 +37,10 @@ Rules (decisions, stated for users in docs/diff.md):
   much as 2x on a busy machine while no layer's level moved. Figures without samples in run
   order (or fewer than two a block) have no drift estimate of their own;
 - the whole run's shift (applied by the caller, join.common_shifts): a layer, layer type or
-  phase is judged on its change beyond the median change of its level's rows, the new side's
-  samples divided by that factor before this verdict; the end-to-end row never is;
+  phase is judged on its change beyond the median change of its level's rows whose work did
+  not change, the new side's samples divided by that factor before this verdict; the
+  end-to-end row never is. The shift only clears: a row must also be beyond the noise by its
+  own change, judged the same way without the shift, and in the same direction;
 - the rows' typical move (measured by the caller, join.typical_moves): besides the whole run's
   shift, each row moves between two processes by an amount of its own -- a layer of a few
   microseconds that is mostly Python calls by 20-40%, a convolution by a few percent -- and
