@@ -2,9 +2,9 @@
 it still flags a real change: repeated pairs of real profiles on this machine.
 
 Run:  .venv/bin/python benchmarks/diff_noise.py [--pairs 10] [--resnet-pairs 3]
-          [--positive 3] [--runs 20] [--busy] [--keep DIR] [--evaluate DIR]
+          [--positive 3] [--runs 20] [--threads 1] [--busy] [--keep DIR] [--evaluate DIR]
 
-- null pairs: ``layerscope profile MODEL --runs N --threads 1`` twice, back to back, each in its
+- null pairs: ``layerscope profile MODEL --runs N --threads T`` twice, back to back, each in its
   own process (``--pairs`` of mnist-cnn, ``--resnet-pairs`` of resnet20); a pair passes when
   the end-to-end row and every row of the diff (layer types, layers) are within the noise;
 - positive pairs: a small CNN whose conv2 gets an input twice as wide in the new profile (a
@@ -26,10 +26,12 @@ each pair. ``--keep DIR`` keeps the profiles; ``--evaluate DIR`` judges profiles
 instead of taking new ones.
 
 Writes benchmarks/results/diff_noise.json and prints the fractions and the load averages.
-Kept results (each pair's 1-minute load average in it): diff_noise.json (load 1.3-1.8),
-diff_noise_load3.json (load 2.8-3.7), diff_noise_busy.json and diff_noise_busy2.json (with
-``--busy``; in the first the other programs on the machine left the profiles' runs bimodal,
-1.4 or 5.5 ms a forward pass) -- each judged by ``--evaluate`` on the profiles kept.
+Kept results (benchmarks/results/diff_noise_*.json, each pair's 1-minute load average in it),
+each judged by ``--evaluate`` on the profiles kept, with the rules of this commit: quiet1 and
+quiet2 (nothing else of ours running, load 1.1-2.2), busy1 and busy2 (``--busy``, load
+1.1-3.8), helpers (two other sessions' tests running, load 2.1-2.8), busy_helpers (both, load
+2.5-5.3) and busy_threads2 (``--busy --threads 0``: torch's 2 threads on the 2 cores, with
+the other sessions, load 3.8-5.9).
 """
 from __future__ import annotations
 
@@ -173,12 +175,14 @@ def main(argv=None) -> None:
                 busy.wait()
         busy_note = bool(args.busy)
     judged = [judge_pair(p) for p in pairs]
+    with open(pairs[0]["files"][0]) as f:  # as the profiles ran (--evaluate: as kept)
+        threads = json.load(f)["settings"]["threads"]
     if args.evaluate:  # the loads that count are each pair's, taken when it was profiled
         report_load = {"load_average_at_evaluation": load_before}
     else:
         report_load = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
     report = {"rule_after": RULE, "rule_before": "rank test p < 0.05 per row, |change| >= 3%",
-              "runs": args.runs, "threads": args.threads or "torch's default", "busy_loop": busy_note, "alpha": ALPHA,
+              "runs": args.runs, "threads": threads, "busy_loop": busy_note, "alpha": ALPHA,
               "min_effect": MIN_EFFECT, **report_load, "pairs": judged, "fractions": {}}
     for model in dict.fromkeys(j["model"] for j in judged if j["case"] == "null"):
         mine = [j for j in judged if j["case"] == "null" and j["model"] == model]
