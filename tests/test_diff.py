@@ -888,3 +888,17 @@ def test_a_row_that_stayed_while_the_run_moved_is_not_slower():
     assert l3.change == pytest.approx(0.02)
     assert l3.verdict == "within-noise"
     assert [r.name for r in d.rows if r.beyond_noise] == []
+
+
+def test_a_level_timed_on_one_side_only_is_left_out_with_a_note():
+    """The new result timed no layers (``run`` without ``--layers`` against a run with it):
+    its layers and layer types are not "removed", they were not timed; each level says so
+    once, and the end to end is still compared."""
+    base, new = profile_report(), profile_report()
+    new.layers, new.by_type = [], []
+    d = diff_results([base, new])
+    assert [r for r in d.rows if r.level in ("layer", "type")] == []
+    assert "layer types timed in the base result only: not compared (time both alike to " \
+        "compare them)" in d.notes
+    assert any(n.startswith("layers timed in the base result only") for n in d.notes)
+    assert d.end_to_end is not None

@@ -106,6 +106,7 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     rows: list[DiffRow] = []
     keys = list(tn.measures) + [k for t in tbs for k in t.measures if k not in tn.measures]
     keys = sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0]))
+    keys, one_sided = _both_sides_timed(keys, tbs, tn)
     sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
     changed = set() if st is None else ({("layer", n) for n in st.rows}
                                         | {("type", t) for t in st.types})
@@ -142,12 +143,33 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
         unfair_lines += [u for u in unfair(base, new, timed(base), tn) if u not in unfair_lines]
     files = [DiffFile(n, kind, _model(r), "base") for n, r in zip(names[:-1], bases)]
     files.append(DiffFile(names[-1], kind, _model(new), "new"))
-    notes = list(dict.fromkeys(n for t in tbs + [tn] for n in t.notes))
+    notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided]))
     report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
                         rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
                         notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
     report.summary = summary(report, st)
     return report
+
+
+LEVEL_WORDS = {"phase": "phases", "rank": "ranks", "type": "layer types", "layer": "layers",
+               "cell": "sweep cells", "point": "scaling points"}
+
+
+def _both_sides_timed(keys: list[tuple[str, str]], tbs: list[Timed], tn: Timed
+                      ) -> tuple[list[tuple[str, str]], list[str]]:
+    """Leave out a level that only one side timed at all (``run --layers`` against a run
+    without it): its rows would all read "added" or "removed" when nothing was added or
+    removed. Returns the keys kept and a note per level left out."""
+    def levels(t: Timed) -> set[str]:
+        return {level for level, _ in t.measures}
+
+    base_levels = set().union(*(levels(t) for t in tbs))
+    new_levels = levels(tn)
+    gone = (base_levels ^ new_levels) - {"end_to_end"}
+    notes = [f"{LEVEL_WORDS.get(level, level)} timed in the "
+             f"{'base' if level in base_levels else 'new'} result only: not compared (time "
+             f"both alike to compare them)" for level in sorted(gone, key=LEVEL_ORDER.index)]
+    return [k for k in keys if k[0] not in gone], notes
 
 
 def _model(r: Any) -> str | None:
