@@ -902,3 +902,21 @@ def test_a_level_timed_on_one_side_only_is_left_out_with_a_note():
         "compare them)" in d.notes
     assert any(n.startswith("layers timed in the base result only") for n in d.notes)
     assert d.end_to_end is not None
+
+
+def test_phases_that_grew_together_are_not_taken_for_the_whole_runs_shift():
+    """A train result knows no static work per phase: forward, backward and optimizer all 1.3x
+    (a wider layer), data and other unchanged. Their median (1.3) is no shift of the whole run:
+    with fewer than MIN_BLIND_ROWS phases none is taken, and the three are slower."""
+    from layerscope.analysis.diff.join import MIN_BLIND_ROWS
+
+    assert MIN_BLIND_ROWS == 8
+    phases = ("data", "forward", "backward", "optimizer", "other")
+    base, new = train_report(), train_report()
+    for r, scale in ((base, 1.0), (new, 1.3)):
+        steps = [{p: 0.005 * (scale if p in ("forward", "backward", "optimizer") else 1.0)
+                  * (1 + 0.001 * i) for p in phases} for i in range(20)]
+        r.step_phases = {p: [s[p] for s in steps] for p in phases}
+        r.step_seconds = [sum(s.values()) for s in steps]
+    d = diff_results([base, new])
+    assert {r.name for r in d.rows if r.beyond_noise} == {"forward", "backward", "optimizer"}

@@ -42,6 +42,10 @@ SHARED_LEVELS = ("layer", "type", "phase")
 # unchanged rows a level needs for their median change to be the common shift, and for their
 # typical move to be measured (fewer: a few rows that changed would move the median)
 MIN_LEVEL_ROWS = 5
+# the same where the diff cannot tell which rows' work changed (train, run and loop results
+# have no static side): with 5 phases of which 3 grew, their median would be taken for the
+# whole run's shift and hide the growth
+MIN_BLIND_ROWS = 8
 MAD_SIGMA = 1.4826  # median absolute deviation x this = standard deviation, for normal noise
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
@@ -110,7 +114,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
     changed = set() if st is None else ({("layer", n) for n in st.rows}
                                         | {("type", t) for t in st.types})
-    shifts = common_shifts(sides, changed)
+    min_rows = MIN_LEVEL_ROWS if st is not None else MIN_BLIND_ROWS
+    shifts = common_shifts(sides, changed, min_rows)
     # each row judged on its change beyond its level's common shift (new's samples rescaled)
     judged = {k: (b, rescaled(n, shifts.get(k[0])) if n is not None else None)
               for k, (b, n) in sides.items()}
@@ -120,7 +125,7 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     tolerances = [t for k, (b, n) in judged.items() if k[0] != "end_to_end" and b and n
                   for t in [drift_tolerance(b, n)] if t is not None]
     floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
-    moves = typical_moves(judged, changed)
+    moves = typical_moves(judged, changed, min_rows)
     # the same family on the rows' own changes (before the shift): a shift may clear a row
     # that moved with the whole run, never make one beyond the noise that is not by itself
     raw_ps = {k: rank_p(*sides[k]) if shifts.get(k[0]) else p for k, p in ps.items()}
@@ -182,9 +187,10 @@ def _pool(tbs: list[Timed], key: tuple[str, str]) -> Measure | None:
 
 
 def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
-                  changed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
+                  changed: Collection[tuple[str, str]] = (),
+                  min_rows: int = MIN_LEVEL_ROWS) -> dict[str, float]:
     """Per level whose rows share their process's level (layers, layer types, phases), with at
-    least ``MIN_LEVEL_ROWS`` rows timed on both sides whose work did not change: the median over
+    least ``min_rows`` rows timed on both sides whose work did not change: the median over
     those rows of ln(new median / base median), the shift of the whole run. A second process is
     often a few percent (on a busy machine, up to 20%) faster or slower in every layer at once
     (the CPU's clock, the load), while each run is steady in itself, so neither the rank test
@@ -200,7 +206,7 @@ def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | N
                 and (level, name) not in changed and b.median > 0 and n.median > 0:
             logs[level].append(math.log(n.median / b.median))
     out = {level: statistics.median(xs) for level, xs in logs.items()
-           if len(xs) >= MIN_LEVEL_ROWS}
+           if len(xs) >= min_rows}
     return _types_take_the_layers(out, logs)
 
 
@@ -214,12 +220,13 @@ def _types_take_the_layers(out: dict[str, float], rows: dict[str, list[float]]
 
 
 def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
-                  changed: Collection[tuple[str, str]] = ()) -> dict[str, float]:
+                  changed: Collection[tuple[str, str]] = (),
+                  min_rows: int = MIN_LEVEL_ROWS) -> dict[str, float]:
     """Per level whose rows share their process's state (layers, layer types, phases): how far,
     in seconds, a row whose work did not change typically moves between the two results beyond
     the level's common shift (``judged``: the new sides already rescaled by it), as a standard
     deviation: ``MAD_SIGMA`` x the median over those rows of |new median - base median|, with
-    at least ``MIN_LEVEL_ROWS`` of them. A shared machine is slower or faster for seconds at a
+    at least ``min_rows`` of them. A shared machine is slower or faster for seconds at a
     time, and not by the same factor in every layer: a layer of a few microseconds that is
     mostly Python calls moves by 20-40% from one process to the next while a convolution
     moves by a few percent, each steady within its own run, so neither the rank test nor the
@@ -231,7 +238,7 @@ def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | 
             deltas[level].append(abs(n.median - b.median))
     return _types_take_the_layers({level: MAD_SIGMA * statistics.median(xs)
                                    for level, xs in deltas.items()
-                                   if len(xs) >= MIN_LEVEL_ROWS}, deltas)
+                                   if len(xs) >= min_rows}, deltas)
 
 
 def rescaled(m: Measure, shift: float | None) -> Measure:
