@@ -920,3 +920,15 @@ def test_phases_that_grew_together_are_not_taken_for_the_whole_runs_shift():
         r.step_seconds = [sum(s.values()) for s in steps]
     d = diff_results([base, new])
     assert {r.name for r in d.rows if r.beyond_noise} == {"forward", "backward", "optimizer"}
+
+
+def test_each_results_noise_warning_is_a_note():
+    """A profile measured on an oversubscribed machine carries its noise warning; the diff
+    names it, by file, so "within the noise" on a large change says why."""
+    base, new = profile_report(), profile_report()
+    warning = "Noisy measurement (p90/p10 = 70.68; 2 thread(s) + load 4.5 on 2 CPUs): ..."
+    new.noise = load_result(profile_report().to_dict() | {
+        "noise": {**profile_report().to_dict()["noise"], "warnings": [warning, "second"]}}).noise
+    d = diff_results([base, new], names=["a.json", "b.json"])
+    assert f"b.json: {warning}" in d.notes
+    assert not any(n.startswith("a.json:") or n.endswith("second") for n in d.notes)

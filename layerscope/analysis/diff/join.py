@@ -148,7 +148,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
         unfair_lines += [u for u in unfair(base, new, timed(base), tn) if u not in unfair_lines]
     files = [DiffFile(n, kind, _model(r), "base") for n, r in zip(names[:-1], bases)]
     files.append(DiffFile(names[-1], kind, _model(new), "new"))
-    notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided]))
+    notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided,
+                                *noise_notes(results, names)]))
     report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
                         rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
                         notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
@@ -175,6 +176,20 @@ def _both_sides_timed(keys: list[tuple[str, str]], tbs: list[Timed], tn: Timed
              f"{'base' if level in base_levels else 'new'} result only: not compared (time "
              f"both alike to compare them)" for level in sorted(gone, key=LEVEL_ORDER.index)]
     return [k for k in keys if k[0] not in gone], notes
+
+
+def noise_notes(results: Sequence[Any], names: Sequence[str]) -> list[str]:
+    """Each result's own first noise warning (its ``noise`` section: a noisy or oversubscribed
+    machine, runs far apart), named by its file: a verdict of "within the noise" on a change of
+    +500% says why only with it."""
+    out = []
+    for name, r in zip(names, results):
+        noise = getattr(r, "noise", None)
+        warnings = noise.get("warnings") if isinstance(noise, dict) \
+            else getattr(noise, "warnings", None)
+        if warnings:
+            out.append(f"{name}: {warnings[0]}")
+    return out
 
 
 def _model(r: Any) -> str | None:
