@@ -184,9 +184,7 @@ def noise_notes(results: Sequence[Any], names: Sequence[str]) -> list[str]:
     +500% says why only with it."""
     out = []
     for name, r in zip(names, results):
-        noise = getattr(r, "noise", None)
-        warnings = noise.get("warnings") if isinstance(noise, dict) \
-            else getattr(noise, "warnings", None)
+        warnings = (getattr(r, "noise", None) or {}).get("warnings")  # a dict or a Noise
         if warnings:
             out.append(f"{name}: {warnings[0]}")
     return out
