@@ -932,3 +932,20 @@ def test_each_results_noise_warning_is_a_note():
     d = diff_results([base, new], names=["a.json", "b.json"])
     assert f"b.json: {warning}" in d.notes
     assert not any(n.startswith("a.json:") or n.endswith("second") for n in d.notes)
+
+
+def test_different_models_are_named_in_a_note(tmp_path):
+    """mnist-cnn (7 rows) against resnet20 (61 rows) share 2 layer paths, `(root)` and `conv1`,
+    of 66: a note says so; a second result of the same model gets none."""
+    paths = {}
+    for model in ("mnist-cnn", "resnet20"):
+        paths[model] = tmp_path / f"{model}.json"
+        code, _, err = run_cli("analyze", model, "--format", "json", "-o", str(paths[model]))
+        assert code == 0, err
+    d = diff_results([load_result(json.loads(paths[m].read_text()))
+                      for m in ("mnist-cnn", "resnet20")])
+    notes = [n for n in d.notes if n.startswith("different models:")]
+    assert notes == ["different models: mnist-cnn against resnet20 share 2 of 66 layer paths, "
+                     "so the rows compare little alike (diff runs of one model)"]
+    same = diff_results([load_result(json.loads(paths["mnist-cnn"].read_text()))] * 2)
+    assert not any(n.startswith("different models:") for n in same.notes)

@@ -149,7 +149,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     files = [DiffFile(n, kind, _model(r), "base") for n, r in zip(names[:-1], bases)]
     files.append(DiffFile(names[-1], kind, _model(new), "new"))
     notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided,
-                                *noise_notes(results, names)]))
+                                *noise_notes(results, names),
+                                *different_models(bases[-1], new)]))
     report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
                         rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
                         notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
@@ -188,6 +189,24 @@ def noise_notes(results: Sequence[Any], names: Sequence[str]) -> list[str]:
         if warnings:
             out.append(f"{name}: {warnings[0]}")
     return out
+
+
+def different_models(base: Any, new: Any) -> list[str]:
+    """A note when the two results are of different models that share few layer paths (under
+    a quarter): their rows compare nothing alike. Two versions of one model (a wider layer, a
+    script renamed) share most paths and get none."""
+    def names(r: Any) -> set[str]:  # a report's LayerRows, a run's layer dicts
+        return {x["name"] if isinstance(x, dict) else x.name
+                for x in getattr(r, "layers", None) or []}
+
+    a, b = _model(base), _model(new)
+    names_a, names_b = names(base), names(new)
+    union = names_a | names_b
+    if a == b or not union or 4 * len(names_a & names_b) >= len(union):
+        return []
+    return [f"different models: {a} against {b} share {len(names_a & names_b)} of "
+            f"{len(union)} layer paths, so the rows compare little alike (diff runs of one "
+            f"model)"]
 
 
 def _model(r: Any) -> str | None:
