@@ -949,3 +949,25 @@ def test_different_models_are_named_in_a_note(tmp_path):
                      "so the rows compare little alike (diff runs of one model)"]
     same = diff_results([load_result(json.loads(paths["mnist-cnn"].read_text()))] * 2)
     assert not any(n.startswith("different models:") for n in same.notes)
+
+
+def test_profile_backward_is_a_phase(tmp_path):
+    """profile --backward keeps the backward pass's runs; diff has a forward and a backward
+    phase row. The backward runs made slower by 3 (max / min)^2 of their own (every new run
+    above every base run, beyond any drift: see test_real_profile_one_layer_slower): the
+    backward phase is slower, the forward phase and the end to end are within the noise."""
+    path = tmp_path / "p.json"
+    code, _, err = run_cli("profile", "mnist-cnn", "--backward", "--runs", "8", "--warmup", "1",
+                           "--threads", "1", "--no-roofline", "-o", str(path))
+    assert code == 0, err
+    base = json.loads(path.read_text())
+    assert len(base["backward"]["end_to_end"]["samples_s"]) == 8
+    new = copy.deepcopy(base)
+    t = new["backward"]["end_to_end"]
+    factor = 3 * (max(t["samples_s"]) / min(t["samples_s"])) ** 2
+    t.update(TimingStats.of([x * factor for x in t["samples_s"]], keep=True).to_dict())
+    d = diff_results([load_result(base), load_result(new)])
+    phases = {r.name: r for r in d.rows if r.level == "phase"}
+    assert set(phases) == {"forward", "backward"}
+    assert phases["backward"].verdict == "slower" and phases["forward"].verdict == "within-noise"
+    assert d.end_to_end.verdict == "within-noise"

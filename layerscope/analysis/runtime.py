@@ -435,7 +435,7 @@ def _measure_backward(report, module, xs, device, warmup, plan, clock, progress,
         done += 1
         if progress:
             progress(done, plan.total(done))
-    e2e = TimingStats.of(bare)
+    e2e = TimingStats.of(bare, keep=True)  # kept: diff judges the backward pass on them
     inst = TimingStats.of(instrumented)
     kids = tree.children_map([n for n, _ in module.named_modules()])
     samples = _row_samples(report, per_run, kids)

@@ -141,6 +141,11 @@ def _report(r: Any, out: Timed) -> None:
     if r.kind != "profile" or r.end_to_end is None:
         return
     out.add(of_stats("end_to_end", "end_to_end", r.end_to_end))
+    backward = getattr(r, "backward", None)
+    if backward is not None and backward["end_to_end"] is not None:
+        # profile --backward: the forward pass (the end to end) and the backward pass, phases
+        out.add(of_stats("forward", "phase", r.end_to_end))
+        out.add(of_stats("backward", "phase", backward["end_to_end"]))
     for t in r.by_type or []:  # records, or the dicts an in-memory report may hold
         out.add(of_stats(t["type"], "type", t["time"]))
     for row in r.layers:
