@@ -30,8 +30,9 @@ Kept results (benchmarks/results/diff_noise_*.json, each pair's 1-minute load av
 each judged by ``--evaluate`` on the profiles kept, with the rules of this commit: quiet1 and
 quiet2 (nothing else of ours running, load 1.1-2.2), busy1 and busy2 (``--busy``, load
 1.1-3.8), helpers (two other sessions' tests running, load 2.1-2.8), busy_helpers (both, load
-2.5-5.3) and busy_threads2 (``--busy --threads 0``: torch's 2 threads on the 2 cores, with
-the other sessions, load 3.8-5.9).
+2.5-5.3), busy_threads2 (``--busy --threads 0``: torch's 2 threads on the 2 cores, with
+the other sessions, load 3.8-5.9), runs30_threads2 (``--runs 30 --threads 0``, load 0.9-2.1)
+and runs30_busy (``--runs 30 --busy``, load 1.8-2.2).
 """
 from __future__ import annotations
 
@@ -176,13 +177,14 @@ def main(argv=None) -> None:
         busy_note = bool(args.busy)
     judged = [judge_pair(p) for p in pairs]
     with open(pairs[0]["files"][0]) as f:  # as the profiles ran (--evaluate: as kept)
-        threads = json.load(f)["settings"]["threads"]
+        settings = json.load(f)["settings"]
+    threads, runs = settings["threads"], settings["runs"]
     if args.evaluate:  # the loads that count are each pair's, taken when it was profiled
         report_load = {"load_average_at_evaluation": load_before}
     else:
         report_load = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
     report = {"rule_after": RULE, "rule_before": "rank test p < 0.05 per row, |change| >= 3%",
-              "runs": args.runs, "threads": threads, "busy_loop": busy_note, "alpha": ALPHA,
+              "runs": runs, "threads": threads, "busy_loop": busy_note, "alpha": ALPHA,
               "min_effect": MIN_EFFECT, **report_load, "pairs": judged, "fractions": {}}
     for model in dict.fromkeys(j["model"] for j in judged if j["case"] == "null"):
         mine = [j for j in judged if j["case"] == "null" and j["model"] == model]

@@ -971,3 +971,27 @@ def test_profile_backward_is_a_phase(tmp_path):
     assert set(phases) == {"forward", "backward"}
     assert phases["backward"].verdict == "slower" and phases["forward"].verdict == "within-noise"
     assert d.end_to_end.verdict == "within-noise"
+
+
+def test_a_stage_that_moved_together_is_one_note_not_six_slower_layers():
+    """Two stages of 6 layers each (s1.0..s1.5, s2.0..s2.5, steady runs): all of s1 1.15x in
+    the new process, s2 unchanged. Beyond the level's shift (the median of all 12, halfway)
+    each s1 layer is still 7% slower in every run; judged beyond its own group's move (ln
+    1.15) none is, and one note says the stage moved together by +15.0%."""
+    def staged(scale_s1):
+        r = _wide({}, 1.0)
+        for i, row in enumerate(r.layers[:10]):
+            row.name = f"s{1 + i // 5}.{i % 5}"
+        extra = [copy.deepcopy(r.layers[0]), copy.deepcopy(r.layers[5])]
+        extra[0].name, extra[1].name = "s1.5", "s2.5"
+        r.layers += extra
+        for row in r.layers:
+            f = scale_s1 if row.name.startswith("s1.") else 1.0
+            row.time = TimingStats.of([1e-4 * f * x for x in STEADY], keep=True).to_dict()
+        return r
+
+    d = diff_results([staged(1.0), staged(1.15)])
+    assert [r.name for r in d.rows if r.beyond_noise] == []
+    assert [n for n in d.notes if n.startswith("s1.* moved together by +15.0%")]
+    s10 = next(r for r in d.rows if r.name == "s1.0")
+    assert "as its group: s1.* moved by +15.0%" in s10.explanation

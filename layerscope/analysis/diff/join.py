@@ -116,8 +116,12 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                                         | {("type", t) for t in st.types})
     min_rows = MIN_LEVEL_ROWS if st is not None else MIN_BLIND_ROWS
     shifts = common_shifts(sides, changed, min_rows)
-    # each row judged on its change beyond its level's common shift (new's samples rescaled)
-    judged = {k: (b, rescaled(n, shifts.get(k[0])) if n is not None else None)
+    groups = group_shifts(sides, changed, min_rows)
+    # each row judged on its change beyond its level's common shift, or its group's (a layer
+    # under a top-level module with enough rows of its own): new's samples rescaled
+    row_shift = {k: (groups[group_of(k[1])] if k[0] == "layer" and group_of(k[1]) in groups
+                     else shifts.get(k[0])) for k in sides}
+    judged = {k: (b, rescaled(n, row_shift[k]) if n is not None else None)
               for k, (b, n) in sides.items()}
     ps = {k: rank_p(b, n) for k, (b, n) in judged.items() if b is not None and n is not None}
     family = [k for k, p in ps.items() if p is not None and k[0] != "end_to_end"]
@@ -128,14 +132,16 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     moves = typical_moves(judged, changed, min_rows)
     # the same family on the rows' own changes (before the shift): a shift may clear a row
     # that moved with the whole run, never make one beyond the noise that is not by itself
-    raw_ps = {k: rank_p(*sides[k]) if shifts.get(k[0]) else p for k, p in ps.items()}
+    raw_ps = {k: rank_p(*sides[k]) if row_shift.get(k) else p for k, p in ps.items()}
     raw_adjusted = dict(zip(family, holm_adjusted([raw_ps[k] or 1.0 for k in family])))
     for key in keys:
         rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],
                          ps.get(key), adjusted.get(key),
-                         None if key[0] == "end_to_end" else floor, shifts.get(key[0]),
-                         moves.get(key[0]), (raw_ps.get(key), raw_adjusted.get(key))))
+                         None if key[0] == "end_to_end" else floor, row_shift.get(key),
+                         moves.get(key[0]), (raw_ps.get(key), raw_adjusted.get(key)),
+                         f"{group_of(key[1])}.*" if row_shift.get(key) is not None
+                         and key[0] == "layer" and group_of(key[1]) in groups else None))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -150,7 +156,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     files.append(DiffFile(names[-1], kind, _model(new), "new"))
     notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided,
                                 *noise_notes(results, names),
-                                *different_models(bases[-1], new)]))
+                                *different_models(bases[-1], new),
+                                *group_notes(groups, shifts.get("layer"), min_effect)]))
     report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
                         rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
                         notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
@@ -242,6 +249,41 @@ def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | N
     return _types_take_the_layers(out, logs)
 
 
+def group_of(name: str) -> str:
+    """A layer's group: the top-level module it is under (``layer1`` for ``layer1.2.conv1``,
+    a ResNet stage); "" for a top-level layer."""
+    return name.split(".")[0] if "." in name else ""
+
+
+def group_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
+                 changed: Collection[tuple[str, str]] = (),
+                 min_rows: int = MIN_LEVEL_ROWS) -> dict[str, float]:
+    """Per group of layers (``group_of``) with at least ``min_rows`` rows timed on both sides
+    whose work did not change: the median of their ln(new / base). Under another program's
+    load one stage of a network can run 15-25% slower in one process than in the next while
+    the others stay (a ResNet's first stage, the largest activations, sharing a cache), each
+    steady within its run: its layers are judged beyond their group's shift, and a note says
+    the group moved (``group_notes``), so a change of that stage is still reported, as one."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    for (level, name), (b, n) in sides.items():
+        if level == "layer" and group_of(name) and b is not None and n is not None \
+                and (level, name) not in changed and b.median > 0 and n.median > 0:
+            logs[group_of(name)].append(math.log(n.median / b.median))
+    return {g: statistics.median(xs) for g, xs in logs.items() if len(xs) >= min_rows}
+
+
+def group_notes(groups: dict[str, float], level_shift: float | None,
+                min_effect: float) -> list[str]:
+    """A note for each group that moved together by at least ``min_effect`` more than every
+    layer did."""
+    base = level_shift or 0.0
+    return [f"{g}.* moved together by {math.exp(x) - 1:+.1%} (the median of its layers whose "
+            f"work did not change), every layer by {math.exp(base) - 1:+.1%}: its layers are "
+            f"judged beyond the group's move (a change of that stage, or one process's cache "
+            f"under another program's load)"
+            for g, x in groups.items() if abs(math.exp(x - base) - 1) >= min_effect]
+
+
 def _types_take_the_layers(out: dict[str, float], rows: dict[str, list[float]]
                            ) -> dict[str, float]:
     """A layer type sums layers, so it shares their shift and moves at least as far as one of
@@ -288,7 +330,8 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          base_medians: list[float], p: float | None = None,
          p_adjusted: float | None = None, drift_floor: float | None = None,
          shift: float | None = None, move: float | None = None,
-         raw_p: tuple[float | None, float | None] = (None, None)) -> DiffRow:
+         raw_p: tuple[float | None, float | None] = (None, None),
+         group: str | None = None) -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -319,12 +362,14 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
     elif st is not None and level == "type":
         explanation = st.types.get(name, "")
     moved = math.exp(shift or 0.0) - 1
+    who = f"{group} moved by" if group else f"every {level} moved by"
     if abs(moved) >= min_effect and v.verdict != "within-noise":
-        explanation = "; ".join(x for x in (explanation, f"beyond the {moved:+.1%} every "
-                                            f"{level} moved by (the rows' median)") if x)
+        explanation = "; ".join(x for x in (explanation, f"beyond the {moved:+.1%} {who} "
+                                            f"(the rows' median)") if x)
     elif abs(moved) >= min_effect and abs(change(base.median, new.median) or 0) >= min_effect:
-        explanation = "; ".join(x for x in (explanation, f"as the whole run: every {level} "
-                                            f"moved by {moved:+.1%} (the rows' median)") if x)
+        as_ = "as its group" if group else "as the whole run"
+        explanation = "; ".join(x for x in (explanation, f"{as_}: {who} {moved:+.1%} (the "
+                                            f"rows' median)") if x)
     if v.within_move:
         explanation = "; ".join(x for x in (explanation, f"moved no further than the {level}s "
                                             f"whose work did not change (typically "

@@ -40,7 +40,9 @@ Rules (decisions, stated for users in docs/diff.md):
   phase is judged on its change beyond the median change of its level's rows whose work did
   not change, the new side's samples divided by that factor before this verdict; the
   end-to-end row never is. The shift only clears: a row must also be beyond the noise by its
-  own change, judged the same way without the shift, and in the same direction;
+  own change, judged the same way without the shift, and in the same direction. A layer
+  under a top-level module with enough unchanged layers of its own (a ResNet stage) is judged
+  beyond that group's shift instead (join.group_shifts), with a note that the group moved;
 - the rows' typical move (measured by the caller, join.typical_moves): besides the whole run's
   shift, each row moves between two processes by an amount of its own -- a layer of a few
   microseconds that is mostly Python calls by 20-40%, a convolution by a few percent -- and
