@@ -400,3 +400,7 @@ def test_environment_names_the_threads_the_steps_ran_with():
     r = w.report()
     assert r.environment["torch_threads"] == steps
     assert r.config["threads"] == steps
+    from layerscope.core.environment import environment
+
+    # the process's environment (probed once, cached) is not the report's to change
+    assert environment()["torch_threads"] == before

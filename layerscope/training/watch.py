@@ -1111,7 +1111,7 @@ class Watch:
 
     def _environment(self) -> dict[str, Any]:
         """The environment, its torch threads those the steps ran with (when a step ended)."""
-        env = environment()
+        env = dict(environment())  # a copy: environment() is cached for the process
         if self.step_threads is not None:
             env["torch_threads"] = self.step_threads
         return env
