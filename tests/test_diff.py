@@ -995,3 +995,19 @@ def test_a_stage_that_moved_together_is_one_note_not_six_slower_layers():
     assert [n for n in d.notes if n.startswith("s1.* moved together by +15.0%")]
     s10 = next(r for r in d.rows if r.name == "s1.0")
     assert "as its group: s1.* moved by +15.0%" in s10.explanation
+
+
+@pytest.mark.parametrize("loads, unfair_line", [
+    # a train or run result's environment keeps the load averages read when it started
+    pytest.param(([0.5, 0.4, 0.3], [2.6, 1.0, 0.5]), "1-minute load average: 0.5 vs 2.6",
+                 id="apart"),
+    pytest.param(([0.5, 0.4, 0.3], [1.2, 1.0, 0.5]), None, id="close"),
+    pytest.param((None, [2.6, 1.0, 0.5]), None, id="one-unknown"),
+])
+def test_train_results_name_their_machines_load_apart(loads, unfair_line):
+    base, new = train_report(), train_report()
+    for r, load in zip((base, new), loads):
+        r.environment = {**(r.environment or {}), "loadavg": load}
+    d = diff_results([base, new])
+    lines = [u for u in d.unfair if u.startswith("1-minute load average")]
+    assert lines == ([unfair_line] if unfair_line else [])

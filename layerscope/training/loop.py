@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler
 from layerscope.analysis import train_step
 from layerscope.analysis.memory_track import LimitGuard
 from layerscope.core import values
-from layerscope.core.environment import environment
+from layerscope.core.environment import environment, load_now, with_load
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
 from layerscope.core.phases import per_step
@@ -865,7 +865,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         run.notes.append(NO_CUDA_NOTE)
     nvtx = c.nvtx and available()
     step_timer: Any = _NvtxPhases(timer) if nvtx else timer
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0, load0 = time.process_time(), time.perf_counter(), load_now()
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
@@ -927,7 +927,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
         peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_cuda_bytes=torch.cuda.max_memory_allocated() if run.cuda else None,
-        notes=run.notes, environment=environment(),
+        notes=run.notes, environment=with_load(load0),
         data_loading=probe.result(h2d_s=m.totals.seconds.get("h2d", 0.0), cuda=run.cuda)
         if probe is not None else None,
         kernels=window.result() if window is not None else None, **extra)

@@ -71,7 +71,7 @@ from layerscope.analysis.capture.functions import function_name
 from layerscope.analysis.memory_track import LimitGuard, caught_note, untracked_post_mortem
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
-from layerscope.core.environment import environment
+from layerscope.core.environment import load_now, with_load
 from layerscope.core.errors import UserError
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
@@ -256,6 +256,7 @@ class Watch:
         # list appends, and steps found to be parts of one step are merged afterwards
         self._seconds: list[float] = []
         self._phases: list[dict[str, float]] = []
+        self.load_at_start: tuple[float, float, float] | None = None  # set by start()
         self._samples_of: list[int] = []
         self._tokens_of: list[int] = []
         # training batches fetched and not yet taken by a forward, (samples, tokens) each: a
@@ -387,6 +388,7 @@ class Watch:
                                "stop it first (layerscope.training.watch.active())")
         _ACTIVE.append(self)
         self._reset()
+        self.load_at_start = load_now()
         self._running = True
         self._cuda_here = torch.cuda.is_available()  # once: it asks the driver
         try:
@@ -1111,7 +1113,7 @@ class Watch:
 
     def _environment(self) -> dict[str, Any]:
         """The environment, its torch threads those the steps ran with (when a step ended)."""
-        env = dict(environment())  # a copy: environment() is cached for the process
+        env = with_load(self.load_at_start)  # a copy: environment() is cached
         if self.step_threads is not None:
             env["torch_threads"] = self.step_threads
         return env

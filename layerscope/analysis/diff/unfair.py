@@ -16,7 +16,8 @@ BATCH_APART = 0.05
 
 def _load(result: Any) -> tuple[float | None, bool | None, int | None]:
     noise = getattr(result, "noise", None) or {}
-    load = noise.get("loadavg")
+    # a profile's noise section; a train or run result's environment (read when it started)
+    load = noise.get("loadavg") or (getattr(result, "environment", None) or {}).get("loadavg")
     return (load[0] if load else None), noise.get("oversubscribed"), noise.get("threads")
 
 
