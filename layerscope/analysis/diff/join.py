@@ -7,7 +7,7 @@ import os
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from layerscope.analysis.diff.measures import (
@@ -239,14 +239,8 @@ def common_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | N
     of the whole run and cancel the change it should show. Each row is then judged on its
     change beyond that shift, and the end-to-end row (never shifted) carries the whole run's
     change."""
-    logs: dict[str, list[float]] = defaultdict(list)
-    for (level, name), (b, n) in sides.items():
-        if level in SHARED_LEVELS and b is not None and n is not None \
-                and (level, name) not in changed and b.median > 0 and n.median > 0:
-            logs[level].append(math.log(n.median / b.median))
-    out = {level: statistics.median(xs) for level, xs in logs.items()
-           if len(xs) >= min_rows}
-    return _types_take_the_layers(out, logs)
+    return _types_take_the_layers(*_medians_of_unchanged(sides, changed, min_rows, _level,
+                                                         _log_ratio))
 
 
 def group_of(name: str) -> str:
@@ -264,12 +258,9 @@ def group_shifts(sides: dict[tuple[str, str], tuple[Measure | None, Measure | No
     the others stay (a ResNet's first stage, the largest activations, sharing a cache), each
     steady within its run: its layers are judged beyond their group's shift, and a note says
     the group moved (``group_notes``), so a change of that stage is still reported, as one."""
-    logs: dict[str, list[float]] = defaultdict(list)
-    for (level, name), (b, n) in sides.items():
-        if level == "layer" and group_of(name) and b is not None and n is not None \
-                and (level, name) not in changed and b.median > 0 and n.median > 0:
-            logs[group_of(name)].append(math.log(n.median / b.median))
-    return {g: statistics.median(xs) for g, xs in logs.items() if len(xs) >= min_rows}
+    return _medians_of_unchanged(sides, changed, min_rows,
+                                 lambda level, name: group_of(name) if level == "layer" else "",
+                                 _log_ratio)[0]
 
 
 def group_notes(groups: dict[str, float], level_shift: float | None,
@@ -305,14 +296,36 @@ def typical_moves(judged: dict[tuple[str, str], tuple[Measure | None, Measure | 
     mostly Python calls moves by 20-40% from one process to the next while a convolution
     moves by a few percent, each steady within its own run, so neither the rank test nor the
     blocks of one run see it."""
-    deltas: dict[str, list[float]] = defaultdict(list)
-    for (level, name), (b, n) in judged.items():
-        if level in SHARED_LEVELS and b is not None and n is not None \
-                and (level, name) not in changed:
-            deltas[level].append(abs(n.median - b.median))
-    return _types_take_the_layers({level: MAD_SIGMA * statistics.median(xs)
-                                   for level, xs in deltas.items()
-                                   if len(xs) >= min_rows}, deltas)
+    medians, deltas = _medians_of_unchanged(judged, changed, min_rows, _level,
+                                            lambda b, n: abs(n.median - b.median))
+    return _types_take_the_layers({k: MAD_SIGMA * x for k, x in medians.items()}, deltas)
+
+
+def _level(level: str, name: str) -> str:
+    """The key of a row whose level shares its process's state (``SHARED_LEVELS``), else ""."""
+    return level if level in SHARED_LEVELS else ""
+
+
+def _log_ratio(b: Measure, n: Measure) -> float | None:
+    return math.log(n.median / b.median) if b.median > 0 and n.median > 0 else None
+
+
+def _medians_of_unchanged(sides: dict[tuple[str, str], tuple[Measure | None, Measure | None]],
+                          changed: Collection[tuple[str, str]], min_rows: int,
+                          key: Callable[[str, str], str],
+                          figure: Callable[[Measure, Measure], float | None]
+                          ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Per ``key(level, name)`` ("" leaves a row out): the median of ``figure(base, new)``
+    (None leaves it out) over the rows timed on both sides whose work did not change, where
+    at least ``min_rows`` of them have one; and every key's figures."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for (level, name), (b, n) in sides.items():
+        k = key(level, name)
+        if k and b is not None and n is not None and (level, name) not in changed:
+            x = figure(b, n)
+            if x is not None:
+                found[k].append(x)
+    return {k: statistics.median(xs) for k, xs in found.items() if len(xs) >= min_rows}, found
 
 
 def rescaled(m: Measure, shift: float | None) -> Measure:
