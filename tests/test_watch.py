@@ -409,9 +409,7 @@ def test_environment_names_the_threads_the_steps_ran_with():
 def test_the_report_keeps_the_load_when_the_run_started(monkeypatch):
     """run and train results have no noise section: the environment keeps the load averages
     read when the watch started (diff names two runs' loads apart), rounded to 0.01."""
-    import layerscope.training.watch as watch_module
-
-    monkeypatch.setattr(watch_module, "load_now", lambda: (1.234, 0.5, 0.25))
+    monkeypatch.setattr("os.getloadavg", lambda: (1.234, 0.5, 0.25))
     with Watch() as w:
         plain(_net(), _loader(), epochs=1)
     assert w.report().environment["loadavg"] == [1.23, 0.5, 0.25]

@@ -120,19 +120,11 @@ def environment(with_torch: bool = True) -> dict[str, Any]:
 
 def with_load(load: Sequence[float] | None) -> dict[str, Any]:
     """``environment()``, copied, with the load averages read when a run started
-    (``os.getloadavg()``: train and run results, which have no ``noise`` section): ``diff``
-    names two runs whose machines were busy apart."""
+    (``core.noise.read_machine``: train and run results, which have no ``noise`` section):
+    ``diff`` names two runs whose machines were busy apart."""
     env = dict(environment())
-    env["loadavg"] = [round(x, 2) for x in load] if load is not None else None
+    env["loadavg"] = list(load) if load is not None else None
     return env
-
-
-def load_now() -> tuple[float, float, float] | None:
-    """The 1-, 5- and 15-minute load averages, None where the platform has none."""
-    try:
-        return os.getloadavg()
-    except OSError:
-        return None
 
 
 def _without_torch() -> dict[str, Any]:

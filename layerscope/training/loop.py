@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler
 from layerscope.analysis import train_step
 from layerscope.analysis.memory_track import LimitGuard
 from layerscope.core import values
-from layerscope.core.environment import environment, load_now, with_load
+from layerscope.core.environment import environment, with_load
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
+from layerscope.core.noise import read_machine
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport  # its home is core; imported from here too
@@ -865,7 +866,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         run.notes.append(NO_CUDA_NOTE)
     nvtx = c.nvtx and available()
     step_timer: Any = _NvtxPhases(timer) if nvtx else timer
-    cpu0, wall0, load0 = time.process_time(), time.perf_counter(), load_now()
+    cpu0, wall0, load0 = time.process_time(), time.perf_counter(), read_machine().loadavg
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp

@@ -71,8 +71,9 @@ from layerscope.analysis.capture.functions import function_name
 from layerscope.analysis.memory_track import LimitGuard, caught_note, untracked_post_mortem
 from layerscope.analysis.timing import BackwardTimer
 from layerscope.core import tree, values
-from layerscope.core.environment import load_now, with_load
+from layerscope.core.environment import with_load
 from layerscope.core.errors import UserError
+from layerscope.core.noise import read_machine
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
 from layerscope.core.records.train import TrainReport
@@ -388,7 +389,7 @@ class Watch:
                                "stop it first (layerscope.training.watch.active())")
         _ACTIVE.append(self)
         self._reset()
-        self.load_at_start = load_now()
+        self.load_at_start = read_machine().loadavg
         self._running = True
         self._cuda_here = torch.cuda.is_available()  # once: it asks the driver
         try:
