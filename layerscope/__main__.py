@@ -1,5 +1,3 @@
-import sys
+from layerscope.cli.main import entry
 
-from layerscope.cli.main import main
-
-sys.exit(main())
+entry()

@@ -125,6 +125,13 @@ def _one_line_logs(collected: _Warnings):
         logging.Logger.callHandlers = call_handlers
 
 
+def entry() -> None:
+    """The ``layerscope`` program: ``main``, then the process ends as ``cli.ending`` says."""
+    from layerscope.cli.ending import end
+
+    end(main())
+
+
 def _command_of(argv: list[str]) -> str | None:
     """The subcommand named on the command line (its first word that is not an option)."""
     return next((a for a in argv if not a.startswith("-")), None)

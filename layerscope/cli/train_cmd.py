@@ -65,6 +65,9 @@ def _launch(args) -> int:
     try:
         return distributed.launch(args.argv, args.nproc_per_node or 1, args.nnodes,
                                   args.node_rank, args.rdzv_endpoint)
+    except distributed.FailedAfterFinishing as exc:  # the results are complete: exit 0
+        print(f"layerscope: warning: {exc}", file=sys.stderr)
+        return 0
     except distributed.RankFailed as exc:
         print(f"layerscope: error: {exc}", file=sys.stderr)
         return exc.code
@@ -97,6 +100,10 @@ def run(args) -> int:
     env = distributed.detect()
     if env is None and (args.nproc_per_node or args.nnodes > 1):
         return _launch(args)
+    if env is not None:  # a rank: its process ends without finalizing (cli/ending.py says why)
+        from layerscope.cli.ending import without_finalizing
+
+        without_finalizing()
     err = Console(stderr=True, highlight=False)
     table = pick_format(args.format, args.output) == "table" and not args.output
     with warnings.catch_warnings(record=True) as caught:

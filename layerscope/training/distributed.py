@@ -22,10 +22,16 @@ from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 
 # Fault injection for tests and drills: LAYERSCOPE_FAULT=RANK:STEP:KIND makes rank RANK, when it
-# starts its optimizer step STEP (1-based, counted over the whole run), die by SIGKILL (``kill``),
-# raise a RuntimeError (``raise``) or stop answering collectives (``hang``).
+# starts its optimizer step STEP (1-based, counted over the whole run), die by SIGKILL (``kill``)
+# or SIGABRT (``abort``), raise a RuntimeError (``raise``) or stop answering collectives
+# (``hang``). STEP ``end``: once every rank has passed the final barrier (``leave``).
 FAULT_ENV = "LAYERSCOPE_FAULT"
-FAULT_KINDS = ("kill", "raise", "hang")
+FAULT_KINDS = ("kill", "abort", "raise", "hang")
+FAULT_AT_END = "end"
+# The launcher's mark that the training finished on every rank: ``launch`` names a file here, and
+# rank 0 writes the run's report path into it once every rank has reached the final barrier. A
+# rank that dies after that (while its process ends) did so with the results complete.
+FINISHED_ENV = "LAYERSCOPE_RANKS_FINISHED"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,15 @@ def detect(environ: dict[str, str] | None = None) -> DistEnv | None:
                         "RANK, WORLD_SIZE, LOCAL_RANK (or SLURM_PROCID, SLURM_NTASKS) must be "
                         "whole numbers") from exc
     return None
+
+
+def join(env: DistEnv, device: str, timeout_s: float) -> str:
+    """Check what joining needs (a CUDA device when asked for one, a timeout in range), then
+    join the process group; returns this rank's device."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda: no CUDA GPU is available here; use cpu", arguments="device")
+    values.finite_positive_float(timeout_s, "comm_timeout", maximum=values.COMM_TIMEOUT_MAX)
+    return init(env, device, timeout_s)
 
 
 def init(env: DistEnv, device: str, timeout_s: float) -> str:
@@ -98,19 +113,69 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def maybe_fault(rank: int, step: int) -> None:
+def leave(finished: bool, report_path: str | None = None) -> None:
+    """Leave the process group this run formed. After a finished run the ranks leave together:
+    a final barrier (within the group's timeout, --comm-timeout), so no rank ends its process
+    while another still writes or waits for it; then rank 0 marks the run finished for the
+    launcher (FINISHED_ENV) and the group is destroyed. After a failure the group is only
+    destroyed: the other ranks may never reach a barrier."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    rank = dist.get_rank()
+    try:
+        if finished:
+            if dist.get_backend() == "nccl":
+                dist.barrier(device_ids=[torch.cuda.current_device()])
+            else:
+                dist.barrier()
+            if rank == 0:
+                _mark_finished(report_path)
+    finally:
+        dist.destroy_process_group()
+    if finished:
+        maybe_fault(rank, FAULT_AT_END)
+
+
+def _mark_finished(report_path: str | None) -> None:
+    path = os.environ.get(FINISHED_ENV)
+    if not path:  # not started by ``launch`` (the user's own torchrun or srun)
+        return
+    from layerscope.core.io import write_file
+
+    try:
+        write_file(path, json.dumps({"report": report_path}))
+    except (OSError, UserError):  # the launcher then reports a later failure as a failure
+        pass
+
+
+def finished_report(path: str) -> tuple[bool, str | None]:
+    """Whether rank 0 marked the run finished in the launcher's file ``path``, and the report
+    it named."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False, None
+    report = data.get("report") if isinstance(data, dict) else None
+    return True, report if isinstance(report, str) else None
+
+
+def maybe_fault(rank: int, step: int | str) -> None:
     """The LAYERSCOPE_FAULT switch (see FAULT_ENV); does nothing when it is not set."""
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
     try:
         r, s, kind = spec.split(":")
-        if (int(r), int(s)) != (rank, step) or kind not in FAULT_KINDS:
+        if (int(r), s) != (rank, str(step)) or kind not in FAULT_KINDS:
             return
     except ValueError:
         return
-    if kind == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if kind in ("kill", "abort"):
+        os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGABRT)
+        return
     if kind == "raise":
         raise RuntimeError(f"fault injected by {FAULT_ENV}={spec}")
     while True:  # hang: the other ranks wait in their next collective until --comm-timeout
@@ -188,6 +253,29 @@ SIGNAL_CAUSES = {"SIGKILL": "killed by SIGKILL (from outside: kill -9, or the ke
                  "SIGBUS": "crashed (SIGBUS)"}
 
 
+# A rank's error that only says a peer went away: a consequence of another rank's failure.
+PEER_LOST = re.compile(r"connection (reset|closed) by peer|broken pipe|timed out|"
+                       r"communicator was aborted", re.IGNORECASE)
+
+
+def first_cause(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The failed rank to name, out of torchrun's failures by rank: the earliest whose failure
+    is its own (a signal, an error of its own) before any whose error only says that a peer
+    went away, then by time, then by rank. torchrun's own choice (the smallest timestamp, in
+    whole seconds) named rank 0's "Connection reset by peer" for rank 1's SIGKILL when both
+    were seen in the same second."""
+    def key(rank: int) -> tuple[bool, int, int]:
+        failure = failures[rank]
+        message = failure.message
+        if isinstance(message, dict):
+            message = message.get("message", "")
+        lost = failure.exitcode > 0 and bool(PEER_LOST.search(str(message or "")))
+        return lost, failure.timestamp, rank
+
+    rank = min(failures, key=key)
+    return rank, failures[rank]
+
+
 def describe_failure(failure: Any) -> str:
     """One line for torchrun's ProcessFailure: the signal by name, or the rank's own line."""
     if failure.exitcode < 0:
@@ -229,16 +317,32 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     elastic = logging.getLogger("torch.distributed.elastic")
     level = elastic.level
     elastic.setLevel(logging.CRITICAL)  # its failure summary is replaced by our one line
+    import tempfile
+
+    marks = tempfile.mkdtemp(prefix="layerscope-ranks-")
+    mark = os.path.join(marks, "finished.json")
+    previous = os.environ.get(FINISHED_ENV)
+    os.environ[FINISHED_ENV] = mark  # the ranks inherit the launcher's environment
     try:
         torchrun.run(torchrun.parse_args(args + ["-m", "layerscope", *argv]))
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
+        rank, failure = first_cause(exc.failures)
+        finished, report = finished_report(mark)
+        if finished:
+            raise FailedAfterFinishing(rank, describe_failure(failure), report) from None
         raise RankFailed(rank, describe_failure(failure),
                          2 if failure.exitcode == 2 else 1) from None
     except SignalException as exc:  # torchrun stopped the ranks on SIGINT / SIGTERM
         raise Stopped(exc.sigval) from None
     finally:
         elastic.setLevel(level)
+        if previous is None:
+            os.environ.pop(FINISHED_ENV, None)
+        else:
+            os.environ[FINISHED_ENV] = previous
+        import shutil
+
+        shutil.rmtree(marks, ignore_errors=True)
     return 0
 
 
@@ -254,6 +358,18 @@ class Stopped(Exception):
             sigval, f"stopped by signal {int(sigval)}")
         super().__init__(f"{name}: the ranks were stopped")
         self.code = 128 + int(sigval)
+
+
+class FailedAfterFinishing(Exception):
+    """A rank's process failed after every rank had reached the final barrier: the training
+    finished and rank 0 had written its report. The CLI prints ``message`` as a warning and
+    exits 0 (the rule in docs/distributed.md): the run's results are complete."""
+
+    def __init__(self, rank: int, cause: str, report: str | None):
+        where = f"; {report} is complete" if report else ""
+        super().__init__(f"rank {rank} {cause} while its process ended, after every rank had "
+                         f"finished training{where}")
+        self.rank, self.cause, self.report = rank, cause, report
 
 
 class RankFailed(Exception):

@@ -478,17 +478,13 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     guarded = ExitStack()  # --memory-limit's guard, when given
     guard: LimitGuard | None = None
     made: _Run | None = None  # the run, once made (its folder for the post-mortem)
+    finished: str | None = None  # the report's path, once the run finished on this rank
     try:
         notes: list[str] = []
         device = config.device
         if env is not None:
-            if config.device == "cuda" and not torch.cuda.is_available():
-                raise UserError("device cuda: no CUDA GPU is available here; use cpu",
-                                arguments="device")
-            values.finite_positive_float(config.comm_timeout, "comm_timeout",
-                                         maximum=values.COMM_TIMEOUT_MAX)
             joined = not torch.distributed.is_initialized()
-            device = dist_run.init(env, config.device, config.comm_timeout)
+            device = dist_run.join(env, config.device, config.comm_timeout)
         config, notes = not_applied(config, device)
         torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
         if config.memory_limit is not None:  # every tensor from the model's creation on
@@ -513,6 +509,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
             _write_json(os.path.join(run.run_dir, "report.json"), report.to_dict())
         if report.post_mortem is not None:
             raise OutOfMemory(report)
+        finished = os.path.join(run.run_dir, "report.json")
         return report
     except OutOfMemory:
         raise
@@ -528,8 +525,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         guarded.close()
         torch.backends.cudnn.benchmark = old_benchmark
         torch.set_num_threads(old_threads)
-        if joined:
-            dist_run.shutdown()
+        if joined:  # the group this run formed: after a finished run the ranks leave together
+            dist_run.leave(finished is not None, finished)
 
 
 class OutOfMemory(Exception):
