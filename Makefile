@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow test-gpu docs dist venv clean
+.PHONY: demo test test-slow test-stress test-gpu docs dist venv clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ test: $(STAMP)
 # The tests marked slow (sweeps over every torchvision classifier; minutes).
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow tests
+
+# The stress loop: the tests that start processes, 10 rounds in a row beside 2 busy processes,
+# to find what fails only now and then (tests/stress.py; an hour or more on 2 cores). The FSDP
+# example alone: $(PY) tests/stress.py --fsdp 50 --busy 1
+test-stress: $(STAMP)
+	$(PY) tests/stress.py --rounds 10 --busy 2
 
 # The CUDA code paths (tests/gpu, marker cuda) on this machine's GPU; every figure they measure
 # goes to gpu-check.json (LAYERSCOPE_GPU_CHECK). Without a CUDA device: one line, exit 0.

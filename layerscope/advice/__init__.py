@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from layerscope.advice.facts import KINDS, facts_of
@@ -19,7 +20,6 @@ from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
 SWEEP = "layerscope sweep "  # a rule whose command starts so is verified by running it
-BLOCKS = 5  # a script run's steps stand for this many repeats in the noise rule
 
 
 def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
@@ -46,11 +46,14 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
         return report
     d = result.to_dict()
     facts = facts_of(d)
+    facts["loadavg"] = (d.get("environment") or {}).get("loadavg")
+    steps_then = _result_steps(d)
     if d["kind"] in ("profile", "sweep"):
         _verify_sweeps(report, steps, facts)
         return report
     if d["kind"] == "train" and d.get("script") is not None:
-        _verify_runs(report, facts, source, steps=steps, repeats=repeats, progress=progress)
+        _verify_runs(report, facts, source, steps=steps, repeats=repeats, progress=progress,
+                     result_steps=steps_then)
         return report
     if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
             or d.get("script") is not None:
@@ -64,8 +67,18 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
                 repeats=repeats, seed=facts.get("seed", 0),
                 synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
                 threads=config.get("threads"), data_dir=config.get("data_dir"),
-                progress=progress, facts=facts)
+                progress=progress, facts=facts, result_steps=steps_then)
     return report
+
+
+def _result_steps(d: dict[str, Any]) -> list[float] | None:
+    """The step times the result measured (a train or run result's ``step_seconds``; an
+    ablate result's baseline repeats), which the re-run baseline must reproduce."""
+    if d.get("kind") == "ablate":
+        base = next((v for v in d.get("variants") or [] if v.get("variant") == "baseline"), {})
+        steps = [x for rep in base.get("repeats") or [] for x in rep.get("step_seconds") or []]
+        return steps or None
+    return list(d.get("step_seconds") or []) or None
 
 
 def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | None,
@@ -194,60 +207,156 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
 
 
 def _verify(report: AdviceReport, *, recipe: str, device: str, steps: int = DEFAULT_STEPS,
-           repeats: int = 1, seed: int = 0, synthetic: bool = True,
-           batch_size: int | None = None, threads: int | None = None,
-           data_dir: str | None = None,
-           progress: Callable[[int, int], None] | None = None,
-           facts: dict[str, Any] | None = None) -> AdviceReport:
-    """Run the ablations that test ``report``'s advice and mark each rule's verdict."""
-    from layerscope.training.ablation import ablate, beyond_noise
+            repeats: int = 1, seed: int = 0, synthetic: bool = True,
+            batch_size: int | None = None, threads: int | None = None,
+            data_dir: str | None = None,
+            progress: Callable[[int, int], None] | None = None,
+            facts: dict[str, Any] | None = None,
+            result_steps: list[float] | None = None) -> AdviceReport:
+    """Run the ablations that test ``report``'s advice in rounds (each: ``ablate`` of the
+    baseline and every variant, then the baseline at each rule's thread count) and mark each
+    rule's verdict (advice/verdict.py)."""
+    from layerscope.advice.verdict import ROUNDS
+    from layerscope.training.ablation import ablate
 
-    common = dict(steps=steps, repeats=repeats, device=device, batch_size=batch_size,
+    common = dict(steps=steps, repeats=1, device=device, batch_size=batch_size,
                   synthetic=synthetic, seed=seed, data_dir=data_dir)
     variants = list(dict.fromkeys(a.variant for a in report.advice if a.variant))
-    main = ablate(recipe, variants=["baseline", *variants], threads=threads, progress=progress,
-                  **common)
-    by_name = {v.variant: v for v in main.variants}
-    base = by_name.get("baseline")
-    report.verify = {"steps": steps, "repeats": repeats, "seed": seed,
-                     "warmup_steps": main.warmup_steps, "device": device,
-                     "baseline_step_s": base.step["median_s"] if base and base.step else None,
-                     "speedups": {v.variant: v.speedup for v in main.variants
-                                  if v.speedup is not None}}
-    for item in report.advice:
-        if item.variant:
-            _judge(item, by_name.get(item.variant), base, beyond_noise, "ablate", facts)
-        elif item.threads:
-            other = ablate(recipe, variants=["baseline"], threads=item.threads, **common)
-            res = other.variants[0]
-            _judge(item, res, base, beyond_noise, f"ablate --threads {item.threads}", facts)
-            if res.step and base and base.step:
-                report.verify["speedups"][f"threads={item.threads}"] = (
-                    base.step["median_s"] / res.step["median_s"])
-        else:
-            item.verify_note = "its command is not an ablation: run it by hand"
-    if main.noise and main.noise.warnings:
-        report.notes += [f"verification: {w}" for w in main.noise.warnings]
+    counts = list(dict.fromkeys(a.threads for a in report.advice
+                                if a.threads and not a.variant))
+    failed: dict[str, str] = {}  # variant -> why it did not run
+    seen: dict[str, Any] = {}  # the last round's ablate report: warm-up steps, noise
+
+    calls = [("baseline", variants, threads)] + [(f"threads={n}", [], n) for n in counts]
+    per_round = sum(1 + len(more) for _, more, _ in calls)  # fresh processes a round
+
+    def run_round(r: int) -> dict[str, Round]:
+        out: dict[str, Round] = {}
+        done = r * per_round
+        total = per_round * (max(repeats, r + 1) if r < repeats else ROUNDS)
+        for name, more, n in calls:
+            def step(i: int, _n: int, offset: int = done) -> None:
+                if progress:
+                    progress(offset + i, total)
+            rep = ablate(recipe, variants=["baseline", *more], threads=n, progress=step,
+                         **common)
+            done += 1 + len(more)
+            seen["report"] = rep
+            for v in rep.variants:
+                key = name if v.variant == "baseline" else v.variant
+                if v.status != "ok" or not v.repeats or not v.repeats[0].step_seconds:
+                    failed.setdefault(key, v.reason or "no step times")
+                else:
+                    out[key] = Round(list(v.repeats[0].step_seconds), dict(v.phases_ms or {}))
+        return out
+
+    measured, check = _rounds(run_round, result_steps, repeats)
+    last = seen.get("report")
+    report.verify = {"steps": steps, "repeats": repeats, "seed": seed, "device": device,
+                     "warmup_steps": last.warmup_steps if last is not None else None}
+    _conclude(report, measured, check, failed, facts, "ablate",
+              lambda item: item.variant or f"threads={item.threads}")
+    if last is not None and last.noise and last.noise.warnings:
+        report.notes += [f"verification: {w}" for w in last.noise.warnings]
     return report
 
 
-def _judge(item: Advice, res, base, beyond_noise, what: str,
-           facts: dict[str, Any] | None = None) -> None:
-    if res is None or base is None or res.status != "ok" or base.status != "ok" \
-            or not res.step or not base.step:
-        why = (res.reason if res is not None and res.reason else
-               base.reason if base is not None and base.reason else "no step times")
-        item.verdict, item.verify_note = "not-run", f"{what}: {why}"
-        return
-    new, old = res.step["median_s"], base.step["median_s"]
-    _mark(item, 1 - new / old, res is not base and beyond_noise(res, base),
-          f"{what}: step {new * 1e3:.2f} ms against the baseline's {old * 1e3:.2f} ms",
-          facts, base.phases_ms, res.phases_ms)
+@dataclass(frozen=True)
+class Round:
+    """One run of one variant in a round of ``--verify``: its measured step times in run
+    order and its phases in ms per step."""
+
+    steps: list[float]
+    phases_ms: dict[str, float]
+
+
+def _rounds(run_round: Callable[[int], dict[str, Round]], result_steps: list[float] | None,
+            repeats: int) -> tuple[dict[str, list[Round]], Any]:
+    """Every variant's runs, round by round (``run_round(r)``: variant -> its run), and the
+    check of the baseline against the result's own steps (advice/verdict.py): ``repeats``
+    rounds; when the baseline did not reproduce, rounds up to ROUNDS in all, and the check
+    again on all of them. The check is None when the result kept no step times or the
+    baseline measured none."""
+    from layerscope.advice.verdict import ROUNDS, reproduces
+
+    measured: dict[str, list[Round]] = {}
+
+    def more(rounds: int) -> None:
+        for r in range(max((len(v) for v in measured.values()), default=0), rounds):
+            for name, run in run_round(r).items():
+                measured.setdefault(name, []).append(run)
+
+    def check() -> Any:
+        if not result_steps or not measured.get("baseline"):
+            return None
+        return reproduces(result_steps, [run.steps for run in measured["baseline"]])
+
+    more(repeats)
+    first = check()
+    if first is None or first.reproduced or repeats >= ROUNDS:
+        return measured, first
+    more(ROUNDS)
+    return measured, check()
+
+
+def _conclude(report: AdviceReport, measured: dict[str, list[Round]], check: Any,
+              failed: dict[str, str], facts: dict[str, Any] | None, what: str,
+              name_of: Callable[[Advice], str]) -> None:
+    """Each verified rule's verdict from the rounds (advice/verdict.py: unverifiable when the
+    baseline did not reproduce the result); the check, the rounds and the speed-ups go into
+    ``report.verify``."""
+    import statistics
+
+    from layerscope.advice.verdict import judge_variant, unverifiable
+
+    def pooled(runs: list[Round]) -> float:
+        return statistics.median(x for run in runs for x in run.steps)
+
+    def phases(runs: list[Round]) -> dict[str, float]:
+        names = dict.fromkeys(p for run in runs for p in run.phases_ms)
+        return {p: statistics.median(run.phases_ms.get(p, 0.0) for run in runs) for p in names}
+
+    base = measured.get("baseline") or []
+    verify = report.verify if report.verify is not None else {}
+    report.verify = verify
+    verify.update(rounds=max((len(v) for v in measured.values()), default=0),
+                  baseline_step_s=pooled(base) if base else None, speedups={})
+    if check is not None:
+        verify.update(result_step_s=check.result_s, baseline_reproduced=check.reproduced)
+    elif base:
+        report.notes.append("verification: the result kept no step times, so whether the "
+                            "re-run baseline measures what the result measured is not checked")
+    for item in report.advice:
+        if item.verify_note:  # not a change the rounds measure (said already)
+            continue
+        name = name_of(item)
+        label = f"{what} {name}" if name else what
+        runs = measured.get(name) or []
+        if not base or not runs:
+            why = failed.get(name) or failed.get("baseline") or "no step times"
+            item.verdict, item.verify_note = "not-run", f"{label}: {why}"
+            continue
+        verify["speedups"][name] = pooled(base) / pooled(runs)
+        if check is not None and not check.reproduced:
+            load_then = ((facts or {}).get("loadavg") or [None])[0]
+            item.verdict, item.measured_gain = "unverifiable", None
+            item.verify_note = f"{label}: {unverifiable(check, load_then, _load_now())}"
+            continue
+        judged = judge_variant([run.steps for run in base], [run.steps for run in runs])
+        _mark(item, judged.gain, judged.beyond, f"{label}: {judged.measured}", facts,
+              phases(base), phases(runs), judged.basis)
+
+
+def _load_now() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _mark(item: Advice, gain: float, beyond: bool, measured: str,
           facts: dict[str, Any] | None = None, base_ms: dict[str, float] | None = None,
-          new_ms: dict[str, float] | None = None) -> None:
+          new_ms: dict[str, float] | None = None, basis: str | None = None) -> None:
     """The verdict: beyond the noise and faster is confirmed, beyond and not faster refuted,
     else within the noise; the note says what was measured, whether it fell in the range and,
     when not, why not (the rule's ``explain``, in the measured numbers)."""
@@ -260,7 +369,8 @@ def _mark(item: Advice, gain: float, beyond: bool, measured: str,
         item.verdict = "confirmed" if item.measured_gain > 0 else "refuted"
     low, high = item.predicted_gain.low, item.predicted_gain.high
     inside = low <= item.measured_gain <= high
-    item.verify_note = (f"{measured} ({'beyond' if beyond else 'within'} the noise); "
+    by = f": {basis}" if basis else ""
+    item.verify_note = (f"{measured} ({'beyond' if beyond else 'within'} the noise{by}); "
                         f"{'inside' if inside else 'outside'} the predicted range")
     if not inside:
         rule = next(r for r in RULES if r.name == item.rule)
@@ -270,23 +380,19 @@ def _mark(item: Advice, gain: float, beyond: bool, measured: str,
 
 
 def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, steps: int,
-                 repeats: int = 1, progress: Callable[[int, int], None] | None = None) -> None:
+                 repeats: int = 1, progress: Callable[[int, int], None] | None = None,
+                 result_steps: list[float] | None = None) -> None:
     """Run a watched script again, as its result recorded it (path, arguments, working
     directory; this environment), once as it ran and once per rule with the what-if options
     of ``layerscope run`` that make its change, each in a fresh process with ``steps`` steps
-    and its standard output discarded; judge each against the first with ablate's noise rule.
-    A rule whose change needs the script's code edited is not run."""
+    and its standard output discarded, in rounds; judge each against the first
+    (advice/verdict.py). A rule whose change needs the script's code edited is not run."""
     import subprocess
     import sys
 
+    from layerscope.advice.verdict import ROUNDS
     from layerscope.core.io import temp_dir
-    from layerscope.training.ablation import (
-        VariantResult,
-        beyond_noise,
-        default_warmup_steps,
-        repeat_of,
-        summarise,
-    )
+    from layerscope.training.ablation import default_warmup_steps
 
     script = facts.get("script") or {}
     cwd = script.get("cwd")
@@ -318,70 +424,42 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
     if len(plan) == 1:  # no rule's change is a what-if of run: nothing to compare
         report.verify = {"steps": steps, "repeats": repeats, "cwd": cwd, "speedups": {}}
         return
-    runs: dict[str, VariantResult] = {v: VariantResult(v, v.split()) for v in plan}
-    total, done = len(plan) * repeats, 0
-    measured: dict[str, list[list[float]]] = {}  # variant -> each repeat's step times
+    failed: dict[str, str] = {}  # variant -> why its run failed
+
     with temp_dir() as folder:
-        for r in range(repeats):  # interleaved: the machine's load falls on every variant
-            for name, res in runs.items():
-                if res.status != "ok":
+        def run_round(r: int) -> dict[str, Round]:
+            out: dict[str, Round] = {}
+            for i, (name, settings) in enumerate(plan.items()):
+                if name in failed:
                     continue
-                out = os.path.join(folder, f"run-{len(res.repeats)}-{r}-{done}.json")
+                path = os.path.join(folder, f"run-{r}-{i}.json")
                 argv = [sys.executable, "-m", "layerscope",
-                        *run_argv(script, plan[name], steps,
-                                  ("--format", "json", "-o", out))[1:]]
+                        *run_argv(script, settings, steps, ("--format", "json", "-o", path))[1:]]
                 proc = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, errors="replace")
-                done += 1
                 if progress:
-                    progress(done, total)
-                rep = _read_run(out) if proc.returncode == 0 else None
+                    progress(r * len(plan) + i + 1,
+                             len(plan) * (max(repeats, r + 1) if r < repeats else ROUNDS))
+                rep = _read_run(path) if proc.returncode == 0 else None
                 if rep is None or not rep.get("step_seconds"):
                     lines = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
-                    res.status = "error"
-                    res.reason = (lines[-1] if proc.returncode and lines else
-                                  f"exit code {proc.returncode}" if proc.returncode else
-                                  "no training step measured")
+                    failed[name] = (lines[-1] if proc.returncode and lines else
+                                    f"exit code {proc.returncode}" if proc.returncode else
+                                    "no training step measured")
                     continue
-                res.repeats.append(repeat_of(rep))
-                measured.setdefault(name, []).append(list(rep["step_seconds"]))
-    results = list(runs.values())
-    summarise(results)
-    baseline = runs["baseline"]
+                breakdown = rep.get("breakdown") or {}
+                n = breakdown.get("steps") or 0
+                out[name] = Round(list(rep["step_seconds"]),
+                                  {p: v / n * 1e3 for p, v in
+                                   (breakdown.get("seconds") or {}).items()} if n else {})
+            return out
+
+        measured, check = _rounds(run_round, result_steps, repeats)
     report.verify = {"steps": steps, "repeats": repeats,
-                     "warmup_steps": default_warmup_steps(steps), "cwd": cwd,
-                     "baseline_step_s": baseline.step["median_s"] if baseline.step else None,
-                     "speedups": {v.variant: v.speedup for v in results
-                                  if v.speedup is not None and v is not baseline}}
-    for item in report.advice:
-        settings = run_settings(item.variant, item.threads)
-        if settings is None or item.verify_note:
-            continue
-        name = _run_variant(base, settings)
-        _judge(item, runs[name], baseline, _in_blocks(beyond_noise, measured),
-               f"run {name}", facts)
-
-
-def _in_blocks(beyond_noise, measured: dict[str, list[list[float]]]):
-    """Ablate's noise rule (the ranges of the repeats' mean step times do not overlap) for
-    runs of a script. With one run per variant its measured steps, in up to ``BLOCKS``
-    consecutive blocks, stand for the repeats (the method of batch means): loader workers
-    deliver batches in bursts (one step waits for a batch, the next finds its batch ready), so
-    the steps' own p10-p90 would read that rhythm as noise. Fewer than 6 steps: the steps'
-    p10-p90, as ablate."""
-    from layerscope.training.ablation import VariantResult
-
-    def blocked(res):
-        runs = measured.get(res.variant) or []
-        if len(runs) != 1 or len(runs[0]) < 2 * 3:
-            return res
-        steps = runs[0]
-        k = min(BLOCKS, len(steps) // 2)
-        cuts = [round(i * len(steps) / k) for i in range(k + 1)]
-        return VariantResult(res.variant, [], repeats=[
-            {"wall_s": sum(steps[a:b]), "steps": b - a} for a, b in zip(cuts, cuts[1:])])
-    return lambda res, base: beyond_noise(blocked(res), blocked(base))
+                     "warmup_steps": default_warmup_steps(steps), "cwd": cwd}
+    _conclude(report, measured, check, failed, facts, "run",
+              lambda item: _run_variant(base, run_settings(item.variant, item.threads) or {}))
 
 
 def _run_variant(base: dict[str, Any], settings: dict[str, Any]) -> str:

@@ -126,7 +126,8 @@ def repeat_of(rep: dict[str, Any]) -> RepeatBreakdown:
     """One run's breakdown (a train or run result's JSON) with its steps' p10-p90 spread."""
     spread = TimingStats.of(rep["step_seconds"] or [0.0])
     return RepeatBreakdown.from_dict({**rep["breakdown"], "step_p10_s": spread.p10_s,
-                                      "step_p90_s": spread.p90_s})
+                                      "step_p90_s": spread.p90_s,
+                                      "step_seconds": list(rep["step_seconds"] or []) or None})
 
 
 def ablate(recipe: str, *, steps: int = 30, variants=("baseline",), repeats: int = 1,

@@ -75,7 +75,10 @@ def predicted(low: float, high: float) -> str:
 
 
 def measured(a: dict[str, Any]) -> str:
-    """', measured −17% (confirmed)' once verified; else ''."""
+    """', measured −17% (confirmed)' once verified; ', unverifiable on this machine now' when
+    the re-run baseline did not reproduce the result; else ''."""
+    if a.get("verdict") == "unverifiable":
+        return ", unverifiable on this machine now (the re-run baseline did not reproduce it)"
     if a.get("measured_gain") is None:
         return ""
     verdict = {"within-noise": "within the noise"}.get(a.get("verdict"), a.get("verdict"))

@@ -26,6 +26,9 @@ class RepeatBreakdown(PhaseBreakdown):
         description="10th percentile of the repeat's step times (absent in 0.1 reports)"))
     step_p90_s: float | None = field(default=None, metadata=omit_none(
         description="90th percentile of the repeat's step times (absent in 0.1 reports)"))
+    step_seconds: list[float] | None = field(default=None, metadata=omit_none(
+        description="the repeat's measured step times in run order (absent in results of "
+                    "earlier releases)"))
 
 
 @dataclass

@@ -12,7 +12,7 @@ from layerscope.core.document import Record, ResultDocument, omit_none
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.report import SCHEMA_VERSION
 
-VERDICTS = ("confirmed", "refuted", "within-noise", "not-run")
+VERDICTS = ("confirmed", "refuted", "within-noise", "unverifiable", "not-run")
 
 
 @dataclass
