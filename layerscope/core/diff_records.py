@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
 from layerscope.core.report import SCHEMA_VERSION
 
 VERDICTS = ("slower", "faster", "within-noise", "added", "removed", "changed", "same")
 LEVELS = ("end_to_end", "phase", "rank", "type", "layer", "cell", "point")
 BASES = ("rank test", "p10-p90 overlap", "end-to-end spread", "static")
+# the whole-model static facts a diff joins before any timing (analysis/diff/facts.py)
+FACTS = ("flops", "macs", "params", "inputs", "dtype", "batch", "compile", "torchscript", "amp",
+         "channels_last", "threads")
 
 _SIGNED = {"minimum": None}
 _SECONDS = {"description": "median seconds (the baseline's: of every baseline file's samples "
@@ -61,6 +64,26 @@ class DiffRow(Record):
 
 
 @dataclass
+class StaticChange(Record):
+    """One static fact of the two results' whole model or run that differs (the FLOPs per
+    step, the parameters, the input shapes, the batch size, the dtype, compilation, the
+    threads): joined before any timing, named first in the summary."""
+
+    fact: str = field(metadata={"schema": {"enum": list(FACTS)}})
+    base: Any = field(metadata={"description": "the base's value (a count, the input shapes, a "
+                                               "dtype, a flag or a thread count)"})
+    new: Any = field(metadata={"description": "the new one's value"})
+    text: str = field(metadata={"description": "the difference in words"})
+    ratio: float | None = field(default=None, metadata=omit_none(
+        description="new / base of an amount of work (FLOPs, MACs, parameters, input "
+                    "elements, batch size)"))
+    work: int = field(default=0, metadata={
+        "schema": {"enum": [-1, 0, 1]},
+        "description": "1: the new side does more work, -1: less, 0: a setting (dtype, "
+                       "compilation, threads) whose effect on the time has no sign"})
+
+
+@dataclass
 class DiffFile(Record):
     """One file compared: its path, kind and what it measured."""
 
@@ -93,6 +116,10 @@ class DiffReport(ResultDocument):
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict, metadata={
         "schema": {"$ref": "#/$defs/environment"}, "description": "the new file's"})
+    static_changes: list[StaticChange] = field(default_factory=list, metadata=omit_empty(
+        description="the whole model's static facts that differ between base and new, "
+                    "joined before any timing: when any does, no row is taken for "
+                    "unchanged work unless its own static figures say so"))
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
 

@@ -10,6 +10,15 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from layerscope.analysis.diff.facts import (
+    clause,
+    flops_ratio,
+    settings_differ,
+    short,
+    static_changes,
+    times,
+    work_direction,
+)
 from layerscope.analysis.diff.measures import (
     KINDS,
     UNIT,
@@ -19,7 +28,7 @@ from layerscope.analysis.diff.measures import (
     spread,
     timed,
 )
-from layerscope.analysis.diff.static import Static, explain
+from layerscope.analysis.diff.static import Static, explain, work_sign
 from layerscope.analysis.diff.unfair import unfair
 from layerscope.analysis.diff.verdict import (
     ALPHA,
@@ -30,7 +39,7 @@ from layerscope.analysis.diff.verdict import (
     judge,
     rank_p,
 )
-from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow
+from layerscope.core.diff_records import DiffFile, DiffReport, DiffRow, StaticChange
 from layerscope.core.errors import UserError
 from layerscope.core.results import read_result
 from layerscope.core.stats import holm_adjusted
@@ -47,6 +56,12 @@ MIN_LEVEL_ROWS = 5
 # whole run's shift and hide the growth
 MIN_BLIND_ROWS = 8
 MAD_SIGMA = 1.4826  # median absolute deviation x this = standard deviation, for normal noise
+# a row whose static side says its work grew (shrank) and whose time grew (shrank) more than
+# this factor is not judged against the drift of its own runs' levels: a busy machine's runs
+# wander by up to 2x in themselves, and past that the changed work is the explanation; a
+# smaller move of such a row is still judged against its own drift, since its share of the
+# model's new work is unknown (a data phase, a positional embedding)
+WORK_MOVED = 2.0
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 SAME_WORK = "same shapes and work on both sides"
 
@@ -112,8 +127,14 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     keys = sorted(dict.fromkeys(keys), key=lambda k: LEVEL_ORDER.index(k[0]))
     keys, one_sided = _both_sides_timed(keys, tbs, tn)
     sides = {k: (_pool(tbs, k), tn.measures.get(k)) for k in keys}
+    # the static side first: the whole model's facts, then each row's (profile, analyze)
+    changes = _static_changes(bases, new, tbs, tn)
+    every_row = bool(changes) and (st is None or settings_differ(changes))
     changed = set() if st is None else ({("layer", n) for n in st.rows}
                                         | {("type", t) for t in st.types})
+    if every_row:  # no row can be taken for unchanged, comparable work
+        changed = {k for k in keys if k[0] != "end_to_end"}
+    work = {k: _work(k, st, work_direction(changes)) for k in keys}
     min_rows = MIN_LEVEL_ROWS if st is not None else MIN_BLIND_ROWS
     shifts = common_shifts(sides, changed, min_rows)
     groups = group_shifts(sides, changed, min_rows)
@@ -126,14 +147,20 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     ps = {k: rank_p(b, n) for k, (b, n) in judged.items() if b is not None and n is not None}
     family = [k for k, p in ps.items() if p is not None and k[0] != "end_to_end"]
     adjusted = dict(zip(family, holm_adjusted([ps[k] or 1.0 for k in family])))
-    tolerances = [t for k, (b, n) in judged.items() if k[0] != "end_to_end" and b and n
+    # the drift the rows share: of the rows whose work did not change, as every shift
+    tolerances = [t for k, (b, n) in judged.items()
+                  if k[0] != "end_to_end" and k not in changed and b and n
                   for t in [drift_tolerance(b, n)] if t is not None]
-    floor = statistics.median(tolerances) if tolerances else None  # shared by the rows
+    floor = statistics.median(tolerances) if tolerances else None
     moves = typical_moves(judged, changed, min_rows)
     # the same family on the rows' own changes (before the shift): a shift may clear a row
     # that moved with the whole run, never make one beyond the noise that is not by itself
     raw_ps = {k: rank_p(*sides[k]) if row_shift.get(k) else p for k, p in ps.items()}
     raw_adjusted = dict(zip(family, holm_adjusted([raw_ps[k] or 1.0 for k in family])))
+    cause = _cause(changes, st is None) if every_row else ""
+    # the end to end of a result without static figures per row: what changed in the whole
+    # (profile, analyze: their totals' change, st.total)
+    e2e_cause = _what_changed(changes, True) if changes and st is None else ""
     for key in keys:
         rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],
@@ -141,7 +168,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                          None if key[0] == "end_to_end" else floor, row_shift.get(key),
                          moves.get(key[0]), (raw_ps.get(key), raw_adjusted.get(key)),
                          f"{group_of(key[1])}.*" if row_shift.get(key) is not None
-                         and key[0] == "layer" and group_of(key[1]) in groups else None))
+                         and key[0] == "layer" and group_of(key[1]) in groups else None,
+                         work[key], e2e_cause if key[0] == "end_to_end" else cause))
     if kind == "analyze" and st is not None:
         rows += _static_rows(st)
     if kind in ("profile", "analyze"):
@@ -160,9 +188,43 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                                 *group_notes(groups, shifts.get("layer"), min_effect)]))
     report = DiffReport(summary="", files=files, compared=kind, end_to_end=end_to_end,
                         rows=rows, unfair=unfair_lines, min_effect=min_effect, alpha=ALPHA,
-                        notes=notes, environment=dict(getattr(new, "environment", {}) or {}))
-    report.summary = summary(report, st)
+                        notes=notes, environment=dict(getattr(new, "environment", {}) or {}),
+                        static_changes=changes)
+    report.summary = summary(report, st, expected_from_flops(
+        changes, sides.get(("end_to_end", "end_to_end")), min_effect))
     return report
+
+
+def _static_changes(bases: list[Any], new: Any, tbs: list[Timed], tn: Timed
+                    ) -> list[StaticChange]:
+    """The whole model's static facts that differ: against the last baseline file, else the
+    first other one that differs (any baseline that did other work makes every row's work
+    unknown)."""
+    found = [static_changes(b, new, t, tn) for b, t in zip(bases, tbs)]
+    return next((c for c in reversed(found) if c), [])
+
+
+def _work(key: tuple[str, str], st: Static | None, whole: int) -> int:
+    """Whether a row does more work on the new side (1), less (-1) or the same or unknown (0):
+    a layer or layer type by its own static figures (profile, analyze), any other row by the
+    whole model's (a phase, the end to end; every row of a result without per-row figures)."""
+    if st is not None and key[0] == "layer":
+        return work_sign(st.diffs.get(key[1]))
+    if st is not None and key[0] == "type":
+        return work_sign(st.type_diffs.get(key[1]))
+    return whole
+
+
+def _cause(changes: list[StaticChange], blind: bool) -> str:
+    """What every row of a diff whose whole model or settings differ says: the difference, and
+    that no shift taken across rows (none is known to do unchanged, comparable work) moved
+    its verdict."""
+    return f"{_what_changed(changes, blind)}: no shift across rows"
+
+
+def _what_changed(changes: list[StaticChange], blind: bool) -> str:
+    what = "the model changed" if blind and any(c.work for c in changes) else "the run changed"
+    return f"{what} ({short(changes)})"
 
 
 LEVEL_WORDS = {"phase": "phases", "rank": "ranks", "type": "layer types", "layer": "layers",
@@ -344,7 +406,7 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          p_adjusted: float | None = None, drift_floor: float | None = None,
          shift: float | None = None, move: float | None = None,
          raw_p: tuple[float | None, float | None] = (None, None),
-         group: str | None = None) -> DiffRow:
+         group: str | None = None, work: int = 0, cause: str = "") -> DiffRow:
     level, name = key
     if base is None or new is None:
         one = new or base
@@ -355,16 +417,28 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
                        verdict="added" if added else "removed",
                        explanation="only in the new result" if added
                        else "only in the base result", basis=None, type=one.type)
+    c = change(base.median, new.median) or 0.0
+    # a row whose work changed the way its time moved, by more than WORK_MOVED: the work
+    # explains that, not the wander of its own runs' levels (the floor, from the rows whose
+    # work did not change, still applies)
+    own_drift = not (work and c and (c > 0) == (work > 0)
+                     and abs(math.log1p(c)) > math.log(WORK_MOVED))
     v = judge(base, rescaled(new, shift), e2e_spread, min_effect,
-              base_medians=base_medians, p=p,
-              p_adjusted=p_adjusted, drift_floor=drift_floor, typical_move=move)
+              base_medians=base_medians, p=p, p_adjusted=p_adjusted, drift_floor=drift_floor,
+              typical_move=move, own_drift=own_drift)
     if shift and v.verdict in ("slower", "faster") and judge(
             base, new, e2e_spread, min_effect, base_medians=base_medians, p=raw_p[0],
-            p_adjusted=raw_p[1], drift_floor=drift_floor).verdict != v.verdict:
+            p_adjusted=raw_p[1], drift_floor=drift_floor, own_drift=own_drift
+    ).verdict != v.verdict:
         # beyond the whole run's shift but not by its own change (a row that stayed while the
         # run got 10% faster, or got 20% slower while the run got 50% slower): it did not
         # move the way the verdict would say
         v = Verdict("within-noise", v.basis, v.p_value)
+    wander = None  # the row's own drift, not read for it: how far its runs' levels wandered
+    if not own_drift and v.verdict in ("slower", "faster"):
+        wander = judge(base, rescaled(new, shift), e2e_spread, min_effect,
+                       base_medians=base_medians, p=p, p_adjusted=p_adjusted,
+                       drift_floor=drift_floor, typical_move=move).within_drift
     explanation = ""
     static = None
     if st is not None and level == "layer":
@@ -387,11 +461,26 @@ def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
         explanation = "; ".join(x for x in (explanation, f"moved no further than the {level}s "
                                             f"whose work did not change (typically "
                                             f"±{(move or 0.0) * 1e3:.3f} ms)") if x)
+    if v.within_drift is not None and abs(c) >= min_effect:
+        explanation = "; ".join(x for x in (explanation, f"within the drift of the runs' "
+                                            f"levels ({_wander(v.within_drift)})") if x)
+    if wander is not None:
+        explanation = "; ".join(x for x in (explanation, f"its own runs' levels wandered "
+                                            f"{_wander(wander)}: its work changed, so that is "
+                                            f"not taken for noise, but the size of the change "
+                                            f"is uncertain") if x)
+    if cause:
+        explanation = "; ".join(x for x in (cause, explanation) if x)
     return DiffRow(name=name, level=level, base_s=base.median, new_s=new.median,
                    change=change(base.median, new.median), verdict=v.verdict,
                    explanation=explanation, basis=v.basis, p_value=v.p_value,
                    type=new.type or base.type, base_n=len(base.samples or []) or base.n,
                    new_n=len(new.samples or []) or new.n, static=static)
+
+
+def _wander(tolerance: float) -> str:
+    """A drift tolerance (a |log ratio|) as the factor it allows: "×1.35"."""
+    return f"up to ×{math.exp(tolerance):.3g}"
 
 
 def _static_rows(st: Static) -> list[DiffRow]:
@@ -469,16 +558,26 @@ def _attribution(report: DiffReport, st: Static | None) -> str:
                 f"{points_text(got)} of the {points_text(total)} points from {best}")
     text = f"; {points_text(got)} of the {points_text(total)} points from {best}"
     first = groups[best][0]
+    said = {c.text for c in report.static_changes}  # the summary's first clause says them
     if st is not None and first.name in st.grew:
-        text += ", " + st.grew[first.name].replace("its input", "whose input", 1)
-    elif first.explanation and first.explanation != SAME_WORK:
-        text += f" ({first.explanation})"
+        if st.grew[first.name].replace("its input", "the input", 1) not in said:
+            text += ", " + st.grew[first.name].replace("its input", "whose input", 1)
+    else:  # its own explanation, less what every row says (the summary begins with it)
+        own = first.explanation
+        if report.static_changes and own.startswith(_cause(report.static_changes, st is None)):
+            own = own[len(_cause(report.static_changes, st is None)):].removeprefix("; ")
+        if own and own != SAME_WORK:
+            text += f" ({own})"
     return text
 
 
-def summary(report: DiffReport, st: Static | None) -> str:
-    """The answer first, in one sentence."""
+def summary(report: DiffReport, st: Static | None, against_flops: str = "") -> str:
+    """The answer first, in one sentence: what differs in the static side (the whole model's
+    FLOPs, parameters, inputs, batch, dtype, compilation, threads), then the timing read
+    against it. ``against_flops``: what the end-to-end change is beside the FLOPs ratio
+    (``expected_from_flops``)."""
     e2e = report.end_to_end
+    changes = report.static_changes
     if report.compared == "analyze":
         changed = [r for r in report.rows if r.verdict != "same"]
         what = st.total if st is not None and st.total else "no change in the totals"
@@ -486,9 +585,14 @@ def summary(report: DiffReport, st: Static | None) -> str:
                 f"removed")
     elif e2e is not None:
         unit = UNIT.get(report.compared, "run")
+        work = work_direction(changes)
         if e2e.verdict in ("slower", "faster"):
             text = f"{unit} {pct(e2e.change or 0)} {e2e.verdict} beyond noise"
+            if against_flops:
+                text += f", {against_flops}"
             text += _attribution(report, st)
+            if work and (e2e.verdict == "slower") != (work > 0):
+                text = "yet " + text  # less work and slower, or more and faster
         elif e2e.change is not None:
             text = f"{unit} within noise ({e2e.change:+.1%})"
         else:
@@ -499,9 +603,36 @@ def summary(report: DiffReport, st: Static | None) -> str:
                 text += f"; {len(beyond)} row(s) beyond noise, e.g. {_row_text(beyond)}"
     else:
         text = _counts(report)
+    if changes and report.compared != "analyze":  # analyze: its static change is the answer
+        text = f"{clause(changes)}{',' if text.startswith('yet ') else ':'} {text}"
     if report.unfair:
         text += " (unfair: " + ", ".join(u.split(":")[0] for u in report.unfair) + ")"
     return text
+
+
+def expected_from_flops(changes: Sequence[StaticChange],
+                        sides: tuple[Measure | None, Measure | None] | None,
+                        min_effect: float = MIN_EFFECT) -> str:
+    """The end-to-end change beside the model's FLOPs ratio, when both moved the same way:
+    "expected from that alone" when the time moved no further than the FLOPs (a step whose
+    FLOPs grew 3.5x, 94% slower; the minimum effect's 3% further), "more than that alone
+    explains (...)" when it moved further by more than the runs' drift too, "within the runs'
+    drift of what that alone explains (...)" in between; "" without a FLOPs ratio or an
+    end-to-end figure on both sides, or when they moved apart."""
+    ratio = flops_ratio(changes)
+    base, new = sides if sides is not None else (None, None)
+    if not ratio or base is None or new is None or base.median <= 0 or new.median <= 0:
+        return ""
+    t = new.median / base.median
+    if (t > 1) != (ratio > 1) or t == 1:
+        return ""
+    excess = abs(math.log(t)) - abs(math.log(ratio))
+    figures = f"{times(t)} the time for {times(ratio)} the FLOPs"
+    if excess <= math.log1p(min_effect):
+        return "expected from that alone"
+    if excess <= (drift_tolerance(base, new) or 0.0):
+        return f"within the runs' drift of what that alone explains ({figures})"
+    return f"more than that alone explains ({figures})"
 
 
 def _row_text(rows: list[DiffRow]) -> str:

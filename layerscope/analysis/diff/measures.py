@@ -112,7 +112,7 @@ def timed(result: Any) -> Timed:
                 out.add(of_stats(cell_name(c), "cell", c.latency))
     elif kind == "scaling":
         out.device = result.device
-        out.batch, out.threads = (_same(getattr(p, f) for p in result.points)
+        out.batch, out.threads = (same(getattr(p, f) for p in result.points)
                                   for f in ("batch_per_rank", "threads_per_rank"))
         for p in result.points:
             out.add(Measure(f"world {p.world_size}", "point", p.step_s, p.step_p10_s,
@@ -122,7 +122,7 @@ def timed(result: Any) -> Timed:
     return out
 
 
-def _same(values: Any) -> Any:
+def same(values: Any) -> Any:
     """The one value every point has (a scaling result's batch or threads per rank), else
     None."""
     found = set(values)
@@ -168,6 +168,7 @@ def _per_step_phases(out: Timed, step_phases: dict[str, list[float]] | None,
 
 def _loop(r: Any, out: Timed) -> None:
     out.batch, out.device = r.batch_size, r.device
+    out.threads = (r.settings or {}).get("threads")
     out.add(of_stats("end_to_end", "end_to_end", r.batch_time))
     _per_step_phases(out, r.step_phases, r.phases["seconds"], r.phases["steps"])
     for layer in r.layers:

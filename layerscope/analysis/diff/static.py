@@ -17,6 +17,8 @@ from layerscope.core.units import shape_str, si
 
 # the figures named in an explanation, in this order (compare's row metrics)
 NAMED = ("macs", "params", "activation_bytes")
+# the figures that say whether a row does more or less work, the first that differs decides
+WORK = ("flops", "macs", "activation_bytes", "bytes_read", "bytes_written")
 
 
 @dataclass
@@ -27,12 +29,13 @@ class Static:
     diffs: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> new - base
     grew: dict[str, str] = field(default_factory=dict)  # name -> "its input grew from A to B"
     types: dict[str, str] = field(default_factory=dict)  # type -> explanation
+    type_diffs: dict[str, dict[str, int]] = field(default_factory=dict)  # type -> new - base
     total: str = ""  # the whole model
     only_base: list[tuple[str, str]] = field(default_factory=list)  # (name, type)
     only_new: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _numel(shapes: Any) -> int:
+def numel(shapes: Any) -> int:
     return sum(math.prod(int(d) for d in s) for s in shapes or [] if isinstance(s, list))
 
 
@@ -40,7 +43,7 @@ def shape_change(base_shapes: Any, new_shapes: Any, what: str = "its input") -> 
     """"its input grew from 16x32x32 to 16x64x64" (or shrank, or changed), None when equal."""
     if base_shapes == new_shapes:
         return None
-    a, b = _numel(base_shapes), _numel(new_shapes)
+    a, b = numel(base_shapes), numel(new_shapes)
     verb = "grew" if b > a else "shrank" if b < a else "changed"
     factor = f" ({b / a:.3g}x)" if a and b and a != b else ""
     return f"{what} {verb} from {shape_str(base_shapes)} to {shape_str(new_shapes)}{factor}"
@@ -102,6 +105,14 @@ def explain(base: Any, new: Any) -> Static:
     return out
 
 
+def work_sign(diff: dict[str, int] | None) -> int:
+    """1 when a row's static figures (``Static.diffs``) say it does more work, -1 less, 0 when
+    none of ``WORK`` differs."""
+    found = diff or {}
+    x = next((found[m] for m in WORK if found.get(m)), 0)
+    return (x > 0) - (x < 0)
+
+
 def _types(base: Any, new: Any, out: Static) -> None:
     sums: dict[str, list[dict[str, int]]] = defaultdict(lambda: [defaultdict(int),
                                                                  defaultdict(int)])
@@ -113,8 +124,10 @@ def _types(base: Any, new: Any, out: Static) -> None:
         diff = {m: b[m] - a[m] for m in NAMED if b[m] != a[m]}
         if diff:
             out.types[type_] = figures(dict(a), diff)
+            out.type_diffs[type_] = diff
     own = " (own ops)"
     for type_ in list(out.types):  # by_type names a container's own rows "TYPE (own ops)"
         out.types[type_ + own] = out.types[type_]
+        out.type_diffs[type_ + own] = out.type_diffs[type_]
 
 

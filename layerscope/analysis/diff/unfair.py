@@ -21,6 +21,13 @@ def _load(result: Any) -> tuple[float | None, bool | None, int | None]:
     return (load[0] if load else None), noise.get("oversubscribed"), noise.get("threads")
 
 
+def threads_of(result: Any, t: Timed) -> int | None:
+    """The torch threads a result ran with: its noise section's, its settings', else its
+    environment's."""
+    return _load(result)[2] or t.threads or (getattr(result, "environment", None) or {}).get(
+        "torch_threads")
+
+
 def batch_differs(a: float | None, b: float | None) -> bool:
     """Two batch sizes differ: exactly for whole numbers, beyond ``BATCH_APART`` for a run's
     mean samples per step."""
@@ -44,10 +51,9 @@ def unfair(base: Any, new: Any, tb: Timed, tn: Timed) -> list[str]:
     differ("cores", ea.get("cores"), eb.get("cores"))
     differ("GPU", ea.get("gpu"), eb.get("gpu"))
     differ("torch", ea.get("torch"), eb.get("torch"))
-    la, oa, ta = _load(base)
-    lb, ob, tnb = _load(new)
-    differ("torch threads", ta or tb.threads or ea.get("torch_threads"),
-           tnb or tn.threads or eb.get("torch_threads"))
+    la, oa, _ = _load(base)
+    lb, ob, _ = _load(new)
+    differ("torch threads", threads_of(base, tb), threads_of(new, tn))
     differ("device", tb.device, tn.device)
     if batch_differs(tb.batch, tn.batch):
         out.append(f"batch size: {tb.batch:g} vs {tn.batch:g}")

@@ -30,8 +30,12 @@ Rules (decisions, stated for users in docs/diff.md):
 
   (t: Student's t quantile, 2.447 with 4 blocks at ALPHA 0.05). A layer's, type's or phase's
   time shares its run's level, so a row's tolerance is at least the median of the tolerances
-  of all the rows but the end-to-end one (a whole process a few percent slower is a few
-  percent slower in most layers, and their blocks show it). The median, not the end-to-end
+  of the rows but the end-to-end one whose work did not change (a whole process a few percent
+  slower is a few percent slower in most layers, and their blocks show it; the caller,
+  join.diff_results, passes it as ``drift_floor``). A row whose static side says its work
+  changed the way its time moved, by more than join.WORK_MOVED, is judged against that floor
+  only, not its own blocks (``own_drift=False``): a busy machine's runs wander by up to 2x in
+  themselves, and past that the changed work is the explanation. The median, not the end-to-end
   row's own tolerance: a preempted run (another program taking the core for a time slice) adds
   its milliseconds to one layer and to the end-to-end figure, whose blocks then wander by as
   much as 2x on a busy machine while no layer's level moved. Figures without samples in run
@@ -82,6 +86,8 @@ class Verdict:
     basis: str | None
     p_value: float | None = None
     within_move: bool = False  # beyond the test and the drift, not beyond the rows' typical move
+    # beyond the test, not beyond the drift: the |ln(new / base)| the drift explains
+    within_drift: float | None = None
 
 
 def change(base: float, new: float) -> float | None:
@@ -108,14 +114,17 @@ def judge(base: Measure, new: Measure, e2e_spread: float | None,
           min_effect: float = MIN_EFFECT, alpha: float = ALPHA,
           base_medians: Sequence[float] = (), p: float | None = None,
           p_adjusted: float | None = None, drift_floor: float | None = None,
-          typical_move: float | None = None) -> Verdict:
+          typical_move: float | None = None, own_drift: bool = True) -> Verdict:
     """The verdict on ``new`` against ``base`` (see the module's rules); ``base_medians``: each
     baseline file's own median, when there are several; ``p``: the rank test's p-value when
     already computed (``rank_p``); ``p_adjusted``: the row's Holm-Bonferroni adjusted p-value
     in its family (compared with ``alpha`` instead of ``p``); ``drift_floor``: the least this
     row's drift tolerance may be (the median of the rows' tolerances); ``typical_move``: how
     far, in seconds, the rows whose work did not change typically moved (a standard deviation,
-    join.typical_moves): a change of no more than t x that is within the noise."""
+    join.typical_moves): a change of no more than t x that is within the noise;
+    ``own_drift=False``: the row's own blocks are not read for its drift, only
+    ``drift_floor`` (a row whose work changed the way its time moved, see the module's
+    rules)."""
     c = change(base.median, new.median)
     if p is None:
         p = rank_p(base, new)
@@ -130,11 +139,12 @@ def judge(base: Measure, new: Measure, e2e_spread: float | None,
         basis, beyond = None, False
     if len(base_medians) > 1 and min(base_medians) <= new.median <= max(base_medians):
         beyond = False  # within the drift between the baseline runs
-    tolerance = max((t for t in (drift_tolerance(base, new, alpha), drift_floor)
-                     if t is not None), default=None)
+    own = drift_tolerance(base, new, alpha) if own_drift else None
+    tolerance = max((t for t in (own, drift_floor) if t is not None), default=None)
     if beyond and tolerance is not None and base.median > 0 and new.median > 0 \
             and abs(math.log(new.median / base.median)) <= tolerance:
-        beyond = False  # within the drift of the runs' levels
+        # within the drift of the runs' levels
+        return Verdict("within-noise", basis, p, within_drift=tolerance)
     if beyond and c is not None and abs(c) >= min_effect and typical_move is not None \
             and abs(new.median - base.median) <= MOVE_T * typical_move:
         return Verdict("within-noise", basis, p, within_move=True)
