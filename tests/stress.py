@@ -9,7 +9,8 @@ then. A failure here is a defect to fix at its cause, never with a retry or a lo
 Each round runs ``pytest -n 2`` (the suite's own way) on the selection: by default every test file
 that starts a process (``subprocess``, ``sys.executable`` or ``Popen`` in its text). The busy
 processes are ``python -c "while True: pass"``, one per ``--busy``. The summary gives each round's
-outcome, duration and 1-minute load, and every failing test by name; ``--json FILE`` keeps it.
+outcome, duration and 1-minute load, and every failing test by name; ``--json FILE`` keeps it,
+and each round's JUnit XML (every test's time) beside it as FILE.roundN.xml.
 Exit status: 0 when every round passed, 1 otherwise.
 """
 from __future__ import annotations
@@ -92,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.fsdp or args.rounds):
             folder = Path(tmp) / f"round{i + 1}"
             folder.mkdir()
-            r = (fsdp_round(folder) if args.fsdp else
-                 pytest_round(selection, folder / "junit.xml"))
+            junit = (args.json.with_suffix(f".round{i + 1}.xml") if args.json
+                     else folder / "junit.xml")  # each test's time, kept beside --json
+            r = fsdp_round(folder) if args.fsdp else pytest_round(selection, junit)
             rounds.append(r)
             status = "passed" if r["returncode"] == 0 else f"FAILED ({r['returncode']})"
             print(f"round {i + 1}: {status} in {r['seconds']} s at load {r['load']}"

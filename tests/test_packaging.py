@@ -149,7 +149,7 @@ def test_the_wheels_metadata(built_wheel):
         meta = z.read(f"{name}/METADATA").decode()
         entry_points = z.read(f"{name}/entry_points.txt").decode()
     assert f"\nVersion: {__version__}\n" in meta and "\nLicense-Expression: MIT\n" in meta
-    assert "layerscope = layerscope.cli.main:main" in entry_points
+    assert "layerscope = layerscope.cli.main:entry" in entry_points
     # nothing pyproject.toml says is deprecated (a TOML-table license was)
     stale = [line for line in log.splitlines()
              if "deprecated" in line.lower() and ("project." in line or "tool." in line)]
