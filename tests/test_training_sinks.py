@@ -26,7 +26,7 @@ def _watched(phases, t0, warmup=0):
         t += dur
     return SimpleNamespace(name="train.py", warmup_steps=warmup, step_spans=[(1, t0, t)],
                            intervals=intervals, step_phases=[dict(phases)],
-                           step_seconds=[t - t0])
+                           step_seconds=[t - t0], measured_steps=[warmup + 1])
 
 
 def _rows(trace):

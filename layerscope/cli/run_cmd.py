@@ -499,7 +499,7 @@ def _tensorboard(watch, folder: str, efficiency=None) -> None:
     from layerscope.training.sinks import StepResult, TensorBoardSink, summary_writer
 
     sink = TensorBoardSink(summary_writer(folder, "--tensorboard", "--tensorboard"))
-    steps = range(watch.warmup_steps + 1, watch.warmup_steps + 1 + len(watch.step_seconds))
+    steps = watch.measured_steps  # (warm-up and one-time-cost steps are not measured)
     for step, phases, wall in zip(steps, watch.step_phases, watch.step_seconds):
         sink.on_step(StepResult(phases, wall, step=step))
     if efficiency is not None:

@@ -33,6 +33,30 @@ def _leaves(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in module.named_modules() if n and not any(True for _ in m.children())]
 
 
+# a forward that kept less than this many cores busy per wall second was waiting (for a core:
+# a forward on the CPU reads no file)
+WAITING_CORES = 0.9
+
+
+def uncovered_cause(forward_cpu_cores: float | None, load1: float | None,
+                    cpus: int | None) -> str:
+    """What the forward phase holds besides the layers (the coverage's rest), from the facts:
+    ``forward_cpu_cores`` (the process's CPU seconds per wall second over the forwards; None
+    on CUDA, where the forward is device time), the 1-minute load and the cores. Below
+    ``WAITING_CORES`` the forwards were not computing all the time: part of the rest is this
+    process waiting for a core, said with the figures (the per-layer medians leave out the
+    waits a layer's slower calls held, the forward's median keeps a typical batch's)."""
+    own = "the model's own code between layers"
+    if forward_cpu_cores is None:
+        return own
+    if forward_cpu_cores < WAITING_CORES:
+        machine = (f", load {load1:.1f} on {cpus} cores" if load1 is not None and cpus
+                   else "")
+        return (f"{own} and waiting for a core: the forwards ran on the CPU "
+                f"{forward_cpu_cores:.0%} of their wall time{machine}")
+    return f"{own} (the forwards kept {forward_cpu_cores:.2f} cores busy: not waiting)"
+
+
 def _batch_size(samples: int, wanted: int) -> tuple[int, list[str]]:
     """The batch size the loop runs with: ``wanted``, or the whole data set when it is smaller
     than one batch (said in a note)."""
@@ -96,6 +120,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     timer = PhaseTimer(cuda=cuda, clock=clock)
     layer_timer = ForwardTimer(leaves, cuda=cuda, clock=clock)
     totals, walls, forwards, per_batch = PhaseTotals(), [], [], []
+    forward_cpu = 0.0  # the process's CPU seconds in the measured forwards
     batch_phases: list[dict[str, float]] = []
     try:
         module.eval()
@@ -112,9 +137,11 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
                 x = x.to(device, non_blocking=cuda)
                 y = y.to(device, non_blocking=cuda)
                 timer.mark("h2d")
+                cpu0 = time.process_time()
                 with layer_timer:
                     out = module(x)
                 timer.mark("forward")
+                cpu = time.process_time() - cpu0
                 # "other": what an evaluation loop does with the output (one read back)
                 int((out.argmax(1) == y).sum())
                 phases, wall = timer.stop()
@@ -123,6 +150,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
                     walls.append(wall)
                     batch_phases.append({p: phases[p] for p in LOOP_PHASES if p in phases})
                     forwards.append(phases["forward"])
+                    forward_cpu += cpu
                     per_batch.append(layer_timer.result())
                 if progress:
                     progress(i + 1, warmup + batches)
@@ -150,12 +178,16 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     from layerscope.analysis.efficiency import of_batches
 
     efficiency = of_batches(module, [f"{batch_size}x{sample_shape}"], walls, device)
+    cores = forward_cpu / sum(forwards) if not cuda and sum(forwards) > 0 else None
     return LoopProfile(
         model=loaded.name, dataset=dataset + (" (synthetic)" if synthetic else ""),
         device=device, batch_size=batch_size, batches=batches, warmup=warmup, phases=phases,
         batch_time=TimingStats.of(walls, keep=True).to_dict(), layers=layers,
         coverage=(sum(r.time["median_s"] for r in layers) / forward_median
                   if forward_median else None), notes=notes,
+        forward_cpu_cores=cores,
+        coverage_rest=uncovered_cause(cores, machine.loadavg[0] if machine.loadavg else None,
+                                      machine.cpus_available or machine.cpu_count),
         step_phases=per_step(batch_phases) if batch_phases else None,
         settings={"threads": threads or old_threads, "num_workers": num_workers,
                   "synthetic": synthetic},

@@ -4,9 +4,19 @@ and the MFU/HFU of its measured steps from them (analysis.efficiency): each dist
 counted once, and a step's FLOPs are those of the forwards it ran (gradient accumulation, a last
 short batch) plus one optimizer step. Only references and shapes are kept: nothing of the
 model or its batches is copied. The model is referenced until its steps are counted (a script's
-model is gone from its own frames by the time the report is made), then let go."""
+model is gone from its own frames by the time the report is made), then let go.
+
+The model is the module that owns the stepping optimizers' parameters (``choose_model``): the
+first module called outermost in a training forward, unless it holds none of them (a
+preprocessing module called before the model; a script that calls ``self.forward(x)``
+directly, so that only a module inside the real model, a ``ReLU``, is ever called as a module).
+Then it is the module called outermost that holds the most of them; when no module called
+holds any, there is no model to count: no MFU, and a note names the smallest module that owns
+them (found among the modules the code stepping the optimizer holds, ``owner_in_frames``) and
+says that its forward ran outside module calls."""
 from __future__ import annotations
 
+from types import FrameType
 from typing import Any
 
 import torch
@@ -20,30 +30,47 @@ class ModelSeen:
     closes and merges its steps."""
 
     def __init__(self) -> None:
-        self._module: torch.nn.Module | None = None
+        self._module: torch.nn.Module | None = None  # the first module called outermost
+        # every module called outermost in a training forward (id -> module, in call order)
+        # and the dtype its first call ran in
+        self._modules: dict[int, torch.nn.Module] = {}
+        self._dtypes: dict[int, torch.dtype] = {}
         self._counted: tuple[Efficiency | None, str | None] | None = None
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._kwargs_hook: Any = None  # reads keyword-only calls' kwargs
+        # the optimizers in first-step order, and per optimizer the smallest module owning
+        # its parameters among those the stepping code held (looked for only where the first
+        # module called holds none of them)
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._owners: dict[int, torch.nn.Module | None] = {}
+        self._kwargs_hooks: dict[int, Any] = {}  # read keyword-only calls' kwargs, per module
         self._inputs: list[tuple[Any, ...]] = []  # distinct forward arguments (specs)
         self._index: dict[Any, int] = {}  # their hashable keys -> position in _inputs
-        self._step: list[int] = []  # the forwards of the step open now
-        self._dtype = torch.float32  # what the FLOPs ran in: the peak to take them against
-        self._steps: list[tuple[int, ...]] = []  # the forwards of every completed step
+        # the forwards of the step open now: (id(module), input index)
+        self._step: list[tuple[int, int]] = []
+        self._steps: list[tuple[tuple[int, int], ...]] = []  # those of every completed step
         self.forwards = 0
+        # the model as last chosen (``model``): chosen again once a new module or optimizer
+        # is seen, so a step's end does not walk the parameters
+        self._chosen: torch.nn.Module | None = None
+        self._stale = True
 
     def forward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        """A training forward of the model (the module whose forwards take the batches)."""
-        if self._module is None:
-            self._module = module
-            self._dtype = _compute_dtype(module, args)
+        """An outermost training forward of a module (the model's, or another module's the
+        script calls outermost: which one is the model is decided when counting)."""
+        key = id(module)
+        if key not in self._modules:
+            self._modules[key] = module
+            self._stale = True
+            self._dtypes[key] = _compute_dtype(module, args)
+            if self._module is None:
+                self._module = module
         spec = tuple(_spec(a) for a in args)
-        if not any(i[0] == "tensor" for i in spec) and self._kwargs_hook is None:
+        if not any(i[0] == "tensor" for i in spec) and key not in self._kwargs_hooks:
             # called with keywords only (model(**batch)): a global hook sees no kwargs, so
-            # the model's later calls are read by a hook of its own, removed when the watch
+            # the module's later calls are read by a hook of its own, removed when the watch
             # stops
-            self._kwargs_hook = module.register_forward_pre_hook(self._read_kwargs,
-                                                                 with_kwargs=True)
-        self._step.append(self._intern((spec, ())))
+            self._kwargs_hooks[key] = module.register_forward_pre_hook(self._read_kwargs,
+                                                                       with_kwargs=True)
+        self._step.append((key, self._intern((spec, ()))))
         self.forwards += 1
 
     def _intern(self, spec: tuple[Any, ...]) -> int:
@@ -54,16 +81,16 @@ class ModelSeen:
         return self._index[key]
 
     def _read_kwargs(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        if torch.is_grad_enabled() and self._step:  # a training forward, just recorded
-            args_spec = self._inputs[self._step[-1]][0]
+        if torch.is_grad_enabled() and self._step and self._step[-1][0] == id(module):
+            key, last = self._step[-1]  # its training forward, just recorded
             kw = tuple((k, _spec(v)) for k, v in kwargs.items())
-            self._step[-1] = self._intern((args_spec, kw))
+            self._step[-1] = (key, self._intern((self._inputs[last][0], kw)))
 
     def close(self) -> None:
-        """Remove the keyword hook if it is still on the model (the watch stops)."""
-        if self._kwargs_hook is not None:
-            self._kwargs_hook.remove()
-            self._kwargs_hook = None
+        """Remove the keyword hooks still on the modules (the watch stops)."""
+        for handle in self._kwargs_hooks.values():
+            handle.remove()
+        self._kwargs_hooks.clear()
 
     def end_step(self) -> None:
         """A step completed: the forwards seen since the last one are its."""
@@ -75,34 +102,87 @@ class ModelSeen:
         if k >= 2 and len(self._steps) >= k:
             self._steps[-k:] = [tuple(i for step in self._steps[-k:] for i in step)]
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._optimizer is None:
-            self._optimizer = optimizer
+    def drop_last(self, k: int) -> None:
+        """The last ``k`` completed steps were parts of a step that never ended."""
+        if k > 0:
+            del self._steps[-k:]
 
-    def efficiency(self, warmup: int, step_seconds: list[float], device: str,
-                   world_size: int) -> tuple[Efficiency | None, str | None]:
-        """The efficiency of the measured steps (those after the ``warmup`` first; None before
-        a step was seen), or a note saying why it is not given."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer,
+                       frame: FrameType | None = None) -> None:
+        """An optimizer steps (``frame``: the script's code that called ``step()``). On its
+        first step, where the first module called holds none of its parameters, the smallest
+        module owning them among those that code holds is remembered, to name it."""
+        if any(o is optimizer for o in self._optimizers):
+            return
+        self._optimizers.append(optimizer)
+        self._stale = True
+        first = self._module
+        stepped = _param_ids([optimizer])
+        if first is not None and _held(first, stepped):
+            return
+        self._owners[id(optimizer)] = owner_in_frames(stepped, frame)
+
+    def model(self) -> torch.nn.Module | None:
+        """The model as chosen now (``choose_model``), or None before any forward."""
+        if self._module is None:
+            return None
+        if self._stale:
+            self._chosen = choose_model(self._module, list(self._modules.values()),
+                                        _param_ids(self._optimizers))
+            self._stale = False
+        return self._chosen
+
+    def efficiency(self, indices: list[int], step_seconds: list[float], device: str,
+                   world_size: int, outside: str = "") -> tuple[Efficiency | None, str | None]:
+        """The efficiency of the measured steps (the completed steps at ``indices``, timed
+        ``step_seconds``; None before a step was seen), or a note saying why it is not given
+        (``outside``: where time that ran outside module calls went, for that note)."""
         if self._counted is not None:
             return self._counted
-        module = self._module
-        steps = self._steps[warmup:warmup + len(step_seconds)]
-        if module is None or not step_seconds or len(steps) != len(step_seconds):
+        steps = [self._steps[i] for i in indices if i < len(self._steps)]
+        if not step_seconds or len(steps) != len(step_seconds):
             return None, None
-        self._counted = self._count(module, steps, step_seconds, device, world_size)
-        self._module = None  # counted: the model is the script's again
+        module = self.model()
+        if module is None:
+            self._counted = None, self._no_model(outside)
+        else:
+            self._counted = self._count(module, steps, step_seconds, device, world_size)
+        self._module = self._chosen = None  # counted: the model is the script's again
+        self._modules, self._owners = {}, {}
         return self._counted
 
-    def _count(self, module: torch.nn.Module, steps: list[tuple[int, ...]],
+    def _no_model(self, outside: str) -> str:
+        """Why no MFU is given where no module that was called holds the parameters stepped."""
+        where = f" (that time is in {outside})" if outside else ""
+        called = sorted({type(m).__name__ for m in self._modules.values()})
+        owner = next((m for m in self._owners.values() if m is not None), None)
+        if not called:
+            return ("MFU not given: no module's training forward was seen: the step's compute "
+                    "ran outside module calls (functional code, or a forward() called directly)"
+                    f"{where}, so there is no model to count FLOPs from")
+        held = (f"they belong to {type(owner).__name__} ({_size(owner)}), whose forward was "
+                "never called as a module: code that calls forward() directly (self.forward(x)) "
+                "runs outside module calls" if owner is not None else
+                "no module the stepping code holds owns them all")
+        return (f"MFU not given: the modules called ({', '.join(called)}) hold none of the "
+                f"parameters the optimizer steps; {held}{where}, so its FLOPs cannot be counted "
+                "from module calls")
+
+    def _count(self, module: torch.nn.Module, all_steps: list[tuple[tuple[int, int], ...]],
                step_seconds: list[float], device: str, world_size: int
                ) -> tuple[Efficiency | None, str | None]:
         from layerscope.analysis import efficiency as eff
 
+        key = id(module)
+        steps = [tuple(i for k, i in s if k == key) for s in all_steps]
+        first = self._module
+        dtype = self._dtypes.get(key, torch.float32)
         # a step whose forwards were not seen (they ran before the watch began) is taken to
         # run what the step before it ran (the first ones: what the first step seen ran)
         seen = [s for s in steps if s]
         if not seen:
-            return None, None
+            return None, (f"MFU not given: no measured step ran a training forward of the model "
+                          f"({type(module).__name__})")
         # a keyword-only call made before the keyword hook was on (the model's first call)
         # ran on the keyword arguments read at the next one
         read = next((i for s in seen for i in s if self._inputs[i][1]), None)
@@ -117,11 +197,20 @@ class ModelSeen:
             return None, ("MFU not given: the model's training forward was seen once only, with "
                           "keyword arguments, so there is no input shape to count its FLOPs "
                           "from")
-        inner = getattr(module, "module", None)
-        if isinstance(inner, torch.nn.Module) and type(module).__name__ in (
-                "DistributedDataParallel", "DataParallel"):
-            module = inner  # the wrapped model: the same arithmetic per rank
-        optimizer, self._optimizer = self._optimizer, None
+        chosen = module
+        for _ in range(3):  # (torch.compile of DDP, DDP of a compiled model)
+            inner = getattr(module, "_orig_mod", None)
+            if isinstance(inner, torch.nn.Module) and type(module).__name__ == "OptimizedModule":
+                module = inner  # torch.compile's wrapper: the FLOPs are its model's
+                continue
+            inner = getattr(module, "module", None)
+            if isinstance(inner, torch.nn.Module) and type(module).__name__ in (
+                    "DistributedDataParallel", "DataParallel"):
+                module = inner  # the wrapped model: the same arithmetic per rank
+                continue
+            break
+        optimizer = _optimizer_of(module, self._optimizers)
+        self._optimizers = []
         try:
             per_input = {}
             for i in used:
@@ -134,7 +223,7 @@ class ModelSeen:
                 forward=sum(per_input[i].forward for i in s),
                 backward=sum(per_input[i].backward for i in s), optimizer=opt,
                 recompute=sum(per_input[i].recompute for i in s)) for s in set(filled)}
-            result = eff.of_steps(by_step, filled, step_seconds, device, self._dtype,
+            result = eff.of_steps(by_step, filled, step_seconds, device, dtype,
                                   world_size=world_size)
         except Exception as exc:  # noqa: BLE001 - the script ran; only its count failed
             return None, (f"MFU not given: the model's step could not be counted "
@@ -149,10 +238,89 @@ class ModelSeen:
             + (", keyword arguments read from its second call on" if keywords else "")
             + f"), {'/'.join(map(str, micro))} forward(s) per optimizer step"
             + ("" if optimizer is not None else "; no optimizer step seen: none counted")
-            + ("" if self._dtype == torch.float32 else
-               f"; against the {str(self._dtype).removeprefix('torch.')} peaks, the dtype its "
+            + ("" if dtype == torch.float32 else
+               f"; against the {str(dtype).removeprefix('torch.')} peaks, the dtype its "
                "forward ran in"))
+        if chosen is not first and first is not None:
+            result.notes.append(
+                f"the model is {type(chosen).__name__}, the module called that holds the "
+                f"parameters the optimizer steps; {type(first).__name__}, called first, holds "
+                "none of them and is not counted")
         return result, None
+
+
+def _param_ids(optimizers: list[torch.optim.Optimizer]) -> set[int]:
+    return {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
+
+
+def _held(module: torch.nn.Module, params: set[int]) -> int:
+    """How many of ``params`` ``module`` holds."""
+    return sum(1 for p in module.parameters() if id(p) in params)
+
+
+def _size(module: torch.nn.Module) -> str:
+    n = sum(p.numel() for p in module.parameters())
+    return f"{n:,} parameters"
+
+
+def choose_model(first: torch.nn.Module, called: list[torch.nn.Module],
+                 stepped: set[int]) -> torch.nn.Module | None:
+    """The model among the modules ``called`` outermost in training forwards (``first``
+    among them): ``first`` when it holds one of the ``stepped`` parameters or nothing was
+    stepped (manual updates); else the module called that holds the most of them (the
+    smaller on a tie); else None: no module called owns what the optimizers step."""
+    if not stepped or _held(first, stepped):
+        return first
+    best: tuple[int, int] | None = None
+    chosen = None
+    for module in called:
+        held = _held(module, stepped)
+        if not held:
+            continue
+        rank = (-held, sum(p.numel() for p in module.parameters()))
+        if best is None or rank < best:
+            best, chosen = rank, module
+    return chosen
+
+
+def _optimizer_of(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]
+                  ) -> torch.optim.Optimizer | None:
+    """The optimizer that steps the most of ``module``'s parameters (the first one when none
+    does)."""
+    own = {id(p) for p in module.parameters()}
+    best = max(optimizers, key=lambda o: len(_param_ids([o]) & own), default=None)
+    if best is not None and not _param_ids([best]) & own:
+        return optimizers[0]
+    return best
+
+
+def owner_in_frames(stepped: set[int], frame: FrameType | None,
+                    depth: int = 8) -> torch.nn.Module | None:
+    """The smallest module holding every parameter in ``stepped`` among the modules (and their
+    submodules) that ``frame`` and its callers hold in their locals (``self`` of a method
+    included) or in their modules' globals; None when none does. Runs once per optimizer."""
+    roots: dict[int, torch.nn.Module] = {}
+    for _ in range(depth):
+        if frame is None:
+            break
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                if isinstance(value, torch.nn.Module):
+                    roots.setdefault(id(value), value)
+        frame = frame.f_back
+    best: tuple[int, torch.nn.Module] | None = None
+    seen: set[int] = set()
+    for root in roots.values():
+        for module in root.modules():
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            own = {id(p) for p in module.parameters()}
+            if stepped and stepped <= own:
+                size = sum(p.numel() for p in module.parameters())
+                if best is None or size < best[0]:
+                    best = (size, module)
+    return best[1] if best is not None else None
 
 
 def _compute_dtype(module: torch.nn.Module, args: tuple[Any, ...]) -> torch.dtype:

@@ -8,8 +8,9 @@ phases, so the phases always sum to the measured step time. The phases are decla
 """
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +22,38 @@ PHASES = tuple(p.name for p in STEP_PHASES if not p.distributed)
 # the phases every breakdown has (the others only when some step spent time in them)
 ALWAYS = tuple(p.name for p in STEP_PHASES if not p.distributed and not p.when_spent)
 DEVICE_PHASES = tuple(p.name for p in STEP_PHASES if p.device)  # CUDA events bound these
+
+
+# a first step this many times the others' median forward+backward, and this many seconds
+# above it, is a one-time cost (``transient_steps``); it needs this many other steps to compare
+FIRST_STEP_FACTOR = 10.0
+FIRST_STEP_EXCESS_S = 1.0
+FIRST_STEP_OTHERS = 3
+
+
+def transient_steps(compile_s: Sequence[float], compute_s: Sequence[float],
+                    first: int) -> dict[int, str]:
+    """The steps from index ``first`` on (those after the warm-up) to keep out of the measured
+    ones, each with its cause, from facts per step: ``compile_s`` (the seconds torch._dynamo
+    spent compiling in it) and ``compute_s`` (its forward + backward seconds).
+
+    - "compile": dynamo compiled in the step;
+    - "first step": where dynamo compiled in no step, the first one when its forward +
+      backward is over ``FIRST_STEP_FACTOR`` x the median of the others' (at least
+      ``FIRST_STEP_OTHERS`` of them) and ``FIRST_STEP_EXCESS_S`` above it: a one-time cost
+      (a compiler dynamo does not count, lazy initialisation, autotuning); a slow data wait is
+      not one (the loader's start-up is the data verdict's).
+
+    Nothing is left out when every step would be (each step recompiled: none is steady)."""
+    steps = range(first, len(compile_s))
+    out = {i: "compile" for i in steps if compile_s[i] > 0}
+    others = list(compute_s[first + 1:])
+    if not out and len(others) >= FIRST_STEP_OTHERS and first < len(compute_s):
+        median = statistics.median(others)
+        head = compute_s[first]
+        if head > FIRST_STEP_FACTOR * median and head - median > FIRST_STEP_EXCESS_S:
+            out[first] = "first step"
+    return {} if len(out) == len(steps) else out
 
 
 @dataclass
@@ -43,9 +76,11 @@ class PhaseTotals:
 
     def to_dict(self) -> dict:
         """``tokens`` and ``tokens_per_s`` only where token ids were seen."""
+        # no sample seen (a batch of no tensor, a loop without batches): no throughput, not 0
         out = {"seconds": shown(self.seconds), "steps": self.steps, "samples": self.samples,
                "wall_s": self.wall,
-               "throughput_per_s": self.samples / self.wall if self.wall else None}
+               "throughput_per_s": self.samples / self.wall if self.wall and self.samples
+               else None}
         if self.tokens:
             out.update(tokens=self.tokens,
                        tokens_per_s=self.tokens / self.wall if self.wall else None)

@@ -8,6 +8,12 @@ through, and splits the time between consecutive optimizer steps into the phases
   step ends at the (outermost) optimizer post-hook; the next one starts there. The first step
   starts at the first measured event (a batch, a forward, a copy) after ``start()``, so a
   script's own set-up (building the model, the loaders) is no step.
+  With several optimizers, every optimizer step is in exactly one step (``_group_step``):
+  interleaved ones are one step per iteration, ones that step one after another a step each.
+- one-time costs: a step in which torch._dynamo compiled (its own counters) or a first step
+  far above the others is left out of the measured steps (``training.phases.transient_steps``),
+  and the profiler's start and stop (``kernels``) are in no step; each is named in the
+  report's ``transients``.
 - ``forward``: the global module forward pre/post hooks; only the outermost module call counts
   (a depth counter: a nested call costs one attribute test and an increment). An outermost call
   of a loss module (``nn.modules.loss._Loss``) is ``loss``; a functional loss is ``other``. A
@@ -55,6 +61,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -76,13 +83,13 @@ from layerscope.core.errors import UserError
 from layerscope.core.noise import read_machine
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
-from layerscope.core.records.train import TrainReport
+from layerscope.core.records.train import TrainReport, TransientCost
 from layerscope.core.stats import kept_samples
 from layerscope.training import chrome_trace
 from layerscope.training.dataloading import LoaderProbe, patch
 from layerscope.training.distributed import process_group
 from layerscope.training.model_seen import ModelSeen
-from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals
+from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals, transient_steps
 from layerscope.training.whatif import WhatIf
 
 STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
@@ -163,23 +170,44 @@ def _current_rss() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _optimizer_name(opt: torch.optim.Optimizer, number: int) -> tuple[str, str]:
-    """(the variable the code that called ``step()`` holds the optimizer in, its locals then
-    its module's globals, else "", and ``Class #number``: first-step order)."""
+def _script_frame() -> FrameType | None:
+    """The innermost frame of code that is neither torch's nor layerscope's: the script's code
+    that called into torch (``optimizer.step()``)."""
     skip = (os.path.dirname(torch.__file__) + os.sep,
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(30):
-        if frame is None:
-            break
-        if not frame.f_code.co_filename.startswith(skip):
-            for scope in (frame.f_locals, frame.f_globals):
-                for name, value in scope.items():
-                    if value is opt and not name.startswith("_"):
-                        return name, f"{type(opt).__name__} #{number}"
-            break
+        if frame is None or not frame.f_code.co_filename.startswith(skip):
+            return frame
         frame = frame.f_back
+    return None
+
+
+def _optimizer_name(opt: torch.optim.Optimizer, number: int,
+                    frame: FrameType | None) -> tuple[str, str]:
+    """(the variable the code that called ``step()`` (``frame``) holds the optimizer in, its
+    locals then its module's globals, else "", and ``Class #number``: first-step order)."""
+    if frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for name, value in scope.items():
+                if value is opt and not name.startswith("_"):
+                    return name, f"{type(opt).__name__} #{number}"
     return "", f"{type(opt).__name__} #{number}"
+
+
+def dynamo_compile_seconds() -> float:
+    """Seconds torch._dynamo has spent compiling in this process so far (its frames, and the
+    backward graphs AOT autograd compiles at the first backward), from its own counters; 0
+    while torch._dynamo was never imported (nothing was compiled)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0.0
+    spent = getattr(utils, "cumulative_time_spent_ns", None)
+    if isinstance(spent, dict):
+        return (spent.get("entire_frame_compile", 0.0)
+                + spent.get("entire_backward_compile", 0.0)) / 1e9
+    metrics = getattr(utils, "compilation_time_metrics", None) or {}
+    return float(sum(metrics.get("_compile.compile_inner", ())))
 
 
 class Watch:
@@ -197,6 +225,9 @@ class Watch:
     ``memory_limit``: bytes (or a size such as "512MB"): an allocation that would take the live
     tensor bytes above it raises ``torch.OutOfMemoryError``, and the report's ``post_mortem``
     says what was alive (``analysis.memory_track.LimitGuard``).
+    ``compile_clock``: the seconds spent compiling so far (default: torch._dynamo's own
+    counters, ``dynamo_compile_seconds``); a step in which it grew is a compilation step, kept
+    out of the measured steps as a one-time cost (``training.phases.transient_steps``).
     """
 
     def __init__(self, model: torch.nn.Module | None = None,
@@ -207,7 +238,8 @@ class Watch:
                  step_on: str = "optimizer", what_if: WhatIf | None = None,
                  script_path: str | None = None, module: bool = False,
                  memory_limit: int | str | None = None, kernels: bool = False,
-                 nvtx: bool = False, clock: Callable[[], float] = time.perf_counter):
+                 nvtx: bool = False, clock: Callable[[], float] = time.perf_counter,
+                 compile_clock: Callable[[], float] = dynamo_compile_seconds):
         if model is not None and not isinstance(model, torch.nn.Module):
             raise UserError(f"watch(model=...) must be a torch.nn.Module, got "
                             f"{type(model).__name__}")
@@ -240,6 +272,9 @@ class Watch:
         self.started = ({"path": script_path, "module": module, "cwd": os.getcwd()}
                         if script_path is not None else {})
         self.on_stop, self.clock = on_stop, clock
+        # the seconds spent compiling so far (torch._dynamo's counters): a step that compiled
+        # is a one-time cost, kept out of the measured steps
+        self.compile_clock = compile_clock
         if what_if is not None and not isinstance(what_if, WhatIf):
             raise UserError(f"watch(what_if=...) must be a layerscope.training.whatif.WhatIf, "
                             f"got {type(what_if).__name__}")
@@ -282,16 +317,29 @@ class Watch:
         self.children = 0  # processes the script started (not DataLoader workers)
         # the process group the script formed (torch.distributed), seen at a step's end
         self.process_group: dict[str, Any] | None = None
-        # the optimizers, in the order they first stepped, and their names; ``_cycle``: how
-        # many step each iteration (known once the first one steps again)
+        # the optimizers, in the order they first stepped, their names and step counts;
+        # ``_cycle``: the optimizers of one iteration in step order, its last one ending a
+        # step (None until one optimizer steps again: learnt from the step before);
+        # ``_pending``: the optimizer of each part closed since the last step ended (parts
+        # that end no step yet: ``_group_step``)
         self._opt_ids: list[int] = []
         self._opt_names: list[tuple[str, str]] = []  # (by variable or "", by class)
-        self._cycle: int | None = None
+        self._opt_counts: list[int] = []
+        self._cycle: list[int] | None = None
+        self._pending: list[int] = []
         self._opt_now = 0  # index of the optimizer stepping now
         self._opt_mark = (0, 0.0)  # (step generation, optimizer seconds) at its step's start
         self._gen = 0  # steps begun: tells whether a step ended inside an optimizer step
         self._opt_step: dict[int, float] = {}  # optimizer index -> its seconds this step
         self._opt_of: list[dict[int, float]] = []  # the same, per completed step
+        self._opt_in: list[int] = []  # the optimizers that stepped in the step open now
+        self._opts_of: list[tuple[int, ...]] = []  # the same, per completed step
+        # one-time costs: dynamo's compile seconds in each completed step (``compile_clock``
+        # read at each step's start and end), and the profiler's start and stop (kernels),
+        # timed and kept out of the step they fell in (``transient_rows``)
+        self._compile_of: list[float] = []
+        self._compile0 = 0.0
+        self._profiler_rows: list[dict[str, Any]] = []
         self._train_data: set[int] = set()  # id() of the datasets training batches came from
         self.intervals: list[tuple[str, float, float]] = []  # (phase, t0, t1): trace only
         self.step_spans: list[tuple[int, float, float]] = []
@@ -338,28 +386,55 @@ class Watch:
 
     @property
     def steps(self) -> int:
-        """Steps completed so far (warm-up steps included)."""
-        return len(self._seconds)
+        """Steps completed so far (warm-up steps included): the parts closed so far, less those
+        that wait for the optimizer step that ends them (``_pending``; the backward passes
+        before it, once an optimizer has started stepping)."""
+        return len(self._seconds) - len(self._pending) - (self._provisional if self._opt_seen
+                                                          else 0)
+
+    def _measured(self) -> list[int]:
+        """The completed steps measured: after the warm-up, less the one-time costs (a
+        compilation step: ``_transient``)."""
+        done = self.steps
+        left_out = self._transient(done)
+        return [i for i in range(min(self.warmup_steps, done), done) if i not in left_out]
+
+    def _transient(self, done: int) -> dict[int, str]:
+        """The completed steps after the warm-up kept out as one-time costs, with the cause
+        (``training.phases.transient_steps``)."""
+        compute = [p.get("forward", 0.0) + p.get("backward", 0.0) for p in self._phases[:done]]
+        return transient_steps(self._compile_of[:done], compute, self.warmup_steps)
+
+    @property
+    def measured_steps(self) -> list[int]:
+        """The number (from 1, warm-up included) of each measured step."""
+        return [i + 1 for i in self._measured()]
+
+    @property
+    def step_optimizers(self) -> list[tuple[int, ...]]:
+        """The optimizers (numbered from 1 in first-step order) that stepped in each completed
+        step, warm-up included, in the order they stepped."""
+        return [tuple(i + 1 for i in step) for step in self._opts_of[:self.steps]]
 
     @property
     def step_seconds(self) -> list[float]:
-        """Wall time of each measured step (the warm-up left out)."""
-        return self._seconds[self.warmup_steps:]
+        """Wall time of each measured step (the warm-up and transient steps left out)."""
+        return [self._seconds[i] for i in self._measured()]
 
     @property
     def step_phases(self) -> list[dict[str, float]]:
         """Seconds per phase of each measured step."""
-        return self._phases[self.warmup_steps:]
+        return [self._phases[i] for i in self._measured()]
 
     @property
     def step_samples(self) -> list[int]:
         """Samples (training batches' first dimension) of each measured step."""
-        return self._samples_of[self.warmup_steps:]
+        return [self._samples_of[i] for i in self._measured()]
 
     @property
     def step_tokens(self) -> list[int]:
         """Tokens (B x T of token-id batches; 0 for other models) of each measured step."""
-        return self._tokens_of[self.warmup_steps:]
+        return [self._tokens_of[i] for i in self._measured()]
 
     # ---- install / remove ---------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -416,6 +491,7 @@ class Watch:
             return
         self._running = False
         self._seen.close()
+        self._settle()
         if self._window is not None:
             self._window.finish()
         self._stop_ranges()
@@ -427,6 +503,18 @@ class Watch:
         self._depth = self._opt_depth = self._bwd_depth = 0
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+
+    def _settle(self) -> None:
+        """The parts left waiting when the run stops: optimizer steps waiting for the
+        iteration's last optimizer are one last step (each is a whole optimizer step); the
+        backward passes of a first step whose optimizer step never returned (the run failed
+        inside it) are dropped, as the step still open is."""
+        if self._pending:
+            self._merge_last(len(self._pending))
+            self._pending = []
+        elif self._provisional and self._opt_seen:
+            self._drop_last(self._provisional)
+            self._provisional = 0
 
     def _start_ranges(self) -> None:
         from layerscope.analysis.nvtx import available
@@ -453,13 +541,32 @@ class Watch:
 
     def _at_step_end(self) -> None:
         """kernels/nvtx at a step's end: the window moves on; the module ranges start once the
-        model is known (hooks are added here, never inside a module call's hooks)."""
-        if self._window is not None:
-            self._window.boundary(self.steps, self._sample_model)
-        if self._nvtx_on and self._nvtx_modules is None and self._sample_model is not None:
+        model is known (hooks are added here, never inside a module call's hooks). The
+        window's own work (the profiler's start, its stop and the processing of its events)
+        is no step's: the step that just began starts after it, and its start and stop are
+        rows of their own (``transient_rows``)."""
+        window = self._window
+        model = (self._seen.model() or self._sample_model
+                 if window is not None or self._nvtx_on else None)
+        if window is not None:
+            t0 = self.clock()
+            was_open, done = window.window is not None, window.done
+            window.boundary(self.steps, model)
+            spent = self.clock() - t0
+            if self._t0 is not None:  # the step open now starts after the window's work
+                self._t0 += spent
+                if self._stack:
+                    self._stack[-1][1] += spent
+            if window.window is not None and not was_open:
+                self._profiler_rows.append({"what": "profiler start", "seconds": spent,
+                                            "step": self.steps})
+            elif window.done == window.steps and done < window.steps:
+                self._profiler_rows.append({"what": "profiler stop and export",
+                                            "seconds": spent, "step": self.steps})
+        if self._nvtx_on and self._nvtx_modules is None and model is not None:
             from layerscope.analysis.nvtx import NvtxRanges
 
-            self._nvtx_modules = NvtxRanges(self._sample_model)
+            self._nvtx_modules = NvtxRanges(model)
             self._nvtx_modules.__enter__()
 
     def _install(self) -> None:
@@ -562,6 +669,8 @@ class Watch:
             self._nvtx_step = torch.cuda.nvtx.range_start("layerscope::step")
         self._gen += 1
         self._opt_step = {}
+        self._opt_in = []
+        self._compile0 = self.compile_clock()
         self._acc = {}
         self._eval_in_step = 0.0
         self._samples = self._tokens = 0
@@ -619,6 +728,8 @@ class Watch:
         self._samples_of.append(self._samples)
         self._tokens_of.append(self._tokens)
         self._opt_of.append(self._opt_step)
+        self._opts_of.append(tuple(self._opt_in))
+        self._compile_of.append(max(self.compile_clock() - self._compile0, 0.0))
         if self.trace:
             self.step_spans.append((len(self._seconds), self._t0, now))
         self._fwd_of.append(self._step_fwd)
@@ -651,6 +762,8 @@ class Watch:
             for i, v in row.items():
                 by_opt[i] = by_opt.get(i, 0.0) + v
         self._opt_of[first:] = [by_opt]
+        self._opts_of[first:] = [tuple(i for row in self._opts_of[first:] for i in row)]
+        self._compile_of[first:] = [sum(self._compile_of[first:])]
         fwd, bwd = _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
         self._fwd_of[first:], self._bwd_of[first:] = [fwd], [bwd]
         if self.trace:
@@ -659,14 +772,29 @@ class Watch:
         ends = [min(e, first + 1) for e in self._epoch_ends]
         self._epoch_ends = sorted(set(ends))
 
+    def _drop_last(self, k: int) -> None:
+        """The last ``k`` completed parts belong to a step that never ended (the run stopped
+        inside it): they are dropped, as the step still open is."""
+        if k <= 0:
+            return
+        keep = len(self._seconds) - k
+        for parts in (self._seconds, self._phases, self._samples_of, self._tokens_of,
+                      self._opt_of, self._opts_of, self._compile_of, self._fwd_of,
+                      self._bwd_of):
+            del parts[keep:]
+        self._seen.drop_last(k)
+        if self.trace:
+            self.step_spans = [span for span in self.step_spans if span[0] <= keep]
+        self._epoch_ends = sorted({min(e, keep) for e in self._epoch_ends if e})
+
     def _close_epoch(self) -> None:
-        done = len(self._seconds)
+        done = self.steps  # (parts waiting for their step's end belong to the next one)
         if done > (self._epoch_ends[-1] if self._epoch_ends else 0):
             self._epoch_ends.append(done)
 
-    def _sum(self, start: int, stop: int) -> PhaseTotals:
+    def _sum(self, steps: list[int]) -> PhaseTotals:
         totals = PhaseTotals()
-        for i in range(start, stop):
+        for i in steps:
             totals.add(self._phases[i], self._seconds[i], self._samples_of[i],
                        self._tokens_of[i])
         return totals
@@ -674,16 +802,16 @@ class Watch:
     @property
     def totals(self) -> PhaseTotals:
         """The measured steps' phases summed."""
-        return self._sum(min(self.warmup_steps, len(self._seconds)), len(self._seconds))
+        return self._sum(self._measured())
 
     def epoch_totals(self) -> list[PhaseTotals]:
         """The measured steps of each epoch (a training loader's end closes one; the steps
         after the last end are the epoch in progress; an epoch all warm-up is left out)."""
-        first = self.warmup_steps
-        bounds = [first, *(e for e in self._epoch_ends if e > first)]
-        if len(self._seconds) > bounds[-1]:
-            bounds.append(len(self._seconds))
-        return [self._sum(a, b) for a, b in zip(bounds, bounds[1:])]
+        first, done, measured = self.warmup_steps, self.steps, self._measured()
+        bounds = [first, *(e for e in self._epoch_ends if first < e <= done)]
+        if done > bounds[-1]:
+            bounds.append(done)
+        return [self._sum([i for i in measured if a <= i < b]) for a, b in zip(bounds, bounds[1:])]
 
     def _sample_memory(self, phase: str) -> None:
         row = self._mem.setdefault(phase, {"peak_rss_bytes": 0})
@@ -726,9 +854,9 @@ class Watch:
         if self._sample_module is None:
             self._sample_module = (id(module), type(module).__name__)
             self._sample_model = module
-        elif self._sample_module[0] != id(module):
+        self._seen.forward(module, args)  # every module called outermost: which is the model
+        if self._sample_module[0] != id(module):
             return
-        self._seen.forward(module, args)
         if self._fetched:
             samples, tokens = self._fetched.popleft()
         elif self._loader_seen:
@@ -751,18 +879,18 @@ class Watch:
     def _opt_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if self.optimizer is not None and opt is not self.optimizer:
             return None
-        self._seen.optimizer_step(opt)
         self._opt_seen = True  # (before a closure's backward can end a step)
         self._opt_depth += 1
         new = None
         if self._opt_depth == 1:
             key = id(opt)
-            if key in self._opt_ids:
-                if self._cycle is None:  # the first optimizer again: one iteration's set
-                    self._cycle = len(self._opt_ids)
-            else:
+            if key not in self._opt_ids:
                 self._opt_ids.append(key)
-                self._opt_names.append(_optimizer_name(opt, len(self._opt_ids)))
+                self._opt_counts.append(0)
+                frame = _script_frame()
+                self._opt_names.append(_optimizer_name(opt, len(self._opt_ids), frame))
+                self._seen.optimizer_step(opt, frame)
+                del frame
             self._opt_now = self._opt_ids.index(key)
             self._enter("optimizer")
             self._opt_mark = (self._gen, self._acc.get("optimizer", 0.0))
@@ -795,15 +923,55 @@ class Watch:
         spent = self._acc.get("optimizer", 0.0) - (before if gen == self._gen else 0.0)
         i = self._opt_now
         self._opt_step[i] = self._opt_step.get(i, 0.0) + spent
+        self._opt_in.append(i)
+        self._opt_counts[i] += 1
         if self.step_on == "backward":
             return
-        if self._cycle is None and i:
-            # a second (third...) optimizer in the first iteration: the iteration so far
-            # (ended at the first optimizer's step) runs on to here
-            self._close_step()
-            self._merge_last(2)
-        elif i == (self._cycle or 1) - 1:  # the iteration's last optimizer
-            self._end_step()
+        self._group_step(i)
+
+    def _group_step(self, i: int) -> None:
+        """Where optimizer ``i``'s step (just returned) falls among the steps. Each optimizer
+        step closes a part; the parts are grouped into steps:
+
+        - in the first iteration each optimizer's step ends the step at once (one optimizer:
+          every step ends there) and a different one merges into it (a GAN's D, then G); the
+          first one again fixes the iteration (``_cycle``: the optimizers of the step before);
+        - then the iteration's last optimizer ends a step, merging the parts closed since the
+          last step ended; any other one (the iteration's others, one outside it stepping
+          between iterations) closes a part that waits for it (``_pending``);
+        - an optimizer that steps again before the others end a step ends its own: the parts
+          closed since the last step ended are one step. One outside the iteration that steps
+          again alone becomes the iteration (optimizers that train one after another: layer
+          0's Adam 30 times, then layer 1's)."""
+        if i in self._pending:  # steps again before the others ended the step
+            if self._pending == [i] and self._cycle is not None and i not in self._cycle:
+                self._cycle = [i]
+            self._end_parts()
+        ended = self.steps
+        self._close_step()
+        self._pending.append(i)
+        cycle = self._cycle
+        if cycle is None:  # the first iteration (no part waits: each ended or merged)
+            before = self._opts_of[ended - 1] if ended else ()
+            if before and i not in before:  # another optimizer of the first iteration
+                self._pending = []
+                self._merge_last(2)
+                return
+            if not before:  # the first optimizer step of all
+                self._end_parts()
+                return
+            cycle = self._cycle = list(before)
+        if i == cycle[-1]:
+            self._end_parts()
+
+    def _end_parts(self) -> None:
+        """The parts closed since the last step ended (and the backward passes before the
+        first optimizer step) are one step, which ends here."""
+        parts = len(self._pending) + self._provisional
+        self._pending, self._provisional = [], 0
+        self._merge_last(parts)
+        self._at_step_end()
+        self._check_limit()
 
     def _backward_done(self) -> None:
         """An outermost ``backward()`` returned: the end of a step when steps are on backward
@@ -827,37 +995,50 @@ class Watch:
         self._end_step()
 
     def _end_step(self) -> None:
-        """An optimizer step or ``mark_step()`` ends the step open now. The steps that ended at
-        backward passes before the first of these were parts of this one (gradient
-        accumulation): one step from the first event to here."""
-        parts, self._provisional = self._provisional, 0
+        """``mark_step()`` ends the step open now. The parts closed before it that ended no
+        step (backward passes before the first optimizer step: gradient accumulation) were
+        parts of this one: one step from the first event to here."""
         self._close_step()
-        self._merge_last(parts + 1)
-        self._at_step_end()
-        self._check_limit()
+        self._provisional += 1
+        self._end_parts()
 
     def _optimizers_note(self) -> str:
-        """Which optimizers stepped, where a step ends, and the optimizer phase by optimizer."""
+        """Which optimizers stepped, how their steps were grouped into steps, and the
+        optimizer phase by optimizer over the measured steps."""
         by_var = [v for v, _ in self._opt_names]
         # a variable name that two optimizers share (a loop's variable) names neither
         names = [f"{v} ({c.split(' #')[0]})" if v and by_var.count(v) == 1 else c
                  for v, c in self._opt_names]
-        cycle = self._cycle or len(names)
         seconds = [0.0] * len(names)
-        for row in self._opt_of[self.warmup_steps:]:
-            for i, v in row.items():
-                seconds[i] += v
-        split = ", ".join(f"{n} {s:.3f} s" for n, s in zip(names, seconds))
+        for i in self._measured():
+            for k, v in self._opt_of[i].items():
+                seconds[k] += v
+        split = ", ".join(
+            f"{n} {s:.3g} s" if s or not count else
+            f"{n} none in the measured steps (its {count} step{'s' if count != 1 else ''} "
+            "fell in warm-up or left-out steps)"
+            for n, s, count in zip(names, seconds, self._opt_counts))
+        groups = optimizer_groups(self._opts_of[:self.steps])
+        kinds = "; ".join(f"{'+'.join(names[k] for k in group)}: {n} step{'s' if n != 1 else ''}"
+                          for group, n in groups)
         if self.step_on == "backward":
             where = "steps end at backward passes"
+        elif groups and all(len(g) == 1 for g, _ in groups):
+            where = ("they stepped one after another, and an optimizer that steps again before "
+                     "the others end a step ends its own: each optimizer step is a step ("
+                     + kinds + ")")
         else:
-            where = (f"a step is one iteration, ending where {names[cycle - 1]} steps"
-                     if cycle > 1 else f"a step ends where {names[0]} steps")
+            cycle = self._cycle or [0]
+            where = (f"a step is one iteration, ending where {names[cycle[-1]]} steps"
+                     if len(cycle) > 1 else f"a step ends where {names[cycle[0]]} steps")
+            if len(groups) > 1:
+                where += ("; an optimizer that steps again before the others end a step ends "
+                          f"its own (steps by the optimizers in them: {kinds})")
         return (f"{len(names)} optimizers stepped ({', '.join(names)}): {where}; the optimizer "
                 f"phase by optimizer{' (host time)' if self.cuda_used else ''}: {split}")
 
     def _check_limit(self) -> None:
-        done = len(self._seconds)
+        done = self.steps
         if self.limit is not None and done >= self.limit:
             if self.on_stop is not None:
                 self.on_stop(self)
@@ -1030,8 +1211,9 @@ class Watch:
 
     def _layer_totals(self) -> tuple[dict[LayerKey, list[Any]], dict[str, float]]:
         """The per-layer forward rows and backward seconds summed over the measured steps."""
-        first = self.warmup_steps
-        return _sum_layers(self._fwd_of[first:], self._bwd_of[first:])
+        measured = self._measured()
+        return _sum_layers([self._fwd_of[i] for i in measured],
+                           [self._bwd_of[i] for i in measured])
 
     def _own_seconds(self, fwd: dict[LayerKey, list[Any]]) -> dict[LayerKey, float]:
         """id(module) -> its forward own time in ``fwd`` (``tree.own_time``: inclusive minus
@@ -1060,7 +1242,7 @@ class Watch:
         # each measured step's forward seconds per module (0 in a step that did not call it):
         # what layerscope diff ranks, as it ranks the phases' per-step seconds
         per_step: dict[LayerKey, list[float]] = {key: [] for key in fwd}
-        for step in self._fwd_of[self.warmup_steps:]:
+        for step in (self._fwd_of[i] for i in self._measured()):
             for key, xs in per_step.items():
                 xs.append(step[key][3] if key in step else 0.0)
         rows = [{"name": name, "type": kind, "calls": calls, "forward_s": s,
@@ -1101,6 +1283,26 @@ class Watch:
             notes.append(NO_CUDA_NOTE)
         return notes
 
+    def transient_rows(self) -> list[dict[str, Any]]:
+        """The one-time costs kept out of the measured steps (``TransientCost`` records): each
+        step left out (a compilation step, with dynamo's compile seconds in it; a first step
+        far above the others), each warm-up step that compiled, and the profiler's start and
+        stop (kernels), which no step holds."""
+        done = self.steps
+        left_out = self._transient(done)
+        rows = []
+        for i in range(done):
+            why = left_out.get(i) or ("compile" if i < self.warmup_steps and self._compile_of[i]
+                                      else None)
+            if why is not None:
+                rows.append({"kind": why, "step": i + 1, "seconds": self._seconds[i],
+                             "compile_s": self._compile_of[i] or None,
+                             "warmup": i < self.warmup_steps or None})
+        for row in self._profiler_rows:
+            kind = "profiler start" if row["what"] == "profiler start" else "profiler stop"
+            rows.append({"kind": kind, "step": row["step"], "seconds": row["seconds"]})
+        return [{k: v for k, v in row.items() if v is not None} for row in rows]
+
     def chrome_trace(self) -> dict[str, Any]:
         """The phases of every step as a Chrome trace (chrome://tracing, Perfetto), in the
         layout of ``train``'s distributed trace (training.chrome_trace): steps on one row,
@@ -1135,13 +1337,24 @@ class Watch:
         done = len(self._seconds)
         if done and not totals.steps:
             notes.append(f"all {done} steps were warm-up: nothing measured")
-        if done and self._provisional and self.step_on == "optimizer":
+        if done and self._provisional and not self._opt_seen and self.step_on == "optimizer":
             notes.append("no optimizer.step() seen: each step ends where a backward() returns "
                          "(steps on backward passes)")
             if self.limit is not None:
                 notes.append(f"the step limit ({self.limit}) did not act: it counts optimizer "
                              "steps and none was seen (with steps on backward passes it counts "
                              "those)")
+        if totals.steps and not totals.samples:
+            notes.append("samples not seen: no training batch came from a DataLoader, and the "
+                         "training forwards had no tensor argument to read a batch size from "
+                         "(keyword arguments only, or no module forward): no throughput")
+        empty = sum(1 for n in self.step_samples if not n)
+        if totals.samples and empty:
+            notes.append(f"{empty} of {totals.steps} measured steps took no batch: a batch counts "
+                         "in the step whose training forward of "
+                         f"{self._sample_module[1] if self._sample_module else 'the model'} "
+                         "takes it, so a batch used over several steps counts once; samples and "
+                         "throughput are the other steps'")
         if self._samples_from_forward and not self._loader_seen and totals.samples:
             notes.append(f"no DataLoader batch seen: samples are the batch dimension (dim 0) of "
                          f"the first tensor argument of each training forward of "
@@ -1156,6 +1369,9 @@ class Watch:
                          if not done else
                          f"{self.children} child process{'es' if self.children > 1 else ''} "
                          "started by the script (multiprocessing) not measured")
+        elif not done and self._opt_seen and self.step_on == "optimizer":
+            notes.append("no training step completed: the run ended inside the first step, in "
+                         "or before its first optimizer.step()")
         elif not done:
             notes.append("no training step seen: no optimizer.step(), no backward() and no "
                          "mark_step()" if self.step_on == "optimizer" else
@@ -1171,9 +1387,14 @@ class Watch:
         argv = self.argv if self.argv is not None else list(sys.argv[1:])
         # counted once the hooks are gone (the count runs the model's forward once more)
         efficiency, why = (None, None) if self._running else self._seen.efficiency(
-            self.warmup_steps, self.step_seconds, "cuda" if self.cuda_used else "cpu",
-            int(world) if world and world.isdigit() else 1)
+            self._measured(), self.step_seconds, "cuda" if self.cuda_used else "cpu",
+            int(world) if world and world.isdigit() else 1,
+            outside=f"Other, {totals.seconds.get('other', 0.0) / totals.wall:.0%} of the "
+                    "measured steps" if totals.wall else "")
         notes += [why] if why else []
+        transients = self.transient_rows()
+        if transients:
+            notes.append(transients_note(transients))
         if self._guard is not None:
             notes += [caught_note(pm) for pm in self._guard.caught(self.post_mortem)]
         notes += self._range_notes(done)
@@ -1204,6 +1425,7 @@ class Watch:
             layers=self.layer_rows() if self.layers else None,
             phase_memory={k: dict(v) for k, v in self._mem.items()} if self.memory else None,
             process_group=group, efficiency=efficiency,
+            transients=[TransientCost.from_dict(t) for t in transients] or None,
             kernels=self._window.result() if self._window is not None else None,
             # the record, as a report read back from JSON holds it (the views read its fields)
             post_mortem=None if self.post_mortem is None
@@ -1211,6 +1433,41 @@ class Watch:
             data_loading=self._probe.result(h2d_s=totals.seconds.get("h2d", 0.0),
                                             cuda=self.cuda_used)
             if self._probe is not None else None)
+
+
+def optimizer_groups(steps: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], int]]:
+    """How many steps each set of optimizers made (each step's optimizers, in first-step
+    order within it, once each), the sets in the order they first appear."""
+    counts: dict[tuple[int, ...], int] = {}
+    for step in steps:
+        if step:
+            key = tuple(dict.fromkeys(step))
+            counts[key] = counts.get(key, 0) + 1
+    return list(counts.items())
+
+
+def transient_text(row: dict[str, Any]) -> str:
+    """One one-time cost in words: "compile 167 s in step 1", "profiler stop and export 6.9 s
+    after step 4"."""
+    seconds = row["seconds"]
+    text = f"{seconds:.3g} s" if seconds >= 0.01 else f"{seconds * 1e3:.3g} ms"
+    kind, step = row["kind"], row.get("step")
+    if kind == "compile":
+        compiled = row.get("compile_s")
+        return (f"compile {text} in step {step}"
+                + (f" ({compiled:.3g} s of it compiling)" if compiled else "")
+                + (" (a warm-up step)" if row.get("warmup") else ""))
+    if kind == "first step":
+        return f"first step {text} (step {step}: far above the others, a one-time cost)"
+    if kind == "profiler start":
+        return f"profiler start {text} after step {step}"
+    return f"profiler stop and export {text} after step {step}"
+
+
+def transients_note(rows: list[dict[str, Any]]) -> str:
+    """The note that names the one-time costs the measured steps leave out."""
+    return ("one-time costs kept out of the measured steps (their phases, MFU and advice): "
+            + "; ".join(transient_text(r) for r in rows))
 
 
 def process_group_note(group: dict[str, Any]) -> str:

@@ -104,6 +104,8 @@ def _why_no_mfu(d: dict[str, Any], e: dict[str, Any] | None) -> str:
         return "the runs did not count their FLOPs"
     if d.get("post_mortem") and not d.get("step_seconds"):
         return "the run ended out of memory before a step was measured"
+    if kind == "train" and not d.get("step_seconds"):
+        return "no step was measured"
     return "the result holds no efficiency section (saved by an earlier release)"
 
 

@@ -134,14 +134,25 @@ def loop_heading(result) -> tuple[str, str]:
             f"({warm}) · ms per batch")
 
 
+def _samples(b: dict) -> str:
+    """'512 samples', or 'samples not seen' where no step saw a batch (no throughput)."""
+    return f"{b['samples']} samples" if b.get("samples") else "samples not seen"
+
+
+def _throughput(b: dict) -> str:
+    if b.get("throughput_per_s") is None and not b.get("samples"):
+        return "samples not seen"
+    return f"{num(b.get('throughput_per_s'), '.1f')} samples/s"
+
+
 def train_facts(result) -> list[tuple[str, str]]:
     b = result.breakdown
     tokens = b.get("tokens")
-    out = [("Measured steps", f"{b['steps']} ({b['samples']} samples"
+    out = [("Measured steps", f"{b['steps']} ({_samples(b)}"
                               + (f", {tokens} tokens)" if tokens else ")")),
            ("Step time", f"{ms(b['wall_s'] / b['steps'] if b['steps'] else None, 2)} ms "
                          f"(median {ms(median(result.step_seconds), 2)} ms)"),
-           ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"
+           ("Throughput", _throughput(b)
                           + (f", {num(b.get('tokens_per_s'), '.1f')} tokens/s" if tokens
                              else "")),
            ("CPU utilisation", f"{num(result.cpu_utilisation)} cores"),
@@ -247,23 +258,49 @@ def _epochs_table(r) -> RowTable:
     return RowTable("epochs", "Per epoch", cols, rows)
 
 
-def phase_title(warmup_steps: int) -> str:
-    """Say warm-up steps were left out only when some were."""
-    if not warmup_steps:
-        return "Time per phase"
-    plural = "s" if warmup_steps != 1 else ""
-    return f"Time per phase ({warmup_steps} warm-up step{plural} excluded)"
+def phase_title(warmup_steps: int, left_out: int = 0) -> str:
+    """Say warm-up steps and one-time costs were left out only when some were."""
+    parts = []
+    if warmup_steps:
+        parts.append(f"{warmup_steps} warm-up step{'s' if warmup_steps != 1 else ''} excluded")
+    if left_out:
+        parts.append(f"{left_out} one-time cost{'s' if left_out != 1 else ''} left out")
+    return f"Time per phase ({'; '.join(parts)})" if parts else "Time per phase"
+
+
+TRANSIENT_WHAT = {"compile": "Compile step", "first step": "Slow first step",
+                  "profiler start": "Profiler start", "profiler stop": "Profiler stop and export"}
+
+
+def _transients_table(r) -> RowTable | None:
+    """The one-time costs a watched run kept out of its measured steps, one row each: what it
+    was, its seconds, the step it was (or ran after) and dynamo's compile seconds in it."""
+    rows = getattr(r, "transients", None) or []
+    if not rows:
+        return None
+    cells = []
+    for t in rows:
+        step = t.get("step")
+        where = ("-" if step is None else f"after step {step}" if t["kind"].startswith("profiler")
+                 else f"step {step}" + (" (warm-up)" if t.get("warmup") else ""))
+        cells.append([Cell(TRANSIENT_WHAT.get(t["kind"], t["kind"]), t["kind"]),
+                      Cell(f"{t['seconds']:.3f}", t["seconds"]), Cell(where, step),
+                      Cell(num(t.get("compile_s"), ".3f"), t.get("compile_s"))])
+    return RowTable("left-out", "Left out of the measured steps (one-time costs: not in the "
+                                "phases, MFU or advice)",
+                    [("One-time cost", False), ("Seconds", True), ("Where", False),
+                     ("Compiling s", True)], cells)
 
 
 def _phase_table(b: dict, warmup_steps: int = 0,
-                 labels: dict[str, str] | None = None) -> RowTable:
+                 labels: dict[str, str] | None = None, left_out: int = 0) -> RowTable:
     cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
     wall = b["wall_s"] or 0.0
     steps = b["steps"] or 1
     rows = [[Cell(_label(p, labels), p), Cell(f"{s:.3f}", s),
              Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
              Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in _ordered(b["seconds"])]
-    return RowTable("phases", phase_title(warmup_steps), cols, rows,
+    return RowTable("phases", phase_title(warmup_steps, left_out), cols, rows,
                     ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
                      f"{wall / steps * 1e3:.2f}"])
 
@@ -385,8 +422,10 @@ def _watch_tables(r) -> list[RowTable]:
 
 
 def train_tables(r) -> list[RowTable]:
+    left_out = _transients_table(r)
     tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0,
-                           phase_labels(r, {}))]
+                           phase_labels(r, {}), len(left_out.rows) if left_out else 0)]
+    tables += [left_out] if left_out else []
     if r.epochs or not getattr(r, "script", None):
         tables.insert(0, _epochs_table(r))
     if r.ranks:
@@ -541,9 +580,11 @@ def train_terminal(report) -> list:
 
     b = report.breakdown
     lines = [
-        f"{report.recipe}: {b['steps']} measured steps, {b['samples']} samples, "
+        f"{report.recipe}: {b['steps']} measured steps, "
+        + (f"{b['samples']} samples, " if b.get("samples") else "")
         + (f"{b['tokens']} tokens, " if b.get("tokens") else "")
-        + f"throughput {b['throughput_per_s'] or 0:.1f} samples/s"
+        + (f"throughput {_throughput(b)}" if b.get("samples") else "samples not seen (no "
+           "throughput)")
         + (f", {b.get('tokens_per_s') or 0:.1f} tokens/s" if b.get("tokens") else ""),
         f"CPU utilisation {report.cpu_utilisation or 0:.2f} cores; peak RSS "
         f"{si(report.peak_rss_bytes)}B"
@@ -561,8 +602,11 @@ def train_terminal(report) -> list:
     untracked = pm is not None and not pm.tracked  # no live set: a line, not an empty table
     if untracked:
         lines.append(post_mortem_line(pm).removeprefix("layerscope: "))
+    left_out = _transients_table(report)
     out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
-                        phase_labels(report, {})), Lines(lines)]
+                        phase_labels(report, {}), len(left_out.rows) if left_out else 0)]
+    out += [left_out] if left_out else []
+    out.append(Lines(lines))
     if report.ranks:
         out += [Lines([""]), ranks_terminal(report)]
     for extra in _watch_tables(report) + data_tables(report):
@@ -621,7 +665,9 @@ def loop_terminal(result) -> list:
              f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
              f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
              "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
-             + " of the forward phase (the rest is the model's own code between layers)"]
+             + " of the forward phase (the rest: "
+             + (getattr(result, "coverage_rest", None) or "the model's own code between layers")
+             + ")"]
     lines += efficiency_lines(result)
     lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
     return [replace(_phase_table(b), title=title), layers, Lines(lines)]

@@ -42,6 +42,13 @@ class LoopProfile(ResultDocument):
     layers: list[LoopLayer]
     coverage: float | None = field(metadata={
         "optional": True, "description": "summed layer medians / forward-phase median"})
+    forward_cpu_cores: float | None = field(default=None, metadata=omit_none(
+        minimum=0, description="the process's CPU seconds per wall second over the measured "
+                               "forwards (on the CPU; absent on CUDA and in results saved "
+                               "before it)"))
+    coverage_rest: str | None = field(default=None, metadata=omit_none(
+        description="what the forward phase holds besides the layers, from forward_cpu_cores "
+                    "and the load (training.inference_loop.uncovered_cause)"))
     notes: list[str] = field(default_factory=list, metadata=omit_empty(
         description="how the batches were drawn, when it matters: passes over the data set (the "
                     "loader iterated again), samples left out of each pass, a data set smaller "

@@ -76,6 +76,28 @@ class LayerSeconds(DictRecord):
 
 
 @dataclass(eq=False, kw_only=True)
+class TransientCost(DictRecord):
+    """A one-time cost kept out of the measured steps (their phases, step times, MFU and the
+    advice read from them) and shown apart: a step in which torch._dynamo compiled, a first
+    step far above the others, the profiler's start or stop (``run --kernels``)."""
+
+    kind: str = field(metadata={
+        "schema": {"enum": ["compile", "first step", "profiler start", "profiler stop"]},
+        "description": "compile: a step in which torch._dynamo compiled; first step: a first "
+                       "step far above the others (training.phases.transient_steps); profiler "
+                       "start / stop: torch.profiler's start, and its stop with the processing "
+                       "of its events, which no step holds"})
+    step: int | None = field(default=None, metadata=omit_none(
+        minimum=1, description="the step (from 1, warm-up included) it is, or (profiler) the "
+                               "step after which it ran"))
+    seconds: float = field(metadata={**_NONNEG, "description": "the wall time left out"})
+    compile_s: float | None = field(default=None, metadata=omit_none(
+        minimum=0, description="compile: the seconds torch._dynamo counted compiling in it"))
+    warmup: bool | None = field(default=None, metadata=omit_none(
+        description="a warm-up step (left out as such)"))
+
+
+@dataclass(eq=False, kw_only=True)
 class PhaseMemory(DictRecord):
     """``--memory``: the peak resident memory (and CUDA memory allocated) seen at the end of a
     phase."""
@@ -215,6 +237,10 @@ class TrainReport(ResultDocument):
     efficiency: Efficiency | None = field(default=None, metadata=omit_none(
         description="MFU and HFU of the measured steps against the measured peak (and a GPU's "
                     "datasheet dense peak); absent in results saved before it"))
+    transients: list[TransientCost] | None = field(default=None, metadata=omit_none(
+        description="one-time costs kept out of the measured steps: compilation steps, a first "
+                    "step far above the others, the profiler's start and stop; absent when "
+                    "there was none, and in results saved before it"))
     post_mortem: PostMortem | None = field(default=None, metadata=omit_none(
         description="--memory-limit: the out-of-memory failure the run ended with (the live "
                     "set by module and kind, what asked for more, where); absent otherwise"))
