@@ -7,7 +7,9 @@ then. A failure here is a defect to fix at its cause, never with a retry or a lo
     python tests/stress.py --fsdp 50 --busy 1   # the FSDP example, 50 runs
 
 Each round runs ``pytest -n 2`` (the suite's own way) on the selection: by default every test file
-that starts a process (``subprocess``, ``sys.executable`` or ``Popen`` in its text). The busy
+that starts a process (``subprocess``, ``sys.executable`` or ``Popen`` in its text) or runs a
+command that measures time (``profile``, ``sweep``, ``train``, ``run``, ``ablate``, ``scaling``,
+``--verify``, through ``run_cli`` or ``main``). The busy
 processes are ``python -c "while True: pass"``, one per ``--busy``. The summary gives each round's
 outcome, duration and 1-minute load, and every failing test by name; ``--json FILE`` keeps it,
 and each round's JUnit XML (every test's time) beside it as FILE.roundN.xml.
@@ -28,14 +30,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTS_A_PROCESS = re.compile(r"\bsubprocess\b|sys\.executable|\bPopen\b")
+MEASURES_TIME = re.compile(r'"--verify"|(run_cli\(|main\(\[)"(profile|sweep|train|run|ablate|'
+                           r'scaling)"')
 FSDP_EXAMPLE = ["train", "digits-cnn", "--nproc-per-node", "2", "--strategy", "fsdp",
                 "--epochs", "1"]
 
 
 def process_tests() -> list[str]:
-    """Every test file whose text starts a process."""
+    """Every test file whose text starts a process or runs a command that measures time."""
+    def chosen(text: str) -> bool:
+        return bool(STARTS_A_PROCESS.search(text) or MEASURES_TIME.search(text))
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                  if STARTS_A_PROCESS.search(p.read_text(encoding="utf-8")))
+                  if chosen(p.read_text(encoding="utf-8")))
 
 
 def load() -> float:
