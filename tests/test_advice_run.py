@@ -164,7 +164,7 @@ def _run_result(script: dict, **config) -> dict:
                                       "optimizer": 0.05}, "steps": 10, "wall_s": 1.0},
             "step_seconds": [0.1] * 10, "script": script,
             "data_loading": {"loaders": [{"num_workers": 0, "pin_memory": False,
-                                          "training": True}],
+                                          "training": True, "batches": 10}],
                              "findings": [{"kind": "cpu_bound", "knob": "num_workers", "value": 8,
                                            "figures": {"work_per_batch_s": 0.08}}]},
             "environment": {"cores": 2, "torch_threads": 2}}
@@ -201,7 +201,7 @@ def test_a_change_in_the_scripts_code_is_not_run_and_says_what_to_edit():
     d = _run_result(SCRIPT_SEEN)
     d["breakdown"]["seconds"] = {"data": 0.0, "forward": 0.6, "backward": 0.3, "optimizer": 0.1}
     d["data_loading"] = None
-    d["efficiency"] = None
+    d["efficiency"] = {"mfu": 0.3}  # the model's FLOPs counted: the contractions AMP needs
     report = advise_result({**d, "config": {"device": "cuda"}})
     amp = next(a for a in report.advice if a.rule == "amp")
     assert amp.command.endswith("(after this edit to s.py: wrap the forward and the loss in "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerscope.advice.facts import KINDS, facts_of
+from layerscope.advice.rule import CannotJudge, facts_text
 from layerscope.advice.rules import RULES
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -165,9 +166,13 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
     facts = facts_of(d)
     if kind == "train":
         facts["threads_flag"] = (d.get("config") or {}).get("threads")
-    items = []
+    items, refused = [], []
     for rule in RULES:
-        found = rule.check(facts)
+        found = rule.apply(facts)
+        if isinstance(found, CannotJudge):
+            refused.append(f"{rule.name}: cannot judge: {found.reason} (facts: "
+                           f"{facts_text(found.facts) or 'none'})")
+            continue
         if found is None:
             continue
         if found.command:
@@ -201,6 +206,7 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
                             facts=found.facts, variant=found.variant, threads=found.threads))
     notes = [] if items else ["no rule fired: nothing in the measured facts points at a change "
                               f"the {len(RULES)} rules know"]
+    notes += refused
     return AdviceReport(source, kind, str(facts.get("subject")), str(facts.get("device")),
                         items, checked=[r.name for r in RULES], notes=notes,
                         environment=environment())

@@ -1,9 +1,11 @@
 """advice (``AdviceReport``): one row per rule that fired (cause, change, predicted gain,
-measured gain, verdict), then each rule's arithmetic and the command that tests it."""
+measured gain, verdict), then each rule's arithmetic, the facts it read and the command that
+tests it; the rules that could not judge are notes, with the reason and the facts they read."""
 from __future__ import annotations
 
 from typing import Any
 
+from layerscope.advice.rule import facts_text
 from layerscope.views.common import pct
 from layerscope.views.sections import (
     PALETTE,
@@ -154,7 +156,8 @@ def tables(result) -> list[RowTable]:
 def details(result) -> list[str]:
     lines = []
     for a in result.advice:
-        lines += [f"{a.rule}: {a.derivation}", f"  test: {a.command}"]
+        lines += [f"{a.rule}: {a.derivation}", f"  facts: {facts_text(a.facts)}",
+                  f"  test: {a.command}"]
         if a.verify_note:
             lines.append(f"  verify: {a.verify_note}")
     return lines
@@ -169,7 +172,8 @@ def advice_terminal(result) -> list:
 
 
 def html_facts(result) -> list[tuple[str, str]]:
-    return facts(result) + [(a.rule, f"{a.derivation} — test: {a.command}"
+    return facts(result) + [(a.rule, f"{a.derivation} — facts: {facts_text(a.facts)} — "
+                                     f"test: {a.command}"
                              + (f" — verify: {a.verify_note}" if a.verify_note else ""))
                             for a in result.advice]
 
@@ -192,13 +196,13 @@ def charts(result) -> list[Chart]:
 
 
 CSV_COLUMNS = ["rule", "cause", "change", "command", "predicted_low", "predicted_high",
-               "measured_gain", "verdict", "derivation"]
+               "measured_gain", "verdict", "derivation", "facts"]
 
 
 def csv(result) -> DataTable:
     return DataTable(CSV_COLUMNS, [[a.rule, a.cause, a.change, a.command, a.predicted_gain.low,
                                     a.predicted_gain.high, a.measured_gain, a.verdict,
-                                    a.derivation] for a in result.advice])
+                                    a.derivation, facts_text(a.facts)] for a in result.advice])
 
 
 VIEW = View(heading=heading, terminal=advice_terminal, facts=html_facts, tables=tables,

@@ -1,19 +1,34 @@
 """A larger batch for a launch-bound GPU: layers far below their roof cost a fixed launch time
 whatever the batch, so doubling the batch nearly halves their time per sample."""
-from layerscope.advice.rule import Finding, Rule, pick
+from layerscope.advice.rule import STEADY, Finding, Rule, need
 
 MAX_PCT_OF_ROOF = 0.1  # a layer under 10% of its roof is waiting on launches
 MIN_SHARE = 0.2
 
 
-def check(facts) -> Finding | None:
-    share, what = facts.get("launch_bound_share"), (f"layers under {MAX_PCT_OF_ROOF:.0%} "
-                                                    "of their roof")
+def _share(facts) -> tuple[float | None, str]:
+    share = facts.get("launch_bound_share")
+    if share is not None:
+        return share, f"layers under {MAX_PCT_OF_ROOF:.0%} of their roof"
     mfu = facts.get("mfu")
-    if share is None and mfu is not None and mfu < MAX_PCT_OF_ROOF:
+    if mfu is not None and mfu < MAX_PCT_OF_ROOF:
         # a training step at a low MFU: its forward+backward bounds the launch-bound part
-        share, what = facts.get("compute_share"), f"forward+backward at MFU {mfu:.1%}"
-    if facts.get("device") != "cuda" or share is None or share < MIN_SHARE:
+        return facts.get("compute_share"), f"forward+backward at MFU {mfu:.1%}"
+    return None, ""
+
+
+NEEDS = (
+    need("a CUDA device", "device", lambda f: f.get("device") == "cuda"),
+    need(f"launch-bound share l >= {MIN_SHARE:g}: layers under 10% of their roof, or "
+         "forward+backward at an MFU under 10%", ("launch_bound_share", "mfu", "compute_share"),
+         lambda f: (_share(f)[0] or 0.0) >= MIN_SHARE),
+    STEADY,
+)
+
+
+def check(facts) -> Finding | None:
+    share, what = _share(facts)
+    if share is None:
         return None
     batch = facts.get("batch_size") or 1
     high = share / 2
@@ -24,11 +39,9 @@ def check(facts) -> Finding | None:
         change=f"a larger batch ({batch * 2} or more, the learning rate scaled with it)",
         low=0.0, high=high, derivation=text,
         command=f"layerscope sweep {facts.get('subject')} --batch-sizes {batch},{batch * 2},"
-                f"{batch * 4} --device cuda",
-        facts=pick(facts, "launch_bound_share", "mfu", "compute_share", "batch_size",
-                   "device"))
+                f"{batch * 4} --device cuda")
 
 
-RULE = Rule("batch-size", ("device", "launch_bound_share (rows under 10% of roof), or "
-                           "compute_share at an MFU under 10%", "batch_size"),
-            "0 .. l / 2, l = share of the time in layers under 10% of their roof (CUDA)", check)
+RULE = Rule("batch-size", ("launch_bound_share", "mfu", "compute_share", "batch_size"),
+            "0 .. l / 2, l = share of the time in layers under 10% of their roof (CUDA)", check,
+            needs=NEEDS)

@@ -1,33 +1,75 @@
 """Loader workers (and pinned memory on CUDA) for data stalls: with workers the next batches
-are prepared while the step computes, so the data phase leaves the critical path."""
-from layerscope.advice.rule import Finding, Outcome, Rule, amdahl_why, moved, pick, rest_ms
+are prepared while the step computes, so the data phase leaves the critical path.
+
+It needs a training loader (one whose batches fed steps with gradients on: a validation or
+test loader is not one) that fed more than a few batches: over a handful, the wait is mostly
+the first batch's (iter(), worker start-up), which more workers do not remove."""
+from layerscope.advice.rule import Finding, Outcome, Rule, amdahl_why, moved, need, rest_ms
 
 MIN_SHARE = 0.05
 MAX_WORKERS = 4
+MIN_BATCHES = 8  # a training loader that fed fewer is judged on its start-up alone
 # data-loader verdicts (the first finding of a run's data_loading) that more workers remove
 STALLED = ("cpu_bound", "io_bound", "too_few_workers")
 
 
-def check(facts) -> Finding | None:
+def _waits(facts) -> bool:
+    """The step waits for data: a data share of 5% or more, or the data loader's verdict
+    names a stall that more workers remove."""
     share = facts.get("data_share")
-    workers = facts.get("workers") or 0
-    # the data loader's verdict says the loop waits on too few workers or on the transforms
-    stalled = facts.get("data_verdict") in STALLED
-    if share is None or (share < MIN_SHARE and not stalled):
-        return None
-    if facts.get("data_verdict") is not None and not stalled:
-        # the data loader measured that the loading keeps up (or that another knob removes
-        # the wait): workers would add their hand-off and hide nothing
-        return None
+    return share is not None and (share >= MIN_SHARE or facts.get("data_verdict") in STALLED)
+
+
+def _fed(facts) -> bool:
+    batches = facts.get("loader_batches")
+    return bool(facts.get("training_loaders")) and batches is not None \
+        and batches >= MIN_BATCHES
+
+
+def _not_fed(facts) -> str:
+    if facts.get("training_loaders") is None:
+        return ("the result does not record its data loaders (no data_loading section): "
+                "which loader fed the training steps, and for how many batches, is unknown")
+    if not facts.get("training_loaders"):
+        return ("no data loader fed the training steps: the loaders measured gave their "
+                "batches with gradients off (validation or test loaders)")
+    batches = facts.get("loader_batches")
+    if batches is None:
+        return "the result does not record how many batches the training loader fed"
+    return (f"the training loader fed {batches} batch(es), fewer than {MIN_BATCHES}: its wait "
+            "is mostly the first batch's (iter(), worker start-up), which more workers do not "
+            "remove; measure more steps")
+
+
+def _more(facts) -> int:
+    """The worker count to test: the data loader's own count when it measured one (the
+    workers that keep up with the step: work per batch / the loop's time per batch, rounded
+    up), else one per core; a worker that computes needs a core of its own, one that waits
+    (I/O, sleeps) does not."""
     cores = facts.get("cores") or 1
-    # the data loader's own count when it measured one (the workers that keep up with the
-    # step: work per batch / the loop's time per batch, rounded up), else one per core; a
-    # worker that computes needs a core of its own, one that waits (I/O, sleeps) does not
+    stalled = facts.get("data_verdict") in STALLED
     suggested = facts.get("data_suggested_workers") if stalled else None
     cap = MAX_WORKERS if facts.get("data_verdict") == "io_bound" else min(MAX_WORKERS, cores)
-    new = max(1, min(cap, suggested or cores))
-    if new <= workers:
-        return None
+    return max(1, min(cap, suggested or cores))
+
+
+NEEDS = (
+    need(f"the step waits for data: data share >= {MIN_SHARE:g}, or the data loader's verdict "
+         "names a stall more workers remove", ("data_share", "data_verdict"), _waits),
+    need("the data loader's verdict, where it measured one, is a stall (it did not find that "
+         "the loading keeps up)", "data_verdict",
+         lambda f: f.get("data_verdict") is None or f["data_verdict"] in STALLED),
+    need(f"a training loader (gradients on) that fed >= {MIN_BATCHES} batches",
+         ("training_loaders", "loader_batches"), _fed, _not_fed, judge=True),
+    need("more workers than the loader has", ("workers", "cores", "data_suggested_workers"),
+         lambda f: _more(f) > (f.get("workers") or 0)),
+)
+
+
+def check(facts) -> Finding | None:
+    share = facts["data_share"]
+    workers = facts.get("workers") or 0
+    new = _more(facts)
     variant = f"workers={new}"
     h2d = facts.get("h2d_share") or 0.0
     pin = facts.get("device") == "cuda" and not facts.get("pin_memory") and h2d >= MIN_SHARE
@@ -44,9 +86,7 @@ def check(facts) -> Finding | None:
         change=f"DataLoader(num_workers={new}" + (", pin_memory=True" if pin else "")
                + f") ({'run' if facts.get('script') else 'train'} --num-workers {new}"
                + (" --pin-memory" if pin else "") + ")",
-        low=low, high=high, derivation=text, variant=variant,
-        facts=pick(facts, "data_share", "h2d_share", "workers", "pin_memory", "cores",
-                   "data_verdict"))
+        low=low, high=high, derivation=text, variant=variant)
 
 
 def explain(o: Outcome) -> str:
@@ -91,7 +131,6 @@ def explain(o: Outcome) -> str:
             f"keep up: the loop still waited {data_n:.1f} ms per step for data{supply}")
 
 
-RULE = Rule("workers", ("data_share (or the data-loader verdict and its worker count)",
-                        "workers", "pin_memory", "h2d_share", "cores"),
+RULE = Rule("workers", ("data_share", "h2d_share", "pin_memory", "device"),
             "d x 0.5 .. d x 1 (d = data share >= 0.05; + h/2 for pinning on CUDA)", check,
-            explain=explain)
+            needs=NEEDS, explain=explain)
