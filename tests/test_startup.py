@@ -8,7 +8,7 @@
 - ``layerscope analyze mnist-cnn`` loads torch but none of the optional libraries (plotting,
   ONNX, the trainers, TensorBoard, scikit-learn, torchvision for a built-in CNN);
 - no analysis that compiles nothing (``analyze``, ``memory``, ``llm``, ``plan``) loads
-  ``torch._dynamo`` or inductor (their import costs about as much as ``import torch``), nothing
+  ``torch._dynamo``, inductor or triton (dynamo costs about as much as ``import torch``), nothing
   of the stand-in that keeps them out outlives the analysis, and dynamo works afterwards.
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_onnx_report_records_torch_without_loading_it(onnx_path):
     assert env["gpus"] == [] and env["cores"] == os.cpu_count()
 
 
-COMPILERS = ("torch._dynamo", "torch._inductor")
+COMPILERS = ("torch._dynamo", "torch._inductor", "triton")
 
 
 @pytest.mark.parametrize("argv", [["analyze", "mnist-cnn"], ["analyze", "mnist-cnn", "--mode",
