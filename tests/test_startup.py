@@ -4,7 +4,8 @@
 - ``layerscope --help`` (and ``--version``, a subcommand's ``--help``) loads none of the heavy
   libraries: parsing the command line needs none of them;
 - the ONNX path (``layerscope.analyze("m.onnx")``, ``layerscope analyze m.onnx``) never loads
-  torch: it runs where PyTorch is not installed;
+  torch: it runs where PyTorch is not installed; onnx is loaded only to read an ONNX file (not
+  to render or diff a saved result);
 - ``layerscope analyze mnist-cnn`` loads torch but none of the optional libraries (plotting,
   ONNX, the trainers, TensorBoard, scikit-learn, torchvision for a built-in CNN);
 - no analysis that compiles nothing (``analyze``, ``memory``, ``llm``, ``plan``) loads
@@ -76,6 +77,23 @@ def test_onnx_analysis_loads_no_torch(onnx_path, how):
              else loaded(CLI, ARGV=["analyze", onnx_path]))
     assert "onnx" in found  # the ONNX path did run
     assert found & ({"torch"} | set(OPTIONAL) - {"onnx"}) == set()
+
+
+@pytest.fixture(scope="module")
+def onnx_result(onnx_path, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("saved") / "onnx.json")
+    loaded(CLI, ARGV=["analyze", onnx_path, "-o", path])
+    return path
+
+
+@pytest.mark.parametrize("argv", [["render", "R"], ["diff", "R", "R"], ["render", "R", "--format",
+                                                                         "csv"]],
+                         ids=["render", "diff", "csv"])
+def test_a_saved_onnx_result_is_read_without_onnx(onnx_result, argv):
+    """onnx is imported only to read an ONNX file: its import costs about 0.7 s of CPU (its
+    eager import of ml_dtypes), which reading a saved result does not need."""
+    found = loaded(CLI, ARGV=[onnx_result if a == "R" else a for a in argv])
+    assert found & {"onnx", "ml_dtypes", "onnxruntime", "torch"} == set()
 
 
 def test_analyze_of_a_builtin_cnn_loads_no_optional_library():
