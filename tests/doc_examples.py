@@ -12,6 +12,15 @@ The convention, shared with whoever writes the docs:
 - Every other fence (``text``, ``json``, ``toml``, none) is shown, not run.
 - The line right before an opening fence being ``<!-- example: skip REASON -->`` skips that
   block; the reason is required and is reported.
+- A ``text`` fence right after a block that runs (only blank lines between them) is that block's
+  output as the page quotes it: every figure in it (each number, ``2,312,208``, ``0.47``,
+  ``1x28x28`` as ``1``, ``28``, ``28``) must be among the figures the block prints (its commands'
+  stdout and stderr), so a quote that no longer matches fails the page. The quote may leave lines
+  out; ``<!-- output: unchecked REASON -->`` right above the ``text`` fence exempts a quote that
+  cannot match (a timing), with its reason reported.
+- Output is quoted in such a ``text`` block, never in a comment: a ``python`` block whose
+  ``print(...)`` line carries a ``# comment`` with a figure in it is refused, as that comment
+  would not be checked.
 - An ``sh`` block made only of ``make`` commands is skipped with the reason ``MAKE_REASON``: the
   Makefile's targets bootstrap a virtual environment of their own in the checkout, and .ci/run
   runs the README's two (``make demo``, then ``make test``) on a clean clone. So the README can
@@ -32,6 +41,7 @@ command, exit code, seconds).
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -39,7 +49,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+import tokenize
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +61,9 @@ TAIL_LINES = 12
 
 _OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _SKIP = re.compile(r"^<!--\s*example:\s*skip(?P<reason>.*?)-->$")
+_UNCHECKED = re.compile(r"^<!--\s*output:\s*unchecked(?P<reason>.*?)-->$")
+# a figure: digits, with thousands separators or decimals; never glued to a longer number
+_FIGURE = re.compile(r"(?<![\d.,])\d+(?:[.,]\d+)*")
 MAKE_REASON = "make targets bootstrap their own .venv: .ci/run runs them on a clean clone"
 
 
@@ -69,6 +83,10 @@ class Block:
     lang: str  # the info string's first word ("" for none)
     body: str  # the content, without the fence's indentation
     skip_reason: str | None = None
+    end: int = 0  # 1-based line of the closing fence
+    output: str | None = None  # the text block right after, quoting what this block prints
+    output_line: int | None = None  # its opening fence
+    output_unchecked: str | None = None  # why that quote is not checked
 
     @property
     def runs(self) -> bool:
@@ -101,16 +119,20 @@ def parse_blocks(text: str, where: str = "<text>") -> list[Block]:
     lines = text.splitlines()
     blocks: list[Block] = []
     markers: dict[int, str] = {}  # 0-based line -> reason
+    unchecked: dict[int, str] = {}  # 0-based line -> reason
     i = 0
     while i < len(lines):
         stripped = lines[i].strip()
-        marker = _SKIP.match(stripped)
-        if marker:
+        marker, found, form = next(((m, found, form) for pattern, found, form in (
+            (_SKIP, markers, "a skip marker needs a reason: <!-- example: skip REASON -->"),
+            (_UNCHECKED, unchecked, "an unchecked-output marker needs a reason: "
+                                    "<!-- output: unchecked REASON -->"))
+            if (m := pattern.match(stripped))), (None, markers, ""))
+        if marker is not None:
             reason = marker.group("reason").strip()
             if not reason:
-                raise DocParseError(f"{where}:{i + 1}: a skip marker needs a reason: "
-                                    "<!-- example: skip REASON -->")
-            markers[i] = reason
+                raise DocParseError(f"{where}:{i + 1}: {form}")
+            found[i] = reason
             i += 1
             continue
         opening = _OPEN.match(lines[i])
@@ -127,19 +149,51 @@ def parse_blocks(text: str, where: str = "<text>") -> list[Block]:
             raise DocParseError(f"{where}:{i + 1}: the fence opened here is never closed")
         body = "".join(_strip_indent(line, indent) + "\n" for line in lines[i + 1:end])
         reason = markers.pop(i - 1, None)
-        block = Block(i + 1, _info_word(opening.group("info")), body, reason)
+        block = Block(i + 1, _info_word(opening.group("info")), body, reason, end + 1)
         if reason is None and block.lang == "sh" and _only_make(block):
-            block = Block(block.line, block.lang, body, MAKE_REASON)
+            block = replace(block, skip_reason=MAKE_REASON)
         if reason is not None and not block.runs:
             raise DocParseError(f"{where}:{i}: a skip marker above a '{block.lang}' block, "
                                 "which is never run")
+        previous = blocks[-1] if blocks else None
+        if block.lang == "text" and previous is not None and previous.runs and all(
+                not lines[k].strip() or k in unchecked for k in range(previous.end, i)):
+            blocks[-1] = replace(previous, output=body, output_line=block.line,
+                                 output_unchecked=unchecked.pop(i - 1, None))
+        if block.lang == "python":
+            _refuse_quoted_prints(block, where)
         blocks.append(block)
         i = end + 1
     if markers:
         line = min(markers) + 1
         raise DocParseError(f"{where}:{line}: a skip marker must be the line right above the "
                             "opening fence of an sh or python block")
+    if unchecked:
+        line = min(unchecked) + 1
+        raise DocParseError(f"{where}:{line}: an unchecked-output marker must be the line right "
+                            "above a text block that quotes the output of the block before it")
     return blocks
+
+
+def _refuse_quoted_prints(block: Block, where: str) -> None:
+    """A ``print(...)`` line whose comment holds a figure quotes output where nothing checks
+    it."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(block.body).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return  # not Python the tokenizer reads: running it will say so
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT and re.match(r"\s*print\(", tok.line) and \
+                figures(tok.string):
+            raise DocParseError(
+                f"{where}:{block.line + tok.start[0]}: a comment on a print() line quotes "
+                "output that nothing checks: quote it in a text block right after this block, "
+                "whose figures the runner checks")
+
+
+def figures(text: str) -> list[str]:
+    """The figures of ``text``, in order: every number as written (``2,312,208``, ``0.47``)."""
+    return _FIGURE.findall(text)
 
 
 def _only_make(block: Block) -> bool:
@@ -246,12 +300,38 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str],
 
 
 @dataclass
+class Misquote:
+    """A block's quoted output with figures the block did not print."""
+
+    page: str
+    block: Block
+    missing: list[str]
+    printed: str  # what the block printed
+
+    def describe(self) -> str:
+        lines = [f"{self.page}:{self.block.output_line}: the output quoted here has figures the "
+                 f"block at line {self.block.line} does not print: {', '.join(self.missing)}",
+                 "  printed:", *(f"    {t}" for t in excerpt(self.printed))]
+        return "\n".join(lines)
+
+
+@dataclass
 class PageRun:
     outcomes: list[Outcome] = field(default_factory=list)
+    misquotes: list[Misquote] = field(default_factory=list)
+    quotes_checked: int = 0
 
     @property
     def failures(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.ok]
+
+
+def check_quote(page: str, block: Block, outcomes: list[Outcome]) -> Misquote | None:
+    """The block's quoted output against what its commands printed (see the module's doc)."""
+    printed = "".join(o.stdout + o.stderr for o in outcomes)
+    have = set(figures(printed))
+    missing = [f for f in dict.fromkeys(figures(block.output or "")) if f not in have]
+    return Misquote(page, block, missing, printed) if missing else None
 
 
 def run_page(page: str, blocks: list[Block], workdir: Path, env: dict[str, str],
@@ -262,6 +342,7 @@ def run_page(page: str, blocks: list[Block], workdir: Path, env: dict[str, str],
     for block in blocks:
         if not block.runs or block.skip_reason is not None:
             continue
+        first = len(run.outcomes)
         for command in block.commands():
             if block.lang == "python":
                 script = workdir / f"example_L{block.line}.py"
@@ -282,4 +363,13 @@ def run_page(page: str, blocks: list[Block], workdir: Path, env: dict[str, str],
                             + "\n")
             if not outcome.ok and not keep_going:
                 return run
+        ran = run.outcomes[first:]
+        if block.output is not None and block.output_unchecked is None and \
+                all(o.ok for o in ran):
+            run.quotes_checked += 1
+            misquote = check_quote(page, block, ran)
+            if misquote is not None:
+                run.misquotes.append(misquote)
+                if not keep_going:
+                    return run
     return run

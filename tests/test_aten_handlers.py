@@ -833,3 +833,42 @@ def test_refused_registration_changes_nothing():
     with pytest.raises(ValueError):
         table.register(["x.new", "x.a"], lambda *a: OpCost())
     assert "x.new" not in table
+
+
+# ------------------------------------------------------------------ contraction formulas
+# The four products are torch.utils.flop_counter's formulas written out (importing flop_counter
+# imports triton): each must give exactly half its FLOPs on every shape.
+FORMULA_CASES = [
+    ("mm", (7, 3), (3, 11)),
+    ("mm", (1, 9216), (9216, 4096)),
+    ("bmm", (4, 5, 6), (4, 6, 2)),
+    ("bmm", (96, 128, 64), (96, 64, 128)),
+    ("conv2d", (2, 3, 32, 32), (8, 3, 3, 3), (2, 8, 30, 30), False),
+    ("conv2d-grouped", (1, 32, 14, 14), (32, 1, 3, 3), (1, 32, 14, 14), False),
+    ("conv1d-dilated", (3, 4, 50), (6, 2, 5), (3, 6, 42), False),
+    ("conv3d", (1, 2, 8, 9, 10), (4, 2, 3, 3, 3), (1, 4, 6, 7, 8), False),
+    ("conv2d-transposed", (2, 16, 7, 7), (16, 8, 4, 4), (2, 8, 16, 16), True),
+    ("sdpa-backward", (2, 8, 128, 64), (2, 8, 256, 64), (2, 8, 256, 32)),
+    ("sdpa-backward-gqa", (1, 32, 17, 128), (1, 8, 40, 128), (1, 8, 40, 128)),
+]
+
+
+@pytest.mark.parametrize("case", FORMULA_CASES, ids=[c[0] for c in FORMULA_CASES])
+def test_contraction_formulas_are_flop_counters(case):
+    from torch.utils import flop_counter as fc
+
+    from layerscope.ops import aten
+
+    kind, *shapes = case
+    if kind == "mm":
+        ours, theirs = aten.mm_macs(*shapes), fc.mm_flop(*shapes)
+    elif kind == "bmm":
+        ours, theirs = aten.bmm_macs(*shapes), fc.bmm_flop(*shapes)
+    elif kind.startswith("conv"):
+        ours = aten.conv_macs(*shapes)
+        theirs = fc.conv_flop_count(*[list(s) for s in shapes[:3]], shapes[3])
+    else:
+        q, k, v = shapes
+        grad = q[:3] + (v[-1],)
+        ours, theirs = aten.sdpa_backward_macs(q, k, v), fc.sdpa_backward_flop_count(grad, q, k, v)
+    assert 2 * ours == theirs

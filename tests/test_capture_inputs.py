@@ -393,3 +393,56 @@ def test_heading_names_keyword_inputs_and_value_types():
 
     report = layerscope.analyze(Keywords(), ((3, 4), 2), kwargs={"mask": (3, 4)})
     assert "input 3x4 float32, int, mask=3x4 float32 ·" in view_for(report).heading(report)[1]
+
+
+# ---------------------------------------------------------------- 0-d inputs
+class Scaled(nn.Module):
+    """A linear layer scaled by a 0-d tensor: forward(x: (1, 10), t: ())."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 4)
+
+    def forward(self, x, t):
+        assert t.dim() == 0, t.shape
+        return self.fc(x) * t
+
+
+SCALAR = {"shape": [], "dtype": "float32"}
+
+
+@pytest.mark.parametrize("inputs,kwargs,described", [
+    ([[1, 10], []], None, [{"shape": [1, 10], "dtype": "float32"}, SCALAR]),  # torchinfo's
+    (((1, 10), ()), None, [{"shape": [1, 10], "dtype": "float32"}, SCALAR]),
+    (((1, 10), torch.Size([])), None, [{"shape": [1, 10], "dtype": "float32"}, SCALAR]),
+    (["1x10", "scalar"], None, [{"shape": [1, 10], "dtype": "float32"}, SCALAR]),
+    (["1x10", "Scalar:float64"], None,
+     [{"shape": [1, 10], "dtype": "float32"}, {"shape": [], "dtype": "float64"}]),
+    (["1x10", "t=scalar"], None, [{"shape": [1, 10], "dtype": "float32"}, {"name": "t", **SCALAR}]),
+    ([(1, 10)], {"t": ()}, [{"shape": [1, 10], "dtype": "float32"}, {"name": "t", **SCALAR}]),
+], ids=["torchinfo-list", "empty-tuple", "empty-size", "text", "text-dtype", "text-keyword",
+        "keyword-empty-tuple"])
+def test_a_0d_input_is_given_by_the_empty_shape(inputs, kwargs, described):
+    report = layerscope.analyze(Scaled(), inputs, kwargs=kwargs)
+    assert report.inputs == described
+    # Linear(10, 4) on one row: 40 MACs, 80 + 4 (bias) FLOPs; the product with t: 4 FLOPs
+    assert (report.totals.macs, report.totals.flops) == (40, 88)
+
+
+def test_a_0d_input_keeps_no_batch_dimension():
+    report = layerscope.analyze(Scaled(), ["1x10", "scalar"], batch_size=3)
+    assert report.inputs == [{"shape": [3, 10], "dtype": "float32"}, SCALAR]
+    assert report.totals.macs == 3 * 40
+
+
+def test_a_0d_input_from_the_cli(tmp_path):
+    src = tmp_path / "scaled.py"
+    src.write_text("from tests.test_capture_inputs import Scaled\n"
+                   "def build():\n    return Scaled()\n")
+    code, out, err = run_cli("analyze", f"{src}:build", "--input", "1x10", "--input", "scalar",
+                             "--width", "160")
+    assert code == 0, err
+    assert "1x10, scalar" in out  # the root's input shapes
+    code, out, err = run_cli("analyze", f"{src}:build", "--input", "1x10", "--input",
+                             "scalar:int64", "--format", "json")
+    assert code == 0 and '"shape": [],\n      "dtype": "int64"' in out, (err, out)

@@ -16,9 +16,12 @@ from tests.doc_examples import (
     Block,
     Command,
     DocParseError,
+    Outcome,
+    check_quote,
     docs_root,
     example_env,
     excerpt,
+    figures,
     pages,
     parse_blocks,
     run_page,
@@ -69,6 +72,10 @@ def test_page_examples(page, tmp_path, example_home):
     for o in run.outcomes:
         print(f"{o.seconds:7.1f} s  {'ok  ' if o.ok else 'FAIL'}  {page}:{o.command.line}  "
               f"{o.shown.splitlines()[0]}")
+    if run.misquotes:
+        pytest.fail(f"{len(run.misquotes)} quoted output(s) in {page} do not match what the "
+                    "example prints today:\n\n"
+                    + "\n\n".join(m.describe() for m in run.misquotes), pytrace=False)
     if run.failures:
         ran = len(run.outcomes)
         total = sum(len(b.commands()) for b in blocks if b.runs and b.skip_reason is None)
@@ -161,6 +168,65 @@ PARSE_CASES = {
 }
 
 
+UNCHECKED = "<!-- output: unchecked timings differ run to run -->"
+
+OUTPUT_CASES = {
+    "text right after sh": ("```sh\nls\n```\n\n```text\na 1\n```\n", [("a 1\n", 5, None)]),
+    "text right after python": ("```python\nprint(2)\n```\n```text\n2\n```\n",
+                                [("2\n", 4, None)]),
+    "prose between: not its output": ("```sh\nls\n```\nThe file:\n```text\nx\n```\n",
+                                      [(None, None, None)]),
+    "text after text: not an output": ("```text\na\n```\n```text\nb\n```\n", []),
+    "unchecked marker": (f"```sh\nls\n```\n{UNCHECKED}\n```text\n0.3 s\n```\n",
+                         [("0.3 s\n", 5, "timings differ run to run")]),
+    "skipped block keeps its quote": (f"{SKIP}\n```sh\nnvidia-smi\n```\n```text\nGPU 0\n```\n",
+                                      [("GPU 0\n", 5, None)]),
+}
+
+
+@pytest.mark.parametrize("text, expected", OUTPUT_CASES.values(), ids=OUTPUT_CASES.keys())
+def test_a_text_block_right_after_a_runnable_one_is_its_output(text, expected):
+    got = [(b.output, b.output_line, b.output_unchecked) for b in parse_blocks(text) if b.runs]
+    assert got == expected
+
+
+FIGURE_CASES = {
+    "integers and the dims of a shape": ("2312208 backward 1x28x28", ["2312208", "1", "28", "28"]),
+    "separators and decimals": ("1,199,882 params, 0.47 MB, 11.99M.", ["1,199,882", "0.47",
+                                                                       "11.99"]),
+    "names with digits": ("layer1.0 conv2 fc1", ["1.0", "2", "1"]),
+    "none": ("backward", []),
+}
+
+
+@pytest.mark.parametrize("text, expected", FIGURE_CASES.values(), ids=FIGURE_CASES.keys())
+def test_figures(text, expected):
+    assert figures(text) == expected
+
+
+def test_a_quote_must_hold_only_printed_figures():
+    """The page's old quote of memory's peak (2326536) against what the example printed."""
+    block = parse_blocks("```python\nprint(1)\n```\n```text\n2326536 backward\n...\n```\n")[0]
+    printed = Outcome("p.md", 1, Command(2, ""), "python example_L1.py", 0, 0.1,
+                      "2312208 backward\n{'activations': 1}\n", "")
+    misquote = check_quote("p.md", block, [printed])
+    assert misquote is not None and misquote.missing == ["2326536"]
+    assert misquote.describe().startswith("p.md:4: the output quoted here has figures the block "
+                                          "at line 1 does not print: 2326536")
+    right = parse_blocks("```python\nprint(1)\n```\n```text\n2312208 backward\n```\n")[0]
+    assert check_quote("p.md", right, [printed]) is None
+
+
+def test_runner_checks_the_quoted_output(tmp_path):
+    page = ("```sh\necho 'peak 42 at step 3'\n```\n```text\npeak 42 at step 3\n```\n"
+            "```python\nprint(7 * 6)\n```\n```text\n41\n```\n"
+            f"```sh\ndate +%N\n```\n{UNCHECKED}\n```text\n123\n```\n")
+    run = run_page("p.md", parse_blocks(page), tmp_path, example_env(tmp_path), 60,
+                   keep_going=True)
+    assert not run.failures and run.quotes_checked == 2
+    assert [(m.block.line, m.missing) for m in run.misquotes] == [(7, ["41"])]
+
+
 @pytest.mark.parametrize("text, expected", PARSE_CASES.values(), ids=PARSE_CASES.keys())
 def test_parse_blocks(text, expected):
     got = [(b.line, b.lang, b.skip_reason, b.body) for b in parse_blocks(text)]
@@ -176,6 +242,13 @@ PARSE_ERRORS = {
     "marker with a blank line before the fence": (f"{SKIP}\n\n```sh\nls\n```\n",
                                                   "x.md:1: a skip marker must be the line"),
     "marker above no fence": (f"{SKIP}\ntext\n", "x.md:1: a skip marker must be the line"),
+    "unchecked marker without reason": ("```sh\nls\n```\n<!-- output: unchecked -->\n"
+                                        "```text\nx\n```\n",
+                                        "x.md:4: an unchecked-output marker needs a reason"),
+    "unchecked marker above no output": ("Text.\n<!-- output: unchecked slow -->\n```text\nx\n"
+                                         "```\n", "x.md:2: an unchecked-output marker must be"),
+    "output quoted in a print comment": ("```python\nx = 1\nprint(x)  # 1\n```\n",
+                                         "x.md:3: a comment on a print() line quotes output"),
 }
 
 

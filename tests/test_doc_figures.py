@@ -219,6 +219,78 @@ def test_startup_figure_is_the_benchmarks():
             in _prose("docs/development.md"))
 
 
+# ------------------------------------------------------------------ the GPU runs kept
+GPU = REPO / "benchmarks" / "gpu"
+
+
+def _gpu_phrases(path) -> dict[str, str]:
+    """The phrases benchmarks/gpu/README.md writes from a kept gpu-check run, built from the
+    run's own figures, rounded as the page writes them."""
+    tests = json.loads(path.read_text())["tests"]
+
+    def figures(name: str) -> dict:
+        return next(t["figures"] for key, t in tests.items() if key.endswith("::" + name))
+
+    ms = "{:.2f} ms".format
+    phrases = {}
+    ablate = figures("test_ablate_every_variant")["variants"]
+    phrases["ablate"] = ", ".join(f"{name} {ms(v['step_median_s'] * 1e3)}"
+                                  for name, v in ablate.items())
+    cells = figures("test_sweep_over_devices_and_dtypes")["cells"]
+    phrases["sweep"] = ", ".join(f"{c['device']}/{c['dtype']} {ms(c['median_s'] * 1e3)}"
+                                 for c in cells)
+    amp = figures("test_amp_is_faster_than_float32_on_a_matmul_bound_step")
+    step = {k: v * 1e3 for k, v in amp["step_median_s"].items()}
+    phrases["autocast"] = (f"float32 {ms(step['float32'])}, bfloat16 {ms(step['bfloat16'])} "
+                           f"({amp['speedup_bf16']:.1f}x), float16 {ms(step['float16'])} "
+                           f"({amp['speedup_fp16']:.1f}x)")
+    f32 = figures("test_roofline_within_the_datasheet[float32]")
+    bf16 = figures("test_roofline_within_the_datasheet[bfloat16]")
+    phrases["roofline"] = (f"float32 {f32['peak_flops'] / 1e12:.1f} TFLOP/s "
+                           f"({f32['flops_fraction']:.0%} of the datasheet's "
+                           f"{f32['datasheet_flops'] / 1e12:g}; TF32 off), bfloat16 "
+                           f"{bf16['peak_flops'] / 1e12:.0f} TFLOP/s ({bf16['flops_fraction']:.0%}"
+                           f" of {bf16['datasheet_flops'] / 1e12:g}), bandwidth "
+                           f"{f32['bandwidth'] / 1e12:.2f} TB/s ({f32['bandwidth_fraction']:.0%} "
+                           f"of {f32['datasheet_bandwidth'] / 1e12:g})")
+    memory = {mode: figures(f"test_memory_measured_on_cuda_matches_the_static_peak[{mode}]")
+              for mode in ("inference", "training")}
+    inference, training = (memory[m]["reconciliation"] for m in ("inference", "training"))
+    phrases["memory"] = (f"inference {memory['inference']['peak_bytes']:,} B in "
+                         f"{memory['inference']['peak_phase']}; training with Adam "
+                         f"{memory['training']['peak_bytes']:,} B in "
+                         f"{memory['training']['peak_phase']}")
+    phrases["allocator"] = (f"{inference['allocated_peak_bytes']:,} B allocated / "
+                            f"{inference['reserved_peak_bytes']:,} B reserved (inference) and "
+                            f"{training['allocated_peak_bytes']:,} / "
+                            f"{training['reserved_peak_bytes']:,} B (training)")
+    kernels = figures("test_profile_kernels_attributes_every_kernel")
+    phrases["kernels"] = (f"{sum(s['kernels'] for s in kernels['per_step'])} device kernels "
+                          f"({kernels['per_step'][0]['kernels']} a step)")
+    ddp = figures("test_train_data_parallel_one_process")["communication"]
+    phrases["ddp"] = (f"{ddp['bytes_per_step']:,} gradient bytes per step in "
+                      f"{'one' if len(ddp['buckets']) == 1 else len(ddp['buckets'])} all-reduce "
+                      f"bucket, {ddp['communication_s'] * 1e3:.2f} ms")
+    return phrases
+
+
+GPU_RUNS = {"gpu-check-h200-2026-11-27.json": "## NVIDIA H200, driver 580.159.04, torch "
+            "2.11.0+cu130, CUDA 13.0, cuDNN 9.19.0 (2026-11-27)"}
+GPU_PHRASES = [(run, name, phrase) for run in GPU_RUNS
+               for name, phrase in _gpu_phrases(GPU / run).items()]
+
+
+@pytest.mark.parametrize("run,name,phrase", GPU_PHRASES,
+                         ids=[f"{r}:{n}" for r, n, _ in GPU_PHRASES])
+def test_gpu_figures_are_the_kept_runs(run, name, phrase):
+    """The section of benchmarks/gpu/README.md on a kept run quotes that run's figures (a
+    section may add an earlier run's after them, named as such)."""
+    text = (GPU / "README.md").read_text(encoding="utf-8")
+    section = text[text.index(GPU_RUNS[run]):]
+    section = " ".join(section[:section.find("\n## ", 1)].split())
+    assert phrase in section, f"benchmarks/gpu/README.md should quote {phrase!r} from {run}"
+
+
 # ------------------------------------------------------------------ figures computed by the API
 def test_tensor_parallel_activations_per_gpu():
     plan = layerscope.plan("llama-3-70b", gpus=64, seq_len=8192, tp=8)

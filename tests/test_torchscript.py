@@ -188,3 +188,55 @@ def test_frozen_torchscript_is_counted_and_explained(tmp_path):
     # conv1 32*1*9*26^2, conv2 64*32*9*24^2, fc1 9216*128, fc2 128*10
     assert report.totals.macs == 32 * 9 * 26**2 + 64 * 32 * 9 * 24**2 + 9216 * 128 + 128 * 10
     assert report.totals.params == 0 and any("frozen" in n for n in report.notes)
+
+
+def _raw_trace_events(monkeypatch) -> list[dict]:
+    """The complete events of every profiler trace written while the test runs."""
+    import json
+
+    from layerscope.analysis.capture.script import profiler
+
+    seen: list[dict] = []
+    real_read = profiler.read_trace
+
+    def read(path):
+        with open(path, encoding="utf-8") as f:
+            seen.extend(e for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+        return real_read(path)
+
+    monkeypatch.setattr(profiler, "read_trace", read)
+    return seen
+
+
+def test_trace_holds_only_calls_and_op_markers(custom, monkeypatch):
+    """The profiler records the interpreter's calls and one marker per op, not the aten events
+    of every op: with those, a TorchScript AlexNet whose linear layers compute in 64 x 64
+    segments (~100,000 ops) wrote a trace of GBs and took minutes to read."""
+    events = _raw_trace_events(monkeypatch)
+    cap = capture.capture(torch.jit.script(custom), [capture.InputSpec(CUSTOM_SHAPE)],
+                          fake=False)
+    assert cap.warnings == []
+    markers = [e for e in events if e["name"].startswith("layerscope::op#")]
+    assert len(markers) == cap.op_calls
+    assert not [e for e in events if e["name"].startswith("aten::")]
+    # the rest are the interpreter's method and function calls (forward, relu, _conv_forward)
+    others = {e["name"] for e in events if e not in markers} - {"PyTorch Profiler (0)"}
+    assert "forward" in others and all(name.isidentifier() for name in others), others
+
+
+def test_public_profiler_attributes_the_same(custom, monkeypatch):
+    """Where torch cannot record only some scopes, the public profiler records everything and
+    the attribution is the same."""
+    from layerscope.analysis.capture.script import profiler
+
+    scripted = torch.jit.script(custom)
+    scoped = _rows(layerscope.analyze(scripted, inputs=CUSTOM_SHAPE))
+    monkeypatch.setattr(profiler.TraceRecorder, "_start_scoped", lambda self: False)
+    events = _raw_trace_events(monkeypatch)
+    public = _rows(layerscope.analyze(scripted, inputs=CUSTOM_SHAPE))
+    assert [e for e in events if e["name"].startswith("aten::")]  # that path did run
+    assert scoped.keys() == public.keys()
+    for name, row in scoped.items():
+        assert (row.macs, row.flops, row.calls, row.input_shapes, row.output_shapes) == (
+            public[name].macs, public[name].flops, public[name].calls,
+            public[name].input_shapes, public[name].output_shapes), name

@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from layerscope.analysis import capture, llm_counts, static
 from layerscope.analysis.attention_structure import eager_notes, layer_masks
+from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.llm_counts import attention_notes
 from layerscope.analysis.model_prep import (
     has_forward,
@@ -73,6 +74,7 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
     return loaded
 
 
+@without_dynamo()  # loading and capture compile nothing
 def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] | None,
                    batch_size: int | None, depth: int | None, dtype: str | torch.dtype | None,
                    mode: str, optimizer: str, functions: bool, seq_len: int | None,

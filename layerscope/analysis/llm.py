@@ -39,6 +39,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis import llm_counts, llm_structure
+from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -552,6 +553,7 @@ def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int
 
 
 # ---------------------------------------------------------------- the public function
+@without_dynamo()  # the meta builds and the counting compile nothing
 def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | None = None,
         batch_size: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
         gpu: str | GPU | None = None, attention: str = "causal", tp: int = 1) -> LLMReport:

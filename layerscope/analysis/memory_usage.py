@@ -297,6 +297,15 @@ class NeedsRealValues(UserError):
 
 def _run(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool, *,
          real: bool, around=None, device: str = "cpu"):
+    from layerscope.analysis.capture.nodynamo import without_dynamo
+
+    with without_dynamo():  # the step compiles nothing
+        return _run_step(module, loaded, training, optimizer, set_to_none, real=real,
+                         around=around, device=device)
+
+
+def _run_step(module: nn.Module, loaded, training: bool, optimizer, set_to_none: bool, *,
+              real: bool, around=None, device: str = "cpu"):
     from layerscope.analysis.capture import InputSpec, ModelRunError, fake_like
     from layerscope.analysis.capture.fake import real_run_reason
     from layerscope.analysis.capture.inputs import zeros_for

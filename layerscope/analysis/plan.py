@@ -81,6 +81,7 @@ from layerscope.analysis.block_bytes import (
     gathered_input_bytes,
     op_checkpoint_bytes,
 )
+from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
@@ -177,6 +178,7 @@ class SavedCounter:
                      gathered=sum(self.gathered.values()))
 
 
+@without_dynamo()
 def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                   device: str = "cuda") -> Saved:
     """Run ``model`` forward in training mode on fake tensors of ``device`` and sum the bytes of
@@ -357,6 +359,7 @@ def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,
             math.ceil(k * per / shard[2]))
 
 
+@without_dynamo()  # the meta builds and the fake runs compile nothing
 def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: int = 1,
          pp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
          recompute: str = "none", dtype: str = "bf16",

@@ -233,8 +233,9 @@ def add_model_inputs(p: argparse.ArgumentParser) -> None:
                                  "...), hf:PATH/config.json, file.py:factory, "
                                  "package.module:factory or a TorchScript file")
     p.add_argument("--input", action="append", default=None, metavar="[NAME=]SHAPE[:DTYPE]",
-                   help="input shape such as 1x3x224x224 or 1x128:int64, in forward's argument "
-                        "order; NAME=SHAPE[:DTYPE] passes a keyword argument "
+                   help="input shape such as 1x3x224x224 or 1x128:int64 (scalar: a 0-d "
+                        "tensor), in forward's argument order; NAME=SHAPE[:DTYPE] passes a "
+                        "keyword argument "
                         "(attention_mask=1x128:int64); repeat for several inputs")
     p.add_argument("--batch-size", type=arg(positive_int), default=None,
                    help="override the first dimension")

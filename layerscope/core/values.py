@@ -39,6 +39,7 @@ MIN_TIME_MAX = 3600.0  # seconds: a --min-time of an hour is already more than a
 
 _INT_TEXT = re.compile(r"[+-]?\d+")
 _SHAPE_TEXT = re.compile(r"\d+(x\d+)*")
+SCALAR = "scalar"  # the shape text of a 0-d tensor
 
 
 def _argument(name: str | None) -> tuple[str, ...]:
@@ -250,11 +251,14 @@ def _malformed(name: str | None, text: str, why: str) -> UserError:
 
 
 def _parse_dims(shape_text: str) -> tuple[int, ...]:
-    """'1x3x224x224' -> (1, 3, 224, 224); the message says what is wrong, not where."""
+    """'1x3x224x224' -> (1, 3, 224, 224), 'scalar' -> () (a 0-d tensor); the message says what is
+    wrong, not where."""
     shape_text = shape_text.strip()
+    if shape_text.lower() == SCALAR:
+        return ()
     if not _SHAPE_TEXT.fullmatch(shape_text):
         raise UserError("write dimensions joined by 'x', optionally with a dtype, e.g. "
-                        "1x3x224x224 or 1x128:int64")
+                        "1x3x224x224 or 1x128:int64, or scalar for a 0-d tensor")
     if any(len(d) > 40 for d in shape_text.split("x")):
         raise UserError("each dimension must be from 1 to 2**63-1")
     return check_shape((int(d) for d in shape_text.split("x")), None)

@@ -4,6 +4,8 @@ that execute the model (profiling, activations, sweeps).
 What the user gives (API ``inputs=`` / ``kwargs=``, a factory's example inputs, CLI ``--input``):
 - a tensor, an ``InputSpec``, a shape (a tuple of ints, ``torch.Size``) or a shape string
   (``'1x3x224x224'``, ``'1x128:int64'``; ``'NAME=SHAPE[:DTYPE]'`` binds a keyword argument);
+  as one of forward's arguments, the empty shape (``()``, ``[]``, ``torch.Size([])``, the text
+  ``'scalar'``) is a 0-d tensor, as in torchinfo's ``input_size=[[1, 10], []]``;
 - any other Python value (int, float, None, a string that does not start with a digit, a list
   or dict holding tensors, ...) is passed to forward as it is.
 Errors describe inputs by shape and dtype only, never by value (a tensor can be huge)."""
@@ -63,26 +65,28 @@ def parse_input(text: str) -> tuple[str | None, InputSpec]:
 
 def check_dims(shape: Any, what: str) -> tuple[int, ...]:
     """``shape`` as a tuple of positive ints within int64 (the shared parser,
-    ``core.values.check_shape``), or one UserError line naming ``what``."""
-    dims = tuple(shape)
-    if not dims:
-        raise UserError(f"{what}: an empty shape (); give dimensions, e.g. 1x3x224x224")
-    return values.check_shape(dims, what)
+    ``core.values.check_shape``; ``()`` is a 0-d tensor's), or one UserError line naming
+    ``what``."""
+    return values.check_shape(tuple(shape), what)
 
 
-def _is_shape(x: Any) -> bool:
-    return (isinstance(x, (tuple, list, torch.Size)) and len(x) > 0
+def _is_shape(x: Any, empty: bool = False) -> bool:
+    """A sequence of ints; the empty one (a 0-d tensor's shape) only where ``empty``."""
+    return (isinstance(x, (tuple, list, torch.Size)) and (empty or len(x) > 0)
             and all(isinstance(d, int) and not isinstance(d, bool) for d in x))
 
 
+_SHAPE_TEXT_START = re.compile(rf"\s*(-?\d|{values.SCALAR}\s*(:|$)|[A-Za-z_]\w*\s*=)", re.I)
+
+
 def _looks_like_shape_text(x: Any) -> bool:
-    return isinstance(x, str) and bool(re.match(r"\s*(-?\d|[A-Za-z_]\w*\s*=)", x))
+    return isinstance(x, str) and bool(_SHAPE_TEXT_START.match(x))
 
 
 def _item(x: Any, what: str) -> Any:
     if isinstance(x, InputSpec):
         return InputSpec(check_dims(x.shape, what), x.dtype)
-    if _is_shape(x):
+    if _is_shape(x, empty=True):  # as one argument, () is a 0-d tensor's shape
         return InputSpec(check_dims(x, what))
     return x  # a tensor, or a value forward takes as it is
 
@@ -141,7 +145,7 @@ def call_text(args: list[Any], kwargs: dict[str, Any]) -> str:
     def one(d: dict[str, Any]) -> str:
         head = f"{d['name']}=" if "name" in d else ""
         if "shape" in d:
-            return head + "x".join(map(str, d["shape"])) + (
+            return head + ("x".join(map(str, d["shape"])) or values.SCALAR) + (
                 "" if d["dtype"] == "float32" else f" {d['dtype']}")
         return f"{head}{d['type']}"
     return ", ".join(one(d) for d in describe_all(args, kwargs)) or "no inputs"

@@ -47,7 +47,7 @@ def kwargs_with_batch_size(kwargs: dict[str, Any], batch_size: int) -> dict[str,
 
 
 def _batched(x: Any, batch_size: int) -> Any:
-    if isinstance(x, InputSpec):
+    if isinstance(x, InputSpec) and x.shape:  # a 0-d input has no batch dimension
         return InputSpec(values.check_shape((batch_size,) + tuple(x.shape[1:]), "batch_size",
                                             itemsize=x.dtype.itemsize), x.dtype)
     if isinstance(x, torch.Tensor) and x.dim() > 0:

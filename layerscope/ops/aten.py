@@ -3,8 +3,10 @@
 Conventions (docs/definitions.md; in short docs/design.md, "Counting"):
 - MACs count contractions only; FLOPs = 2 x MACs + the op's other arithmetic.
 - Elementwise ops cost 1 FLOP per output element unless stated beside their registration.
-- Contraction formulas reuse ``torch.utils.flop_counter`` (its FLOPs are 2 x MACs and leave bias
-  adds out, so MACs = its figure / 2 and bias adds are added here).
+- Contraction formulas are ``torch.utils.flop_counter``'s (its FLOPs are 2 x MACs and leave bias
+  adds out, so MACs = its figure / 2 and bias adds are added here), written out below as MACs
+  and tested against it: importing ``flop_counter`` imports triton where it is installed, a
+  fifth of a second every analysis would pay for four products.
 - Fused kernels (SDPA, the MultiheadAttention / TransformerEncoderLayer fast paths, RNN layers)
   cost exactly what the unfused ops they replace cost, so every kernel path agrees on MACs.
 
@@ -18,8 +20,6 @@ from collections.abc import Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
-
-from torch.utils import flop_counter as fc
 
 from layerscope.ops.registry import ALLOC, VIEW, HandlerTable, OpCost, TensorDesc
 from layerscope.ops.rules import (
@@ -432,27 +432,53 @@ register(["aten._softmax_backward_data", "aten._log_softmax_backward_data"], sof
 
 
 # ---------------------------------------------------------------- contractions
+def mm_macs(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    # a: (m, k) @ b: (k, n): m*k*n (flop_counter.mm_flop / 2)
+    return a[0] * a[1] * b[1]
+
+
+def bmm_macs(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    # a: (B, m, k) @ b: (B, k, n): B*m*k*n (flop_counter.bmm_flop / 2)
+    return a[0] * a[1] * a[2] * b[2]
+
+
+def conv_macs(x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...],
+              transposed: bool) -> int:
+    # x: (N, C, *in), w: (w0, w1, *k), y: (N, C', *out): N * w0 * w1 * prod(k) * prod(out), the
+    # input's spatial size instead of the output's when transposed (flop_counter.conv_flop_count
+    # / 2)
+    return x[0] * w[0] * w[1] * math.prod(w[2:]) * math.prod((x if transposed else y)[2:])
+
+
+def sdpa_backward_macs(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> int:
+    # q: (B, H, Lq, E), k: (B, Hkv, Lk, E), v: (B, Hkv, Lk, Ev): the recomputed scores (Lq*Lk*E),
+    # dP and dV (Lq*Lk*Ev each), dQ and dK (Lq*Lk*E each), per query head
+    # (flop_counter.sdpa_backward_flop_count / 2)
+    b, h, lq, e = q
+    return b * h * lq * k[-2] * (3 * e + 2 * v[-1])
+
+
 def mm(args, kwargs, out) -> OpCost:
     # a: (m, k) @ b: (k, n) -> (m, n)
-    macs = fc.mm_flop(args[0].shape, args[1].shape) // 2
+    macs = mm_macs(args[0].shape, args[1].shape)
     return OpCost(macs=macs, flops=2 * macs)
 
 
 def addmm(args, kwargs, out) -> OpCost:
     # bias + a: (m, k) @ b: (k, n) -> (m, n); the bias add is m*n FLOPs, not MACs
-    macs = fc.mm_flop(args[1].shape, args[2].shape) // 2
+    macs = mm_macs(args[1].shape, args[2].shape)
     return OpCost(macs=macs, flops=2 * macs + _first_out(out).numel)
 
 
 def bmm(args, kwargs, out) -> OpCost:
     # a: (b, m, k) @ b: (b, k, n) -> (b, m, n)
-    macs = fc.bmm_flop(args[0].shape, args[1].shape) // 2
+    macs = bmm_macs(args[0].shape, args[1].shape)
     return OpCost(macs=macs, flops=2 * macs)
 
 
 def baddbmm(args, kwargs, out) -> OpCost:
     # bias + a: (b, m, k) @ b: (b, k, n) -> (b, m, n)
-    macs = fc.bmm_flop(args[1].shape, args[2].shape) // 2
+    macs = bmm_macs(args[1].shape, args[2].shape)
     return OpCost(macs=macs, flops=2 * macs + _first_out(out).numel)
 
 
@@ -466,7 +492,7 @@ def _conv(x: TensorDesc, w: TensorDesc, y: TensorDesc, has_bias: bool, transpose
     # x: (N, Cin, *in), w: (Cout, Cin/g, *k) [transposed: (Cin, Cout/g, *k)] -> y: (N, Cout, *out).
     # MACs = N * Cout * prod(out) * Cin/g * prod(k);
     # transposed: N * Cin * prod(in) * Cout/g * prod(k)
-    macs = fc.conv_flop_count(list(x.shape), list(w.shape), list(y.shape), transposed) // 2
+    macs = conv_macs(x.shape, w.shape, y.shape, transposed)
     return OpCost(macs=macs, flops=2 * macs + (y.numel if has_bias else 0))
 
 
@@ -751,7 +777,7 @@ def sdpa_backward(causal_at: int, mask_at: int | str | None):
         # (q.k and the forward's scale and softmax, ATTN_PER_SCORE) are the forward's work
         # again: ``recompute`` (hardware FLOPs, HFU), the rest is the model's backward
         q, k = args[1], args[2]
-        full = fc.sdpa_backward_flop_count(args[0].shape, q.shape, k.shape, args[3].shape) // 2
+        full = sdpa_backward_macs(q.shape, k.shape, args[3].shape)
         b, h, lq, _ = q.shape
         lk = k.shape[-2]
         mask = kwargs.get(mask_at) if isinstance(mask_at, str) else \

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from layerscope.analysis.capture.fake import capture_fake
+from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.capture.real import capture_real
 from layerscope.analysis.capture.records import Capture, module_table
 
@@ -18,6 +19,7 @@ def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
     return [(m, m.training) for m in model.modules() if hasattr(m, "training")]
 
 
+@without_dynamo()
 def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] | None = None,
             training: bool = False, dtype: torch.dtype | None = None,
             fake: bool = True, owned: bool = False, functions: bool = False,
@@ -35,7 +37,8 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
     function that ran them (``ModuleStats.functions``; not for TorchScript). ``reuse_blocks``:
     replay a repeated block call (same structure, arguments and flags as an earlier one) from the
     earlier call's record instead of tracing it again (``capture.reuse``: fake inference runs
-    only; the figures are exactly the traced ones, False traces every call)."""
+    only; the figures are exactly the traced ones, False traces every call). Runs
+    ``without_dynamo()``: nothing here compiles."""
     kwargs = dict(kwargs or {})
     stats, order = module_table(model, dtype)
     flags = _flags(model)

@@ -11,7 +11,7 @@ from layerscope.analysis.capture.dispatch import CountingMode
 from layerscope.analysis.capture.records import ModuleStats
 from layerscope.analysis.capture.script.calls import resolve
 from layerscope.analysis.capture.script.naming import ScopeNamer
-from layerscope.analysis.capture.script.profiler import TraceRecorder, marker_context
+from layerscope.analysis.capture.script.profiler import TraceRecorder
 from layerscope.analysis.capture.script.trace import MARK, Event
 from layerscope.analysis.capture.tensors import shapes
 from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
@@ -57,7 +57,6 @@ class ScriptModuleScopes:
         self.issued = 0
         self.outputs: dict[int, list] = {}
         self.owners: dict[int, str] = {}
-        self._marker = marker_context()
         self._pending_nodes: list[Any] = []
         self._stack: contextlib.ExitStack | None = None
         self._recorder = TraceRecorder(self.warnings)
@@ -69,8 +68,7 @@ class ScriptModuleScopes:
         i = self.issued
         self.issued += 1
         if self._recording:
-            with self._marker(f"{MARK}{i}"):
-                pass
+            self._recorder.mark(f"{MARK}{i}")
         key = f"{KEY}{i}"
         if self._pending_nodes:
             for node in self._pending_nodes:

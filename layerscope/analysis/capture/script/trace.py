@@ -48,8 +48,9 @@ def _ns(value: Any) -> int:
     return sign * (abs(int(whole)) * 1000 + int((frac + "000")[:3]))
 
 
-def _event(ev: dict) -> Event | None:
-    """The marker or call event of one trace entry, or None for anything else."""
+def _event(ev: dict, parsed: dict[str, list[Frame]]) -> Event | None:
+    """The marker or call event of one trace entry, or None for anything else (``parsed``:
+    frames of the hierarchy texts seen so far; a model's ops share a few hundred texts)."""
     if not isinstance(ev, dict) or ev.get("ph") != "X":
         return None
     args = ev.get("args") or {}
@@ -62,7 +63,10 @@ def _event(ev: dict) -> Event | None:
         end = start + _ns(ev.get("dur", 0))
     except Exception:
         return None
-    frames = parse_hierarchy(str(hierarchy))
+    text = str(hierarchy)
+    frames = parsed.get(text)
+    if frames is None:
+        frames = parsed[text] = parse_hierarchy(text)
     if name.startswith(MARK):
         try:
             op = int(name[len(MARK):])
@@ -80,7 +84,8 @@ def read_trace(path: str) -> list[Event]:
     with open(path, encoding="utf-8") as f:
         data = json.load(f, parse_float=str)  # exact µs with 3 decimals: nesting needs ns
     trace = data.get("traceEvents", []) if isinstance(data, dict) else data
-    return [e for e in map(_event, trace) if e is not None]
+    parsed: dict[str, list[Frame]] = {}
+    return [e for e in (_event(ev, parsed) for ev in trace) if e is not None]
 
 
 def nest(events: list[Event]) -> None:
