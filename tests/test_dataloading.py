@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import torch
 from helpers import run_cli
+from torch.optim import optimizer as _optimizer
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data._utils import fetch as _fetch
@@ -102,6 +103,12 @@ def _watched(tmp_path, *script_args: str) -> dict:
     report = json.loads(out.read_text())
     for lo in report["data_loading"]["loaders"]:  # each pass's first batch is part of the wait
         assert lo["first_wait_s"] <= lo["wait_s"] <= lo["span_s"]
+        # the fetching threads' CPU time and run-queue wait are read inside the timed fetch and
+        # collate: together at most their time (in the main process and in each worker)
+        for part in [lo, *lo.get("workers", [])]:
+            if part.get("run_wait_s") is not None:
+                assert part["thread_cpu_s"] + part["run_wait_s"] <= \
+                    (part["fetch_s"] + part["collate_s"]) * (1 + dataloading.RUNQ_SLACK) + 1e-3
     return report
 
 
@@ -140,6 +147,10 @@ def test_workers_non_persistent_start_up_is_found_per_worker(tmp_path):
     assert sorted((w["epoch"], w["worker"]) for w in lo["workers"]) == \
         [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert all(w["batches"] > 0 and w["fetch_s"] >= SLEEP * BATCH for w in lo["workers"])
+    if dataloading.run_delay() is not None:  # each worker read its own thread's figures
+        assert all(w["run_wait_s"] is not None and w["thread_cpu_s"] is not None
+                   for w in lo["workers"])
+        assert lo["run_wait_s"] == pytest.approx(sum(w["run_wait_s"] for w in lo["workers"]))
     assert all(w["startup_s"] >= init for w in lo["workers"])
     assert lo["fetch_s"] >= SLEEP * SAMPLES * EPOCHS
     assert lo["collate_s"] >= 0.01 * BATCHES  # the user's collate, timed in the workers
@@ -177,8 +188,10 @@ VERDICTS = [
     # the same capped at the cores
     ("main-cpu-bound-capped", _loader(wait_s=8.0, fetch_s=8.0, cpu_s=8.0), 2, 0.0, False,
      [("cpu_bound", "num_workers", 2)]),
-    # sleeping (I/O): CPU 10%, more workers than cores are worth it (up to 4 x cores)
-    ("main-io-bound", _loader(wait_s=8.0, fetch_s=8.0, cpu_s=0.8), 2, 0.0, False,
+    # sleeping (I/O): CPU 10%, hardly any run-queue wait: more workers than cores are worth it
+    # (up to 4 x cores)
+    ("main-io-bound", _loader(wait_s=8.0, fetch_s=8.0, cpu_s=0.8, thread_cpu_s=0.8,
+                              run_wait_s=0.1), 2, 0.0, False,
      [("io_bound", "num_workers", 4)]),
     # 2 workers at 1.6 s per batch each, 0.2 s compute per batch -> 8 needed, 8 cores
     ("too-few-workers", _loader(num_workers=2, prefetch_factor=2, wait_s=8.0, first_wait_s=0.5,
@@ -216,10 +229,255 @@ def test_findings(loader, cores, h2d, cuda, expected):
         assert f.figures["wait_s"] == loader.wait_s
 
 
+# ---- waiting for a core is not waiting for I/O (hand-made loaders) ---------------------------
+# num_workers=0, 10 batches, the loop waited 8 of its 10 s for data: the loop's own time is
+# 0.2 s per batch, the fetch 0.8 s per batch, so 4 workers would keep up (at most the cores if
+# the fetch computes, 4 x the cores if it waits). The fetch's 8 s split, in its thread, into
+# CPU (thread_cpu_s), run-queue wait (run_wait_s) and the rest (blocked: I/O, sleeps).
+def _main(**kw) -> LoaderStats:
+    return _loader(**{"wait_s": 8.0, "fetch_s": 8.0, **kw})
+
+
+# (id, loader, cores, load, expected (kind, knob, value) of the verdict)
+CONTENTION = [
+    # CPU 10%, run-queue 1.25%: blocked 88.75% of the time on a quiet machine
+    ("quiet-sleeps", _main(cpu_s=0.8, thread_cpu_s=0.8, run_wait_s=0.1), 2, 0.5,
+     ("io_bound", "num_workers", 4)),
+    # the same sleeps on a busy machine: CPU 10% + run-queue 15% < 50%; blocked 75%: the
+    # workers overlap their waits, whatever the load
+    ("busy-sleeps", _main(cpu_s=0.8, thread_cpu_s=0.8, run_wait_s=1.2), 2, 9.0,
+     ("io_bound", "num_workers", 4)),
+    # sleeps whose every wake-up waits for a core on a busy machine: CPU 1%, run-queue 67.5%,
+    # blocked 31.5%: the CPU and blocked seconds are the work's (the queueing the machine's):
+    # blocked 0.315 > CPU 0.01: waiting; workers overlap the sleeps and the wake-ups alike
+    ("sleeps-queued-wake-ups", _main(cpu_s=0.08, thread_cpu_s=0.08, run_wait_s=5.4), 2, 9.0,
+     ("io_bound", "num_workers", 4)),
+    # in-memory MNIST at load 9 on 2 cores: CPU 25% (the old rule read this as I/O), run-queue
+    # 72.5%: 2.5% blocked; waiting for a core is 5.8 / 7.8 = 74% of the time it wanted one
+    ("busy-cpu-bound", _main(cpu_s=2.0, thread_cpu_s=2.0, run_wait_s=5.8), 2, 9.0,
+     ("cpu_oversubscribed", None, None)),
+    # the same fetch with a core free: CPU 95%, run-queue 0.2 / 7.8 = 2.6% of its demand
+    ("cpu-bound-core-free", _main(cpu_s=7.6, thread_cpu_s=7.6, run_wait_s=0.2), 2, 1.0,
+     ("cpu_bound", "num_workers", 2)),
+    # the load average is not the evidence when the run-queue wait is there: load 9 from other
+    # (niced, sleeping) work, yet the fetch got a core whenever it wanted one
+    ("busy-load-core-free", _main(cpu_s=7.6, thread_cpu_s=7.6, run_wait_s=0.2), 2, 9.0,
+     ("cpu_bound", "num_workers", 2)),
+    # 1 s (12.5%) of the 15% run-queue share of demand: under RUNQ_SHARE (20%): a core was free
+    ("cpu-bound-some-queueing", _main(cpu_s=6.8, thread_cpu_s=6.8, run_wait_s=1.2), 2, 2.0,
+     ("cpu_bound", "num_workers", 2)),
+    # 2 s of the 8 s it wanted a core (25%): no free core
+    ("cpu-bound-oversubscribed", _main(cpu_s=6.0, thread_cpu_s=6.0, run_wait_s=2.0), 2, 2.0,
+     ("cpu_oversubscribed", None, None)),
+    # the fetch hardly queued (2.6%), but the loop's thread, over the whole loop, waited 12 s
+    # of the 21 s it wanted a core (57%): the scheduler took the core away between fetches
+    ("queued-outside-the-fetch", _main(cpu_s=7.6, thread_cpu_s=7.6, run_wait_s=0.2,
+                                       loop_cpu_s=9.0, loop_run_wait_s=12.0), 2, 9.0,
+     ("cpu_oversubscribed", None, None)),
+    # ... and where it did not (0.3 s of 9.8 s: 3%), a core was free
+    ("loop-hardly-queued", _main(cpu_s=7.6, thread_cpu_s=7.6, run_wait_s=0.2, loop_cpu_s=9.5,
+                                 loop_run_wait_s=0.3), 2, 1.0,
+     ("cpu_bound", "num_workers", 2)),
+    # no run-queue wait (not Linux): CPU 25% with load 9 on 2 cores may be waiting for a core
+    ("no-schedstat-busy", _main(cpu_s=2.0), 2, 9.0, ("cannot_judge", None, None)),
+    # no run-queue wait and no load average: nothing tells I/O from a core
+    ("no-schedstat-no-load", _main(cpu_s=0.8), 2, None, ("cannot_judge", None, None)),
+    # no run-queue wait, load 0.3 on 2 cores: a core was free, CPU 10%: the old rule holds
+    ("no-schedstat-quiet", _main(cpu_s=0.8), 2, 0.3, ("io_bound", "num_workers", 4)),
+    # no run-queue wait, CPU 95%: CPU-bound; load 9 on 2 cores leaves no core for a worker
+    ("no-schedstat-cpu-busy", _main(cpu_s=7.6), 2, 9.0, ("cpu_oversubscribed", None, None)),
+    ("no-schedstat-cpu-quiet", _main(cpu_s=7.6), 2, 0.5, ("cpu_bound", "num_workers", 2)),
+    # the thread's CPU 75% + run-queue wait 50% of the fetch's time: more than all of it
+    ("readings-disagree", _main(cpu_s=6.0, thread_cpu_s=6.0, run_wait_s=4.0), 2, 1.0,
+     ("cannot_judge", None, None)),
+    # the fetching thread on a CPU 12.5%, blocked 85%, and the process's other threads on a
+    # CPU 62.5% of the time (6 - 1 of the 8 s): other work (then it waits: 12.5 < 85) or the
+    # fetch's own parallel threads (then it computes: 12.5 + 62.5 >= 85 - 62.5): not judged
+    ("thread-blocked-process-busy", _main(cpu_s=6.0, thread_cpu_s=1.0, run_wait_s=0.2), 2,
+     1.0, ("cannot_judge", None, None)),
+    # the other threads on a CPU 12.5% (2 - 1 of the 8 s): waiting either way
+    # (12.5 + 12.5 < 85 - 12.5)
+    ("thread-blocked-process-little", _main(cpu_s=2.0, thread_cpu_s=1.0, run_wait_s=0.2),
+     2, 1.0, ("io_bound", "num_workers", 4)),
+    # workers: 2 of them at 1.6 s per batch each, the loop's own 0.2 s per batch: 8 would keep
+    # up. On a machine with no free core (run-queue wait 60% of the fetch, 62% of its demand)
+    # more would wait as well
+    ("workers-oversubscribed", _loader(num_workers=2, prefetch_factor=2, wait_s=8.0,
+                                       first_wait_s=0.5, fetch_s=16.0, cpu_s=6.2,
+                                       thread_cpu_s=6.0, run_wait_s=9.6), 8, 20.0,
+     ("cpu_oversubscribed", None, None)),
+    # the same workers sleeping (CPU 5%, run-queue 10%): 8 workers (4 x 2 cores) at any load
+    ("workers-sleep-busy", _loader(num_workers=2, prefetch_factor=2, wait_s=8.0,
+                                   first_wait_s=0.5, fetch_s=16.0, cpu_s=0.8, thread_cpu_s=0.8,
+                                   run_wait_s=1.6), 2, 20.0,
+     ("too_few_workers", "num_workers", 8)),
+    # workers whose fetch was not seen (spawn): whether they keep up is unknown
+    ("workers-unseen", _loader(num_workers=2, prefetch_factor=2, wait_s=8.0, first_wait_s=0.5),
+     8, 1.0, ("cannot_judge", None, None)),
+    # workers too slow, CPU 12.5%, no run-queue wait and no load: more of them or not, unknown
+    ("workers-no-evidence", _loader(num_workers=2, prefetch_factor=2, wait_s=8.0,
+                                    first_wait_s=0.5, fetch_s=16.0, cpu_s=2.0), 8, None,
+     ("cannot_judge", None, None)),
+    # a loader iterated for one batch (to see the shapes), which waited 80% of its span on a
+    # fetch that slept: its wait is a first batch's, not the loop's (the old rule: 4 workers)
+    ("one-batch", _main(batches=1, cpu_s=0.8, thread_cpu_s=0.8, run_wait_s=0.1), 2, 0.5,
+     ("cannot_judge", None, None)),
+    # 4 batches: still under MIN_BATCHES (5); 5 batches: judged
+    ("four-batches", _main(batches=4, cpu_s=0.8, thread_cpu_s=0.8, run_wait_s=0.1), 2, 0.5,
+     ("cannot_judge", None, None)),
+    # (1.6 s of fetch per batch over the loop's own 0.4 s: 4 workers)
+    ("five-batches", _main(batches=5, cpu_s=0.8, thread_cpu_s=0.8, run_wait_s=0.1), 2, 0.5,
+     ("io_bound", "num_workers", 4)),
+]
+
+
+@pytest.mark.parametrize("loader,cores,load,expected", [v[1:] for v in CONTENTION],
+                         ids=[v[0] for v in CONTENTION])
+def test_waiting_for_a_core_is_not_waiting_for_io(loader, cores, load, expected):
+    (verdict, *_) = got = findings([loader], cores=cores, load=load)
+    assert (verdict.kind, verdict.knob, verdict.value) == expected
+    figs = verdict.figures
+    assert figs["cores"] == cores and figs.get("load") == load
+    # the batches it read are in its figures and in its words
+    n = loader.batches
+    assert figs["batches"] == n and f"{n} batch{'' if n == 1 else 'es'}" in verdict.message
+    if loader.run_wait_s is not None and verdict.kind != "cannot_judge":
+        # the fetch's time in its thread: on a CPU, waiting for a core, blocked (all of it)
+        assert figs["thread_cpu_share"] + figs["run_wait_share"] + figs["blocked_share"] == \
+            pytest.approx(1.0, abs=1e-3)
+        assert figs["run_wait_s"] == pytest.approx(loader.run_wait_s)
+    if verdict.kind == "io_bound" and "blocked_share" in figs:
+        # waiting, and not for a core: blocked longer than on a CPU
+        assert figs["blocked_share"] > figs["thread_cpu_share"]
+    if verdict.kind == "cpu_oversubscribed":  # the figures are in its words
+        assert "oversubscribed" in verdict.message and f"on {cores} cores" in verdict.message
+    if verdict.kind == "cannot_judge":
+        assert "cannot judge" in verdict.message
+    # more workers are never suggested where the machine has no free core, nor unjudged
+    if verdict.kind in ("cpu_oversubscribed", "cannot_judge"):
+        assert all(f.knob != "num_workers" for f in got)
+
+
+def test_the_oversubscribed_verdict_gives_its_figures():
+    (verdict,) = findings([_main(cpu_s=2.0, thread_cpu_s=2.0, run_wait_s=5.6)], cores=2,
+                          load=9.0)
+    assert ("CPU-bound on an oversubscribed machine (CPU 25% of it, waiting for a core 70%, "
+            "blocked 5%: 5.60 s of its 8.00 s waiting for a core; load 9.0 on 2 cores): a "
+            "worker would wait for a core as well") in verdict.message
+    assert verdict.figures["blocked_share"] == 0.05
+    assert "other threads" not in verdict.message
+    # the process's other threads on a CPU 6 - 2 = 4 of the 8 s (50%) while it fetched: said
+    (verdict,) = findings([_main(cpu_s=6.0, thread_cpu_s=2.0, run_wait_s=5.6)], cores=2,
+                          load=9.0)
+    assert verdict.kind == "cpu_oversubscribed"
+    assert ("the process's other threads (torch's among them) were on a CPU 50% of it"
+            in verdict.message)
+
+
+def test_a_loader_of_few_batches_is_left_out_when_another_gave_more():
+    """A batch taken to see the shapes (1 batch, a long first read) beside the training loop's
+    loader: the verdict is the loop's loader's (CPU-bound with a core free: 2 workers on 2
+    cores), not "cannot judge" nor workers for the one batch; alone, the one batch is not
+    judged."""
+    peek = _main(dataset="Peek", batches=1, wait_s=9.0, fetch_s=9.0, cpu_s=0.1,
+                 thread_cpu_s=0.1, run_wait_s=0.0)
+    loop = _main(cpu_s=7.6, thread_cpu_s=7.6, run_wait_s=0.2)
+    got = findings([peek, loop], cores=2, load=0.5)
+    assert [(f.kind, f.knob, f.value) for f in got] == [("cpu_bound", "num_workers", 2)]
+    assert got[0].message.startswith("D: ") and "over 10 batches" in got[0].message
+    (alone,) = findings([peek], cores=2, load=0.5)
+    assert alone.kind == "cannot_judge" and alone.knob is None
+    assert alone.message.startswith("Peek: cannot judge the data loading from 1 batch (fewer "
+                                    "than 5)")
+
+
+@pytest.mark.parametrize("kind", ["cpu_oversubscribed", "cannot_judge"])
+def test_advise_suggests_no_workers_on_these_verdicts(kind):
+    """advise's workers rule reads the verdict's kind: no worker count on a machine with no
+    free core, nor where the loader could not judge, however long the loop waited."""
+    from layerscope.advice.rules.workers import check
+    assert check({"data_share": 0.8, "data_verdict": kind, "workers": 0, "cores": 2}) is None
+
+
 def test_eval_loaders_are_left_out_of_the_verdict():
     train = _loader(wait_s=0.1, fetch_s=0.1, cpu_s=0.1)
     val = _loader(dataset="V", training=False, wait_s=9.0, fetch_s=9.0, cpu_s=9.0)
     assert [f.kind for f in findings([val, train], cores=4)] == ["fine"]
+
+
+# ---- a CPU-bound in-memory loader beside busy processes --------------------------------------
+# One process pinned to one core with two busy processes pinned to the same core: its loader
+# (in memory, nothing read per sample) gets about a third of the core and waits on the run
+# queue for the rest, more under any other load and never less. The old rule read its CPU
+# share (a third or less) as waiting for I/O.
+BUSY = textwrap.dedent("""\
+    import json, os, subprocess, sys
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    from layerscope.training.dataloading import probing
+
+    torch.set_num_threads(1)
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})  # the process's one thread (the busy ones inherit it)
+    spin = "import sys; print(flush=True); sys.stdout.close()\\nwhile True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+            for _ in range(2)]
+    try:
+        for p in busy:  # each spins from here on
+            p.stdout.readline()
+
+        class InMemory(Dataset):  # MNIST-like: uint8 images in memory, normalised per sample
+            def __init__(self):
+                self.images = torch.randint(0, 256, (512, 28, 28), dtype=torch.uint8)
+
+            def __len__(self):
+                return len(self.images)
+
+            def __getitem__(self, i):
+                x = self.images[i].float().div(255)
+                for _ in range(60):
+                    x = (x - 0.1307) / 0.3081
+                return x, i % 10
+
+        with probing() as probe:
+            for x, y in DataLoader(InMemory(), batch_size=8):
+                pass
+        print(json.dumps(probe.result().to_dict()))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    """)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity")
+                    or dataloading.run_delay() is None,
+                    reason="needs CPU affinity and /proc/thread-self/schedstat (Linux)")
+def test_an_in_memory_loader_beside_busy_processes_is_not_called_io_bound(tmp_path):
+    script = tmp_path / "busy.py"
+    script.write_text(BUSY)
+    out = _python(str(script), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    (lo,) = d["loaders"]
+    verdict = d["findings"][0]
+    # the verdict: CPU-bound on an oversubscribed machine, no worker suggested
+    assert verdict["kind"] == "cpu_oversubscribed"
+    assert all(f.get("knob") != "num_workers" for f in d["findings"])
+    work = lo["fetch_s"] + lo["collate_s"]
+    figs = verdict["figures"]
+    # the evidence: the fetch never blocks (nothing to read), so its thread was on a CPU or
+    # waiting for one nearly all the time; with two busy processes on its core, the loop's
+    # thread waited for the core about two thirds of the time it wanted it (whichever moments
+    # the scheduler chose: inside the fetch or between fetches), more under other load
+    assert lo["thread_cpu_s"] + lo["run_wait_s"] <= work * (1 + dataloading.RUNQ_SLACK)
+    # blocked (page faults, nothing else) less than its CPU seconds: the work's own seconds,
+    # whatever the load
+    assert figs["blocked_share"] < figs["thread_cpu_share"]
+    assert lo["loop_run_wait_s"] >= dataloading.RUNQ_SHARE * (lo["loop_cpu_s"]
+                                                              + lo["loop_run_wait_s"])
+    assert figs["loop_queued_share"] >= dataloading.RUNQ_SHARE
+    assert figs["cores"] == 1
 
 
 # ---- in process --------------------------------------------------------------------------
@@ -246,12 +504,14 @@ def test_probe_changes_no_batch_and_leaves_nothing_behind(workers):
         return DataLoader(_Squares(), batch_size=5, shuffle=True, num_workers=workers,
                           generator=torch.Generator().manual_seed(3))
     expected = _batches(make())
+    hooks = dict(_optimizer._global_optimizer_post_hooks)
     with probing() as probe:
         with probing() as inner:  # one probe at a time: the inner block reuses none
             assert inner is None
         got = _batches(make())
     assert got == expected
     assert [dict(vars(c)) for c in classes] == before
+    assert _optimizer._global_optimizer_post_hooks == hooks
     assert torch.utils.data._utils.pin_memory.pin_memory is pin
     assert not dataloading._RUNNING
     result = probe.result(cores=2)
@@ -259,6 +519,32 @@ def test_probe_changes_no_batch_and_leaves_nothing_behind(workers):
     assert (lo.batches, lo.num_workers, lo.training) == (3, workers, True)
     assert sum(w.samples for w in lo.workers) == (12 if workers else 0)
     assert LoaderProbe().result() is None  # no loader seen: no section
+
+
+def test_a_test_loader_iterated_with_gradients_on_is_not_a_training_one():
+    """A script that evaluates without torch.no_grad(): its test loader gives batches with
+    gradients on, as the training loader does; only the training loader's batches are
+    followed by an optimizer step. A slow test loader must not make the verdict."""
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    train = DataLoader(_Squares(), batch_size=2)
+    test = DataLoader(torch.utils.data.TensorDataset(torch.ones(6, 1)), batch_size=2)
+    with probing() as probe:
+        for _ in range(2):
+            for x in train:
+                model(x).sum().backward()
+                opt.step()
+            for (x,) in test:  # gradients on, no step
+                model(x).sum()
+    by_name = {lo.dataset: lo for lo in probe.result(cores=2).loaders}
+    assert by_name["_Squares"].training and by_name["_Squares"].batches == 12
+    assert not by_name["TensorDataset"].training and by_name["TensorDataset"].batches == 6
+    # no optimizer of torch's stepped (a script's own update): gradients on is the sign
+    with probing() as probe:
+        for x in train:
+            model(x).sum().backward()
+    (lo,) = probe.result(cores=2).loaders
+    assert lo.training
 
 
 def test_train_report_has_the_section_and_reads_back(tmp_path):

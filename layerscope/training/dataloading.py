@@ -20,9 +20,16 @@ processes as well as in the main process, and which DataLoader argument would re
 Workers started with the ``spawn`` or ``forkserver`` method do not inherit the map: their
 batches are counted from the main process only (a note says so).
 
+Each fetch also reads its thread's run-queue wait (``/proc/thread-self/schedstat``, Linux: the
+second field is the time the thread was runnable and waiting for a core, in nanoseconds) before
+and after, so that the time the fetch was not on a CPU splits into waiting for a core and
+waiting for anything else (I/O, sleeps).
+
 ``DataLoading`` (core.records.dataloading) holds the figures; ``findings`` turns them into the
-verdict and the knob. The probe's own cost is two clock reads and a few additions per fetch and
-per ``next()``.
+verdict and the knob (``fetch_evidence`` reads where the fetch's time went). The probe's own
+cost: per fetch, two clock reads, two of the thread's CPU time, two of its schedstat file (kept
+open) and a few additions; per ``next()``, two clock reads (and the loop's thread's CPU time and
+run-queue wait at most every ``LOOP_EVERY``).
 """
 from __future__ import annotations
 
@@ -31,17 +38,20 @@ import math
 import mmap
 import multiprocessing.process
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import _utils
 from torch.utils.data import dataloader as _dataloader
 from torch.utils.data._utils import fetch as _fetch
 from torch.utils.data._utils.worker import _worker_loop
 
+from layerscope.core.noise import read_machine
 from layerscope.core.records.dataloading import (
     DataFinding,
     DataLoading,
@@ -51,13 +61,22 @@ from layerscope.core.records.dataloading import (
 
 # one slot of float64s per worker process started while a probe runs
 (_USED, _LOADER, _WORKER, _EPOCH, _FETCH, _COLLATE, _BATCHES, _SAMPLES, _CPU, _T_FORK, _T_FIRST,
- _PID) = range(12)
-_FIELDS = 12
+ _PID, _TCPU, _RUNQ, _NO_RUNQ) = range(15)
+_FIELDS = 15
 SLOTS = 1024  # worker starts timed per probe (a note says when more started)
 DATA_SHARE = 0.1  # the main process waiting this share of the loop for data is worth a finding
 STARTUP_SHARE = 0.2  # start-up this share of the data wait is worth persistent_workers
-IO_CPU = 0.5  # fetch+collate using less CPU than this share of their time: waiting (I/O)
+IO_CPU = 0.5  # fetch+collate on a CPU less than this share of their own time (on a CPU +
+# blocked, the run-queue wait left out; all of it without the run-queue wait): waiting (I/O)
+RUNQ_SHARE = 0.2  # of the time the fetch wanted a core (on a CPU + waiting for one), waiting
+# this share or more: the machine had no free core
+RUNQ_SLACK = 0.05  # the fetching thread's CPU time + run-queue wait above the fetch's own time
+# by more than this share: the readings disagree
+LOOP_EVERY = 0.01  # seconds between readings of the loop's thread (at the end of a next())
+OWN_THREADS = 0.1  # the process's other threads on a CPU this share of the fetch: said
+SCHEDSTAT = "/proc/thread-self/schedstat"
 PIN_SHARE = 0.05  # host-to-device copies this share of the loop without pinning: pin_memory
+MIN_BATCHES = 5  # a training loader that gave fewer batches than this is not judged
 
 _RUNNING: list[LoaderProbe] = []
 _pending: int | None = None  # the slot of the worker being started (read in the child)
@@ -68,6 +87,7 @@ _view: Any = None  # the slots as float64s (shared with the forked workers)
 def _after_fork() -> None:
     """In a forked child: a DataLoader worker started by the probe takes its slot."""
     global _slot
+    close_schedstat()
     _slot = _pending
     if _slot is not None and _view is not None:
         base = _slot * _FIELDS
@@ -76,6 +96,51 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+_stat = threading.local()  # per thread: .file = (its schedstat file, its fd), None: unreadable
+
+
+def run_delay() -> float | None:
+    """The calling thread's run-queue wait so far, in seconds (the second field of
+    ``/proc/thread-self/schedstat``: time runnable but not running); None where the file is not
+    readable (not Linux) or the kernel keeps no such figures (it then shows zeros: a running
+    thread has been on a CPU at least once, so a zero count of time slices means none kept).
+    The file stays open per thread (read again at offset 0): a forked worker opens its own,
+    and a thread's closes when the thread ends (or ``close_schedstat``)."""
+    held = getattr(_stat, "file", False)
+    if held is False:  # the first read in this thread: the kernel keeps the figures?
+        held = None  # not tried again in this thread
+        try:
+            f = open(SCHEDSTAT, "rb", buffering=0)  # noqa: SIM115 - kept open, per thread
+            fields = f.read().split()
+            if len(fields) >= 3 and int(fields[2]):
+                held = (f, f.fileno())
+            else:
+                f.close()
+        except (OSError, ValueError):
+            pass
+        _stat.file = held
+    if held is None:
+        return None
+    try:
+        return int(os.pread(held[1], 128, 0).split(None, 2)[1]) * 1e-9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _thread_reading() -> tuple[float, float] | None:
+    """The calling thread's CPU time and run-queue wait so far (None: not readable)."""
+    r = run_delay()
+    return None if r is None else (time.thread_time(), r)
+
+
+def close_schedstat() -> None:
+    """Close the calling thread's schedstat file: at the probe's stop, in the thread that
+    stops it, and in a forked child (the file it inherited is its parent thread's)."""
+    held = vars(_stat).pop("file", None)
+    if held:
+        held[0].close()  # the child's copy only, in a child
 
 
 def patch(owner: Any, attr: str, replacement: Any) -> Callable[[], None]:
@@ -103,7 +168,8 @@ class _Loader:
     prefetch_factor: int | None = None
     persistent_workers: bool = False
     pin_memory: bool = False
-    training: bool = False
+    training: bool = False  # a batch with gradients on
+    steps: int = 0  # optimizer steps taken while its batch was the last one given
     starts: list[float] = field(default_factory=list)  # each pass's iter() time
     first_pending: bool = False
     iter_s: float = 0.0  # the time in the last iter(), until the pass's first batch
@@ -114,10 +180,42 @@ class _Loader:
     fetch_s: float = 0.0  # num_workers=0: in the main process
     collate_s: float = 0.0
     cpu_s: float = 0.0
+    thread_cpu_s: float = 0.0  # the fetching thread's own CPU time in fetch and collate
+    run_wait_s: float = 0.0  # the fetching thread's run-queue wait in fetch and collate
+    no_run_wait: int = 0  # fetches whose run-queue wait could not be read
+    # the loop's thread (the one that began it): its (CPU time, run-queue wait) at its first
+    # iter() and at the end of its last next(); lost when a next() ran in another thread
+    loop_thread: int = 0
+    loop_t: float = 0.0  # when it was last read
+    loop_from: tuple[float, float] | None = None
+    loop_to: tuple[float, float] | None = None
+    loop_lost: bool = False
     ready: int = 0
     in_flight: int = 0
     asked: int = 0  # next() calls on a multi-process iterator
     last: float = 0.0  # the end of its last next()
+
+    def begin(self, t: float) -> None:
+        """The loop begins at ``t`` (its first iter(), in this thread)."""
+        self.loop_thread = threading.get_ident()
+        self.loop_from = _thread_reading()
+        self.loop_t = t
+
+    def end(self, t: float) -> None:
+        """A next() ended at ``t``: the loop so far, read at most every ``LOOP_EVERY``."""
+        if self.loop_from is None or self.loop_lost or t - self.loop_t < LOOP_EVERY:
+            return
+        if threading.get_ident() == self.loop_thread:
+            self.loop_to = _thread_reading()
+            self.loop_t = t
+        else:
+            self.loop_lost = True
+
+    def loop(self) -> tuple[float | None, float | None]:
+        """The loop's thread's CPU time and run-queue wait over the loop (None: not read)."""
+        if self.loop_from is None or self.loop_to is None or self.loop_lost:
+            return None, None
+        return self.loop_to[0] - self.loop_from[0], self.loop_to[1] - self.loop_from[1]
 
 
 def _name(obj: Any) -> str:
@@ -141,6 +239,9 @@ class LoaderProbe:
         self._pid = os.getpid()
         self._map: mmap.mmap | None = None
         self._view: Any = None  # the slots (a memoryview of the map) once started
+        self._load0: float | None = None  # the 1-minute load average when it started
+        self._steps = 0  # optimizer steps seen (any optimizer)
+        self._last: _Loader | None = None  # the loader that gave the last batch
 
     def __enter__(self) -> LoaderProbe:
         self.start()
@@ -155,6 +256,8 @@ class LoaderProbe:
         if _RUNNING:
             raise RuntimeError("a data loader probe is already running in this process")
         _RUNNING.append(self)
+        load = read_machine().loadavg
+        self._load0 = load[0] if load else None
         self._map = mmap.mmap(-1, SLOTS * _FIELDS * 8)  # anonymous, shared with forked workers
         _view = memoryview(self._map).cast("d")
         self._view = _view
@@ -169,6 +272,13 @@ class LoaderProbe:
         self._patch(iter_cls, "__next__", self._next(iter_cls.__next__))
         loader_cls = _dataloader.DataLoader
         self._patch(loader_cls, "__iter__", self._iter(loader_cls.__iter__))
+        self._undo.append(register_optimizer_step_post_hook(self._stepped).remove)
+
+    def _stepped(self, *_: Any) -> None:
+        """An optimizer stepped: the loader whose batch it learned from is a training one."""
+        self._steps += 1
+        if self._last is not None:
+            self._last.steps += 1
 
     def stop(self) -> None:
         """Remove every patch (a forked worker leaves them: they are how it reports)."""
@@ -176,6 +286,7 @@ class LoaderProbe:
             return
         while self._undo:
             self._undo.pop()()
+        close_schedstat()
         if self in _RUNNING:
             _RUNNING.remove(self)
 
@@ -204,8 +315,12 @@ class LoaderProbe:
                 finally:
                     spent[0] += clock() - t
             fetcher.collate_fn = timed_collate
-            c0 = time.process_time() if slot is None else 0.0
+            # the CPU and run-queue readings inside the timed interval: what they measure is
+            # part of it (CPU + run-queue wait <= the interval, for the thread)
             t0 = clock()
+            c0 = time.process_time() if slot is None else 0.0
+            r0 = run_delay()
+            tc0 = time.thread_time()
             ok = False
             try:
                 out = fn(fetcher, index)
@@ -213,6 +328,9 @@ class LoaderProbe:
                 return out
             finally:
                 fetcher.collate_fn = collate
+                tc = time.thread_time() - tc0
+                r1 = run_delay() if r0 is not None else None
+                c1 = time.process_time() if slot is None else 0.0
                 t1 = clock()
                 n = spent[1]
                 if slot is not None:
@@ -224,11 +342,21 @@ class LoaderProbe:
                     v[base + _BATCHES] += ok
                     v[base + _SAMPLES] += n if ok else 0
                     v[base + _CPU] = time.process_time()
+                    v[base + _TCPU] += tc
+                    if r0 is None or r1 is None:
+                        v[base + _NO_RUNQ] += 1
+                    else:
+                        v[base + _RUNQ] += r1 - r0
                 else:
                     assert loader is not None
                     loader.fetch_s += t1 - t0 - spent[0]
                     loader.collate_s += spent[0]
-                    loader.cpu_s += time.process_time() - c0
+                    loader.cpu_s += c1 - c0
+                    loader.thread_cpu_s += tc
+                    if r0 is None or r1 is None:
+                        loader.no_run_wait += 1
+                    else:
+                        loader.run_wait_s += r1 - r0
         fetch.__wrapped__ = fn  # type: ignore[attr-defined]
         return fetch
 
@@ -279,6 +407,8 @@ class LoaderProbe:
         def __iter__(dl: Any) -> Any:
             loader = self._loader(dl.dataset)
             t0 = self.clock()
+            if not loader.starts:
+                loader.begin(t0)
             loader.starts.append(t0)
             loader.first_pending = True
             loader.num_workers = dl.num_workers
@@ -306,6 +436,7 @@ class LoaderProbe:
                 loader.pin_memory = bool(it._pin_memory)
             if not loader.starts:  # an iterator made without DataLoader.__iter__
                 loader.starts.append(clock())
+                loader.begin(loader.starts[0])
                 loader.first_pending = True
             if workers:
                 loader.asked += 1
@@ -326,8 +457,10 @@ class LoaderProbe:
                 t1 = clock()
                 loader.wait_s += t1 - t0
                 loader.last = t1
+                loader.end(t1)
                 if got:
                     loader.batches += 1
+                    self._last = loader
                     if torch.is_grad_enabled():
                         loader.training = True
                     if loader.first_pending:
@@ -358,21 +491,32 @@ class LoaderProbe:
             w = DataWorker(worker=int(v[b + _WORKER]), epoch=int(v[b + _EPOCH]),
                            batches=int(v[b + _BATCHES]), samples=int(v[b + _SAMPLES]),
                            fetch_s=v[b + _FETCH], collate_s=v[b + _COLLATE], cpu_s=v[b + _CPU],
+                           thread_cpu_s=v[b + _TCPU],
+                           run_wait_s=None if v[b + _NO_RUNQ] else v[b + _RUNQ],
                            startup_s=first - fork if first and fork else None)
             out.setdefault(int(v[b + _LOADER]), []).append((w, first))
         return out, unseen
 
     def result(self, *, h2d_s: float = 0.0, cuda: bool = False,
                cores: int | None = None) -> DataLoading | None:
-        """The loaders followed so far (None when no DataLoader gave a batch)."""
+        """The loaders followed so far (None when no DataLoader gave a batch). The machine's
+        load is the larger 1-minute load average of the probe's start and now; ``cores``
+        (default: the CPUs this process may use) the cores it is read against."""
         workers, unseen = self._workers()
+        machine = read_machine()
+        loads = [x for x in (self._load0, machine.loadavg[0] if machine.loadavg else None)
+                 if x is not None]
         loaders = []
         for lo in self._loaders.values():
             if not lo.batches:
                 continue
             mine = workers.get(lo.index, [])
+            loop_cpu, loop_wait = lo.loop()
             stats = LoaderStats(
-                dataset=lo.dataset, collate=lo.collate, training=lo.training,
+                dataset=lo.dataset, collate=lo.collate,
+                # the loaders an optimizer stepped after; with no step seen (an optimizer of
+                # the script's own), those that gave batches with gradients on
+                training=lo.steps > 0 if self._steps else lo.training,
                 num_workers=lo.num_workers, prefetch_factor=lo.prefetch_factor,
                 persistent_workers=lo.persistent_workers, pin_memory=lo.pin_memory,
                 epochs=len(lo.starts), batches=lo.batches, wait_s=lo.wait_s,
@@ -380,6 +524,9 @@ class LoaderProbe:
                 fetch_s=lo.fetch_s + sum(w.fetch_s for w, _ in mine),
                 collate_s=lo.collate_s + sum(w.collate_s for w, _ in mine),
                 cpu_s=lo.cpu_s + sum(w.cpu_s for w, _ in mine),
+                thread_cpu_s=lo.thread_cpu_s + sum(w.thread_cpu_s or 0.0 for w, _ in mine),
+                run_wait_s=_run_wait(lo, [w for w, _ in mine]),
+                loop_cpu_s=loop_cpu, loop_run_wait_s=loop_wait,
                 startup_s=_startup(lo.starts, mine) if mine else None,
                 ready_mean=lo.ready / lo.asked if lo.asked else None,
                 in_flight_mean=lo.in_flight / lo.asked if lo.asked else None,
@@ -396,8 +543,18 @@ class LoaderProbe:
             notes.append(f"{self._dropped} worker start(s) after the first {SLOTS} not timed")
         return DataLoading(loaders=loaders,
                            findings=findings(loaders, h2d_s=h2d_s, cuda=cuda,
-                                             cores=cores or os.cpu_count() or 1),
+                                             cores=cores or machine.cpus_available
+                                             or os.cpu_count() or 1,
+                                             load=max(loads) if loads else None),
                            pin_s=self._pin_s or None, notes=notes)
+
+
+def _run_wait(lo: _Loader, workers: list[DataWorker]) -> float | None:
+    """The run-queue wait of every fetch of the loader (main process and workers); None when
+    any fetch's could not be read."""
+    if lo.no_run_wait or any(w.run_wait_s is None for w in workers):
+        return None
+    return lo.run_wait_s + sum(w.run_wait_s or 0.0 for w in workers)
 
 
 @contextlib.contextmanager
@@ -430,12 +587,131 @@ def _cap(n: float, limit: int) -> int:
     return max(1, min(int(math.ceil(n)), limit))
 
 
+@dataclass(frozen=True)
+class FetchEvidence:
+    """Where a loader's fetch and collate time went, read against the machine's cores.
+
+    ``kind``: ``io`` (the fetching thread blocked longer than it was on a CPU: I/O, sleeps),
+    ``cpu`` (it computed at least as long, and a core was free when it wanted one),
+    ``oversubscribed`` (it computed at least as long, and the cores were taken: more workers
+    would wait for a core as well), ``unknown`` (the evidence is missing or disagrees: ``what``
+    says why). ``what``: the words for the finding's message; ``figures``: the shares and
+    readings used."""
+
+    kind: str
+    what: str
+    figures: dict[str, float]
+
+
+def _queued(cpu_s: float, run_wait_s: float) -> float:
+    """Of the time a thread wanted a core (on a CPU + waiting for one), the share it waited."""
+    return run_wait_s / (cpu_s + run_wait_s) if cpu_s + run_wait_s > 0 else 0.0
+
+
+def fetch_evidence(lo: LoaderStats, *, load: float | None, cores: int) -> FetchEvidence:
+    """Waiting for a core is not waiting for I/O. The fetch's time (fetch and collate) splits,
+    in the thread that ran it, into its CPU time (``thread_cpu_s``), its run-queue wait
+    (``run_wait_s``: runnable, no core free) and the rest (blocked: I/O, sleeps). The CPU and
+    blocked seconds belong to the work, the run-queue wait to the machine (it grows with the
+    load, they do not): the fetch waits for I/O when it is blocked longer than it computes
+    (CPU under ``IO_CPU`` of the two), unless that turns round when the main process's other
+    threads, on a CPU meanwhile, are counted as the fetch's own parallel threads (their CPU
+    the fetch's, the blocked time that long waiting for them): other work or the fetch's, not
+    told apart, so not judged. Otherwise it is CPU-bound, and the machine is oversubscribed
+    when, of the time a thread wanted a core, it waited ``RUNQ_SHARE`` or more: the fetching
+    threads in the fetch, or the loop's thread over the whole loop (the wait falls wherever
+    the scheduler took the core away, inside the fetch or between fetches). Without the
+    run-queue wait (not Linux) the 1-minute load average stands in: a fetch on a CPU under
+    ``IO_CPU`` of its time is called waiting for I/O only when the load left a core free, else
+    it is not judged."""
+    work_s = lo["fetch_s"] + lo["collate_s"]
+    cpu_s, run_wait_s = lo["cpu_s"], lo.get("run_wait_s")
+    thread_cpu_s = lo.get("thread_cpu_s")
+    loop_cpu_s, loop_wait_s = lo.get("loop_cpu_s"), lo.get("loop_run_wait_s")
+    figs: dict[str, float] = {"cores": cores}
+    if load is not None:
+        figs["load"] = load
+    on = f"{cores} core{'' if cores == 1 else 's'}"
+    machine = (f"load {load:.1f} on {on}" if load is not None
+               else f"{on}, load average not readable")
+    if work_s <= 0:
+        return FetchEvidence("unknown", "no fetch or collate time was seen (workers started "
+                                        "with spawn or forkserver report none)", figs)
+    cp = cpu_s / work_s
+    figs["cpu_share"] = round(cp, 4)
+    if run_wait_s is None:
+        missing = "run-queue wait not readable (no /proc/thread-self/schedstat)"
+        busy = load is not None and load >= cores
+        if cp >= IO_CPU:
+            if busy:
+                return FetchEvidence(
+                    "oversubscribed", f"CPU-bound on an oversubscribed machine (CPU {cp:.0%} of "
+                                      f"it; {machine}; {missing})", figs)
+            return FetchEvidence("cpu", f"CPU-bound transforms (CPU {cp:.0%} of it; {machine}; "
+                                        f"{missing})", figs)
+        if load is not None and not busy:
+            return FetchEvidence(
+                "io", f"mostly waiting, not computing (CPU {cp:.0%} of it; {missing}, but the "
+                      f"{machine} left a core free: I/O or sleeps)", figs)
+        return FetchEvidence(
+            "unknown", f"the fetch was on a CPU {cp:.0%} of its time and the rest may be "
+                       f"waiting for a core as well as for I/O: {missing}, and "
+                       + ("the load average neither" if load is None
+                          else f"the {machine} leaves no core free"), figs)
+    c = (cpu_s if thread_cpu_s is None else thread_cpu_s) / work_s
+    r = run_wait_s / work_s
+    figs.update(thread_cpu_share=round(c, 4), run_wait_s=round(run_wait_s, 6),
+                run_wait_share=round(r, 4))
+    if thread_cpu_s is not None and c + r > 1 + RUNQ_SLACK:
+        return FetchEvidence(
+            "unknown", f"the fetching thread's CPU time and run-queue wait ({c:.0%} and {r:.0%} "
+                       "of the fetch and collate's time) add up to more than that time: the "
+                       "readings disagree", figs)
+    blocked = max(1.0 - c - r, 0.0)
+    figs["blocked_share"] = round(blocked, 4)
+    loop = ""
+    queued = _queued(c, r)
+    if loop_cpu_s is not None and loop_wait_s is not None:
+        in_loop = _queued(loop_cpu_s, loop_wait_s)
+        figs["loop_queued_share"] = round(in_loop, 4)
+        loop = f"; over the loop its thread waited for a core {in_loop:.0%} of its demand"
+        queued = max(queued, in_loop)
+    split = f"CPU {c:.0%} of it, waiting for a core {r:.0%}, blocked {blocked:.0%}"
+    # the main process's other threads, on a CPU while it fetched: other work, or the fetch's
+    # own parallel threads (then the fetching thread was blocked waiting for them)
+    other = max(cp - c, 0.0) if thread_cpu_s is not None and not lo["num_workers"] else 0.0
+    if c < IO_CPU * (c + blocked):
+        mine = c + other  # the fetch's CPU if the other threads worked for it
+        if mine >= IO_CPU * (mine + max(blocked - other, 0.0)):
+            return FetchEvidence(
+                "unknown", f"the fetching thread was blocked longer than it computed ({split}), "
+                           f"yet the process's other threads were on a CPU {other:.0%} of its "
+                           "time: CPU-bound if they were the fetch's own parallel threads, "
+                           "waiting if they were other work, not told apart", figs)
+        return FetchEvidence(
+            "io", f"mostly waiting, not computing ({split}: I/O or sleeps; {machine})", figs)
+    if queued >= RUNQ_SHARE:
+        own = (f"; the process's other threads (torch's among them) were on a CPU {other:.0%} "
+               "of it" if other >= OWN_THREADS else "")
+        return FetchEvidence(
+            "oversubscribed", f"CPU-bound on an oversubscribed machine ({split}: "
+                              f"{run_wait_s:.2f} s of its {work_s:.2f} s waiting for a core"
+                              f"{loop}{own}; {machine})", figs)
+    return FetchEvidence("cpu", f"CPU-bound transforms ({split}{loop}; {machine})", figs)
+
+
 def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = False,
-             cores: int = 1) -> list[DataFinding]:
+             cores: int = 1, load: float | None = None) -> list[DataFinding]:
     """What holds the training loaders back, largest first, each with its knob and figures;
-    "fine" when the main process hardly waits. Reads only the figures (table-tested)."""
+    "fine" when the main process hardly waits. Reads only the figures (table-tested): the
+    loaders', the 1-minute ``load`` average and the ``cores`` it is read against. More workers
+    are suggested only where the fetch waits for I/O, or computes with a core free. A loader
+    that gave fewer than ``MIN_BATCHES`` batches is left out when another gave enough (a batch
+    taken to see the shapes), else it gets ``cannot_judge``: a wait over a few batches is its
+    first batches' (start-up, a first read), not the loop's steady state."""
     out: list[tuple[float, DataFinding]] = []
     chosen = [lo for lo in loaders if lo["training"]] or loaders
+    chosen = [lo for lo in chosen if lo["batches"] >= MIN_BATCHES] or chosen
     for lo in chosen:
         before = len(out)
         span = lo["span_s"] or lo["wait_s"] or 1e-12
@@ -444,32 +720,51 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
         work = lo["fetch_s"] + lo["collate_s"]
         per_batch = work / batches
         compute = max(span - wait, 0.0) / batches  # the loop's own time per batch
-        cpu_share = lo["cpu_s"] / work if work > 0 else 1.0
-        io = cpu_share < IO_CPU
+        ev = fetch_evidence(lo, load=load, cores=cores)
+        io = ev.kind == "io"
         kind = "io_bound" if io else "cpu_bound"
         need = per_batch / compute if compute > 0 else float("inf")
         limit = 4 * cores if io else cores
-        what = (f"mostly waiting, not computing (CPU {cpu_share:.0%} of it: I/O or sleeps)"
-                if io else f"CPU-bound transforms (CPU {cpu_share:.0%} of it)")
+        what = ev.what
         figs = {"wait_s": round(wait, 6), "fetch_s": round(lo["fetch_s"], 6),
                 "collate_s": round(lo["collate_s"], 6), "span_s": round(span, 6),
-                "data_share": round(wait / span, 4), "cpu_share": round(cpu_share, 4),
+                "data_share": round(wait / span, 4), "batches": lo["batches"], **ev.figures,
                 "work_per_batch_s": round(per_batch, 6), "compute_per_batch_s": round(compute, 6)}
         name = lo["dataset"]
-        if wait / span < DATA_SHARE:
+        nb = f"{lo['batches']} batch{'' if lo['batches'] == 1 else 'es'}"
+        if lo["batches"] < MIN_BATCHES:
+            out.append((wait, DataFinding(
+                kind="cannot_judge", figures=figs,
+                message=f"{name}: cannot judge the data loading from {nb} (fewer than "
+                        f"{MIN_BATCHES}): the loop waited {wait:.2f} s of {span:.2f} s "
+                        f"({wait / span:.0%}) for them, a cost of its first batches (start-up, "
+                        "a first read) more than of the loop's")))
+        elif wait / span < DATA_SHARE:
             out.append((0.0, DataFinding(
                 kind="fine", figures=figs,
                 message=f"{name}: data loading keeps up: the loop waited {wait:.2f} s of "
-                        f"{span:.2f} s ({wait / span:.0%}) for batches")))
+                        f"{span:.2f} s ({wait / span:.0%}) for {nb}")))
         elif lo["num_workers"] == 0:
-            n = _cap(need, limit)
-            out.append((wait, DataFinding(
-                kind=kind, knob="num_workers", value=n, figures=figs,
-                message=f"{name}: the main process loads every batch itself (num_workers=0): "
-                        f"the dataset's fetch took {lo['fetch_s']:.2f} s and collate "
-                        f"{lo['collate_s']:.2f} s ({per_batch * 1e3:.1f} ms per batch) of the "
-                        f"{wait:.2f} s it waited for data "
-                        f"({wait / span:.0%} of the loop), {what}: set num_workers={n}")))
+            head = (f"{name}: the main process loads every batch itself (num_workers=0): "
+                    f"the dataset's fetch took {lo['fetch_s']:.2f} s and collate "
+                    f"{lo['collate_s']:.2f} s over {nb} ({per_batch * 1e3:.1f} ms per batch) "
+                    f"of the {wait:.2f} s it waited for data ({wait / span:.0%} of the loop)")
+            if ev.kind == "unknown":
+                out.append((wait, DataFinding(
+                    kind="cannot_judge", figures=figs,
+                    message=f"{head}; cannot judge whether it waits for I/O or for a core: "
+                            f"{what}")))
+            elif ev.kind == "oversubscribed":
+                out.append((wait, DataFinding(
+                    kind="cpu_oversubscribed", figures=figs,
+                    message=f"{head}, {what}: a worker would wait for a core as well; free "
+                            "cores (fewer other processes or threads) or cheaper transforms "
+                            "remove the wait")))
+            else:
+                n = _cap(need, limit)
+                out.append((wait, DataFinding(
+                    kind=kind, knob="num_workers", value=n, figures=figs,
+                    message=f"{head}, {what}: set num_workers={n}")))
         else:
             startup = lo.get("startup_s") or 0.0
             if (not lo["persistent_workers"] and lo["epochs"] >= 2
@@ -483,33 +778,44 @@ def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = Fal
             steady = max(wait - first, 0.0)
             if steady / span >= DATA_SHARE:
                 w = lo["num_workers"]
-                if need > w and (io or w < cores):
-                    n = _cap(need, limit)
-                    if n > w:
-                        out.append((steady, DataFinding(
-                            kind="too_few_workers", knob="num_workers", value=n, figures=figs,
-                            message=f"{name}: {w} worker(s) make a batch in {per_batch:.3f} s "
-                                    f"each, the loop uses one every {compute:.3f} s, {what}: "
-                                    f"set num_workers={n}")))
-                    else:
-                        out.append((steady, DataFinding(
-                            kind=kind, figures=figs,
-                            message=f"{name}: {w} workers on {cores} cores cannot keep up, "
-                                    f"{what}: make the dataset's transforms cheaper")))
-                elif need > w:
-                    out.append((steady, DataFinding(
-                        kind="cpu_bound", figures=figs,
-                        message=f"{name}: {w} workers on {cores} cores make a batch in "
-                                f"{per_batch:.3f} s each and cannot keep up, {what}: make the "
-                                f"dataset's transforms cheaper (or move them to the GPU)")))
+                supply = (f"{w} worker(s) make a batch in {per_batch:.3f} s each, the loop uses "
+                          f"one every {compute:.3f} s ({nb})")
+                knob: str | None = None
+                value: int | None = None
+                if work <= 0:
+                    verdict, text = "cannot_judge", (
+                        f"the loop waited {steady:.2f} s ({steady / span:.0%}) for the {nb} "
+                        f"of {w} worker(s); cannot judge whether more workers or prefetching "
+                        f"would help: {what}")
+                elif need <= w:
+                    value = 2 * (lo.get("prefetch_factor") or 2)
+                    verdict, knob, text = "prefetch", "prefetch_factor", (
+                        f"the workers keep up on average but the loop still waited "
+                        f"{steady:.2f} s ({steady / span:.0%}) for {nb} with "
+                        f"{lo.get('ready_mean') or 0:.1f} batches ready on average: "
+                        f"set prefetch_factor={value}")
+                elif ev.kind == "unknown":
+                    verdict, text = "cannot_judge", (
+                        f"{supply}; cannot judge whether more workers would help: {what}")
+                elif ev.kind == "oversubscribed":
+                    verdict, text = "cpu_oversubscribed", (
+                        f"{supply}, on {cores} cores, {what}: more workers would wait for a "
+                        "core as well; free cores or cheaper transforms remove the wait")
+                elif (io or w < cores) and _cap(need, limit) > w:
+                    value = _cap(need, limit)
+                    verdict, knob, text = "too_few_workers", "num_workers", (
+                        f"{supply}, {what}: set num_workers={value}")
+                elif io or w < cores:
+                    verdict, text = kind, (f"{w} workers on {cores} cores cannot keep up "
+                                           f"({nb}), {what}: make the dataset's transforms "
+                                           "cheaper")
                 else:
-                    pf = lo.get("prefetch_factor") or 2
-                    out.append((steady, DataFinding(
-                        kind="prefetch", knob="prefetch_factor", value=2 * pf, figures=figs,
-                        message=f"{name}: the workers keep up on average but the loop still "
-                                f"waited {steady:.2f} s ({steady / span:.0%}) with "
-                                f"{lo.get('ready_mean') or 0:.1f} batches ready on average: "
-                                f"set prefetch_factor={2 * pf}")))
+                    verdict, text = "cpu_bound", (
+                        f"{w} workers on {cores} cores make a batch in {per_batch:.3f} s each "
+                        f"and cannot keep up ({nb}), {what}: make the dataset's transforms cheaper "
+                        "(or move them to the GPU)")
+                out.append((steady, DataFinding(kind=verdict, knob=knob, value=value,
+                                                figures=figs, message=f"{name}: {text}")))
         if len(out) == before:  # waits, but on each pass's first batch only
             out.append((wait, DataFinding(
                 kind="first_batches", figures=figs,

@@ -26,6 +26,12 @@ class DataWorker(DictRecord):
                                                     "(or the iterable's next)", **_NONNEG})
     collate_s: float = field(metadata=_NONNEG)
     cpu_s: float = field(metadata={"description": "the worker process's CPU time", **_NONNEG})
+    thread_cpu_s: float | None = field(default=None, metadata=omit_none(
+        description="of fetch_s + collate_s: the worker's CPU time in them", **_NONNEG))
+    run_wait_s: float | None = field(default=None, metadata=omit_none(
+        description="of fetch_s + collate_s: the time it was runnable and waiting for a core "
+                    "(run-queue wait, from /proc/thread-self/schedstat); absent where not "
+                    "readable", **_NONNEG))
     startup_s: float | None = field(default=None, metadata=omit_none(
         description="from the worker's start (fork) to its first fetch: worker_init_fn "
                     "included"))
@@ -39,8 +45,11 @@ class LoaderStats(DictRecord):
 
     dataset: str = field(metadata={"description": "the dataset's class"})
     collate: str = field(metadata={"description": "the collate function's name"})
-    training: bool = field(metadata={"description": "it gave batches with gradients on (a "
-                                                    "training loader, not a validation one)"})
+    training: bool = field(metadata={"description": "an optimizer stepped after its batches "
+                                                    "(a training loader, not a validation or "
+                                                    "test one); where no torch optimizer "
+                                                    "stepped, it gave batches with gradients "
+                                                    "on"})
     num_workers: int
     prefetch_factor: int | None = field(default=None, metadata={"optional": True})
     persistent_workers: bool
@@ -57,6 +66,22 @@ class LoaderStats(DictRecord):
     collate_s: float = field(metadata=_NONNEG)
     cpu_s: float = field(metadata={"description": "CPU time of the fetch and collate (the "
                                                   "workers' whole CPU time)", **_NONNEG})
+    thread_cpu_s: float | None = field(default=None, metadata=omit_none(
+        description="of fetch_s + collate_s: the CPU time of the thread that ran each fetch "
+                    "and collate, in them (without the process's other threads: cpu_s has "
+                    "those in the main process)", **_NONNEG))
+    run_wait_s: float | None = field(default=None, metadata=omit_none(
+        description="of fetch_s + collate_s: the time the threads that fetched and collated "
+                    "were runnable and waiting for a core (run-queue wait, from "
+                    "/proc/thread-self/schedstat), in the main process and the workers; absent "
+                    "where any fetch's could not be read (not Linux)",
+        **_NONNEG))
+    loop_cpu_s: float | None = field(default=None, metadata=omit_none(
+        description="the CPU time of the thread that ran the loop (the main process's), over "
+                    "span_s", **_NONNEG))
+    loop_run_wait_s: float | None = field(default=None, metadata=omit_none(
+        description="the time the thread that ran the loop was runnable and waiting for a "
+                    "core, over span_s (run-queue wait); absent where not readable", **_NONNEG))
     startup_s: float | None = field(default=None, metadata=omit_none(
         description="the main process's wait on worker start-up: from each pass's iter() to "
                     "the first fetch of the workers it started, summed over the passes"))
@@ -71,9 +96,9 @@ class LoaderStats(DictRecord):
 class DataFinding(DictRecord):
     """What holds the data loading back, the knob that removes it and the figures behind it."""
 
-    kind: str = field(metadata={"description": "cpu_bound, io_bound, too_few_workers, "
-                                               "prefetch, worker_startup, no_pinning, "
-                                               "first_batches, fine"})
+    kind: str = field(metadata={"description": "cpu_bound, io_bound, cpu_oversubscribed, "
+                                               "too_few_workers, prefetch, worker_startup, "
+                                               "no_pinning, first_batches, fine, cannot_judge"})
     message: str
     knob: str | None = field(default=None, metadata=omit_none(
         description="the DataLoader argument to change (num_workers, prefetch_factor, "
