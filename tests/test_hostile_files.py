@@ -1143,3 +1143,29 @@ def test_a_training_step_of_no_time_is_refused(tmp_path, value, expected):
     path.write_text(json.dumps(d))
     for argv in (["diff", str(path), str(path)], ["advise", str(path)]):
         _one_line_error(argv, f"bad.json: not a valid train result: {expected}", tmp_path)
+
+
+# a layer name and a model name as a hand-edited result may hold them: terminal escape
+# sequences (colour, the window title), a bell, and rich's markup
+ESCAPES = "\x1b[31mred\x1b]0;title\x07\x9b2J"
+
+
+@pytest.mark.parametrize("command", ["diff", "render"])
+def test_control_characters_in_a_result_are_shown_not_obeyed(tmp_path, command):
+    """Before: the terminal table wrote a name's escape sequences as they were (ESC [31m
+    coloured the terminal, ESC ]0; retitled it); now each control character is written out
+    (\\x1b), and a name that looks like rich markup is text."""
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import diff_profiles
+
+    d = json.loads(to_json(diff_profiles()[0]))
+    d["layers"][1]["name"] = "bn1" + ESCAPES
+    d["model"] = "[/bold][link=x]net" + ESCAPES
+    path = tmp_path / "esc.json"
+    path.write_text(json.dumps(d))
+    argv = [command, str(path)] + ([str(path)] if command == "diff" else [])
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    shown = out + err
+    assert not any(c in shown for c in "\x1b\x07\x9b"), repr(shown[:400])
+    assert "net\\x1b[31mred\\x1b]0;title\\x07\\x9b2J" in shown, shown  # written out
