@@ -1169,3 +1169,23 @@ def test_control_characters_in_a_result_are_shown_not_obeyed(tmp_path, command):
     shown = out + err
     assert not any(c in shown for c in "\x1b\x07\x9b"), repr(shown[:400])
     assert "net\\x1b[31mred\\x1b]0;title\\x07\\x9b2J" in shown, shown  # written out
+
+
+@pytest.mark.parametrize("data_dir,shown", [
+    ("--download", "--data-dir=--download"),
+    ("data dir", "--data-dir 'data dir'"),
+], ids=["option-like", "space"])
+def test_an_advised_ablation_keeps_each_value_one_argument(tmp_path, data_dir, shown):
+    """Before: a data folder named --download was printed as `--data-dir --download`, which
+    a shell user's paste runs as the option --download."""
+    from layerscope.advice import advise
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import train_report
+
+    d = json.loads(to_json(train_report()))
+    d["config"].update(synthetic=False, data_dir=data_dir)
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(d))
+    commands = [a.command for a in advise(str(path)).advice if a.command.startswith(
+        "layerscope ablate")]
+    assert commands and all(shown in c for c in commands), commands

@@ -112,14 +112,20 @@ def _ablate_argv(facts: dict[str, Any], variant: str | None, threads: int | None
     if facts.get("synthetic", True):
         argv.append("--synthetic")
     elif facts.get("data_dir"):
-        argv += ["--data-dir", str(facts["data_dir"])]
+        argv += _option("--data-dir", str(facts["data_dir"]))
     if facts.get("device", "cpu") != "cpu":
-        argv += ["--device", str(facts["device"])]
+        argv += _option("--device", str(facts["device"]))
     if facts.get("batch_size"):
         argv += ["--batch-size", str(facts["batch_size"])]
     if threads or facts.get("threads_flag"):
         argv += ["--threads", str(threads or facts["threads_flag"])]
     return argv
+
+
+def _option(name: str, value: str) -> list[str]:
+    """``name value`` as arguments; ``name=value`` when the value begins with '-', which a
+    parser would otherwise take for an option of its own (a data folder named --download)."""
+    return [f"{name}={value}"] if value.startswith("-") else [name, value]
 
 
 def run_settings(variant: str | None, threads: int | None) -> dict[str, Any] | None:
