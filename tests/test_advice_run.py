@@ -319,9 +319,13 @@ def test_verify_judges_the_workers_change_on_the_scripts_own_run(tmp_path, own_r
     script, own, _ = own_run
     (tmp_path / "own.json").write_text(json.dumps(own))
     out = tmp_path / "advice.json"
+    # the script lies outside the folder it ran in (the tests' working directory): verify
+    # runs it only when confirmed, and says so before it runs
     code, _, err = run_cli("advise", str(tmp_path / "own.json"), "--verify", "--steps", "12",
-                           "--quiet", "--format", "json", "-o", str(out))
+                           "--quiet", "--format", "json", "-o", str(out), "--allow-code")
     assert code == 0, err
+    assert f"layerscope: verify runs the script {os.path.realpath(script)}, which is outside" \
+        in err.splitlines()[0], err
     d = json.loads(out.read_text())
     (item,) = [a for a in d["advice"] if a["rule"] == "workers"]
     # the sleeps are waiting, not computing (io_bound): the data loader's worker count (the

@@ -1012,3 +1012,75 @@ def test_train_results_name_their_machines_load_apart(loads, unfair_line):
     d = diff_results([base, new])
     lines = [u for u in d.unfair if u.startswith("1-minute load average")]
     assert lines == ([unfair_line] if unfair_line else [])
+
+
+# ---------------------------------------------------------------- large results: linear
+class _Name(str):
+    """A layer name that counts the comparisons made with it: the join's work, whatever the
+    machine's load (list.index and list.insert compare in C, where no Python call shows)."""
+
+    compared = 0
+
+    def __eq__(self, other):
+        _Name.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def _layers(n: int, renamed: bool = False, scale: float = 1.0):
+    """A profile of ``n`` layers with 10 samples each (names in groups of 10, as a network's
+    blocks), every name a distinct _Name object; ``renamed``: half of them named apart;
+    ``scale``: every sample times it."""
+    from layerscope.core.report import LayerRow
+    from tests.sample_results import profile_report, with_samples
+
+    r = profile_report()
+    proto = r.layers[0]
+    rows = []
+    for i in range(n):
+        name = f"blocks.{i // 10}.{'renamed' if renamed and i % 2 else 'layer'}{i % 10}"
+        row = LayerRow(**{**proto.__dict__, "name": _Name(name), "rank": i + 1})
+        row.time = with_samples(0.01 + 1e-5 * i, scale)
+        rows.append(row)
+    r.layers = rows
+    return r
+
+
+@pytest.mark.parametrize("renamed", [False, True], ids=["same-layers", "half-renamed"])
+def test_diffing_large_results_is_linear_in_their_layers(renamed):
+    """Four times the layers, four times the work (name comparisons, Python calls): the join
+    placed each layer of one side by a search of the other's list (quadratic: 4,000 layers
+    took 35 s, 20,000 did not finish in minutes), and looked back from each layer only one
+    side has for the one before it."""
+    import sys
+
+    def work(n):
+        base, new = _layers(n), _layers(n, renamed, 1.001)
+        calls = [0]
+
+        def counter(frame, event, arg):
+            if event == "call":
+                calls[0] += 1
+        _Name.compared = 0
+        sys.setprofile(counter)
+        try:
+            diff_results([base, new])
+        finally:
+            sys.setprofile(None)
+        return _Name.compared, calls[0]
+
+    work(20)  # first calls compile and cache what every diff shares
+    (small_cmp, small_calls), (large_cmp, large_calls) = work(100), work(400)
+    assert large_cmp <= 5 * small_cmp, (small_cmp, large_cmp)  # quadratic: 16 times
+    assert large_calls <= 5 * small_calls, (small_calls, large_calls)
+
+
+def test_the_exact_rank_test_distribution_is_counted_once_per_sample_sizes():
+    """The Mann-Whitney U distribution of 10 against 10 samples was recounted for every row."""
+    from layerscope.core import stats
+
+    stats._u_cumulative.cache_clear()
+    diff_results([_layers(50), _layers(50, scale=1.001)])  # no ties: the exact test
+    info = stats._u_cumulative.cache_info()
+    assert info.misses == 1 and info.hits >= 50

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -277,21 +278,26 @@ def test_fifteen_thousand_nodes_draw_without_graphviz(tmp_path, monkeypatch):
     assert page.count("<tr><td>") == 15000 + 125
 
 
-def test_a_5000_node_chain_lays_out_without_recursion(tmp_path, monkeypatch):
+def test_a_6000_node_chain_is_drawn(tmp_path, monkeypatch):
+    """A 6,002-node graph (6,000 nodes, the input and the output) is drawn, not refused: since
+    the layout is igraph's compiled Sugiyama (no recursion, seconds for thousands of nodes),
+    the limit of the Python layout is MAX_PYTHON_LAYOUT_NODES boxes (50,000), and the
+    1,500-node refusal of the first release is gone (docs/onnx.md, "Graph pictures")."""
     from onnx import helper
 
+    assert graph_out.MAX_PYTHON_LAYOUT_NODES == 50_000
     monkeypatch.setattr(graph_out.shutil, "which", lambda _: None)
-    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(5000)]
-    path = save(model(nodes, [tensor("t0", [1, 4])], [tensor("t5000", [1, 4])]), tmp_path)
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(6000)]
+    path = save(model(nodes, [tensor("t0", [1, 4])], [tensor("t6000", [1, 4])]), tmp_path)
     g = graph(path)
-    assert len(g.nodes) == 5002
+    assert len(g.nodes) == 6002
     lay = graph_out.layout(g)
     ys = [lay["boxes"][n.id][1] for n in g.nodes]
-    assert ys == sorted(ys) and len(set(ys)) == 5002  # one layer per node, top to bottom
+    assert ys == sorted(ys) and len(set(ys)) == 6002  # one layer per node, top to bottom
     out = tmp_path / "chain.html"
     code, _, err = run_cli("graph", path, "-o", str(out))
     assert code == 0, err
-    assert out.read_text().count('class="ls-node"') == 5002
+    assert out.read_text().count('class="ls-node"') == 6002
 
 
 def test_python_layout_refuses_huge_graphs(hand, monkeypatch):
@@ -301,6 +307,11 @@ def test_python_layout_refuses_huge_graphs(hand, monkeypatch):
 
     with pytest.raises(UserError, match="--nodes"):
         graph_out.to_svg(graph(hand))
+    # from the command line: one line, exit 2, nothing written
+    out = os.path.join(os.path.dirname(hand), "g.svg")
+    code, _, err = run_cli("graph", hand, "-o", out)
+    assert code == 2 and err.count("\n") == 1 and "nodes is too many to draw" in err, err
+    assert not os.path.exists(out)
 
 
 def test_branches_that_differ_in_work_are_not_drawn_as_copies(tmp_path):

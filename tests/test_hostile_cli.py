@@ -430,3 +430,60 @@ def test_a_huge_layer_name_is_cut_in_the_terminal_table(tmp_path):
     assert max(len(line) for line in out.splitlines()) <= 160
     code, out, err = run_cli("analyze", graph, "--format", "json")
     assert [r["name"] for r in json.loads(out)["layers"]] == [name]
+
+
+# ---------------------------------------------------------------- --fail-if, parsed linearly
+SPACES = " " * 3000
+# (id, the expression, the exit code, what stderr says)
+FAIL_IF = [
+    ("3000-spaces", SPACES, 2, "--fail-if '     "),
+    ("spaces-before-the-operator", "step" + SPACES + ">", 2, "(3005 characters): expected"),
+    ("unicode-spaces", "\u2003" * 3000 + "x", 2, "expected WHAT>+N%"),
+    ("spaces-around-a-good-one", SPACES + "end_to_end >" + SPACES + "+5%" + SPACES, 0, ""),
+    ("long-pattern", "layer:" + "a" * 100_000 + ">+5%", 0, ""),
+]
+
+
+@pytest.mark.parametrize("text,code,expected", [c[1:] for c in FAIL_IF],
+                         ids=[c[0] for c in FAIL_IF])
+def test_fail_if_of_any_length_is_answered(tmp_path, text, code, expected):
+    """In a subprocess with a time limit: the regular expression backtracked cubically over
+    whitespace (3,000 spaces: no answer in 30 s); a malformed one is one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = os.path.join(root, "tests", "data", "profile_0.4.json")
+    run = subprocess.run([sys.executable, "-m", "layerscope", "diff", result, result,
+                          "--fail-if", text], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": root})
+    if code:
+        _one_line_error(run.returncode, run.stderr)
+        assert expected in run.stderr and len(run.stderr) < 400, run.stderr
+    else:
+        assert run.returncode == 0, run.stderr
+
+
+def test_fail_if_runs_its_one_pattern_on_the_number_alone(monkeypatch):
+    """The parse is string operations, linear in the expression; the only regular expression
+    it runs sees the number (a few characters), never the whitespace around it."""
+    from layerscope.analysis.diff import gate
+    from layerscope.core.errors import UserError
+
+    seen = []
+    number = gate._NUMBER
+
+    class Spy:
+        def fullmatch(self, text):
+            seen.append(text)
+            return number.fullmatch(text)
+
+    monkeypatch.setattr(gate, "_NUMBER", Spy())
+    check = gate.parse_check(SPACES + "layer:*.attn" + SPACES + ">" + SPACES + "+20" + SPACES
+                             + "%" + SPACES)
+    assert (check.level, check.glob, check.op, check.threshold) == ("layer", "*.attn", ">", 0.2)
+    assert seen == ["+20"]
+    with pytest.raises(UserError, match="expected WHAT"):
+        gate.parse_check(SPACES * 10)
+    assert seen == ["+20"]

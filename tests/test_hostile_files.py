@@ -842,3 +842,355 @@ def test_predict_refuses_a_decompression_bomb(tmp_path, side):
     torch.save(_final_model(), tmp_path / "model.pt")
     _one_line_error(["predict", str(tmp_path / "model.pt"), "--image", _bomb(tmp_path, side)],
                     "refused as a possible decompression bomb; give a smaller image", tmp_path)
+
+
+# ------------------------------------------------------------------ hostile results
+# A result file is data that travels between machines and CI jobs: what it holds (a model name,
+# a script, its arguments, its timings) is never run, parsed as options or shell, nor trusted
+# to be finite.
+
+DATA = os.path.join(ROOT, "tests", "data")
+
+
+def _result(tmp_path, kind: str = "profile", name: str = "r.json", **changes) -> str:
+    """tests/data/<kind>_0.4.json with ``changes`` (a key's value replaced), in tmp_path. Its
+    timings count as 12 runs (the file has 3): the threads rule, whose command names the
+    result's model, judges from 10 or more."""
+    with open(os.path.join(DATA, f"{kind}_0.4.json"), encoding="utf-8") as f:
+        d = json.load(f)
+    for timing in [d.get("end_to_end")] + [c.get("latency") for c in d.get("cells") or []]:
+        if timing:
+            timing["n"] = 12
+    d.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def _run_result(tmp_path, **script) -> str:
+    """A ``layerscope run`` result (train_0.4.json with a watched script whose steps wait for
+    data: the workers rule fires, a what-if run tests it) recording ``script``."""
+    with open(os.path.join(DATA, "train_0.4.json"), encoding="utf-8") as f:
+        d = json.load(f)
+    d["recipe"] = script.get("name", "train.py")
+    d["breakdown"]["seconds"] = {"data": 0.8, "forward": 0.1, "backward": 0.05,
+                                 "optimizer": 0.05}
+    d["script"] = {"name": "train.py", "argv": [], "path": "train.py", "module": False,
+                   "cwd": str(tmp_path / "work"), **script}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+PWN = ("import pathlib\n(pathlib.Path(__file__).resolve().parent / 'PWNED').write_text('ran')\n"
+       "import torch\n\ndef factory():\n    return torch.nn.Linear(2, 2)\n")
+HOSTILE_MODELS = ["mnist-cnn --html victim.html", "x; touch HACKED #", "$(touch HACKED)",
+                  "`touch HACKED`", "a'b\"c", "--html=victim.html", "m\ntouch HACKED"]
+
+
+@pytest.mark.parametrize("model", HOSTILE_MODELS, ids=range(len(HOSTILE_MODELS)))
+def test_an_advised_command_is_an_argument_list_shown_quoted(tmp_path, model):
+    """The model a result names is one argument of the sweep that tests the threads rule, and
+    the command shown is that list quoted for a shell: run by sh (with a `layerscope` that
+    does nothing) it creates nothing. Before: text, "layerscope sweep x; touch HACKED # ..."."""
+    import shlex
+    import stat
+    import subprocess
+
+    from layerscope.advice import advise
+
+    report = advise(_result(tmp_path, model=model))
+    item = next(a for a in report.advice if a.rule == "threads")
+    assert item.argv[:3] == ["layerscope", "sweep", model]
+    assert shlex.split(item.command) == item.argv
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "layerscope").write_text("#!/bin/sh\nexit 0\n")
+    (stub / "layerscope").chmod(stat.S_IRWXU)
+    for a in report.advice:
+        subprocess.run(["sh", "-c", a.command], cwd=tmp_path, capture_output=True, timeout=60,
+                       env={"PATH": f"{stub}:/usr/bin:/bin"})
+    assert not (tmp_path / "HACKED").exists()
+
+
+# (id, the result's model, files written in tmp_path first, what the one line says)
+REFUSED_MODELS = [
+    ("option-in-model", "mnist-cnn --html victim.html", {},
+     "its model 'mnist-cnn --html victim.html' is not a model on this machine"),
+    ("option-as-model", "--html=victim.html", {}, "begins with '-', so it is not a model"),
+    ("factory-file", "pwn.py:factory", {"pwn.py": PWN},
+     "names its model as Python code (pwn.py:factory): --verify would import and run the "
+     "Python file"),
+    ("factory-module", "pwnmod:factory", {"pwnmod.py": PWN},
+     "--verify would import and run the Python module pwnmod"),
+    ("stdlib-module", "os:getcwd", {}, "the Python module os"),
+]
+
+
+@pytest.mark.parametrize("model,files,expected", [c[1:] for c in REFUSED_MODELS],
+                         ids=[c[0] for c in REFUSED_MODELS])
+@pytest.mark.parametrize("kind", ["profile", "sweep"])
+def test_verify_refuses_a_model_the_result_chose(tmp_path, monkeypatch, kind, model, files,
+                                                 expected):
+    """Nothing runs: no sweep overwrites victim.html with its --html, no factory file or
+    module is imported; one line, exit 2, naming the code and --allow-code."""
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "victim.html").write_text("precious")
+    noise = json.load(open(os.path.join(DATA, "profile_0.4.json")))["noise"]
+    path = _result(tmp_path, kind, model=model, noise=noise)  # the threads rule fires
+    before = sorted(os.listdir(tmp_path))
+    _one_line_error(["advise", path, "--verify", "--steps", "1"], expected, tmp_path)
+    assert (tmp_path / "victim.html").read_text() == "precious"
+    assert sorted(os.listdir(tmp_path)) == before  # no PWNED, nothing written
+    if files:
+        code, out, err = run_cli("advise", path, "--verify", "--steps", "1")
+        assert "--allow-code" in err
+
+
+def _fake_sweep(calls):
+    """subprocess.run for advise's sweeps: records the argument list, writes two cells."""
+    import subprocess
+
+    def run(argv, **kwargs):
+        calls.append(list(argv))
+        out = argv[argv.index("-o") + 1]
+        cell = {"status": "ok", "speedup": 1.0, "throughput_per_s": 10.0}
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"cells": [cell, {**cell, "speedup": 1.25, "throughput_per_s": 12.5,
+                                        "within_noise": False}]}, f)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    return run
+
+
+def test_verify_runs_the_argument_list_a_model_with_a_space_included(tmp_path, monkeypatch):
+    """A real spec with a space (an ONNX file in "my dir"): the sweep gets it as one argument.
+    Before: the command's text split on the space, and the sweep failed."""
+    import subprocess
+    import sys
+
+    (tmp_path / "my dir").mkdir()
+    model = _relu(tmp_path / "my dir", [1, 4], "my model.onnx")
+    calls = []
+    monkeypatch.setattr(subprocess, "run", _fake_sweep(calls))
+    from layerscope.advice import advise
+
+    report = advise(_result(tmp_path, model=model), verify=True, steps=1)
+    (argv,) = calls
+    assert argv[:5] == [sys.executable, "-m", "layerscope", "sweep", model]
+    item = next(a for a in report.advice if a.rule == "threads")
+    assert item.measured_gain == pytest.approx(0.2)  # 1 - 1/1.25: the fake sweep's cell
+
+
+def test_verify_with_allow_code_says_which_code_it_runs(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pwn.py").write_text(PWN)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", _fake_sweep(calls))
+    code, out, err = run_cli("advise", _result(tmp_path, model="pwn.py:factory"), "--verify",
+                             "--steps", "1", "--allow-code", "--format", "json")
+    assert code == 0, err
+    said = f"verify imports and runs the Python file {tmp_path / 'pwn.py'} (pwn.py:factory)"
+    assert err.startswith(f"layerscope: {said}"), err
+    assert any(said in n for n in json.loads(out)["notes"])
+    assert calls and calls[0][4] == "pwn.py:factory"
+
+
+def _module_outside(tmp_path):
+    return {"path": "pip", "name": "pip", "module": True, "argv": ["--version"]}
+
+
+def _script_outside(tmp_path):
+    (tmp_path / "evil.py").write_text(PWN)
+    return {"path": "../evil.py", "name": "evil.py"}
+
+
+def _script_linked_out(tmp_path):
+    (tmp_path / "evil.py").write_text(PWN)
+    os.symlink(tmp_path / "evil.py", tmp_path / "work" / "train.py")
+    return {}
+
+
+def _script_absolute_outside(tmp_path):
+    (tmp_path / "evil.py").write_text(PWN)
+    return {"path": str(tmp_path / "evil.py"), "name": "evil.py"}
+
+
+# (id, the script record (a callable of tmp_path, which may write files), the one line)
+REFUSED_SCRIPTS = [
+    ("module-found-elsewhere", _module_outside, "-m pip, which is not a module file in"),
+    ("script-outside-its-folder", _script_outside, "evil.py, which is outside"),
+    ("script-linked-out", _script_linked_out, "evil.py, which is outside"),
+    ("script-absolute-outside", _script_absolute_outside, "evil.py, which is outside"),
+    ("module-not-a-name", lambda t: {"path": "a;b", "module": True}, "is not a module name"),
+]
+
+
+@pytest.mark.parametrize("make,expected", [c[1:] for c in REFUSED_SCRIPTS],
+                         ids=[c[0] for c in REFUSED_SCRIPTS])
+def test_verify_of_a_run_result_refuses_code_outside_its_recorded_folder(tmp_path, make,
+                                                                          expected):
+    (tmp_path / "work").mkdir()
+    path = _run_result(tmp_path, **make(tmp_path))
+    before = sorted(os.listdir(tmp_path))
+    _one_line_error(["advise", path, "--verify", "--steps", "2"], expected, tmp_path)
+    assert sorted(os.listdir(tmp_path)) == before  # evil.py never ran: no PWNED
+    code, out, err = run_cli("advise", path, "--verify", "--steps", "2")
+    assert ("--allow-code" in err) == ("name" not in expected)  # what a flag could allow
+
+
+@pytest.mark.parametrize("script", [{"path": "train.py"}, {"path": "pkg.train", "module": True}],
+                         ids=["script", "module"])
+def test_verify_runs_the_recorded_script_and_says_so_first(tmp_path, script):
+    """The script (or -m module) inside the folder the result recorded runs without a flag;
+    the line saying so names its real path."""
+    from layerscope.advice.trust import check_script
+
+    work = tmp_path / "work"
+    (work / "pkg").mkdir(parents=True)
+    (work / "train.py").write_text("pass\n")
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "train.py").write_text("pass\n")
+    record = {"cwd": str(work), "argv": ["--lr", "0.1"], **script}
+    (line,) = check_script(record, "run.json", allow_code=False)
+    file = work / ("pkg/train.py" if script.get("module") else "train.py")
+    assert f"({file})" in line or f"script {file}" in line
+    assert line.endswith(f"in {work} with the arguments --lr 0.1, as run.json recorded it")
+
+
+def _profile_with_samples(tmp_path, where: str, value, name: str = "bad.json") -> str:
+    """sample_results' profile with its samples, one timing replaced by ``value``."""
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import diff_profiles
+
+    d = json.loads(to_json(diff_profiles()[0]))
+    if where == "sample":
+        d["layers"][1]["time"]["samples_s"][2] = value
+    elif where == "median":
+        d["layers"][1]["time"]["median_s"] = value
+    elif where == "end-to-end":
+        d["end_to_end"]["samples_s"] = [value] * len(d["end_to_end"]["samples_s"])
+    elif where == "e2e-median":
+        d["end_to_end"]["median_s"] = value
+    elif where == "type":
+        d["by_type"][0]["time"]["p90_s"] = value
+    path = tmp_path / name
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(d, f)  # NaN and Infinity written as Python's json writes them
+    return str(path)
+
+
+# (id, the timing replaced, its value, the field and the words the one line names)
+HOSTILE_TIMINGS = [
+    ("sample-nan", "sample", float("nan"), "layers/1/time/samples_s/2: nan is not a finite"),
+    ("sample-inf", "sample", float("inf"), "layers/1/time/samples_s/2: inf is not a finite"),
+    ("sample-minus-inf", "sample", float("-inf"), "layers/1/time/samples_s/2: -inf is not a"),
+    ("sample-1e308", "sample", 1e308,
+     "layers/1/time/samples_s/2: 1e+308 is greater than the maximum of 1000000000"),
+    ("sample-negative", "sample", -0.001,
+     "layers/1/time/samples_s/2: -0.001 is less than the minimum of 0"),
+    ("median-nan", "median", float("nan"), "layers/1/time/median_s: nan is not a finite"),
+    ("median-negative", "median", -1.0, "layers/1/time/median_s: -1.0 is less than"),
+    ("end-to-end-nan", "end-to-end", float("nan"), "end_to_end/samples_s/0: nan"),
+    ("end-to-end-1e308", "end-to-end", 1e308, "end_to_end/samples_s/0: 1e+308"),
+    # a whole forward pass cannot take 0 s (a layer's sample can: test_a_zero_timing_...)
+    ("end-to-end-zero", "end-to-end", 0.0,
+     "end_to_end/samples_s/0: 0.0 is less than or equal to the minimum of 0"),
+    ("end-to-end-median-zero", "e2e-median", 0,
+     "end_to_end/median_s: 0 is less than or equal to the minimum of 0"),
+    ("type-p90-nan", "type", float("nan"), "by_type/0/time/p90_s: nan is not a finite"),
+]
+
+
+@pytest.mark.parametrize("where,value,expected", [c[1:] for c in HOSTILE_TIMINGS],
+                         ids=[c[0] for c in HOSTILE_TIMINGS])
+def test_a_timing_that_is_not_a_finite_duration_is_refused_naming_the_field(tmp_path, where,
+                                                                            value, expected):
+    """Before: NaN, infinity and 1e308 ended in "a bug in layerscope" (statistics could not
+    take them) and negative samples were judged; now the schema refuses them, one line."""
+    import layerscope
+
+    good = _profile_with_samples(tmp_path, "sample", 0.0005, "good.json")
+    bad = _profile_with_samples(tmp_path, where, value)
+    _one_line_error(["diff", good, bad], f"bad.json: not a valid profile result: {expected}",
+                    tmp_path)
+    with pytest.raises(UserError, match="bad.json: not a valid profile result"):
+        layerscope.diff(good, bad)
+
+
+def test_a_zero_timing_is_a_duration(tmp_path):
+    """0 is a timing a result can hold (a layer not called in a run, a phase not spent):
+    read, and diffed without error."""
+    good = _profile_with_samples(tmp_path, "sample", 0.0005, "good.json")
+    zero = _profile_with_samples(tmp_path, "sample", 0.0, "zero.json")
+    code, out, err = run_cli("diff", good, zero)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("value,expected", [
+    (0.0, "step_seconds/1: 0.0 is less than or equal to the minimum of 0"),
+    (-0.5, "step_seconds/1: -0.5 is less than or equal to the minimum of 0"),
+    (float("nan"), "step_seconds/1: nan is not a finite number"),
+], ids=["zero", "negative", "nan"])
+def test_a_training_step_of_no_time_is_refused(tmp_path, value, expected):
+    """A training step is timed from one step end to the next: 0 s (or less) is damage, as
+    advise and diff would otherwise divide by it or call it infinitely faster."""
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import train_report
+
+    d = json.loads(to_json(train_report()))
+    assert len(d["step_seconds"]) > 1
+    d["step_seconds"][1] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    for argv in (["diff", str(path), str(path)], ["advise", str(path)]):
+        _one_line_error(argv, f"bad.json: not a valid train result: {expected}", tmp_path)
+
+
+# a layer name and a model name as a hand-edited result may hold them: terminal escape
+# sequences (colour, the window title), a bell, and rich's markup
+ESCAPES = "\x1b[31mred\x1b]0;title\x07\x9b2J"
+
+
+@pytest.mark.parametrize("command", ["diff", "render"])
+def test_control_characters_in_a_result_are_shown_not_obeyed(tmp_path, command):
+    """Before: the terminal table wrote a name's escape sequences as they were (ESC [31m
+    coloured the terminal, ESC ]0; retitled it); now each control character is written out
+    (\\x1b), and a name that looks like rich markup is text."""
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import diff_profiles
+
+    d = json.loads(to_json(diff_profiles()[0]))
+    d["layers"][1]["name"] = "bn1" + ESCAPES
+    d["model"] = "[/bold][link=x]net" + ESCAPES
+    path = tmp_path / "esc.json"
+    path.write_text(json.dumps(d))
+    argv = [command, str(path)] + ([str(path)] if command == "diff" else [])
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    shown = out + err
+    assert not any(c in shown for c in "\x1b\x07\x9b"), repr(shown[:400])
+    assert "net\\x1b[31mred\\x1b]0;title\\x07\\x9b2J" in shown, shown  # written out
+
+
+@pytest.mark.parametrize("data_dir,shown", [
+    ("--download", "--data-dir=--download"),
+    ("data dir", "--data-dir 'data dir'"),
+], ids=["option-like", "space"])
+def test_an_advised_ablation_keeps_each_value_one_argument(tmp_path, data_dir, shown):
+    """Before: a data folder named --download was printed as `--data-dir --download`, which
+    a shell user's paste runs as the option --download."""
+    from layerscope.advice import advise
+    from layerscope.renderers.json_out import to_json
+    from tests.sample_results import train_report
+
+    d = json.loads(to_json(train_report()))
+    d["config"].update(synthetic=False, data_dir=data_dir)
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(d))
+    commands = [a.command for a in advise(str(path)).advice if a.command.startswith(
+        "layerscope ablate")]
+    assert commands and all(shown in c for c in commands), commands

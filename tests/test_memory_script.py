@@ -323,3 +323,42 @@ def test_the_model_is_the_module_the_optimizer_steps(tmp_path, monkeypatch):
     assert rows[("", "inputs")] == 8 * 32 * 4 + 8 * 8
     assert not any(m in ("scale", "criterion") for m, _ in rows)  # not the model's modules
     assert sum(rows.values()) == r["peak_bytes"]
+
+
+THREADED = textwrap.dedent("""\
+    import threading
+    import torch
+
+    def train():
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            loss = model(torch.randn(4, 8)).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    t = threading.Thread(target=train)
+    t.start()
+    t.join()
+    print("joined")
+    """)
+
+
+def test_a_training_loop_in_a_thread_ends_quietly_after_the_tracked_step(tmp_path,
+                                                                         monkeypatch):
+    """The StepLimit that stops the script after its second step ended the thread with
+    python's "Exception in thread" traceback (layerscope run ends it quietly); the script
+    goes on after the thread, and "wrote" names the output as given."""
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "threaded.py").write_text(THREADED)
+    hook = threading.excepthook
+    code, out, err = run_cli("memory", "threaded.py", "-o", "m.json")
+    assert code == 0, err
+    assert out == "joined\n"
+    assert "StepLimit" not in err and "Exception in thread" not in err, err
+    assert err == "wrote m.json\n"
+    assert threading.excepthook is hook  # put back
+    assert json.loads((tmp_path / "m.json").read_text())["optimizer"] == "SGD"

@@ -108,6 +108,38 @@ def test_manual_sgd_without_torch_optim(tmp_path, options, steps, printed, note)
         assert not any("backward()" in n for n in d["notes"]), d["notes"]
 
 
+@pytest.mark.parametrize("options,steps,step_on", [
+    ([], ITERATIONS, "backward"),  # the default: optimizer steps, else backward passes
+    (["--step-on", "optimizer"], 0, "optimizer"),  # optimizer steps only: none ran
+], ids=["auto", "optimizer"])
+def test_step_on_optimizer_counts_optimizer_steps_only(tmp_path, options, steps, step_on):
+    """Before: --step-on optimizer counted a backward-only loop's backward passes as steps
+    (the default's fallback) and recorded step_on optimizer; now the fallback is the default's
+    alone, and the result records what ended its steps."""
+    bare, run, d = _run(tmp_path, REGRESSION, *options)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout == bare.stdout
+    assert d["breakdown"]["steps"] == len(d["step_seconds"]) == steps
+    assert d["config"]["step_on"] == step_on
+    if not steps:
+        assert any(n.startswith("no training step seen: --step-on optimizer ends steps only "
+                                f"at optimizer.step(), and none ran ({ITERATIONS} backward()")
+                   for n in d["notes"]), d["notes"]
+
+
+def test_a_watch_inside_a_watch_of_the_script_is_refused():
+    """One Watch measures a process: a second watch() the script starts inside its own is
+    refused at its start (it joined the first, silently, before); under layerscope run the
+    script's own watch() joins the run's (test_run_hostile)."""
+    with layerscope.watch():
+        inner = layerscope.watch()
+        with pytest.raises(RuntimeError, match="already measuring this process"):
+            with inner:
+                pass
+    with layerscope.watch():  # the first one's stop freed the hooks
+        pass
+
+
 def _net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))

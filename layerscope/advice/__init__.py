@@ -8,10 +8,12 @@ confirmed, refuted or within the noise (ablate's rule: the step-time ranges over
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from layerscope.advice import trust
 from layerscope.advice.facts import KINDS, facts_of
 from layerscope.advice.rule import CannotJudge, facts_text
 from layerscope.advice.rules import RULES
@@ -20,11 +22,11 @@ from layerscope.core.errors import UserError
 from layerscope.core.records.advice import Advice, AdviceReport, Gain
 
 DEFAULT_STEPS = 20
-SWEEP = "layerscope sweep "  # a rule whose command starts so is verified by running it
 
 
 def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
-           progress: Callable[[int, int], None] | None = None) -> AdviceReport:
+           progress: Callable[[int, int], None] | None = None, allow_code: bool = False,
+           announce: Callable[[str], None] | None = None) -> AdviceReport:
     """What ``result`` (a saved result's path, or a result object) says to change: one entry per
     rule that fired, with its predicted gain and the command that tests it. ``verify=True``
     runs those commands (a train or ablate result of a recipe: ablate, each variant in a fresh
@@ -32,7 +34,14 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell; a
     ``layerscope run`` result: the script again, as it ran and with each rule's what-if
     options, ``steps`` steps per run, in fresh processes) and marks each rule confirmed, refuted
-    or within the noise, the measured gain beside the prediction."""
+    or within the noise, the measured gain beside the prediction.
+
+    A result is data: ``verify`` runs Python code it names only where that code is the
+    result's own, recorded and there (a run's script in the folder it ran in); a model given
+    as code (file.py:factory, package.module:factory), a script outside its recorded folder
+    or a ``-m`` module found elsewhere is refused unless ``allow_code=True``
+    (advice/trust.py). What will run is said to ``announce`` (one line each) before it runs,
+    and kept in the report's notes."""
     from layerscope.core import values
     from layerscope.core.results import read_result
 
@@ -49,12 +58,21 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     facts = facts_of(d)
     facts["loadavg"] = (d.get("environment") or {}).get("loadavg")
     steps_then = _result_steps(d)
+
+    def say(lines: list[str]) -> None:
+        for line in lines:
+            report.notes.append(line)
+            if announce is not None:
+                announce(line)
+
     if d["kind"] in ("profile", "sweep"):
+        if any(a.argv for a in report.advice):  # something to run: the model must be loadable
+            say(trust.check_model(facts.get("subject"), source, allow_code))
         _verify_sweeps(report, steps, facts)
         return report
     if d["kind"] == "train" and d.get("script") is not None:
         _verify_runs(report, facts, source, steps=steps, repeats=repeats, progress=progress,
-                     result_steps=steps_then)
+                     result_steps=steps_then, allow_code=allow_code, say=say)
         return report
     if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
             or d.get("script") is not None:
@@ -63,6 +81,9 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
                         f"{source} is a {d['kind']} result of {facts.get('subject')!r}; leave "
                         "out verify", arguments="verify")
     if any(a.variant or a.threads for a in report.advice):
+        from layerscope.training.recipes import lookup
+
+        lookup(str(facts["recipe"]))  # a built-in recipe, or one line naming it
         config = d.get("config") or {}
         _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
                 repeats=repeats, seed=facts.get("seed", 0),
@@ -82,24 +103,30 @@ def _result_steps(d: dict[str, Any]) -> list[float] | None:
     return list(d.get("step_seconds") or []) or None
 
 
-def _ablate_command(facts: dict[str, Any], variant: str | None, threads: int | None,
-                    steps: int, repeats: int) -> str:
-    parts = ["layerscope", "ablate", str(facts.get("recipe")), "--variants",
-             f"baseline,{variant}" if variant else "baseline", "--steps", str(steps)]
+def _ablate_argv(facts: dict[str, Any], variant: str | None, threads: int | None,
+                steps: int, repeats: int) -> list[str]:
+    argv = ["layerscope", "ablate", str(facts.get("recipe")), "--variants",
+            f"baseline,{variant}" if variant else "baseline", "--steps", str(steps)]
     if repeats > 1:
-        parts += ["--repeats", str(repeats)]
-    parts += ["--seed", str(facts.get("seed", 0))]
+        argv += ["--repeats", str(repeats)]
+    argv += ["--seed", str(facts.get("seed", 0))]
     if facts.get("synthetic", True):
-        parts.append("--synthetic")
+        argv.append("--synthetic")
     elif facts.get("data_dir"):
-        parts += ["--data-dir", str(facts["data_dir"])]
+        argv += _option("--data-dir", str(facts["data_dir"]))
     if facts.get("device", "cpu") != "cpu":
-        parts += ["--device", facts["device"]]
+        argv += _option("--device", str(facts["device"]))
     if facts.get("batch_size"):
-        parts += ["--batch-size", str(facts["batch_size"])]
+        argv += ["--batch-size", str(facts["batch_size"])]
     if threads or facts.get("threads_flag"):
-        parts += ["--threads", str(threads or facts["threads_flag"])]
-    return " ".join(parts)
+        argv += ["--threads", str(threads or facts["threads_flag"])]
+    return argv
+
+
+def _option(name: str, value: str) -> list[str]:
+    """``name value`` as arguments; ``name=value`` when the value begins with '-', which a
+    parser would otherwise take for an option of its own (a data folder named --download)."""
+    return [f"{name}={value}"] if value.startswith("-") else [name, value]
 
 
 def run_settings(variant: str | None, threads: int | None) -> dict[str, Any] | None:
@@ -135,21 +162,66 @@ def run_argv(script: dict[str, Any], settings: dict[str, Any], steps: int,
 
 
 def _run_command(facts: dict[str, Any], variant: str | None, threads: int | None, steps: int,
-                 edit: str) -> str:
+                 edit: str) -> tuple[list[str], str]:
     """The command that measures a change on a watched script: ``layerscope run`` with its
-    what-if options, or, for a change in the script's code, the run to repeat after the edit."""
-    import shlex
-
+    what-if options, or, for a change in the script's code, the run to repeat after the edit;
+    as (argument list, the text shown: quoted, after ``cd`` to the script's folder)."""
     script = facts["script"]
     settings = run_settings(variant, threads)
     base = dict(facts.get("what_if") or {})
-    command = shlex.join(run_argv(script, {**base, **(settings or {})}, steps))
+    argv = run_argv(script, {**base, **(settings or {})}, steps)
+    command = shlex.join(argv)
     cwd = script.get("cwd")
-    if cwd and os.path.abspath(cwd) != os.getcwd():
-        command = f"cd {shlex.quote(cwd)} && {command}"
+    if cwd and os.path.abspath(str(cwd)) != os.getcwd():
+        command = f"cd {shlex.quote(str(cwd))} && {command}"
     if settings is None:
-        command += f" (after this edit to {script.get('name')}: {edit})"
-    return command
+        command += f" (after this edit to {shlex.quote(str(script.get('name')))}: {edit})"
+    return argv, command
+
+
+def _sweep_argv(facts: dict[str, Any], options: list[str], steps: int) -> list[str]:
+    """``layerscope sweep`` of the result's model with ``options``, at the result's threads
+    and batch size (unless ``options`` name them) and ``steps`` runs per cell."""
+    argv = ["layerscope", "sweep", str(facts.get("subject")), *options]
+    if facts.get("threads") and "--threads" not in options:
+        argv += ["--threads", str(facts["threads"])]
+    if facts.get("batch_size") and "--batch-sizes" not in options:
+        argv += ["--batch-sizes", str(facts["batch_size"])]
+    return argv + ["--runs", str(steps)]
+
+
+def _command(rule: Any, found: Any, facts: dict[str, Any], steps: int, repeats: int
+             ) -> tuple[list[str] | None, str]:
+    """The command that tests a rule's finding: its argument list (None when it is not a
+    command to run as it is: a placeholder, or a step to do by hand first) and its text, the
+    list quoted for a POSIX shell (``shlex.join``) with what to do around it in words. Every
+    value a result holds (its model, recipe, data folder, script, arguments) is one argument:
+    a result cannot add options, commands or shell syntax to what is run or shown."""
+    kind = facts.get("kind")
+    if found.command:  # the rule's own command, and what to do around it
+        argv = list(found.command)
+        sweep = argv[:2] == ["layerscope", "sweep"]
+        if sweep:
+            argv += ["--runs", str(steps)]
+        text = shlex.join(argv) + (f" {found.after}" if found.after else "")
+        return (argv if sweep and not found.after else None), text
+    if facts.get("script"):
+        argv, text = _run_command(facts, found.variant, found.threads, steps,
+                                  rule.edit or found.change)
+        return argv, text
+    if rule.sweep and kind in ("profile", "sweep") and facts.get("subject"):
+        argv = _sweep_argv(facts, shlex.split(rule.sweep), steps)
+    elif _verifiable(facts):
+        argv = _ablate_argv(facts, found.variant, found.threads, steps, repeats)
+    elif found.variant:
+        return None, (f"layerscope ablate RECIPE --variants baseline,{found.variant} "
+                      f"(a training recipe of {shlex.quote(str(facts.get('subject')))})")
+    else:
+        now = facts.get("threads")
+        threads = (f"{now},{found.threads}" if now and now != found.threads
+                   else str(found.threads))
+        argv = _sweep_argv(facts, ["--threads", threads], steps)
+    return argv, shlex.join(argv)
 
 
 def _verifiable(facts: dict[str, Any]) -> bool:
@@ -175,35 +247,14 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
             continue
         if found is None:
             continue
-        if found.command:
-            command = found.command + (f" --runs {steps}" if found.command.startswith(SWEEP)
-                                       else "")
-        elif facts.get("script"):
-            command = _run_command(facts, found.variant, found.threads, steps,
-                                   rule.edit or found.change)
-        elif rule.sweep and kind in ("profile", "sweep") and facts.get("subject"):
-            command = (f"{SWEEP}{facts['subject']} {rule.sweep}"
-                       + (f" --threads {facts['threads']}" if facts.get("threads") else "")
-                       + (f" --batch-sizes {facts['batch_size']}" if facts.get("batch_size")
-                          else "") + f" --runs {steps}")
-        elif _verifiable(facts):
-            command = _ablate_command(facts, found.variant, found.threads, steps, repeats)
-        elif found.variant:
-            command = (f"layerscope ablate RECIPE --variants baseline,{found.variant} "
-                       f"(a training recipe of {facts.get('subject')})")
-        else:
-            now = facts.get("threads")
-            command = (f"{SWEEP}{facts.get('subject')} --threads "
-                       + (f"{now},{found.threads}" if now and now != found.threads
-                          else str(found.threads))
-                       + (f" --batch-sizes {facts['batch_size']}" if facts.get("batch_size")
-                          else "") + f" --runs {steps}")
+        argv, command = _command(rule, found, facts, steps, repeats)
         change = found.change
         if facts.get("script") and rule.edit:  # a script: the edit, not a train option
             change = f"{rule.edit} in the script"
         items.append(Advice(rule.name, found.cause, change, command,
                             Gain(round(found.low, 4), round(found.high, 4)), found.derivation,
-                            facts=found.facts, variant=found.variant, threads=found.threads))
+                            facts=found.facts, variant=found.variant, threads=found.threads,
+                            argv=argv))
     notes = [] if items else ["no rule fired: nothing in the measured facts points at a change "
                               f"the {len(RULES)} rules know"]
     notes += refused
@@ -387,7 +438,8 @@ def _mark(item: Advice, gain: float, beyond: bool, measured: str,
 
 def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, steps: int,
                  repeats: int = 1, progress: Callable[[int, int], None] | None = None,
-                 result_steps: list[float] | None = None) -> None:
+                 result_steps: list[float] | None = None, allow_code: bool = False,
+                 say: Callable[[list[str]], None] | None = None) -> None:
     """Run a watched script again, as its result recorded it (path, arguments, working
     directory; this environment), once as it ran and once per rule with the what-if options
     of ``layerscope run`` that make its change, each in a fresh process with ``steps`` steps
@@ -415,11 +467,12 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
             os.path.join(cwd, script["path"]))):
         raise UserError(f"{source}: the script {script['path']} (run in {cwd}) is not there "
                         "any more: verify runs it again from there", arguments="verify")
+    allowed = trust.check_script(script, source, allow_code)  # before anything runs
     base = dict(facts.get("what_if") or {})
     plan: dict[str, dict[str, Any]] = {"baseline": base}  # variant -> its what-if settings
     for item in report.advice:
         settings = run_settings(item.variant, item.threads)
-        if not item.command.startswith(("layerscope run", "cd ")):
+        if not item.argv or item.argv[:2] != ["layerscope", "run"]:
             item.verify_note = "its command is not a run of the script: run it by hand"
         elif settings is None:
             edit = next(r for r in RULES if r.name == item.rule).edit or item.change
@@ -430,6 +483,8 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
     if len(plan) == 1:  # no rule's change is a what-if of run: nothing to compare
         report.verify = {"steps": steps, "repeats": repeats, "cwd": cwd, "speedups": {}}
         return
+    if say is not None:
+        say(allowed)
     failed: dict[str, str] = {}  # variant -> why its run failed
 
     with temp_dir() as folder:
@@ -491,19 +546,18 @@ def _verify_sweeps(report: AdviceReport, runs: int,
     cell against its first (the setting the result ran with): sweep's noise rule (the cells'
     p10-p90 per sample overlap) and its speed-up in samples per second."""
     import json
-    import shlex
     import subprocess
     import sys
     import tempfile
 
     report.verify = {"runs": runs, "speedups": {}}
     for item in report.advice:
-        if not item.command.startswith(SWEEP):
+        if not item.argv or item.argv[:2] != ["layerscope", "sweep"]:
             item.verify_note = "its command is not a sweep: run it by hand"
             continue
         with tempfile.TemporaryDirectory(prefix="layerscope-advise-") as tmp:
             out = os.path.join(tmp, "sweep.json")
-            argv = [sys.executable, "-m", "layerscope", *shlex.split(item.command)[1:],
+            argv = [sys.executable, "-m", "layerscope", *item.argv[1:],
                     "--quiet", "--format", "json", "-o", out]
             proc = subprocess.run(argv, capture_output=True, text=True)
             if proc.returncode != 0:

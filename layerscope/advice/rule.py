@@ -33,7 +33,10 @@ class Finding:
     facts: dict[str, Any] = field(default_factory=dict)  # more than the rule's reads
     variant: str | None = None  # the ablate variant that tests the change
     threads: int | None = None  # or: the thread count that tests it (ablate --threads)
-    command: str | None = None  # a command of its own (else built from variant / threads)
+    # a command of its own, as its argument list (else built from variant / threads): each
+    # value from the result (its model) one item, never text a shell or parser splits
+    command: tuple[str, ...] | None = None
+    after: str | None = None  # what to do around that command, in words (not run then)
 
 
 @dataclass(frozen=True)

@@ -381,7 +381,8 @@ def write_output(path: str, data, detail: str = "") -> None:
     with outputs() as tx:
         tx.write(path, data)
         if path != STDOUT:
-            tx.after_commit(lambda: print(f"wrote {path}{detail}", file=sys.stderr))
+            shown = tx.shown.get(path, path)  # as the user gave it
+            tx.after_commit(lambda: print(f"wrote {shown}{detail}", file=sys.stderr))
 
 
 def output(text: str, path: str | None, detail: str = "") -> None:

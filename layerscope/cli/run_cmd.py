@@ -51,10 +51,10 @@ def register(sub) -> None:
                     "everything after it is the script's.")
     p.add_argument("--steps", type=arg(positive_int),
                    help="stop the script cleanly after this many steps")
-    p.add_argument("--step-on", choices=("optimizer", "backward"), default="optimizer",
-                   help="what ends a step: optimizer.step() (default; a script that never "
-                        "steps an optimizer has its steps end at backward passes) or each "
-                        "backward() (manual updates)")
+    p.add_argument("--step-on", choices=("auto", "optimizer", "backward"), default="auto",
+                   help="what ends a step: auto (default): optimizer.step(), and each "
+                        "backward() in a script that never steps an optimizer; optimizer: "
+                        "optimizer.step() only; backward: each backward() (manual updates)")
     p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
                    help="steps left out of the phase breakdown")
     p.add_argument("--layers", action="store_true", help="forward time per layer")

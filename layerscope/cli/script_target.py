@@ -80,11 +80,16 @@ def absolute_outputs(args) -> None:
     declares them) resolved against the working directory the command started in: a script
     that changes directory (``os.chdir``) must not make ``-o r.json`` overwrite a file of its
     new folder."""
+    from layerscope.core.io import current
+
+    tx = current()
     folders = getattr(args, OUTPUT_FOLDERS, None) or ()
     for _, dest in (*OUTPUT_OPTIONS, *folders):
         path = getattr(args, dest, None)
         if path and path != "-":
             setattr(args, dest, os.path.abspath(path))
+            if tx is not None:  # "wrote PATH" names it as the user gave it
+                tx.shown[os.path.abspath(path)] = path
 
 
 def show_report(report, args) -> None:

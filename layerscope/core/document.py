@@ -12,6 +12,7 @@ layerscope/schema/generate.py). Field metadata that shapes the JSON:
   earlier versions wrote it);
 - ``transient``: kept in memory only, never written nor read back (e.g. arrays that are saved to
   a file of their own);
+- ``seconds`` (``timing_bounds()``): a timing, each of its numbers finite and within bounds;
 - ``description``, ``minimum``, ``optional`` (not in the schema's ``required`` list although
   the dataclass needs it), ``schema`` (a hand-written schema for an open value),
   ``required_in`` (the kinds whose results must have the key, not null: a profile's measured
@@ -54,6 +55,23 @@ def transient(**metadata: Any) -> dict[str, Any]:
     return {"transient": True, **metadata}
 
 
+# the most seconds a timing may hold (about 32 years): a result file is data from elsewhere, and
+# a timing that is NaN, infinite, above this or (a measured duration) negative is damage,
+# refused when the result is read, in one line naming the field (schema/check.py)
+MAX_SECONDS = 10**9
+
+
+def timing_bounds(signed: bool = False, positive: bool = False, **metadata: Any
+                  ) -> dict[str, Any]:
+    """Metadata for a field of seconds (a number, or a list or dict of numbers): a measured
+    duration, 0 .. MAX_SECONDS; ``signed``: a remainder that rounding can make a little
+    negative (a step's ``other`` phase), -MAX_SECONDS .. MAX_SECONDS; ``positive``: a duration
+    that cannot be 0 (a whole forward pass or training step, timed by a nanosecond clock:
+    above 0 .. MAX_SECONDS). Every number finite."""
+    low = -MAX_SECONDS if signed else 0
+    return {"seconds": (low, MAX_SECONDS, positive), **metadata}
+
+
 def _omitted(f: dataclasses.Field[Any], value: Any) -> bool:
     if f.metadata.get("transient"):
         return True
@@ -76,6 +94,12 @@ def to_json_value(value: Any) -> Any:
 
 
 @cache
+def _fields_of(cls: Any) -> dict[str, dataclasses.Field[Any]]:
+    """A dataclass's fields by name (a record read as a dict looks one up per key)."""
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+@cache
 def _hints(cls: Any) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -92,35 +116,64 @@ def _dataclass_type(hint: Any) -> type | None:
 
 def from_json_value(hint: Any, value: Any) -> Any:
     """``value`` read back as ``hint`` says: dataclasses (also inside lists and dict values)
-    rebuilt, anything else as it came."""
+    rebuilt, anything else as it came (lists and dicts copied)."""
+    return _reader(hint)(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@cache
+def _reader(hint: Any) -> Any:
+    """The function that reads a JSON value as ``hint`` says (``from_json_value``), made once
+    per hint: reading a result is one pass over it, with no type hint looked at per value."""
     cls = _dataclass_type(hint)
     if cls is not None:
-        return build(cls, value) if isinstance(value, Mapping) else value
+        return lambda value: build(cls, value) if isinstance(value, Mapping) else value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return from_json_value(inner[0], value) if len(inner) == 1 else value
-    if origin is list and args and isinstance(value, list):
-        return [from_json_value(args[0], v) for v in value]
-    if origin is dict and len(args) == 2 and isinstance(value, dict):
-        return {k: from_json_value(args[1], v) for k, v in value.items()}
-    return value
+        return _reader(inner[0]) if len(inner) == 1 else _same
+    if origin is list and args:
+        item = _reader(args[0])
+        if item is _same:
+            return lambda value: list(value) if isinstance(value, list) else value
+        return lambda value: [item(v) for v in value] if isinstance(value, list) else value
+    if origin is dict and len(args) == 2:
+        entry = _reader(args[1])
+        if entry is _same:
+            return lambda value: dict(value) if isinstance(value, dict) else value
+        return lambda value: ({k: entry(v) for k, v in value.items()}
+                              if isinstance(value, dict) else value)
+    return _same
+
+
+@cache
+def _plan(cls: Any) -> tuple[list[tuple[str, Any]], list[str]]:
+    """How ``build`` fills ``cls``: (field name, its reader) for the fields read from JSON, and
+    the optional fields without a default (None when absent)."""
+    hints = _hints(cls)
+    read, optional = [], []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if not f.metadata.get("transient"):
+            read.append((f.name, _reader(hints[f.name])))
+        if f.metadata.get("optional") and f.default is dataclasses.MISSING \
+                and f.default_factory is dataclasses.MISSING:
+            optional.append(f.name)
+    return read, optional
 
 
 def build(cls: type[T], d: Mapping[str, Any]) -> T:
     """A dataclass from its JSON object. Unknown keys (written by a newer minor version) are
     ignored; a missing key takes the field's default, or None for a field marked ``optional``
     (results saved before the field was written)."""
-    hints = _hints(cls)  # type: ignore[arg-type]  # classes are hashable
-    values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if not f.init:
-            continue
-        if f.name in d and not f.metadata.get("transient"):
-            values[f.name] = from_json_value(hints[f.name], d[f.name])
-        elif f.metadata.get("optional") and f.default is dataclasses.MISSING \
-                and f.default_factory is dataclasses.MISSING:
-            values[f.name] = None
+    read, optional = _plan(cls)  # type: ignore[arg-type]  # classes are hashable
+    values = {name: reader(d[name]) for name, reader in read if name in d}
+    for name in optional:
+        values.setdefault(name, None)
     return cls(**values)
 
 
@@ -153,9 +206,15 @@ class DictRecord(Record, Mapping[str, Any]):
 
     # Mapping: read like the dict this record replaced
     def __getitem__(self, key: str) -> Any:
-        if key not in self._keys():
+        f = _fields_of(type(self)).get(key)
+        if f is None:
+            if key not in self._computed:
+                raise KeyError(key)
+            return getattr(self, key)
+        value = getattr(self, key)
+        if _omitted(f, value):
             raise KeyError(key)
-        return getattr(self, key)
+        return value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys())

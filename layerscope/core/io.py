@@ -396,6 +396,9 @@ class Outputs:
         self._creates: list[str] = []  # folders the command makes (absolute)
         self._made: list[str] = []     # folders made here for an output, removed on rollback
         self.inputs: dict[tuple[int, int], str] = {}  # (device, inode) -> the input as given
+        # an output path the command made absolute (a script may change directory) -> the
+        # path as the user gave it, which messages show
+        self.shown: dict[str, str] = {}
 
     def reads(self, *paths: str) -> None:
         """Declare files the command reads: ``check_output`` (and so ``write``) refuses an

@@ -1,12 +1,14 @@
 """Timing statistics from samples: median, p10, p90, mean, std, IQR, CV, n."""
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
-from layerscope.core.document import DictRecord, omit_none
+from layerscope.core.document import DictRecord, omit_none, timing_bounds
 
 # the most per-run samples a result keeps (``TimingStats.samples_s``): evenly spaced over the
 # runs when there were more, so that a saved result stays small and ``layerscope diff`` can still
@@ -23,22 +25,23 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _optional(description: str) -> dict[str, str | bool]:
-    return {"optional": True, "description": description}
+def _optional(description: str) -> dict[str, object]:
+    return timing_bounds(optional=True, description=description)
 
 
 @dataclass(frozen=True, eq=False)
 class TimingStats(DictRecord):
     """Seconds over n samples (the ``timing`` JSON object)."""
 
-    median_s: float
-    p10_s: float
-    p90_s: float
+    median_s: float = field(metadata=timing_bounds())
+    p10_s: float = field(metadata=timing_bounds())
+    p90_s: float = field(metadata=timing_bounds())
     mean_s: float = field(metadata=_optional("mean; absent in the oldest results"))
     std_s: float = field(metadata=_optional("sample standard deviation (0 for one sample)"))
     iqr_s: float = field(metadata=_optional("p75 - p25"))
     n: int = field(metadata={"minimum": 0})
     samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(),
         description="the per-run seconds, in run order (at most SAMPLES_KEPT, evenly spaced "
                     "over the runs when there were more): what layerscope diff ranks; absent in "
                     "results saved before it and in the timings that do not keep them"))
@@ -125,6 +128,17 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float
 
 def _exact_u_p(u: float, na: int, nb: int) -> float:
     """Two-sided exact p-value of U without ties: 2 x P(U' <= min(U, na nb - U)), capped at 1."""
+    low = min(u, na * nb - u)
+    cumulative, total = _u_cumulative(na, nb)
+    k = math.floor(low)
+    return min(1.0, 2 * (cumulative[k] if k >= 0 else 0) / total)
+
+
+@cache
+def _u_cumulative(na: int, nb: int) -> tuple[tuple[int, ...], int]:
+    """The exact distribution of U for ``na`` and ``nb`` samples without ties, once per
+    (na, nb) (a diff asks for it once per row, with the same sample counts): the number of
+    orders with U <= k for each k, and the number of orders C(na + nb, na)."""
     # counts[i][j][k]: orders of i a's and j b's with U = k, built up one value at a time
     # (the largest value is an a: U unchanged; a b: U + i)
     prev = [[1] for _ in range(nb + 1)]  # i = 0: one order, U = 0
@@ -139,10 +153,7 @@ def _exact_u_p(u: float, na: int, nb: int) -> float:
                 row[k + i] += c
             cur.append(row)
         prev = cur
-    dist = prev[nb]
-    low = min(u, na * nb - u)
-    tail = sum(c for k, c in enumerate(dist) if k <= low)
-    return min(1.0, 2 * tail / sum(dist))
+    return tuple(itertools.accumulate(prev[nb])), sum(prev[nb])
 
 
 def median_of_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> float | None:
@@ -193,9 +204,12 @@ def block_drift(samples: Sequence[float], blocks: int = DRIFT_BLOCKS) -> float |
                for j in range(blocks)]
     if min(medians) <= 0:
         return None
-    return statistics.stdev(math.log(m) for m in medians)
+    logs = [math.log(m) for m in medians]
+    mean = math.fsum(logs) / len(logs)  # the sample standard deviation, in floats
+    return math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
 
+@cache
 def t_quantile(q: float, dof: int) -> float:
     """The q-quantile (0.5 < q < 1) of Student's t distribution with an even number ``dof`` of
     degrees of freedom, by bisection on its closed-form CDF: with x = t / sqrt(dof + t^2),

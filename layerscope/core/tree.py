@@ -104,6 +104,8 @@ def own_time(path: str, inclusive: Mapping[str, float], kids: dict[str, list[str
              called: Collection[str]) -> float:
     """A module's own time: its inclusive time minus the inclusive times of its nearest called
     descendants (``nearest_called``), so a row for it never overlaps the rows below it. The one
-    rule for every timed table (``profile``, ``sweep``, ``run --layers``)."""
-    return inclusive.get(path, 0.0) - sum(inclusive.get(c, 0.0)
-                                          for c in nearest_called(path, kids, called))
+    rule for every timed table (``profile``, ``sweep``, ``run --layers``). At least 0: the
+    descendants' intervals lie inside the module's, so less is the clock's rounding (CUDA
+    events read to about half a microsecond), never time the module gave back."""
+    return max(0.0, inclusive.get(path, 0.0) - sum(inclusive.get(c, 0.0)
+                                                   for c in nearest_called(path, kids, called)))

@@ -6,6 +6,7 @@ fits a terminal."""
 from __future__ import annotations
 
 import io
+import re
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -14,6 +15,17 @@ from rich.text import Text
 
 from layerscope.views import view_for
 from layerscope.views.sections import SHRINK_FLOOR, WRAP_WHOLE, Facts, Lead, Lines, RowTable
+
+# control characters but tab and newline (C0, DEL, C1): a name in a result file is data from
+# elsewhere, and an escape sequence in it (ESC [ ...) would drive the terminal (colours, cursor
+# moves, the window title) instead of being read
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: str) -> str:
+    """``text`` with each control character written out (ESC as ``\\x1b``): shown, never
+    obeyed by the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def default_layout(view, result) -> list:
@@ -45,29 +57,29 @@ def draw(section):
     if isinstance(section, RowTable):
         return FittedTable(section)
     if isinstance(section, Lines):
+        text = plain("\n".join(section.lines))
         if not section.wrap:
-            return Text("\n".join(section.lines), style=section.style, no_wrap=True,
-                        overflow="ignore")
-        return Text("\n".join(section.lines), style=section.style)
+            return Text(text, style=section.style, no_wrap=True, overflow="ignore")
+        return Text(text, style=section.style)
     if isinstance(section, Lead):
         text = Text("Answer: ", style="bold")
-        text.append(section.headline)
+        text.append(plain(section.headline))
         rest = section.lines + ([section.note] if section.note and not section.lines else [])
-        return Group(Text(""), text, *[Text(line) for line in rest])
+        return Group(Text(""), text, *[Text(plain(line)) for line in rest])
     if isinstance(section, Facts):
-        grid = Table(title=section.title or None, show_header=False, pad_edge=False, box=None,
-                     title_justify="left")
+        grid = Table(title=Text(plain(section.title)) if section.title else None,
+                     show_header=False, pad_edge=False, box=None, title_justify="left")
         grid.add_column("name", style="bold", no_wrap=True)
         grid.add_column("value")
         for name, value in section.pairs:
-            grid.add_row(name, value)
+            grid.add_row(Text(plain(str(name)), style="bold"), Text(plain(str(value))))
         return grid
     raise TypeError(f"a terminal layout holds RowTable, Lines, Facts and Lead sections, not "
                     f"{type(section).__name__}")
 
 
 def _cell_text(cell, column) -> Text:
-    text = cell.text
+    text = plain(cell.text)
     if column.max_chars and len(text) > column.max_chars:
         text = text[:column.max_chars - 1] + "…"
     return Text("  " * max(cell.indent, 0) + text, style=cell.style or "")
@@ -101,7 +113,8 @@ class FittedTable:
         if left_out:
             caption.append(f"Left out at this width: {', '.join(left_out)} (every column: "
                            "a wider terminal, or the HTML or CSV output)")
-        out = Table(title=t.title or None, caption="\n".join(caption) or None,
+        out = Table(title=Text(plain(t.title)) if t.title else None,
+                    caption=Text(plain("\n".join(caption))) if caption else None,
                     caption_justify="left", header_style="bold", pad_edge=False,
                     title_justify="left" if t.title_left else "center")
         for i in keep:
@@ -118,7 +131,8 @@ class FittedTable:
                         style=t.emphasis if hot else None)
         if t.foot:
             out.add_section()
-            out.add_row(*[Text(t.foot[i], style="bold" if i == 0 else "") for i in keep])
+            out.add_row(*[Text(plain(t.foot[i]), style="bold" if i == 0 else "")
+                          for i in keep])
         return out
 
     def natural_width(self, i: int) -> int:

@@ -18,29 +18,32 @@ def load_schema() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _validator() -> Any:
-    try:
-        import jsonschema
-    except ImportError:  # validation is a check, not a requirement for rendering
-        return None
-    return jsonschema.Draft202012Validator(load_schema())
+def _check() -> Any:
+    from layerscope.schema.check import Compiler
+
+    return Compiler(load_schema()).root
 
 
 def errors(d: Any) -> list[str]:
-    """Every way ``d`` breaks the schema, as 'path: message' lines (empty when valid)."""
-    v = _validator()
-    if v is None:
+    """Every way ``d`` breaks the schema, as 'path: message' lines (empty when valid), in the
+    order of their paths; an ``anyOf`` that failed (an ``X | None`` field is anyOf [record,
+    null]) names its deepest branch's problem. Checked by the compiled validator
+    (schema/check.py): linear in the size of ``d``."""
+    found = _check()(d)
+    if not found:
         return []
     out = []
-    for e in sorted(v.iter_errors(d), key=lambda e: list(map(str, e.absolute_path))):
-        if e.context:  # "X | None" fields are anyOf [record, null]: name the record's problem
-            e = max(e.context, key=lambda c: len(c.path))  # deepest; ties: first
-        path = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        msg = e.message if len(e.message) < 160 else e.message[:157] + "..."
-        out.append(f"{path}: {msg}")
+    for path, message, context in sorted(found, key=lambda e: [str(p) for p in e[0]]):
+        if context:  # the deepest branch error; ties: the first
+            deepest = max(context, key=lambda c: len(c[0]))
+            path, message = path + deepest[0], deepest[1]
+        where = "/".join(str(p) for p in path) or "(top level)"
+        msg = message if len(message) < 160 else message[:157] + "..."
+        out.append(f"{where}: {msg}")
     return out
 
 
 def first_error(d: Any) -> str | None:
+    """The first of ``errors(d)``, or None."""
     found = errors(d)
     return found[0] if found else None

@@ -10,7 +10,8 @@ layer, totals, uncounted_op, phases) and keeps earlier names (report, compare_si
 compare_numbers, llm, plan, train, ablate, loop, scaling sections). A definition is built from
 the record's fields: the type hints give the JSON types (``dict[str, X]``: an object whose
 values are X), ``field(metadata=...)`` the descriptions and constraints (``description``,
-``minimum``, ``optional``, ``schema``), the class docstring the definition's description. Every
+``minimum``, ``optional``, ``schema``, ``seconds``: a timing's bounds on each of its numbers),
+the class docstring the definition's description. Every
 integer is ``minimum: 0`` unless its metadata says ``minimum: None`` (the integers layerscope
 writes are counts, sizes or ranks, but for torch.profiler's memory figures and the differences
 compare writes).
@@ -45,7 +46,7 @@ from layerscope.core import kinds
 from layerscope.core import llm_records as lr
 from layerscope.core import records as r
 from layerscope.core.compare_records import CompareSide, RowNumbers
-from layerscope.core.document import Record
+from layerscope.core.document import MAX_SECONDS, Record
 from layerscope.core.phases import STEP_PHASES
 from layerscope.core.records import ablate, loop, memory, phases, scaling, train
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
@@ -198,11 +199,27 @@ def _property(hint: Any, metadata: typing.Mapping[str, Any]) -> dict[str, Any]:
     if metadata.get("schema"):
         schema = dict(metadata["schema"])
     minimum = metadata.get("minimum", 0 if _is_integer(schema) else None)
-    if minimum is not None:
+    if metadata.get("seconds"):
+        _bound(schema, *metadata["seconds"])
+    elif minimum is not None:
         schema["minimum"] = minimum
     if metadata.get("description"):
         schema["description"] = metadata["description"]
     return schema
+
+
+def _bound(schema: dict[str, Any], low: float, high: float, above: bool = False) -> None:
+    """``minimum`` (``exclusiveMinimum`` when ``above``: the number must exceed ``low``) and
+    ``maximum`` on every number ``schema`` holds: itself, a list's items, a dict's values
+    (``seconds`` metadata: the checker also wants them finite)."""
+    types = schema.get("type")
+    if "number" in ([types] if isinstance(types, str) else types or []):
+        schema.update({"exclusiveMinimum" if above else "minimum": low, "maximum": high})
+    for inner in (schema.get("items"), schema.get("additionalProperties")):
+        if isinstance(inner, dict):
+            _bound(inner, low, high, above)
+    for option in schema.get("anyOf") or []:
+        _bound(option, low, high, above)
 
 
 def record_schema(cls: type[Record]) -> dict[str, Any]:
@@ -230,13 +247,14 @@ def phases_schema(what: str, extra: dict[str, str] | None = None) -> dict[str, A
     """Seconds by phase (core.phases): a number per phase; a phase shown only when spent may
     be absent (reports written before it existed lack it), and a key not listed is a number
     too."""
-    props = {p.name: {"type": "number", "description": p.meaning
+    finite = {"type": "number", "minimum": -MAX_SECONDS, "maximum": MAX_SECONDS}
+    props = {p.name: {**finite, "description": p.meaning
                       + (" (present only when some step spent time in it)" if p.when_spent else "")
                       + (" (data-parallel runs)" if p.distributed else "")}
              for p in STEP_PHASES}
-    props.update({k: {"type": "number", "description": v} for k, v in (extra or {}).items()})
+    props.update({k: {**finite, "description": v} for k, v in (extra or {}).items()})
     return {"type": "object", "description": what, "properties": props,
-            "additionalProperties": {"type": "number"}}
+            "additionalProperties": finite}
 
 
 def _set_phases(defs: dict[str, Any]) -> None:

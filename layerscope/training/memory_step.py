@@ -114,6 +114,16 @@ class StepMemory:
 
         torch.autograd._engine_run_backward = backward
         self._undo.append(lambda: setattr(torch.autograd, "_engine_run_backward", engine))
+        # a training loop run in a thread: the StepLimit that stops the script after the
+        # tracked step ends that thread quietly, as under layerscope run (python would print
+        # its traceback as the thread's uncaught exception)
+        import threading
+
+        from layerscope.training.watch import _quiet_step_limit
+
+        hook = threading.excepthook
+        threading.excepthook = _quiet_step_limit(hook)
+        self._undo.append(lambda: setattr(threading, "excepthook", hook))
         return self
 
     def __exit__(self, *exc) -> bool:

@@ -92,7 +92,9 @@ from layerscope.training.model_seen import ModelSeen
 from layerscope.training.phases import DEVICE_PHASES, PHASES, PhaseTotals, transient_steps
 from layerscope.training.whatif import WhatIf
 
-STEP_ON = ("optimizer", "backward")  # what ends a step (see ``Watch``)
+# what ends a step (see ``Watch``): "auto" (the default) is optimizer steps, or backward
+# passes when no optimizer ever steps; "optimizer" and "backward" are those alone
+STEP_ON = ("auto", "optimizer", "backward")
 # torch.compile's OptimizedModule warns on every call while global module hooks exist
 _COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 EVAL = "eval"  # the stack's name for no-grad forwards and batches: left out of the steps
@@ -235,7 +237,7 @@ class Watch:
                  warmup_steps: int = 0, layers: bool = False, memory: bool = False,
                  functions: bool = False, name: str = "watch", argv: list[str] | None = None,
                  on_stop: Callable[[Watch], None] | None = None, trace: bool = False,
-                 step_on: str = "optimizer", what_if: WhatIf | None = None,
+                 step_on: str = "auto", what_if: WhatIf | None = None,
                  script_path: str | None = None, module: bool = False,
                  memory_limit: int | str | None = None, kernels: bool = False,
                  nvtx: bool = False, clock: Callable[[], float] = time.perf_counter,
@@ -249,7 +251,11 @@ class Watch:
         if step_on not in STEP_ON:
             raise UserError(f"watch(step_on=...) must be one of {', '.join(STEP_ON)}, got "
                             f"{step_on!r}")
-        self.model, self.optimizer, self.step_on = model, optimizer, step_on
+        # "auto" is "optimizer" with the fallback: steps end at backward passes (provisional
+        # ones, merged into the first optimizer step if one comes) while no optimizer stepped
+        self.fallback = step_on == "auto"
+        self.model, self.optimizer = model, optimizer
+        self.step_on = "optimizer" if step_on == "auto" else step_on
         self.limit = None if steps is None else values.positive_int(steps, "steps")
         self.warmup_steps = values.non_negative_int(warmup_steps, "warmup_steps")
         if functions and not layers:
@@ -311,6 +317,7 @@ class Watch:
         self._seen = ModelSeen()  # the model and each step's inputs: its FLOPs per step (MFU)
         self._epoch_ends: list[int] = []  # steps done (warm-up included) when each epoch ended
         self._opt_seen = False  # an optimizer step has started
+        self._backwards = 0  # outermost backward() calls that filled .grad
         self._marked = False  # the loop called mark_step() itself
         self._provisional = 0  # trailing steps that ended at a backward, before any optimizer
         self._bwd_depth = 0
@@ -977,9 +984,10 @@ class Watch:
         """An outermost ``backward()`` returned: the end of a step when steps are on backward
         passes, and, until an optimizer step is seen, the end of a provisional one (merged
         into the first optimizer step if one comes)."""
+        self._backwards += 1
         if self.step_on == "backward":
             self.mark_step()
-        elif not (self._opt_seen or self._marked) and self._t0 is not None:
+        elif self.fallback and not (self._opt_seen or self._marked) and self._t0 is not None:
             self._close_step()
             self._provisional += 1
 
@@ -1321,6 +1329,12 @@ class Watch:
             env["torch_threads"] = self.step_threads
         return env
 
+    def step_on_used(self) -> str:
+        """What ended the steps: "optimizer", or "backward" (given, or the fallback of the
+        default when no optimizer stepped)."""
+        fell_back = self.fallback and self._provisional and not self._opt_seen
+        return "backward" if self.step_on == "backward" or fell_back else "optimizer"
+
     def report(self) -> TrainReport:
         """The ``train`` report of the steps measured so far."""
         totals = self.totals
@@ -1372,6 +1386,13 @@ class Watch:
         elif not done and self._opt_seen and self.step_on == "optimizer":
             notes.append("no training step completed: the run ended inside the first step, in "
                          "or before its first optimizer.step()")
+        elif not done and self._backwards and self.step_on == "optimizer" \
+                and not self.fallback:
+            notes.append(f"no training step seen: --step-on optimizer ends steps only at "
+                         f"optimizer.step(), and none ran ({self._backwards} backward() "
+                         "call(s) did): for a loop without a torch.optim optimizer, use "
+                         "--step-on auto (the default: steps end at backward passes when no "
+                         "optimizer steps) or backward (watch(step_on=...))")
         elif not done:
             notes.append("no training step seen: no optimizer.step(), no backward() and no "
                          "mark_step()" if self.step_on == "optimizer" else
@@ -1405,7 +1426,8 @@ class Watch:
             recipe=self.name,
             config={"device": "cuda" if self.cuda_used else "cpu",
                     "warmup_steps": self.warmup_steps, "steps": self.limit,
-                    "layers": self.layers, "memory": self.memory, "step_on": self.step_on,
+                    "layers": self.layers, "memory": self.memory,
+                    "step_on": self.step_on_used(),
                     **({"memory_limit": self.memory_limit} if self.memory_limit else {}),
                     **({"functions": True} if self.functions else {}),
                     **({"kernels": True} if self.kernels else {}),
@@ -1523,9 +1545,11 @@ os.register_at_fork(after_in_child=_forked_child)
 def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
           **kwargs: Any) -> Watch:
     """``with layerscope.watch() as w: <training loop>`` then ``w.report()``. One Watch
-    measures a process: while one runs (under ``layerscope run``) this returns that one, and
-    its ``with`` block joins it (the arguments given here then do not apply)."""
+    measures a process: under ``layerscope run`` this returns the run's, and its ``with``
+    block joins it (the arguments given here then do not apply); a ``watch()`` inside another
+    ``watch()`` of the script's own is refused when it starts (RuntimeError), as a second Watch
+    is."""
     running = active()
-    if running is not None:
-        return running
-    return Watch(model, optimizer, **kwargs)
+    if running is not None and running.started:
+        return running  # under layerscope run: the script's own watch() joins the run's
+    return Watch(model, optimizer, **kwargs)  # a second one in a process: refused at start

@@ -38,8 +38,8 @@ def check(facts) -> Finding | None:
         cause=f"{share:.0%} of the time is in {what} at batch {batch} (launch-bound)",
         change=f"a larger batch ({batch * 2} or more, the learning rate scaled with it)",
         low=0.0, high=high, derivation=text,
-        command=f"layerscope sweep {facts.get('subject')} --batch-sizes {batch},{batch * 2},"
-                f"{batch * 4} --device cuda")
+        command=("layerscope", "sweep", str(facts.get("subject")), "--batch-sizes",
+                 f"{batch},{batch * 2},{batch * 4}", "--device", "cuda"))
 
 
 RULE = Rule("batch-size", ("launch_bound_share", "mfu", "compute_share", "batch_size"),

@@ -25,7 +25,8 @@ def check(facts) -> Finding | None:
               f"bucket(s) of {(facts.get('bytes_per_step') or 0) / buckets / 2**20:.1f} MiB",
         change=f"DistributedDataParallel(bucket_cap_mb=<about 1/{SPLIT} of a bucket's size>)",
         low=0.0, high=high, derivation=text,
-        command=f"layerscope scaling {facts.get('subject')} --nproc {world} (after the change)")
+        command=("layerscope", "scaling", str(facts.get("subject")), "--nproc", str(world)),
+        after="(after the change)")
 
 
 RULE = Rule("bucket-size", ("exposed_share", "buckets", "bytes_per_step", "world_size"),

@@ -27,8 +27,8 @@ def check(facts) -> Finding | None:
               "does not fit",
         change="torch.utils.checkpoint on the blocks, then double the batch",
         low=low, high=high, derivation=text,
-        command=f"layerscope plan {facts.get('subject')} --recompute full (memory), then "
-                "train with the doubled batch")
+        command=("layerscope", "plan", str(facts.get("subject")), "--recompute", "full"),
+        after="(memory), then train with the doubled batch")
 
 
 RULE = Rule("recompute", ("forward_share", "fixed_share"),

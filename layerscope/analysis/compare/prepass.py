@@ -2,6 +2,7 @@
 before them, and the batch ratio when only the batch differs."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 from layerscope.analysis.compare.context import Context, Row, present_only
@@ -11,22 +12,30 @@ from layerscope.core.report import Report
 
 
 # ------------------------------------------------------------------------------- pre-pass
-def _previous(side: Side, key: str) -> str | None:
-    """The key before ``key`` in the side's row order, skipping rows that cost nothing."""
-    order = side.order()
-    i = order.index(key)
-    for k in reversed(order[:i]):
+def previous_keys(side: Side) -> dict[str, str | None]:
+    """For each key, the key before it in the side's row order, skipping rows that cost
+    nothing (None for the first): one pass over the side (looking back from each row was
+    quadratic in the rows)."""
+    out: dict[str, str | None] = {}
+    last = None
+    for k in side.order():
+        out[k] = last
         if not side.groups[k].is_zero():
-            return k
-    return None
+            last = k
+    return out
 
 
 def find_folds(ctx: Context) -> None:
     """BatchNorms folded into the layer before them; activations fused into the node before."""
+    before = {label: previous_keys(ctx.side(label)) for label in ("A", "B")}
+
+    def _previous(side: Side, key: str) -> str | None:
+        return before[side.label].get(key)
+
     for key, row in ctx.rows.items():
         has = present_only(row)
         if has is None:
-            _find_folded_scope(ctx, key, row)
+            _find_folded_scope(ctx, key, row, _previous)
             continue
         other = "B" if has == "A" else "A"
         g = ctx.group(has, key)
@@ -55,7 +64,8 @@ def _could_fold(ctx: Context, lacks: str, key: str) -> bool:
     return ctx.side(lacks).report.frontend != "torch" or ctx.group(lacks, key) is not None
 
 
-def _find_folded_scope(ctx: Context, key: str, row: Row) -> None:
+def _find_folded_scope(ctx: Context, key: str, row: Row,
+                       _previous: Callable[[Side, str], str | None]) -> None:
     """A BatchNorm row whose other side holds a Conv/Gemm node and no BatchNormalization, right
     after a conv or linear layer that the other side lacks: folded, under the BN's scope."""
     if row.a is None or row.b is None:

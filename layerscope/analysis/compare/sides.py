@@ -136,12 +136,21 @@ class Group:
     rows: list[LayerRow]
     first: int  # position of the first row in its report
     covers_subtree: bool  # a PyTorch row that sums its submodules (leaf or --depth row)
+    _metrics: tuple[int, dict[str, int]] | None = field(default=None, repr=False,
+                                                        compare=False)
 
     def metric(self, name: str) -> int:
-        return sum(int(getattr(r, name) or 0) for r in self.rows)
+        return self.metrics()[name] if name in ROW_METRICS else \
+            sum(int(getattr(r, name) or 0) for r in self.rows)
 
     def metrics(self) -> dict[str, int]:
-        return {m: self.metric(m) for m in ROW_METRICS}
+        """The row metrics summed over the group's rows; kept until rows are added (a
+        comparison reads them many times per row)."""
+        cached = self._metrics
+        if cached is None or cached[0] != len(self.rows):
+            sums = {m: sum(int(getattr(r, m) or 0) for r in self.rows) for m in ROW_METRICS}
+            self._metrics = cached = (len(self.rows), sums)
+        return dict(cached[1])
 
     @property
     def types(self) -> list[str]:
@@ -230,14 +239,20 @@ def fold_into_covering_rows(x: Side, y: Side) -> None:
 
 
 def joined_order(a: Side, b: Side) -> list[str]:
+    """A's keys in A's order, each key only B has placed after the key B had before it that A
+    has too (at the start when none), in B's order: one pass over each side (inserting into a
+    list, each after a search for its place, was quadratic in the rows)."""
     order = a.order()
     placed = set(order)
-    last = -1  # index in ``order`` after which B-only keys go
+    after: dict[str | None, list[str]] = {}  # A's key (None: the start) -> B-only keys after it
+    anchor: str | None = None
     for key in b.order():
         if key in placed:
-            last = order.index(key)
-            continue
-        order.insert(last + 1, key)
-        placed.add(key)
-        last += 1
-    return order
+            anchor = key
+        else:
+            after.setdefault(anchor, []).append(key)
+    out = list(after.get(None, []))
+    for key in order:
+        out.append(key)
+        out += after.get(key, [])
+    return out

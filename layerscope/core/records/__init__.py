@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from layerscope.core.document import DictRecord, omit_none
+from layerscope.core.document import DictRecord, omit_none, timing_bounds
 from layerscope.core.stats import TimingStats
 
 _COUNT = {"minimum": 0}
@@ -19,6 +19,16 @@ ENVIRONMENT = {"schema": {"$ref": "#/$defs/environment"}}
 class EndToEnd(TimingStats):
     """A profile's end-to-end timing: bare runs, and the instrumented runs beside them."""
 
+    # a whole forward pass timed by a nanosecond clock: never 0 s (a result saying so is
+    # damaged, and a diff against it would read "100% faster")
+    median_s: float = field(metadata=timing_bounds(positive=True))
+    p10_s: float = field(metadata=timing_bounds(positive=True))
+    p90_s: float = field(metadata=timing_bounds(positive=True))
+    samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(positive=True),
+        description="the bare runs' seconds, in run order (at most SAMPLES_KEPT, evenly spaced "
+                    "over the runs when there were more): what layerscope diff ranks; absent "
+                    "in results saved before it"))
     throughput_per_s: float | None = field(
         default=None, metadata={"optional": True, "description": "batch / median_s"})
     instrumented: TimingStats | None = field(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_none, timing_bounds
 from layerscope.core.records import ENVIRONMENT, Noise
 from layerscope.core.records.phases import PhaseBreakdown
 from layerscope.core.report import SCHEMA_VERSION
@@ -23,10 +23,13 @@ class RepeatBreakdown(PhaseBreakdown):
     repeat."""
 
     step_p10_s: float | None = field(default=None, metadata=omit_none(
+        **timing_bounds(),
         description="10th percentile of the repeat's step times (absent in 0.1 reports)"))
     step_p90_s: float | None = field(default=None, metadata=omit_none(
+        **timing_bounds(),
         description="90th percentile of the repeat's step times (absent in 0.1 reports)"))
     step_seconds: list[float] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(),
         description="the repeat's measured step times in run order (absent in results of "
                     "earlier releases)"))
 

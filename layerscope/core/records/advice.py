@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_none, transient
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.report import SCHEMA_VERSION
 
@@ -46,6 +46,9 @@ class Advice(Record):
         description="the ablate variant that tests the change"))
     threads: int | None = field(default=None, metadata=omit_none(
         description="the thread count that tests the change (ablate --threads)"))
+    # the command as its argument list (``command`` is it quoted for a shell): what --verify
+    # runs; None where the command is not one to run as it is (a placeholder, a step first)
+    argv: list[str] | None = field(default=None, metadata=transient())
 
 
 @dataclass

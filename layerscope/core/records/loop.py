@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_empty, omit_none, timing_bounds
 from layerscope.core.records import ENVIRONMENT, Noise
 from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.phases import PhaseBreakdown
@@ -55,6 +55,7 @@ class LoopProfile(ResultDocument):
                     "than one batch"))
     settings: dict[str, Any] = field(default_factory=dict)
     step_phases: dict[str, list[float]] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(signed=True),
         description="each phase's seconds in every measured batch, in batch order (at most "
                     "core.stats.SAMPLES_KEPT, evenly spaced): what layerscope diff ranks phase "
                     "by phase; absent in results saved before it"))

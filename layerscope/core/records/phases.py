@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from layerscope.core.document import DictRecord, omit_none
+from layerscope.core.document import DictRecord, omit_none, timing_bounds
 
 
 @dataclass(eq=False, kw_only=True)
@@ -18,7 +18,7 @@ class PhaseBreakdown(DictRecord):
     seconds: dict[str, float]
     steps: int
     samples: int
-    wall_s: float
+    wall_s: float = field(metadata=timing_bounds())
     throughput_per_s: float | None = field(default=None, metadata={"optional": True})
     tokens: int | None = field(default=None, metadata=omit_none(
         description="language models: B x T of the token-id batches (absent when none was "

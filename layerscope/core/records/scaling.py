@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import Record, ResultDocument, omit_none
+from layerscope.core.document import Record, ResultDocument, omit_none, timing_bounds
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.report import SCHEMA_VERSION
@@ -27,9 +27,10 @@ class ScalingPoint(Record):
     threads_per_rank: int = field(metadata={"minimum": 1})
     batch_per_rank: int = field(metadata={"minimum": 1})
     steps: int
-    step_s: float = field(metadata=_seconds("median over steps of the slowest rank's step time"))
-    step_p10_s: float = field(metadata=_NONNEG)
-    step_p90_s: float = field(metadata=_NONNEG)
+    step_s: float = field(metadata=timing_bounds(
+        description="median over steps of the slowest rank's step time"))
+    step_p10_s: float = field(metadata=timing_bounds())
+    step_p90_s: float = field(metadata=timing_bounds())
     throughput_per_s: float = field(metadata=_seconds("samples per second, all ranks"))
     speedup: float = field(metadata=_seconds("throughput over the first world size's"))
     efficiency: float = field(metadata=_seconds("speedup x N0 / N: 1.0 is linear"))
@@ -44,6 +45,7 @@ class ScalingPoint(Record):
     theory_bytes_per_step: float = field(metadata=_NONNEG)
     oversubscribed: bool
     step_samples_s: list[float] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(),
         description="the steps' seconds in step order (at most core.stats.SAMPLES_KEPT): what "
                     "layerscope diff ranks; absent in results saved before it"))
     phases: dict[str, float] = field(default_factory=dict, metadata={

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.core.document import DictRecord, ResultDocument, omit_none
+from layerscope.core.document import DictRecord, ResultDocument, omit_none, timing_bounds
 from layerscope.core.records import ENVIRONMENT
 from layerscope.core.records.dataloading import DataLoading
 from layerscope.core.records.efficiency import Efficiency
@@ -66,10 +66,12 @@ class LayerSeconds(DictRecord):
     name: str
     type: str
     calls: int
-    forward_s: float
-    forward_s_per_step: float | None = field(default=None, metadata=omit_none(optional=True))
+    forward_s: float = field(metadata=timing_bounds())
+    forward_s_per_step: float | None = field(default=None, metadata=omit_none(
+        **timing_bounds(), optional=True))
     forward_samples_s: list[float] | None = field(default=None, metadata=omit_none(
-        optional=True, description="its forward seconds in each measured step (at most 100, "
+        **timing_bounds(), optional=True,
+        description="its forward seconds in each measured step (at most 100, "
                                    "evenly spaced over the steps), for layerscope diff"))
     own_s: float | None = field(default=None, metadata=omit_none(optional=True))
     backward_s: float | None = field(default=None, metadata=omit_none(optional=True))
@@ -113,7 +115,7 @@ class RankEntry(DictRecord):
 
     rank: int
     steps: int | None = field(default=None, metadata=omit_none(optional=True))
-    step_s: float = field(metadata=_NONNEG)
+    step_s: float = field(metadata=timing_bounds())
     samples: int | None = field(default=None, metadata=omit_none(optional=True))
     wall_s: float | None = field(default=None, metadata=omit_none(optional=True, minimum=0))
     throughput_per_s: float | None = field(default=None, metadata={"optional": True})
@@ -181,12 +183,14 @@ class TrainReport(ResultDocument):
     epochs: list[TrainEpoch]
     breakdown: PhaseBreakdown  # the run's (warm-up excluded)
     epoch_breakdown: list[PhaseBreakdown]
-    step_seconds: list[float] = field(metadata={"description": "wall time of every measured step"})
+    step_seconds: list[float] = field(metadata=timing_bounds(
+        positive=True, description="wall time of every measured step (never 0 s)"))
     cpu_utilisation: float | None
     peak_rss_bytes: int
     peak_cuda_bytes: int | None
     notes: list[str] = field(default_factory=list)
     step_phases: dict[str, list[float]] | None = field(default=None, metadata=omit_none(
+        **timing_bounds(signed=True),
         description="each phase's seconds in every measured step, in step order (at most "
                     "core.stats.SAMPLES_KEPT, evenly spaced): what layerscope diff ranks phase "
                     "by phase; absent in results saved before it"))
