@@ -20,10 +20,10 @@ layerscope:
   its nope + rope key width and its v width. Norms, rotary embeddings, activations, softmax,
   residual adds, biases and soft-capping are elementwise: 0 MACs in layerscope's definition
   (docs/definitions.md: a MAC is one multiply-accumulate of a contraction), so they are 0 here.
-- **hybrids** (attention layers among state-space, linear-attention or convolution layers:
-  Jamba, Qwen3-Next, Granite-4.0-H; ``HYBRIDS``): the MACs of everything but the attention
-  scores are half the FLOPs ``torch.utils.flop_counter.FlopCounterMode`` counts for the model
-  transformers builds on the meta device (its own PyTorch code; FlopCounterMode counts every
+- **hybrids** (attention layers among or beside state-space, linear-attention or convolution
+  layers: Jamba, Qwen3-Next, Granite-4.0-H, Falcon-H1; ``HYBRIDS``): the MACs of everything but
+  the attention scores are half the FLOPs ``torch.utils.flop_counter.FlopCounterMode`` counts
+  for the model transformers builds on the meta device (its own PyTorch code; it counts every
   score of an attention call, which is taken out), plus the attention layers' scores by hand;
   decode is what one more token adds to the 1-token count (the convention ``layerscope llm``
   states for such layers), and only the attention layers have a KV cache.
@@ -82,8 +82,10 @@ def reference_params(data: dict[str, Any]) -> tuple[int, int]:
 
 
 def _routing(d: dict[str, Any]) -> tuple[int, int]:
-    e = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts") or 1
-    return e, (d.get("num_experts_per_tok") or 1) if e > 1 else 1
+    ffn = d.get("ffn_config") or {}  # DBRX
+    e = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts") or \
+        ffn.get("moe_num_experts") or 1
+    return e, (d.get("num_experts_per_tok") or ffn.get("moe_top_k") or 1) if e > 1 else 1
 
 
 def keys_at(position: int, window: int | tuple[str, int] | None) -> int:
@@ -179,9 +181,19 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
         heads = d["num_attention_heads"]
         kv = d.get("num_key_value_heads") or heads
         hd = d.get("head_dim") or h // heads
-        attn = [(heads, hd, hd, None, 2 * kv * hd) if t in ("full_attention", "attention")
+        # Falcon-H1's "hybrid" layers run attention and a Mamba-2 mixer side by side
+        attn = [(heads, hd, hd, None, 2 * kv * hd) if t in ("full_attention", "attention",
+                                                            "hybrid")
                 else (0, 0, 0, None, 0) for t in _layer_types(d)]
         return {"per_token": None, "attention": attn, "counter": True}
+    elif kind == "dbrx":  # Wqkv, out_proj; a router and k of E GLU experts (w1, v1, w2)
+        a, f = d["attn_config"], d["ffn_config"]
+        heads, kv, h, layers_n = d["n_heads"], a["kv_n_heads"], d["d_model"], d["n_layers"]
+        hd = h // heads
+        e, k = f["moe_num_experts"], f["moe_top_k"]
+        per_token = layers_n * (h * (heads + 2 * kv) * hd + h * h + h * e
+                                + k * 3 * h * f["ffn_hidden_size"])
+        attn = [(heads, hd, hd, None, 2 * kv * hd)] * layers_n
     else:  # Llama-style: llama, mistral, qwen2, qwen2_moe, phi3, gemma2, gemma3_text, ...
         heads = d["num_attention_heads"]
         kv = d.get("num_key_value_heads") or heads
@@ -221,7 +233,7 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
                 d["intermediate_size"]
             mlp = h * e + k * 3 * h * fe  # router, k experts
             assert d.get("decoder_sparse_step", 1) == 1 and not d.get("mlp_only_layers")
-        elif kind == "starcoder2":  # c_fc, c_proj
+        elif kind in ("starcoder2", "nemotron"):  # c_fc, c_proj; up_proj, down_proj (relu^2)
             mlp = 2 * h * d["intermediate_size"]
         elif kind == "qwen2_moe":
             e, k, fe = d["num_experts"], d["num_experts_per_tok"], d["moe_intermediate_size"]
@@ -237,6 +249,11 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
         elif kind == "gemma3_text":  # 5 local then 1 global
             p = d.get("sliding_window_pattern", 6)
             windows = [window if (i + 1) % p else None for i in range(layers_n)]
+        elif kind == "cohere2":  # sliding_window_pattern - 1 local layers, then 1 global
+            p = d["sliding_window_pattern"]
+            windows = [window if (i + 1) % p else None for i in range(layers_n)]
+        elif isinstance(d.get("layer_types"), list):  # written out in the config (OLMo-3)
+            windows = [window if t == "sliding_attention" else None for t in d["layer_types"]]
         elif kind in ("qwen2", "qwen2_moe", "qwen3_moe"):
             assert window is None  # use_sliding_window false in these configs
             windows = [None] * layers_n

@@ -215,3 +215,25 @@ def test_a_size_the_config_leaves_to_transformers_is_named(tmp_path):
     assert any(line in n for n in plan(spec, 8, seq_len=4).notes)
     given = _spec(tmp_path, {**LLAMA_NO_VOCAB, "vocab_size": 300}, "given")
     assert not any("does not give" in n for n in llm(given, seq_len=4).notes)
+
+
+# Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side (layer type "hybrid")
+FALCON_H1 = {**BASE, "model_type": "falcon_h1", "num_hidden_layers": 2, "intermediate_size": 128,
+             "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_ssm": 64, "mamba_d_state": 8,
+             "mamba_n_groups": 1, "mamba_chunk_size": 16, "mamba_d_conv": 4}
+
+
+def test_falcon_h1_hybrid_layers_attend_causally_beside_their_mixer(tmp_path):
+    # before: the "hybrid" layer type was an unknown attention, counted as the whole matrix
+    spec = _spec(tmp_path, FALCON_H1)
+    r = llm(spec, seq_len=16, context=16)
+    a = analyze(spec, seq_len=16)
+    assert (r.params_total, r.prefill.macs) == (a.totals.params, a.totals.macs)
+    assert r.attention_count == "causal"
+    # both layers cache K and V of 2 heads x 16, bf16: 2 x 2 x 2 x 16 x 2 bytes per token
+    assert r.kv_cache.bytes_per_token == 256
+    # causal scores: 2 layers x 4 heads x 136 scores x 32 MACs fewer than the whole matrix
+    full = llm(spec, seq_len=16, context=16, attention="full")
+    assert full.prefill.macs - r.prefill.macs == 2 * 4 * 120 * 32
+    assert any("2 of 2 layers run a state-space mixer beside their attention" in n
+               for n in r.notes)

@@ -460,6 +460,25 @@ def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attenti
     return prefill, after.macs - at.macs, after.flops - at.flops
 
 
+def recurrent_notes(layers: tuple[LayerAttention, ...]) -> list[str]:
+    """What the count of a hybrid's layers without softmax attention (state-space,
+    linear-attention or convolution mixers, an MLP alone) or with a state-space mixer beside it
+    (Falcon-H1's ``hybrid`` layers) rests on."""
+    recurrent = sum(not a.attends for a in layers)
+    beside = sum(a.mixer == llm_attention.HYBRID for a in layers)
+    if not recurrent and not beside:
+        return []
+    what = (f"{recurrent} of {len(layers)} layers have no softmax attention (state-space, "
+            "linear-attention or convolution mixers, or an MLP alone: transformers' layer "
+            "types): no scores and no KV cache; their" if recurrent else
+            f"{beside} of {len(layers)} layers run a state-space mixer beside their attention "
+            "(transformers' layer type hybrid): the mixer has no scores and no KV cache; its")
+    return [f"{what} prefill is counted as transformers' PyTorch implementation computes it "
+            "(each aten op by its rule), decode per token as what one more token adds to that "
+            "implementation's 1-token trace (its prefill path, not its recurrent step); the "
+            "fixed-size recurrent state is not in the KV cache"]
+
+
 def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
                       context: int, attention: str) -> list[AttentionLayers]:
     """One record per distinct layer description: how many layers, how their scores were
@@ -638,15 +657,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
                          "does not know (its mask's structure): their scores are counted as the "
                          "whole matrix")
-    recurrent = sum(not a.attends for a in layers)
-    if recurrent:
-        notes.append(f"{recurrent} of {len(layers)} layers have no softmax attention (state-space, "
-                     "linear-attention or convolution mixers, or an MLP alone: transformers' "
-                     "layer types): no scores and no KV cache; their prefill is counted as "
-                     "transformers' PyTorch implementation computes it (each aten op by its "
-                     "rule), their decode per token as what one more token adds to that "
-                     "implementation's 1-token trace (its prefill path, not its recurrent "
-                     "step); their fixed-size recurrent state is not in the KV cache")
+    notes += recurrent_notes(layers)
     total, active = prefill.params, prefill.params_active
     kv_token = nbytes(llm_structure.kv_elements(layers), kv_dtype)
     kv_total = nbytes(batch_size * llm_structure.kv_elements(layers, context), kv_dtype)

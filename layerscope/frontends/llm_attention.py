@@ -38,7 +38,8 @@ RECURRENT = "recurrent"
 # transformers' layer_types: the layers that attend (a "hybrid" layer runs attention and a
 # state-space mixer side by side: Falcon-H1, Zamba2's shared-attention layers) and those that
 # do not
-_ATTENDING = {"full_attention": CAUSAL, "attention": CAUSAL, "hybrid": CAUSAL,
+HYBRID = "hybrid"
+_ATTENDING = {"full_attention": CAUSAL, "attention": CAUSAL, HYBRID: CAUSAL,
               "sliding_attention": SLIDING}
 _NOT_ATTENDING = frozenset({"linear_attention", "mamba", "mamba2", "conv", "mlp", "moe",
                             "recurrent", "ssm"})
@@ -63,7 +64,8 @@ class LayerAttention:
     window: int | None = None
     chunk: int | None = None  # chunked attention: queries attend their own chunk of C tokens
     # a RECURRENT layer's type as transformers names it ("linear_attention", "mamba", "conv",
-    # "mlp"): what the report calls its group
+    # "mlp"), or HYBRID for an attention layer with a state-space mixer beside it (Falcon-H1):
+    # what the report calls its group
     mixer: str | None = None
 
     @property
@@ -142,6 +144,8 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
                                       base.v_head_dim, base.cache_elements))
         elif kind == RECURRENT:
             out.append(dataclasses.replace(NO_ATTENTION, mixer=mixer))
+        elif mixer == HYBRID:  # attention beside a state-space mixer (Falcon-H1)
+            out.append(dataclasses.replace(base, mixer=mixer))
         else:
             out.append(base)
     return tuple(out)
