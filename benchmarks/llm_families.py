@@ -20,9 +20,16 @@ layerscope:
   its nope + rope key width and its v width. Norms, rotary embeddings, activations, softmax,
   residual adds, biases and soft-capping are elementwise: 0 MACs in layerscope's definition
   (docs/definitions.md: a MAC is one multiply-accumulate of a contraction), so they are 0 here.
+- **hybrids** (attention layers among or beside state-space, linear-attention or convolution
+  layers: Jamba, Qwen3-Next, Granite-4.0-H, Falcon-H1; ``HYBRIDS``): the MACs of everything but
+  the attention scores are half the FLOPs ``torch.utils.flop_counter.FlopCounterMode`` counts
+  for the model transformers builds on the meta device (its own PyTorch code; it counts every
+  score of an attention call, which is taken out), plus the attention layers' scores by hand;
+  decode is what one more token adds to the 1-token count (the convention ``layerscope llm``
+  states for such layers), and only the attention layers have a KV cache.
 - **decode per token at context L**: one token's matmuls plus one query against min(L + 1, W)
-  keys per layer (the cache's L tokens and the new one; a window layer sees at most W): the
-  convention ``layerscope llm`` states in its docstring.
+  keys per layer (the cache's L tokens and the new one; a window layer sees at most W; Llama-4's
+  chunked layers (L mod C) + 1): the convention ``layerscope llm`` states in its docstring.
 - **KV cache**: bytes per token per layer, K and V of each KV head (multi-query: one head),
   multi-head latent attention its latent plus the shared rotary key (kv_lora_rank +
   qk_rope_head_dim, what MLA-aware servers cache; transformers' own cache keeps full K and V),
@@ -75,15 +82,31 @@ def reference_params(data: dict[str, Any]) -> tuple[int, int]:
 
 
 def _routing(d: dict[str, Any]) -> tuple[int, int]:
-    e = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts") or 1
-    return e, (d.get("num_experts_per_tok") or 1) if e > 1 else 1
+    ffn = d.get("ffn_config") or {}  # DBRX
+    e = d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts") or \
+        ffn.get("moe_num_experts") or 1
+    return e, (d.get("num_experts_per_tok") or ffn.get("moe_top_k") or 1) if e > 1 else 1
 
 
-def window_scores(seq: int, window: int | None) -> int:
+def keys_at(position: int, window: int | tuple[str, int] | None) -> int:
+    """Keys the query at 0-based ``position`` attends: all before it and itself, at most the
+    last W with a window, its own chunk's with Llama-4's chunked attention (("chunk", C))."""
+    if isinstance(window, tuple):
+        return position % window[1] + 1
+    return position + 1 if window is None else min(position + 1, window)
+
+
+def window_scores(seq: int, window: int | tuple[str, int] | None) -> int:
     """Scores per head of a causal prefill of ``seq`` tokens, summed query by query."""
     if window is None:
         return seq * (seq + 1) // 2
-    return sum(min(i + 1, window) for i in range(seq))
+    return sum(keys_at(i, window) for i in range(seq))
+
+
+def cached(context: int, window: int | tuple[str, int] | None) -> int:
+    """Tokens a layer's cache holds at ``context``: a window or chunk at most W (C)."""
+    bound = window[1] if isinstance(window, tuple) else window
+    return context if bound is None else min(context, bound)
 
 
 def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
@@ -154,18 +177,63 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
         per_token = layers_n * attention + dense * 3 * h * d["intermediate_size"] \
             + (layers_n - dense) * moe
         attn = [(heads, nope + rope, v, None, rank + rope)] * layers_n
-    else:  # Llama-style: llama, mistral, qwen2, qwen2_moe, phi3, gemma2, gemma3_text
+    elif kind in HYBRIDS:  # the state-space layers: transformers' own code, FlopCounterMode
+        heads = d["num_attention_heads"]
+        kv = d.get("num_key_value_heads") or heads
+        hd = d.get("head_dim") or h // heads
+        # Falcon-H1's "hybrid" layers run attention and a Mamba-2 mixer side by side
+        attn = [(heads, hd, hd, None, 2 * kv * hd) if t in ("full_attention", "attention",
+                                                            "hybrid")
+                else (0, 0, 0, None, 0) for t in _layer_types(d)]
+        return {"per_token": None, "attention": attn, "counter": True}
+    elif kind == "dbrx":  # Wqkv, out_proj; a router and k of E GLU experts (w1, v1, w2)
+        a, f = d["attn_config"], d["ffn_config"]
+        heads, kv, h, layers_n = d["n_heads"], a["kv_n_heads"], d["d_model"], d["n_layers"]
+        hd = h // heads
+        e, k = f["moe_num_experts"], f["moe_top_k"]
+        per_token = layers_n * (h * (heads + 2 * kv) * hd + h * h + h * e
+                                + k * 3 * h * f["ffn_hidden_size"])
+        attn = [(heads, hd, hd, None, 2 * kv * hd)] * layers_n
+    else:  # Llama-style: llama, mistral, qwen2, qwen2_moe, phi3, gemma2, gemma3_text, ...
         heads = d["num_attention_heads"]
         kv = d.get("num_key_value_heads") or heads
         hd = d.get("head_dim") or h // heads
         attention = h * heads * hd + 2 * h * kv * hd + heads * hd * h
-        if kind in ("mixtral", "qwen3_moe"):
+        if kind == "llama4_text":  # experts on moe_layers (routed + a shared one), dense MLPs
+            e, k, fe = d["num_local_experts"], d["num_experts_per_tok"], d["intermediate_size"]
+            moe = d.get("moe_layers")
+            if moe is None:
+                step = d.get("interleave_moe_layer_step", 1)
+                moe = list(range(step - 1, layers_n, step))
+            per_token = layers_n * attention + sum(
+                h * e + k * 3 * h * fe + 3 * h * fe if i in moe
+                else 3 * h * d["intermediate_size_mlp"] for i in range(layers_n))
+            chunk = d.get("attention_chunk_size")
+            nope = d.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers_n)]
+            attn = [(heads, hd, hd, ("chunk", chunk) if chunk and nope[i] else None,
+                     2 * kv * hd) for i in range(layers_n)]
+            return {"per_token": per_token + h * vocab, "attention": attn}
+        if kind == "gpt_oss":  # k of E experts (gate_up, down), a router; sinks: elementwise
+            e, k, f = d["num_local_experts"], d["num_experts_per_tok"], d["intermediate_size"]
+            per_token = layers_n * (attention + h * e + k * 3 * h * f)
+            attn = [(heads, hd, hd, d["sliding_window"] if t == "sliding_attention" else None,
+                     2 * kv * hd) for t in d["layer_types"]]
+            return {"per_token": per_token + h * vocab, "attention": attn}
+        if kind == "glm4_moe":  # first_k_dense_replace dense, then routed + shared experts
+            e, k, fe = d["n_routed_experts"], d["num_experts_per_tok"], d["moe_intermediate_size"]
+            dense = d["first_k_dense_replace"]
+            moe = h * e + k * 3 * h * fe + 3 * h * fe * d["n_shared_experts"]
+            per_token = layers_n * attention + dense * 3 * h * d["intermediate_size"] \
+                + (layers_n - dense) * moe
+            attn = [(heads, hd, hd, None, 2 * kv * hd)] * layers_n
+            return {"per_token": per_token + h * vocab, "attention": attn}
+        if kind in ("mixtral", "qwen3_moe", "olmoe", "phimoe"):
             e = d.get("num_local_experts") or d["num_experts"]
             k, fe = d["num_experts_per_tok"], d.get("moe_intermediate_size") or \
                 d["intermediate_size"]
             mlp = h * e + k * 3 * h * fe  # router, k experts
             assert d.get("decoder_sparse_step", 1) == 1 and not d.get("mlp_only_layers")
-        elif kind == "starcoder2":  # c_fc, c_proj
+        elif kind in ("starcoder2", "nemotron"):  # c_fc, c_proj; up_proj, down_proj (relu^2)
             mlp = 2 * h * d["intermediate_size"]
         elif kind == "qwen2_moe":
             e, k, fe = d["num_experts"], d["num_experts_per_tok"], d["moe_intermediate_size"]
@@ -181,6 +249,11 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
         elif kind == "gemma3_text":  # 5 local then 1 global
             p = d.get("sliding_window_pattern", 6)
             windows = [window if (i + 1) % p else None for i in range(layers_n)]
+        elif kind == "cohere2":  # sliding_window_pattern - 1 local layers, then 1 global
+            p = d["sliding_window_pattern"]
+            windows = [window if (i + 1) % p else None for i in range(layers_n)]
+        elif isinstance(d.get("layer_types"), list):  # written out in the config (OLMo-3)
+            windows = [window if t == "sliding_attention" else None for t in d["layer_types"]]
         elif kind in ("qwen2", "qwen2_moe", "qwen3_moe"):
             assert window is None  # use_sliding_window false in these configs
             windows = [None] * layers_n
@@ -190,15 +263,62 @@ def reference(name: str, d: dict[str, Any]) -> dict[str, Any]:
     return {"per_token": per_token + h * vocab, "attention": attn}
 
 
-def reference_counts(ref: dict[str, Any], seqs: tuple[int, ...], context: int
-                     ) -> dict[str, Any]:
+# hybrids: attention layers between state-space (Mamba, Mamba-2), linear-attention or
+# convolution layers, whose MACs are those of transformers' own PyTorch code as
+# torch.utils.flop_counter.FlopCounterMode counts it (half its FLOPs, the whole score matrix of
+# every attention call), the attention then recounted causal by hand
+HYBRIDS = ("jamba", "qwen3_next", "granitemoehybrid", "bamba", "nemotron_h", "lfm2",
+           "falcon_h1", "zamba2", "minimax")
+
+
+def _layer_types(d: dict[str, Any]) -> list[str]:
+    """Each layer's type as transformers' configuration class resolves it."""
+    from transformers import AutoConfig
+
+    return list(AutoConfig.for_model(**{k: v for k, v in d.items() if k != "auto_map"})
+                .layer_types)
+
+
+def counter_macs(d: dict[str, Any], seq: int) -> int:
+    """Half the FLOPs FlopCounterMode counts for transformers' model of ``d`` (meta device,
+    its own PyTorch code) on 1 x ``seq`` token ids."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**{k: v for k, v in d.items() if k != "auto_map"})
+    config._attn_implementation = "sdpa"
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "batched_mm"  # the k chosen experts' matmuls
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    with FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, seq, dtype=torch.long, device="meta"))
+    return counter.get_total_flops() // 2
+
+
+def reference_counts(ref: dict[str, Any], seqs: tuple[int, ...], context: int,
+                     data: dict[str, Any] | None = None) -> dict[str, Any]:
     attn = ref["attention"]
-    prefill = {s: ref["per_token"] * s + sum(heads * (qk + v) * window_scores(s, w)
-                                             for heads, qk, v, w, _ in attn) for s in seqs}
-    decode = ref["per_token"] + sum(heads * (qk + v) * min(context + 1, w or context + 1)
-                                    for heads, qk, v, w, _ in attn)
+
+    def scores(s: int) -> int:
+        return sum(heads * (qk + v) * window_scores(s, w) for heads, qk, v, w, _ in attn)
+
+    def whole(s: int) -> int:
+        return sum(heads * (qk + v) * s * s for heads, qk, v, *_ in attn)
+
+    if ref.get("counter"):  # hybrids: FlopCounterMode less the whole score matrices
+        assert data is not None
+        rest = {s: counter_macs(data, s) - whole(s) for s in {*seqs, 1, 2}}
+        prefill = {s: rest[s] + scores(s) for s in seqs}
+        per_token = rest[2] - rest[1]  # what one more token adds, as llm counts decode
+    else:
+        prefill = {s: ref["per_token"] * s + scores(s) for s in seqs}
+        per_token = ref["per_token"]
+    decode = per_token + sum(heads * (qk + v) * keys_at(context, w)
+                             for heads, qk, v, w, _ in attn)
     kv_token = KV_BYTES * sum(c for *_, c in attn)
-    kv_total = KV_BYTES * sum(c * min(context, w or context) for *_, w, c in attn)
+    kv_total = KV_BYTES * sum(c * cached(context, w) for *_, w, c in attn)
     return {"prefill": prefill, "decode": decode, "kv_token": kv_token, "kv_total": kv_total}
 
 
@@ -237,7 +357,7 @@ def family(path: Path) -> dict[str, Any]:
                                                                                  CONTEXT)}
         seqs, context = (128, positions), positions - 1
     total, active = reference_params(data)
-    ref = reference_counts(reference(name, data), seqs, context)
+    ref = reference_counts(reference(name, data), seqs, context, data)
     got = {s: ours(path, s, context) for s in seqs}
     first = got[seqs[0]]
     row: dict[str, Any] = {

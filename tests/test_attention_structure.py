@@ -198,10 +198,11 @@ GEMMA2 = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab
           "sliding_window": 4, "max_position_embeddings": 512}
 
 
-def test_eager_attention_is_counted_by_structure_in_llm_and_whole_in_analyze(tmp_path):
+def test_eager_attention_is_counted_by_structure_in_llm_and_analyze(tmp_path):
     # Gemma-2 runs eager attention (soft-capping): its scores are matmuls. llm counts them from
-    # the description and says so; analyze counts every score and says so. Layers local,
-    # global: 4 heads x (16 + 16) per score, 256 - 58 and 256 - 136 scores fewer per head
+    # the description, analyze by each layer's mask (the matmuls of the layer's attention
+    # module), and both say so. Layers local, global: 4 heads x (16 + 16) per score, 256 - 58
+    # and 256 - 136 scores fewer per head than the whole matrices
     pytest.importorskip("transformers")
     (tmp_path / "config.json").write_text(json.dumps(GEMMA2))
     spec = f"hf:{tmp_path}"
@@ -215,10 +216,13 @@ def test_eager_attention_is_counted_by_structure_in_llm_and_whole_in_analyze(tmp
     assert any("eager attention" in n and "counted from the config's attention description"
                in n for n in r.notes)
     a = analyze(spec, seq_len=16)
-    assert a.totals.macs - r.prefill.macs == fewer
-    assert any(n.startswith("eager attention") and "whole matrix is counted" in n
+    assert (a.totals.macs, a.totals.flops) == (r.prefill.macs, r.prefill.flops)
+    assert any(n.startswith("eager attention") and "of 2 layer(s) are counted by the config's "
+               "structure, sliding window 4 in 1 layer, causal in 1 layer" in n
                for n in a.notes)
-    assert not any("counted by the config's structure" in n for n in a.notes)
+    whole = analyze(spec, seq_len=16, attention="full")
+    assert whole.totals.macs - a.totals.macs == fewer
+    assert any("whole matrix is counted" in n for n in whole.notes)
 
 
 def test_plan_labels_no_attention_count(tmp_path):

@@ -125,13 +125,18 @@ def test_llm_accepts_causal_lms_of_every_family(tmp_path, config, params, kv_hea
 
 
 def test_gemma2_is_analysed_with_eager_attention(tmp_path):
-    """Soft-capping needs eager attention: the scores are plain matmuls, counted in full.
+    """Soft-capping needs eager attention: the scores are plain matmuls, counted by each
+    layer's mask as the SDPA kernels are (--attention full: every score).
     Per token: 2 layers x (q, k, v, o 24,576 + MLP 24,576) + head 64,000 = 162,304, x 32;
-    attention 2 layers x 2 (QK^T, AV) x 4 heads x 32 x 32 x 32 = 524,288."""
-    code, out, err = run_cli("analyze", write_config(tmp_path, GEMMA_2), "--seq-len", "32",
-                             "--depth", "0", "--format", "json")
-    assert code == 0, err
-    assert json.loads(out)["totals"]["macs"] == 32 * 162_304 + 524_288
+    attention 4 heads x (32 + 32) per score: layer 0 a window of 16 (16 x 17 / 2 + 16 x 16 =
+    392 scores), layer 1 causal (32 x 33 / 2 = 528): 235,520; whole: 2 layers x 2 (QK^T, AV)
+    x 4 heads x 32 x 32 x 32 = 524,288."""
+    spec = write_config(tmp_path, GEMMA_2)
+    for flags, attention in (((), 235_520), (("--attention", "full"), 524_288)):
+        code, out, err = run_cli("analyze", spec, "--seq-len", "32", "--depth", "0",
+                                 "--format", "json", *flags)
+        assert code == 0, err
+        assert json.loads(out)["totals"]["macs"] == 32 * 162_304 + attention
 
 
 def test_attention_implementation_per_model():

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from layerscope.analysis import capture, llm_counts, static
-from layerscope.analysis.attention_structure import eager_notes, layer_masks
+from layerscope.analysis import capture, dense_experts, llm_counts, static
+from layerscope.analysis.attention_kernels import MixedWidthAttention
+from layerscope.analysis.attention_structure import count_eager, eager_notes, layer_masks
 from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.llm_counts import attention_notes
 from layerscope.analysis.model_prep import (
@@ -89,6 +90,7 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
         dtype = parse_dtype(dtype)
     loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
+    notes += loaded.extras.get("notes", [])  # the frontend's (an hf: config's defaults)
     if not has_forward(module):
         cap = capture.parameters_only(module, training=(mode == "training"), dtype=dtype)
         notes.append(f"{type(module).__name__} has no forward(): no forward ran; the report "
@@ -102,22 +104,27 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
             masks = layer_masks(module, loaded.inputs, loaded.kwargs) \
                 if attention == "causal" else None
             with attention_counting(attention, masks) as counting, \
-                    masks if masks is not None else contextlib.nullcontext():
+                    masks if masks is not None else contextlib.nullcontext(), \
+                    MixedWidthAttention():
                 cap = capture.capture(module, loaded.inputs, kwargs=loaded.kwargs,
                                       training=(mode == "training"), dtype=dtype,
                                       fake=loaded.frontend == "torch",
                                       owned=loaded.extras.get("owned", False),
                                       functions=functions)
-            notes += attention_notes(counting) + eager_notes(module)
+            notes += attention_notes(counting)
+            notes += count_eager(cap, module, masks) if masks is not None and \
+                mode != "training" else eager_notes(module)
         except capture.TooLargeForRealRun as exc:
             raise UserError(f"{loaded.name}: {exc}") from None
         except capture.ModelRunError as exc:
             raise UserError(f"{loaded.name} rejected input "
                             f"{call_text(loaded.inputs, loaded.kwargs)}: "
                             f"{first_line(exc)}") from exc
+    routing = llm_counts.routing(module, loaded.extras.get("llm_config"))
+    if routing is not None:  # experts computed densely: counted as the router's top-k
+        notes += dense_experts.count_routed(cap, routing)
     ops, coverage = static.uncounted(cap)
     totals = static.totals(cap, module, optimizer)
-    routing = llm_counts.routing(module, loaded.extras.get("llm_config"))
     if routing is not None:
         totals.params_active = llm_counts.active_params(module, totals.params, routing)
         notes += llm_counts.moe_notes(routing)

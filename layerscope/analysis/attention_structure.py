@@ -22,10 +22,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis.capture import Capture, ModuleStats
 from layerscope.analysis.capture.tracker import AUTOGRAD_TAG
 from layerscope.analysis.module_hooks import ForwardHookContext
+from layerscope.core.cost import Cost
 from layerscope.core.errors import UserError
 from layerscope.frontends.llm_attention import UNKNOWN, LayerAttention, from_hf
+from layerscope.ops.rules import ATTN_PER_SCORE
 
 
 def decoder_blocks(model: nn.Module, layers: int) -> list[nn.Module] | None:
@@ -39,7 +42,7 @@ def decoder_blocks(model: nn.Module, layers: int) -> list[nn.Module] | None:
 def scores(layer: LayerAttention, lq: int, lk: int) -> int | None:
     """Scores per head of ``lq`` queries, the last of ``lk`` keys, under ``layer``'s mask (None
     where it is not known: a layer of unknown kind, or more queries than keys)."""
-    if layer.kind == UNKNOWN or not 0 < lq <= lk:
+    if layer.kind == UNKNOWN or not layer.attends or not 0 < lq <= lk:
         return None
     return layer.prefill_scores(lk) - layer.prefill_scores(lk - lq)
 
@@ -49,7 +52,7 @@ def describe(layers: Sequence[LayerAttention]) -> str:
     first."""
     seen: dict[str, int] = {}
     for a in layers:
-        if a.kind == UNKNOWN:
+        if a.kind == UNKNOWN or not a.attends:
             continue
         what = ("sliding window " if a.window is not None else "chunks of "
                 if a.chunk is not None else "causal")
@@ -104,6 +107,11 @@ class LayerMasks(ForwardHookContext):
         32 layers``."""
         return describe([a for a in self.layers if a in self.used])
 
+    def describe_all(self) -> str:
+        """Every layer's structure, e.g. ``sliding window 128 in 12 layers, causal in 12
+        layers``."""
+        return describe(self.layers)
+
     def _pre(self, module, args) -> None:
         i = self.index.get(id(module))
         if i is not None:
@@ -141,10 +149,67 @@ def layer_masks(module: nn.Module, args: Sequence[Any],
     return LayerMasks(blocks, layers, names)
 
 
+def count_eager(cap: Capture, module: nn.Module, masks: LayerMasks) -> list[str]:
+    """Count, in ``cap``, the score and value matmuls of a Hugging Face model built with eager
+    attention (its class has no SDPA path: Gemma-2's soft-capping, gpt-oss's attention sinks,
+    Bloom's ALiBi) by the structure of each layer's mask, as the SDPA kernels are counted.
+
+    Such a model writes its attention out: q @ k^T over the whole Lq x Lk matrix, a
+    materialised mask added, softmax, then probabilities @ v. In a decoder block of a prefill
+    (its input (B, S, hidden): Lq = Lk = S) whose layer's attention is known, the module whose
+    own ops (its projections are submodules) cost exactly calls x B x heads x S^2 x (qk head
+    dim + v head dim) MACs is that layer's attention; it is counted the scores its mask lets
+    each query see (``LayerAttention.prefill_scores``): the MACs of the hidden ones, and their
+    FLOPs as the kernels count them (2 per MAC and ``ATTN_PER_SCORE`` per score), are taken
+    out. The matrices stay in the activation bytes (eager materialises them) and the backward
+    (training) is counted as traced. Any other module is left as it is. The note says what was
+    found."""
+    config = getattr(module, "config", None)
+    if getattr(config, "_attn_implementation", None) != "eager" or not getattr(
+            config, "model_type", None):
+        return []
+    counted = 0
+    for name, i in masks.names.items():
+        a, block = masks.layers[i], cap.modules.get(name)
+        if not a.attends or a.kind == UNKNOWN or block is None or not block.calls \
+                or not block.input_shapes or len(block.input_shapes[0]) != 3:
+            continue
+        b, seq = block.input_shapes[0][:2]
+        width = a.qk_head_dim + a.v_head_dim
+        hidden = seq * seq - a.prefill_scores(seq)
+        for s in _subtree(cap, name)[1:]:
+            if s.calls and s.forward.macs == s.calls * b * a.heads * seq * seq * width:
+                n = s.calls * b * a.heads * hidden
+                s.forward = Cost(s.forward.macs - n * width,
+                                 s.forward.flops - n * (2 * width + ATTN_PER_SCORE),
+                                 s.forward.bytes_read, s.forward.bytes_written)
+                counted += 1
+                break
+    if not counted:
+        return ["eager attention (the model's transformers class has no SDPA path): its scores "
+                "are written out as matmuls with a materialised mask, and no layer's matmuls "
+                "were found to count by its mask: every score of the whole matrix is counted; "
+                "layerscope llm counts them from the config's attention description"]
+    return [f"eager attention (the model's transformers class has no SDPA path): the score and "
+            f"value matmuls of {counted} layer(s) are counted by the config's structure, "
+            f"{masks.describe_all()} (the scores each query's mask lets it see, as the SDPA "
+            "kernels and layerscope llm count them); the whole matrices stay in the activation "
+            "bytes, as eager materialises them; --attention full counts every score"]
+
+
+def _subtree(cap: Capture, name: str) -> list[ModuleStats]:
+    out, todo = [], [name]
+    while todo:
+        s = cap.modules[todo.pop(0)]
+        out.append(s)
+        todo.extend(s.children)
+    return out
+
+
 def eager_notes(module: nn.Module) -> list[str]:
-    """What a Hugging Face model built with eager attention (no SDPA path in its class:
-    Gemma-2's soft-capping, Bloom's ALiBi) makes of the attention count: its scores are matmuls
-    and a materialised mask, so every score is counted, whatever the mask."""
+    """What a Hugging Face model built with eager attention makes of the attention count where
+    ``count_eager`` does not apply (``--attention full``, a training step, a call with an
+    attention mask): every score of the whole matrix is counted, whatever the mask."""
     config = getattr(module, "config", None)
     if getattr(config, "_attn_implementation", None) != "eager" or not getattr(
             config, "model_type", None):

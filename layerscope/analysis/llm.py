@@ -196,6 +196,9 @@ class LLMSource:
     build: Callable[[LLMConfig], nn.Module]
     # keywords only: two optional tuples side by side are easy to pass the wrong way round
     notes: tuple[str, ...] = field(default=(), kw_only=True)
+    # what every command on this model should say about its configuration (sizes it leaves
+    # out, filled with transformers' defaults)
+    config_notes: tuple[str, ...] = field(default=(), kw_only=True)
     # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
     # plain causal attention with the config's heads on every layer
     attention: tuple[LayerAttention, ...] = field(default=(), kw_only=True)
@@ -263,24 +266,31 @@ def _hf_source(spec: str) -> LLMSource:
 
     one = build(with_layers(config, 1))
     config = dataclasses.replace(config, **describe(one))
-    notes = ()
+    notes: tuple[str, ...] = ()
     if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
         notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
                  "path, e.g. attention soft-capping): its attention scores are counted from the "
                  "config's attention description where the traced matmuls agree with it",)
     return LLMSource(name, config, build, notes=notes,
+                     config_notes=tuple(hf_config_keys.defaults_note(data, spec)),
                      attention=llm_attention.from_hf(data, spec),
                      position_table=llm_models.position_table(config, data))
 
 
 
 def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
-    """The config with ``layers`` blocks: the first ones (per-layer lists such as
-    ``layer_types`` cut to match, as transformers checks their length; GPT-Neo's
-    ``attention_types``, runs of layer types, rewritten as one run per kept layer)."""
+    """The config with ``layers`` blocks: the first ones. Per-layer lists (a list with one entry
+    per layer: ``layer_types``, Llama-4's ``no_rope_layers``, Zamba2's ``layers_block_type``)
+    and per-layer pattern strings (Nemotron-H's ``hybrid_override_pattern``, one character per
+    layer) are cut to match, as transformers checks their length; GPT-Neo's
+    ``attention_types``, runs of layer types, is rewritten as one run per kept layer."""
     out = {**data, key: layers}
-    if isinstance(data.get("layer_types"), list):
-        out["layer_types"] = data["layer_types"][:layers]
+    total = data.get(key)
+    for name, value in data.items():
+        if isinstance(total, int) and name != key and (
+                isinstance(value, list) or isinstance(value, str) and "pattern" in name) \
+                and len(value) == total:
+            out[name] = value[:layers]
     if data.get("model_type") == "gpt_neo":
         kinds = llm_attention.gpt_neo_layer_types(data)[:layers]
         out["attention_types"] = [[[kind], 1] for kind in kinds]
@@ -344,7 +354,15 @@ def layer_terms(source: LLMSource) -> tuple[dict[int, int], list[str]]:
     (``llm_structure.prefix_terms``) of its layers grouped by structure
     (``source_layer_keys``), and the notes on the grouping."""
     keys, notes = source_layer_keys(source)
-    return llm_structure.prefix_terms(keys), notes
+    return llm_structure.prefix_terms(keys, first_layers(source)), notes
+
+
+def first_layers(source: LLMSource) -> int:
+    """The fewest first layers a model of ``source`` is built with: 1, or a hybrid's layers up
+    to its first attention layer (``llm_attention.first_attending``: a hybrid's model of
+    state-space layers alone is not one transformers runs)."""
+    first = llm_attention.first_attending(source.layer_attention())
+    return 1 if first is None else first + 1
 
 
 def _combined(source: LLMSource, terms: dict[int, int],
@@ -443,6 +461,25 @@ def traced_counts(source: LLMSource, batch: int, seq: int, context: int, attenti
     return prefill, after.macs - at.macs, after.flops - at.flops
 
 
+def recurrent_notes(layers: tuple[LayerAttention, ...]) -> list[str]:
+    """What the count of a hybrid's layers without softmax attention (state-space,
+    linear-attention or convolution mixers, an MLP alone) or with a state-space mixer beside it
+    (Falcon-H1's ``hybrid`` layers) rests on."""
+    recurrent = sum(not a.attends for a in layers)
+    beside = sum(a.mixer == llm_attention.HYBRID for a in layers)
+    if not recurrent and not beside:
+        return []
+    what = (f"{recurrent} of {len(layers)} layers have no softmax attention (state-space, "
+            "linear-attention or convolution mixers, or an MLP alone: transformers' layer "
+            "types): no scores and no KV cache; their" if recurrent else
+            f"{beside} of {len(layers)} layers run a state-space mixer beside their attention "
+            "(transformers' layer type hybrid): the mixer has no scores and no KV cache; its")
+    return [f"{what} prefill is counted as transformers' PyTorch implementation computes it "
+            "(each aten op by its rule), decode per token as what one more token adds to that "
+            "implementation's 1-token trace (its prefill path, not its recurrent step); the "
+            "fixed-size recurrent state is not in the KV cache"]
+
+
 def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: int,
                       context: int, attention: str) -> list[AttentionLayers]:
     """One record per distinct layer description: how many layers, how their scores were
@@ -451,7 +488,8 @@ def attention_records(layers: tuple[LayerAttention, ...], kv_dtype: str, batch: 
     out = []
     for g in llm_structure.groups(layers):
         a = g.attention
-        counted = attention if attention == "as traced" else "full" if (
+        counted = "no attention" if not a.attends else \
+            attention if attention == "as traced" else "full" if (
             attention == "full" or a.kind == llm_attention.UNKNOWN) else (
             f"causal, window {a.window}" if a.window is not None else
             f"causal, chunks of {a.chunk}" if a.chunk is not None else "causal")
@@ -590,7 +628,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         context = values.positive_int(context, "context")
     check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
     check_tokens(config, 1, context + 1, "context")
-    notes = list(source.notes)
+    notes = [*source.config_notes, *source.notes]
     for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
         if table and n > config.max_position:
             raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
@@ -621,6 +659,7 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
             notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
                          "does not know (its mask's structure): their scores are counted as the "
                          "whole matrix")
+    notes += recurrent_notes(layers)
     total, active = prefill.params, prefill.params_active
     kv_token = nbytes(llm_structure.kv_elements(layers), kv_dtype)
     kv_total = nbytes(batch_size * llm_structure.kv_elements(layers, context), kv_dtype)

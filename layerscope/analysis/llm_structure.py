@@ -158,18 +158,20 @@ def layer_keys(model: nn.Module, attention: Sequence[LayerAttention]) -> list[ob
     return [(block_signature(b), a) for b, a in zip(blocks, attention)]
 
 
-def prefix_terms(keys: Sequence[object]) -> dict[int, int]:
+def prefix_terms(keys: Sequence[object], start: int = 1) -> dict[int, int]:
     """Coefficients c_n with count(model) = sum of c_n x count(model of its first n layers).
 
     count(first n layers) = outside + the blocks 0..n-1, so a block's own count is
-    count(first f + 1) - count(first f). The whole model is the first layer's model plus, for
-    every group of identical layers after the first, its number of such layers times the block
-    of its first member f >= 1. All layers alike: c_1 = 2 - L, c_2 = L - 1 (the extrapolation
-    from one and two blocks)."""
-    terms = {1: 1}
+    count(first f + 1) - count(first f). The whole model is the model of its first ``start``
+    layers plus, for every group of identical layers after them, its number of such layers
+    times the block of its first member f >= ``start``. All layers alike (start 1): c_1 = 2 - L,
+    c_2 = L - 1 (the extrapolation from one and two blocks). ``start``: the fewest layers a
+    model may have (a hybrid's: up to its first attention layer, ``first_attending``), so no
+    model of fewer is needed."""
+    terms = {start: 1}
     first: dict[object, int] = {}
     members: dict[object, int] = {}
-    for i, key in enumerate(keys[1:], start=1):
+    for i, key in enumerate(keys[start:], start=start):
         first.setdefault(key, i)
         members[key] = members.get(key, 0) + 1
     for key, f in first.items():
@@ -199,7 +201,7 @@ def _attention_words(key: object) -> str | None:
         return None
     return (f"window-{a.window}" if a.window is not None else
             f"chunked-{a.chunk}" if a.chunk is not None else
-            a.kind if a.kind != UNKNOWN else "unknown-attention")
+            a.mixer or a.kind if a.kind != UNKNOWN else "unknown-attention")
 
 
 def group_labels(keys: Sequence[object]) -> list[str]:

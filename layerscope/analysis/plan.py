@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -75,17 +76,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from layerscope.analysis import llm_structure
+from layerscope.analysis import dense_experts, llm_structure
 from layerscope.analysis.block_bytes import (
     fused_layer_bytes,
     gathered_input_bytes,
     op_checkpoint_bytes,
 )
 from layerscope.analysis.capture.nodynamo import without_dynamo
+from layerscope.analysis.capture.records import module_table
+from layerscope.analysis.capture.tracker import ModuleTracker
 from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
     dtype_name,
+    first_layers,
     param_counts,
     resolve_llm,
     source_layer_keys,
@@ -117,6 +121,14 @@ class Saved:
     total: int
     scores: int
     gathered: int = 0  # weights picked per token (batched_mm's expert copies), not counted
+    # (module, bytes, seq x seq bytes) of the storages each module saved first
+    by_module: tuple[tuple[str, int, int], ...] = ()
+
+    def within(self, name: str) -> tuple[int, int]:
+        """(bytes, seq x seq bytes) saved first by module ``name`` or its submodules."""
+        got = [(b, sq) for owner, b, sq in self.by_module
+               if owner == name or owner.startswith(name + ".")]
+        return sum(b for b, _ in got), sum(sq for _, sq in got)
 
 
 class FlashAttention(TorchFunctionMode):
@@ -149,9 +161,13 @@ class SavedCounter:
     expert weights copied per token (``_gathered_weights``, counted apart). A storage whose
     last two dimensions are (seq, seq) is an attention score's."""
 
-    def __init__(self, own: set[int], seq: int):
-        self.own, self.seq = own, seq
+    def __init__(self, own: set[int], seq: int, tracker: ModuleTracker | None = None):
+        """``tracker``: names the module running when a tensor is saved (for a mixture of
+        experts computed densely, ``dense_experts.scale_of``)."""
+        self.own, self.seq, self.tracker = own, seq, tracker
         self.found: dict[int, tuple[int, bool]] = {}
+        # storage -> (module that saved it, the saved tensor's shape): the largest view saved
+        self.made: dict[int, tuple[str, tuple[int, ...]]] = {}
         self.gathered: dict[int, int] = {}
         # every saved tensor is held until the count is done: a storage freed meanwhile (an op
         # whose result nothing uses) could hand its address to a later one, which would then
@@ -167,24 +183,42 @@ class SavedCounter:
             square = t.dim() >= 2 and t.shape[-1] == self.seq and t.shape[-2] == self.seq
             seen = self.found.get(storage._cdata, (0, False))
             self.found[storage._cdata] = (storage.nbytes(), seen[1] or square)
+            if self.tracker is not None:
+                self.made.setdefault(storage._cdata, (self.tracker.current(), tuple(t.shape)))
         return t
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
-    def saved(self) -> Saved:
-        return Saved(total=sum(b for b, _ in self.found.values()),
-                     scores=sum(b for b, square in self.found.values() if square),
-                     gathered=sum(self.gathered.values()))
+    def saved(self, blocks: Mapping[str, tuple[int, int, int]] | None = None) -> Saved:
+        """The sums; ``blocks``: the dense mixture-of-experts blocks
+        (``dense_experts.pair_scale``), whose per-(token, expert) tensors count k/E."""
+        sizes = {}
+        for key, (nbytes, _) in self.found.items():
+            k, e = dense_experts.scale_of(*self.made[key], blocks) \
+                if blocks and key in self.made else (1, 1)
+            sizes[key] = nbytes * k // e
+        owners: dict[str, list[int]] = {}
+        for key, (_, square) in self.found.items():
+            got = owners.setdefault(self.made[key][0] if key in self.made else "", [0, 0])
+            got[0] += sizes[key]
+            got[1] += sizes[key] if square else 0
+        return Saved(total=sum(sizes.values()),
+                     scores=sum(sizes[key] for key, (_, square) in self.found.items() if square),
+                     gathered=sum(self.gathered.values()),
+                     by_module=tuple((name, b, sq) for name, (b, sq) in owners.items()))
 
 
 @without_dynamo()
 def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
-                  device: str = "cuda") -> Saved:
+                  device: str = "cuda", route: tuple[int, int] = (1, 1)) -> Saved:
     """Run ``model`` forward in training mode on fake tensors of ``device`` and sum the bytes of
     the distinct storages autograd saves for backward (``SavedCounter``; parameters and buffers
     are not activations). The model is not changed: its parameters are replaced for the call
-    only (``torch.func.functional_call``) and its train flags restored."""
+    only (``torch.func.functional_call``) and its train flags restored. ``route``: (k, E) of a
+    mixture of experts; a block whose code runs every token through all E experts saves its
+    per-(token, expert) tensors k/E as a routed implementation does (analysis/
+    dense_experts.py)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
@@ -197,10 +231,13 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                 float_dtype = dtype if t.is_floating_point() else t.dtype
                 state[name] = torch.empty(t.shape, dtype=float_dtype, device=device,
                                           requires_grad=isinstance(t, nn.Parameter))
-            counter = SavedCounter({t.untyped_storage()._cdata for t in state.values()}, seq)
+            stats, _ = module_table(model)
+            tracker = ModuleTracker(model, stats, tag_autograd=False)
+            counter = SavedCounter({t.untyped_storage()._cdata for t in state.values()}, seq,
+                                   tracker)
             ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
             flash = FlashAttention() if device == "cuda" else contextlib.nullcontext()
-            with counter.hooks(), flash:
+            with counter.hooks(), flash, tracker:
                 out = functional_call(model, state, (ids,), strict=False, tie_weights=True)
                 logits = getattr(out, "logits", out)
                 # the loss as trainers compute it: cross-entropy of fp32 logits
@@ -208,7 +245,7 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
     finally:
         for m, flag in flags:
             m.training = flag
-    return counter.saved()
+    return counter.saved(dense_experts.pair_scale(stats, route))
 
 
 def _gathered_weights(t: torch.Tensor, own: set[int]) -> bool:
@@ -268,28 +305,37 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
     """Each group of identical layers' block (the model of the first f + 1 layers minus that of
     the first f, f the group's first member after layer 0, else layer 0 against the model of no
     layers) and what lies outside the blocks (embeddings, head, loss: the first layer's model
-    less its block). Layers are grouped as ``llm`` groups them (analysis/llm_structure.py: the
-    blocks' modules and shapes, and each layer's attention): DeepSeek-V3's first three dense
-    layers, the mixture-of-experts ones after, Gemma-3's window and global layers are measured
-    apart. The whole model's figure, sum of group x layers + outside, is that of the full model
-    (tests compare it)."""
+    less its block). A hybrid's models hold its first attention layer (``first_layers``: s =
+    that layer + 1): f is a group's first member from s on, and outside is the model of the
+    first s layers less their blocks. Layers are grouped as ``llm`` groups them
+    (analysis/llm_structure.py: the blocks' modules and shapes, and each layer's attention):
+    DeepSeek-V3's first three dense layers, the mixture-of-experts ones after, Gemma-3's window
+    and global layers are measured apart. The whole model's figure, sum of group x layers +
+    outside, is that of the full model (tests compare it)."""
     torch_dtype = TORCH_DTYPES[dtype]
+    route = (source.config.experts_per_token, source.config.num_experts)
     keys, notes = source_layer_keys(source)
     spans = llm_structure.describe_groups(keys)
     index = {keys[first]: i for i, (first, _) in enumerate(spans)}
     layer_group = tuple(index[k] for k in keys)
-    measured_at = [next((j for j in range(1, len(keys)) if layer_group[j] == i), 0)
-                   for i in range(len(spans))]
-    sizes = sorted({1} | set(measured_at) | {m + 1 for m in measured_at})
+    start = first_layers(source)  # a hybrid's models hold an attention layer
+    # each group's block: a member from ``start`` on, against the model before it; a group of
+    # a hybrid with members before its first attention layer only (None): read from the model
+    # of the first ``start`` layers, the bytes its members' blocks saved
+    measured_at: list[int | None] = [
+        next((j for j in range(start, len(keys)) if layer_group[j] == i),
+             None if start > 1 else 0) for i in range(len(spans))]
+    sizes = sorted({start} | {m for m in measured_at if m is not None}
+                   | {m + 1 for m in measured_at if m is not None})
     models = {n: source.build(with_layers(source.config, n)) for n in sizes}
     probe = _probe_seq(seq, source, list(models.values()))
     for device in ("cuda", "meta"):
         try:
-            saved = {n: measure_saved(models[n], micro_batch, seq, torch_dtype, device)
+            saved = {n: measure_saved(models[n], micro_batch, seq, torch_dtype, device, route)
                      for n in sizes}
             # some model dimension equals seq: (.., seq, seq) is not only scores
             at_probe = saved if probe == seq else {
-                n: measure_saved(models[n], micro_batch, probe, torch_dtype, device)
+                n: measure_saved(models[n], micro_batch, probe, torch_dtype, device, route)
                 for n in sizes}
         except (RuntimeError, NotImplementedError, AssertionError, ValueError) as exc:
             if device == "meta":
@@ -297,24 +343,46 @@ def measure_activations(source: LLMSource, micro_batch: int, seq: int, dtype: st
             continue
         params = {n: sum(p.numel() for p in models[n].parameters()) for n in sizes}
         groups = []
-        for (first, layers), at, label in zip(spans, measured_at,
-                                               llm_structure.group_labels(keys)):
-            scores = at_probe[at + 1].scores - at_probe[at].scores
+        for i, ((first, layers), at, label) in enumerate(zip(
+                spans, measured_at, llm_structure.group_labels(keys))):
+            if at is None:
+                per_layer, scores, own = _attributed(
+                    models[start], start, [j for j in range(start) if layer_group[j] == i],
+                    saved[start], at_probe[start])
+            else:
+                per_layer = saved[at + 1].total - saved[at].total
+                scores = at_probe[at + 1].scores - at_probe[at].scores
+                own = params[at + 1] - params[at]
             groups.append(GroupMeasured(
-                first, layers, label, saved[at + 1].total - saved[at].total,
-                scores if probe == seq else round(scores * seq * seq / (probe * probe)),
-                params[at + 1] - params[at]))
-        other = saved[1].total - groups[layer_group[0]].per_layer
+                first, layers, label, per_layer,
+                scores if probe == seq else round(scores * seq * seq / (probe * probe)), own))
+        other = saved[start].total - sum(groups[g].per_layer for g in layer_group[:start])
         return Measured(tuple(groups), layer_group, other, device, tuple(notes),
                         any(x.gathered for x in saved.values()))
     raise AssertionError("unreachable")
+
+
+def _attributed(model: nn.Module, layers: int, members: list[int], saved: Saved,
+                probe: Saved) -> tuple[int, int, int]:
+    """(bytes, seq x seq bytes at the probe length, parameters) of one block of ``members``
+    (layers of ``model``, the model of the first ``layers`` layers): what their blocks saved
+    first, averaged."""
+    blocks = llm_structure.decoder_blocks(model, layers) or []
+    names = {id(m): name for name, m in model.named_modules()}
+    got = [(saved.within(names[id(blocks[j])])[0], probe.within(names[id(blocks[j])])[1],
+            sum(p.numel() for p in blocks[j].parameters())) for j in members if j < len(blocks)]
+    if not got:
+        return 0, 0, 0
+    n = len(got)
+    return (sum(g[0] for g in got) // n, sum(g[1] for g in got) // n,
+            sum(g[2] for g in got) // n)
 
 
 def _measure_error(source: LLMSource, batch: int, seq: int, exc: Exception) -> UserError:
     """The one line for a failed measurement, blaming what failed: the model when its own
     forward (plain meta tensors: no hooks, no fake tensors) refuses the token ids too, else the
     measurement."""
-    model = source.build(with_layers(source.config, 1))
+    model = source.build(with_layers(source.config, first_layers(source)))
     try:
         with torch.no_grad():
             model(torch.zeros(batch, seq, dtype=torch.long, device="meta"))
@@ -461,7 +529,8 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
         dp=dp, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
         gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
         config=config.to_dict(), environment=environment(),
-        notes=_notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default)
+        notes=[*source.config_notes]
+        + _notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default)
         + ([f"fit: the largest micro-batch per strategy whose peak is at most {budget:,} bytes, "
             "from this plan's per-micro-batch peak (affine in it: solved from micro-batches 1 "
             "and 2, checked at the answer and the next size)"] if budget is not None else []),

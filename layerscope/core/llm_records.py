@@ -56,9 +56,11 @@ class KVCache(Record):
 class AttentionLayers(Record):
     """The layers that share one attention description: ``kind`` causal, sliding (a window of
     ``window`` keys per query), chunked (queries attend their own chunk of ``chunk`` tokens),
-    mla (multi-head latent attention: the cache holds a latent) or
-    unknown (a layer type whose mask layerscope does not know: counted as the whole matrix);
-    ``counted`` says how their prefill scores were counted."""
+    mla (multi-head latent attention: the cache holds a latent),
+    unknown (a layer type whose mask layerscope does not know: counted as the whole matrix) or
+    recurrent (no attention: a hybrid's state-space, linear-attention or convolution layers, or
+    an MLP alone; no heads, no scores, no KV cache); ``counted`` says how their prefill scores
+    were counted."""
 
     kind: str
     layers: int = field(metadata=_COUNT)

@@ -9,6 +9,7 @@ gives it, so a short config means what transformers builds from it. Nothing here
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,47 @@ from layerscope.core.errors import UserError
 SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "num_kv_heads", "intermediate_size", "head_dim", "n_head",
              "n_layer", "n_embd")
+
+
+# what the counts depend on beyond SIZE_KEYS: a mixture of experts, latent attention, a window
+COUNTED_KEYS = SIZE_KEYS + (
+    "moe_intermediate_size", "num_local_experts", "num_experts", "n_routed_experts",
+    "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank",
+    "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window")
+
+
+def defaulted(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The sizes the counts depend on (``COUNTED_KEYS``) that ``data`` leaves out and
+    transformers' config class for its ``model_type`` fills with a constant of its own (a
+    Llama config without ``vocab_size`` is built with 32000 tokens, a Mistral one without
+    ``num_key_value_heads`` with 8): key -> that value. A key the class derives from others
+    (``head_dim``: hidden / heads) has no constant default and is not among them; empty without
+    transformers or for a model type it does not know."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[str(data.get("model_type"))]
+        fields = {f.name: f.default for f in dataclasses.fields(cls)}
+    except Exception:  # no transformers, an unknown model_type, a class that is no dataclass
+        return {}
+    aliases = dict(getattr(cls, "attribute_map", None) or {})
+    given = set(data) | {own for std, own in aliases.items() if std in data} | {
+        std for std, own in aliases.items() if own in data}
+    return {key: fields[key] for key in COUNTED_KEYS
+            if key in fields and key not in given and fields[key] is not None
+            and fields[key] is not dataclasses.MISSING}
+
+
+def defaults_note(data: Mapping[str, Any], where: str) -> list[str]:
+    """One note naming the sizes ``data`` leaves out and the values transformers gave them."""
+    got = defaulted(data)
+    if not got:
+        return []
+    kind = data.get("model_type")
+    listed = ", ".join(f"{k} = {v}" for k, v in got.items())
+    return [f"{where}: the config does not give {', '.join(got)}: counted with the default of "
+            f"transformers' {kind} configuration ({listed}); give them in the config if the "
+            "model has other values"]
 
 
 def check_sizes(data: dict[str, Any], where: str) -> None:

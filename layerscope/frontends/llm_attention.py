@@ -8,8 +8,10 @@ latent attention (DeepSeek-V2/V3: ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_n
 ``v_head_dim``), multi-/grouped-query attention (``num_key_value_heads``; GPT-BigCode's
 ``multi_query``; Falcon's ``multi_query``, ``new_decoder_architecture`` and ``num_kv_heads``)
 and ``head_dim`` given separately. A layer type the rules do not know (``chunked_attention``,
-linear attention, ...) is ``kind="unknown"``: its scores are counted as the whole matrix, and
-said so.
+...) is ``kind="unknown"``: its scores are counted as the whole matrix, and said so. A layer
+without softmax attention (transformers' layer types ``linear_attention``, ``mamba``, ``conv``,
+``mlp``: the state-space, linear-attention and convolution layers of Jamba, Qwen3-Next,
+Granite-4.0-H, Nemotron-H, LFM2, MiniMax) is ``kind="recurrent"``: no scores and no KV cache.
 
 The layer types are those transformers' configuration class derives (``layer_types``, which
 many families compute from other keys) when transformers is installed; without it, or for a
@@ -20,6 +22,7 @@ follow from these records in analysis/llm_attention_cost.py.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +32,17 @@ from layerscope.core.errors import UserError
 from layerscope.frontends import hf_config_keys
 
 CAUSAL, SLIDING, CHUNKED, MLA, UNKNOWN = "causal", "sliding", "chunked", "mla", "unknown"
+# a layer without softmax attention: a state-space (Mamba), linear-attention or short-convolution
+# mixer, or an MLP alone (Nemotron-H's "-" layers): no scores and no KV cache
+RECURRENT = "recurrent"
+# transformers' layer_types: the layers that attend (a "hybrid" layer runs attention and a
+# state-space mixer side by side: Falcon-H1, Zamba2's shared-attention layers) and those that
+# do not
+HYBRID = "hybrid"
+_ATTENDING = {"full_attention": CAUSAL, "attention": CAUSAL, HYBRID: CAUSAL,
+              "sliding_attention": SLIDING}
+_NOT_ATTENDING = frozenset({"linear_attention", "mamba", "mamba2", "conv", "mlp", "moe",
+                            "recurrent", "ssm"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,15 @@ class LayerAttention:
     cache_elements: int
     window: int | None = None
     chunk: int | None = None  # chunked attention: queries attend their own chunk of C tokens
+    # a RECURRENT layer's type as transformers names it ("linear_attention", "mamba", "conv",
+    # "mlp"), or HYBRID for an attention layer with a state-space mixer beside it (Falcon-H1):
+    # what the report calls its group
+    mixer: str | None = None
+
+    @property
+    def attends(self) -> bool:
+        """Whether the layer computes softmax attention scores (every kind but RECURRENT)."""
+        return self.kind != RECURRENT
 
     def keys(self, position: int) -> int:
         """Keys the query at 0-based ``position`` attends."""
@@ -101,10 +124,10 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
     heads = _positive(get, heads_key, where)
     hidden = _positive(get, "hidden_size", where)
     base = _base_attention(data, heads, hidden, where)
-    kinds = _layer_kinds(data, layers, where)
+    kinds, mixers = _layer_kinds(data, layers, where)
     window = _window(data, where)
     out = []
-    for kind in kinds:
+    for kind, mixer in zip(kinds, mixers):
         if kind == SLIDING and base.kind == MLA:
             out.append(LayerAttention(MLA, base.heads, base.kv_heads, base.qk_head_dim,
                                       base.v_head_dim, base.cache_elements, window))
@@ -119,6 +142,10 @@ def from_hf(data: Mapping[str, Any], where: str = "hf") -> tuple[LayerAttention,
         elif kind == UNKNOWN:
             out.append(LayerAttention(UNKNOWN, base.heads, base.kv_heads, base.qk_head_dim,
                                       base.v_head_dim, base.cache_elements))
+        elif kind == RECURRENT:
+            out.append(dataclasses.replace(NO_ATTENTION, mixer=mixer))
+        elif mixer == HYBRID:  # attention beside a state-space mixer (Falcon-H1)
+            out.append(dataclasses.replace(base, mixer=mixer))
         else:
             out.append(base)
     return tuple(out)
@@ -190,9 +217,10 @@ def _window(data: Mapping[str, Any], where: str) -> int | None:
     return values.positive_int(get("sliding_window"), f"{where}: sliding_window")
 
 
-def _layer_kinds(data: Mapping[str, Any], layers: int, where: str) -> list[str]:
-    """causal / sliding / unknown per layer, as transformers' configuration classes resolve
-    them."""
+def _layer_kinds(data: Mapping[str, Any], layers: int, where: str
+                 ) -> tuple[list[str], list[str | None]]:
+    """causal / sliding / chunked / recurrent / unknown per layer, as transformers'
+    configuration classes resolve them, and each layer's type where there are types."""
     get = data.get
     window = _window(data, where)
     types = get("layer_types")
@@ -208,14 +236,21 @@ def _layer_kinds(data: Mapping[str, Any], layers: int, where: str) -> list[str]:
         if not isinstance(types, list) or len(types) != layers:
             raise UserError(f"{where}: layer_types must list one type per layer "
                             f"({layers} layers)")
-        kinds = {"full_attention": CAUSAL, "sliding_attention": SLIDING}
+        kinds = dict(_ATTENDING) | {t: RECURRENT for t in _NOT_ATTENDING}
         if get("attention_chunk_size"):
             kinds["chunked_attention"] = CHUNKED
         out = [kinds.get(t, UNKNOWN) for t in types]
         if SLIDING in out and window is None:
             raise UserError(f"{where}: layer_types has sliding_attention layers but no "
                             "sliding_window")
-        return out
+        return out, [str(t) for t in types]
+    return _kinds_by_rule(data, layers, window, where), [None] * layers
+
+
+def _kinds_by_rule(data: Mapping[str, Any], layers: int, window: int | None,
+                   where: str) -> list[str]:
+    """causal / sliding per layer of a config without layer types (the module's rules)."""
+    get = data.get
     if window is None:
         return [CAUSAL] * layers
     kind = str(get("model_type"))
@@ -250,6 +285,20 @@ def _resolved_layer_types(data: Mapping[str, Any], layers: int) -> list[str] | N
             isinstance(t, str) for t in types):
         return types
     return None
+
+
+# every layer without attention is alike: no heads, nothing cached per token
+NO_ATTENTION = LayerAttention(RECURRENT, 0, 0, 0, 0, 0)
+
+
+def first_attending(layers: tuple[LayerAttention, ...] | list[LayerAttention]) -> int | None:
+    """The index of the first layer with attention in a model that also has layers without
+    (a hybrid: Jamba, Qwen3-Next, Granite-4.0-H); None for any other model. A hybrid's model of
+    its first layers must hold one: transformers builds its masks from the attention layers'
+    cache, and a model of state-space layers alone fails there."""
+    if all(a.attends for a in layers):
+        return None
+    return next((i for i, a in enumerate(layers) if a.attends), None)
 
 
 def uniform(layers: int, heads: int, kv_heads: int, head_dim: int) -> tuple[LayerAttention, ...]:

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends import llm_configs, llm_models, run_files, zoo
+from layerscope.frontends import hf_config_keys, llm_configs, llm_models, run_files, zoo
 from layerscope.frontends.detect import detect
 from layerscope.frontends.inputs import InputSpec, split_inputs
 
@@ -242,8 +242,9 @@ def _resolve_named(spec: str, *, meta: bool, seed: int) -> LoadedModel:
         seq = llm.default_seq_len if llm is not None else 2048
         config = getattr(module, "config", None)  # a transformers PreTrainedModel's config
         table = llm_models.position_table(llm, config.to_dict() if config is not None else {})
+        notes = hf_config_keys.defaults_note(llm_models.hf_config_dict(spec)[1], spec)
         return LoadedModel(module, [InputSpec((1, seq), torch.int64)], name, "torch",
-                           {"source": "hf", **_llm_extras(llm),
+                           {"source": "hf", **_llm_extras(llm), "notes": notes,
                             **({"position_table": table} if table else {})})
     if ref.kind == "factory":
         with zoo.seeded(seed):

@@ -63,6 +63,8 @@ def llm_facts(r) -> list[tuple[str, str]]:
     groups = getattr(r, "attention_layers", None) or []
     if len(groups) > 1 or any(g.kind != "causal" for g in groups):
         out.append(("Attention", "; ".join(
+            f"{g.layers} layer{'s' if g.layers != 1 else ''} without attention (no scores, no "
+            "KV cache)" if g.kind == "recurrent" else
             f"{g.layers} layer{'s' if g.layers != 1 else ''} {_attention_kind(g)} (counted "
             f"{g.counted}; KV {g.kv_bytes_per_token:,} bytes per token, "
             f"{gb(g.kv_bytes_total)})" for g in groups)))
