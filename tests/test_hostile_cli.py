@@ -186,6 +186,7 @@ def test_hostile_saved_result_is_one_line(tmp_path, command, write, expected):
 
 # ---------------------------------------------------------------- user code
 USER_CODE = textwrap.dedent('''
+    import logging
     import sys
     import warnings
 
@@ -224,6 +225,7 @@ USER_CODE = textwrap.dedent('''
 
 
     def warns():
+        logging.getLogger("usermodel").warning("built %s\\nsecond line", "M")
         return M("warn"), (torch.randn(1, 4),)
 
 
@@ -257,10 +259,14 @@ def test_keyboard_interrupt_in_user_code_stays_130(user_file):
     assert code == 130 and err == "layerscope: interrupted\n"
 
 
-def test_warning_from_the_model_is_one_line(user_file):
+def test_warning_from_the_model_is_one_line_and_the_models(user_file):
+    """The model's warning and log record, one line each, as Python prints them (where they
+    come from), never labelled as layerscope's: only a ``LayerscopeWarning`` is."""
     code, out, err = run_cli("analyze", f"{user_file}:warns")
     assert code == 0 and out
-    assert err == "layerscope: warning: first line of the warning\n", err
+    line = next(i for i, text in enumerate(USER_CODE.splitlines(), 1) if "warnings.warn(" in text)
+    assert err == ("WARNING:usermodel:built M\n"
+                   f"{user_file}:{line}: UserWarning: first line of the warning\n"), err
 
 
 def test_help_is_stdout_exit_0_and_bare_command_is_stderr_exit_2():

@@ -202,6 +202,27 @@ def test_read_only_folder_is_one_line(tmp_path):
         os.chmod(folder, 0o700)
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_an_output_this_user_cannot_write_is_refused_when_checked(tmp_path, monkeypatch, kind):
+    """``check_output`` (every command's check before its work) asks the operating system
+    whether this user may create files in the output's folder, or write the FIFO/device it
+    names (root passes permission bits, so the answer is faked here; a read-only mount gives
+    it for real)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "x.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    denied = str(path if kind == "fifo" else folder)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (
+        False if os.path.abspath(p) == denied and mode & os.W_OK else real(p, mode, **kw)))
+    with pytest.raises(UserError, match="Permission denied") as info:
+        lio.check_output(str(path))
+    assert "\n" not in str(info.value)
+    assert lio.check_output(str(tmp_path / "fine.json")) == "file"
+
+
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RuntimeError],
                          ids=["ctrl-c", "bug-in-writer"])
 def test_interrupted_write_removes_the_temporary(tmp_path, interrupt):

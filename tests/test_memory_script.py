@@ -148,9 +148,61 @@ def test_exit_code_and_short_scripts(tmp_path, script, monkeypatch):
     assert code == 3 and "ended with exit code 3" in err
 
 
+# (id, argv after "memory": every word after the script is the script's, memory's own options
+# before it; the file memory writes its report to)
+SCRIPT_ARGS = [
+    ("its-batch-size", ["-o", "r.json", "SCRIPT", "--batch-size", "8"], "r.json"),
+    ("its-options-that-are-also-memorys", ["-o", "r.json", "SCRIPT", "--batch-size=8",
+                                           "--mode", "x", "-o", "theirs.json"], "r.json"),
+    ("memorys-options-first", ["--mode", "training", "--format=json", "--output", "m.json",
+                               "SCRIPT", "--batch-size", "8"], "m.json"),
+    ("after-the-interpreter", ["-om.json", "python", "SCRIPT", "--batch-size", "8"], "m.json"),
+]
+
+
+@pytest.mark.parametrize("argv,report", [c[1:] for c in SCRIPT_ARGS],
+                         ids=[c[0] for c in SCRIPT_ARGS])
+def test_words_after_the_script_are_the_scripts(tmp_path, monkeypatch, argv, report):
+    """``memory train.py --batch-size 8`` gives ``--batch-size 8`` to the script (as ``run``
+    and python do), not to memory's own --batch-size (which a script refuses)."""
+    text = SCRIPT.replace('parser.add_argument("--exit"', 'parser.add_argument("--mode")\n'
+                          'parser.add_argument("-o")\nparser.add_argument("--exit"')
+    (tmp_path / "mnist_train.py").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("memory", *["mnist_train.py" if a == "SCRIPT" else a for a in argv])
+    assert code == 0 and out == "step 0\n", err
+    r = json.loads((tmp_path / report).read_text())
+    assert r["batch_size"] == 8 and r["inputs"] == ["8x1x28x28:float32"]
+    assert not (tmp_path / "theirs.json").exists()  # the script's -o, which it only parses
+
+
+def test_a_forward_called_directly_is_named_as_the_reason_for_no_report(tmp_path,
+                                                                          monkeypatch):
+    """pytorch/examples' forward-forward calls ``self.forward(x)``: no module call holds the
+    optimizer's parameters, so no step can be charged to modules. The one line says that (not
+    that the script stopped after one step: it ran all its steps, its output its own)."""
+    (tmp_path / "direct.py").write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        layer = nn.Linear(4, 2)
+        opt = torch.optim.Adam(layer.parameters())
+        for i in range(3):
+            opt.zero_grad()
+            layer.forward(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+            print(i)
+        """))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("memory", "direct.py")
+    assert code == 2 and out == "0\n1\n2\n", err
+    assert len(err.splitlines()) == 1 and "forward ran outside module calls" in err, err
+
+
 # (id, argv after "memory", what the one error line says)
 BAD = [
-    ("input-with-script", ["SCRIPT", "--input", "1x1x28x28"], "--input is for a model given by"),
+    ("input-with-script", ["--input", "1x1x28x28", "SCRIPT"], "--input is for a model given by"),
+    ("batch-size-before-script", ["--batch-size", "8", "SCRIPT"],
+     "--batch-size is for a model given by name"),
     ("fit-with-script", ["--fit", "1GB", "SCRIPT"], "--fit is for a model given by name"),
     ("model-with-extra", ["mnist-cnn", "extra"], "unexpected arguments extra"),
     ("python-without-script", ["--", "python"], "give the script after python"),

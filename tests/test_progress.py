@@ -50,3 +50,49 @@ def test_label_restarts_the_eta_clock():
 def test_progress_bar_without_terminal(quiet, kind):
     with progress_bar("x", quiet=quiet, stream=io.StringIO()) as progress:
         assert isinstance(progress, kind)
+
+
+def test_a_stage_reports_its_own_unit_and_one_without_a_count_its_time():
+    out = io.StringIO()
+    p = LineProgress("training r", "steps", out, interval=5.0, clock=Ticks(0, 6, 12, 20))
+    p(0, None, "epoch 1 validation", unit="batches")  # t=6: no count yet
+    p(1, 4, "epoch 1 validation", unit="batches")     # t=12: 1 of 4 in 6 s -> 18 s left
+    p(0, None, "counting the step's FLOPs (MFU)")     # t=20
+    assert out.getvalue().splitlines() == [
+        "training r epoch 1 validation: 6s elapsed",
+        "training r epoch 1 validation: 1/4 batches, 12s elapsed, ETA 18s",
+        "training r counting the step's FLOPs (MFU): 20s elapsed",
+    ]
+
+
+def test_the_heartbeat_repeats_the_last_report_while_a_stage_works():
+    """A stage that reports once and then works for long (one slow step, a validation batch)
+    still prints a line every interval; nothing before the first report, nothing twice within
+    an interval."""
+    out = io.StringIO()
+    # created at t=0; beat at t=7 (no report yet); report at t=8; beats at t=9, 13, 14, 19
+    p = LineProgress("training r", "steps", out, interval=5.0,
+                     clock=Ticks(0, 7, 8, 9, 13, 14, 19))
+    p.beat()
+    p(0, 3, "epoch 1")  # t=8: 8 s since the start: a line
+    p.beat()            # t=9: 1 s since the last line
+    p.beat()            # t=13: 5 s: the line again
+    p.beat()            # t=14
+    p.beat()            # t=19
+    assert out.getvalue().splitlines() == [
+        "training r epoch 1: 0/3 steps, 8s elapsed",
+        "training r epoch 1: 0/3 steps, 13s elapsed",
+        "training r epoch 1: 0/3 steps, 19s elapsed",
+    ]
+
+
+def test_train_reports_its_validation_and_later_stages(tmp_path):
+    """``train``'s stages after the steps: each epoch's validation batch by batch, the MFU's
+    FLOP count, the final save (what `layerscope train` shows as progress)."""
+    import layerscope
+
+    seen = []
+    layerscope.train(recipe="digits-cnn", dry_run=True, out=str(tmp_path / "run"),
+                     stages=lambda *a: seen.append(a))
+    assert seen == [("epoch 1 validation", 0, None), ("epoch 1 validation", 1, 1),
+                    ("counting the step's FLOPs (MFU)", 0, None), ("saving the model", 0, None)]

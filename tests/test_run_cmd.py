@@ -181,6 +181,80 @@ def test_bad_command_lines_are_one_line(tmp_path, script, monkeypatch, argv, mes
     assert out == ""  # the script never ran
 
 
+def test_an_output_in_a_read_only_folder_is_refused_before_the_script_runs(tmp_path, script,
+                                                                            monkeypatch):
+    """The report's folder is checked before the script starts: a run of minutes is not lost
+    at its end, and the script's exit status is not replaced by the writer's error. (The test
+    runs as root, whom permission bits do not stop: the folder is read-only through
+    ``os.access``, which the check asks, as a read-only mount answers.)"""
+    monkeypatch.chdir(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if os.path.abspath(path) == str(ro) and mode & os.W_OK else real(path, mode, **kw)))
+    for options in (["-o", "ro/r.json"], ["--trace", "ro/t.json"], ["--html", "ro/r.html"]):
+        code, out, err = run_cli("run", *options, str(script), "--epochs", "1")
+        assert code == 2 and out == "", err  # the script never ran: no "argv ..." line
+        assert err.startswith(f"layerscope: error: cannot write {' '.join(options)}: "
+                              "Permission denied") and len(err.splitlines()) == 1, err
+    assert os.listdir(ro) == []
+
+
+# a script that ends its process itself after its steps: the report is written first
+ABRUPT = textwrap.dedent("""    import os
+    import sys
+
+    import torch
+    import torch.nn as nn
+
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(int(sys.argv[2])):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+    print("steps done", flush=True)
+    print("lost: never flushed before os._exit")  # (standard output is a pipe here)
+    if sys.argv[1] == "exit":
+        os._exit(int(sys.argv[3]))
+    if sys.argv[1] == "exec-missing":  # fails: the script goes on, the report comes at its end
+        try:
+            os.execv("/no/such/program", ["x"])
+        except OSError:
+            print("exec failed", flush=True)
+        opt.step()
+        sys.exit(int(sys.argv[3]))
+    os.execv(sys.executable, [sys.executable, "-c", "print('replaced')"])
+    """)
+
+
+# (id, how the script ends, steps before, exit code)
+ABRUPT_CASES = [
+    ("os._exit-0", ["exit", "4", "0"], 4, 0),
+    ("os._exit-3", ["exit", "4", "3"], 4, 3),
+    ("os.execv", ["exec", "3"], 3, 0),
+    ("exec-that-fails", ["exec-missing", "3", "5"], 4, 5),
+]
+
+
+@pytest.mark.parametrize("how,steps,code", [c[1:] for c in ABRUPT_CASES],
+                         ids=[c[0] for c in ABRUPT_CASES])
+def test_a_script_that_ends_with_os_exit_or_exec_still_gets_its_report(tmp_path, how, steps,
+                                                                       code):
+    (tmp_path / "ends.py").write_text(ABRUPT)
+    bare = _python("ends.py", *how, cwd=tmp_path)
+    out = tmp_path / "r.json"
+    run = _python("-m", "layerscope", "run", "-o", str(out), "ends.py", *how, cwd=tmp_path)
+    assert run.returncode == bare.returncode == code, run.stderr
+    assert run.stdout == bare.stdout  # unflushed output is lost under both, as python loses it
+    assert run.stderr == bare.stderr + f"wrote {out}\n"
+    assert json.loads(out.read_text())["breakdown"]["steps"] == steps
+    # the report on standard error, without -o
+    run = _python("-m", "layerscope", "run", "ends.py", *how, cwd=tmp_path)
+    assert run.returncode == code and "Time per phase" in run.stderr, run.stderr
+
+
 @pytest.mark.parametrize("interpreter", ["python", "python3", "python3.11", "EXE"])
 def test_the_interpreter_typed_before_the_script_is_this_one(tmp_path, script, monkeypatch,
                                                               interpreter):
@@ -235,6 +309,23 @@ def test_torchrun_each_rank_measures_rank0_writes(tmp_path):
     # launched by the user's torchrun: recorded, and only rank 0's steps are in the report
     assert d["process_group"] == {"rank": 0, "world_size": 2, "backend": "gloo"}
     assert any("use layerscope run --nproc-per-node 2" in n for n in d["notes"])
+
+
+def test_a_debug_flag_after_the_script_is_the_scripts(tmp_path, monkeypatch):
+    """``--debug`` is layerscope's only before the command: ``run s.py --debug`` gives it to
+    the script, and layerscope's own warning keeps its one-line label (with layerscope's
+    --debug it would print as Python prints warnings)."""
+    (tmp_path / "s.py").write_text(textwrap.dedent("""\
+        import sys
+        import warnings
+        from layerscope.errors import LayerscopeWarning
+        print(sys.argv[1:])
+        warnings.warn("ours", LayerscopeWarning)
+        """))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("run", "s.py", "--debug")
+    assert code == 0 and out == "['--debug']\n", err
+    assert err.startswith("layerscope: warning: ours\n"), err
 
 
 def test_the_scripts_warnings_and_logs_are_its_own(tmp_path):

@@ -6,6 +6,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import modes
 from layerscope.core import values
 from layerscope.core.activation_records import ActivationCapture, ActivationStat
 from layerscope.core.errors import UserError, first_line
@@ -59,10 +60,10 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
                 types[key] = type(mod).__name__
         return hook
 
-    flags = [(m, m.training) for m in module.modules()]
+    flags = modes.flags(module)
     handles = [m.register_forward_hook(hook_for(name)) for name, m in chosen]
     try:
-        module.eval()
+        modes.set_mode(module, False)
         with torch.no_grad():
             module(*real_inputs(loaded.inputs, seed=seed))
     except Exception as exc:
@@ -71,8 +72,7 @@ def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*
     finally:
         for h in handles:
             h.remove()
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
     stats = []
     arrays = {}
     for key, t in captured.items():

@@ -121,7 +121,7 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
     with random weights on ``device`` in ``dtype`` (float32, bfloat16 or float16; default
     float32); ``threads``: torch's intra-op threads while it runs."""
     from layerscope.analysis import llm as llm_mod
-    from layerscope.analysis import llm_structure, roofline
+    from layerscope.analysis import llm_structure, modes, roofline
     from layerscope.analysis.efficiency import datasheet_peak, of_inference
     from layerscope.analysis.runtime import check_device, intra_op_threads
     from layerscope.frontends import llm_models, zoo
@@ -163,7 +163,7 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
         with zoo.seeded():
             module, _, _ = llm_models.from_hf(spec, device=device, dtype=torch_dtype)
             ids = torch.randint(config.vocab_size, (batch_size, context + 1)).to(device)
-        module.eval()
+        modes.set_mode(module, False)
         seconds, prefill_s = [], 0.0
         try:
             with torch.no_grad():

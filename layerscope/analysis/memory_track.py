@@ -49,7 +49,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from layerscope.analysis import train_step
+from layerscope.analysis import modes, train_step
 from layerscope.analysis.capture import (
     AUTOGRAD_TAG,
     ModuleTracker,
@@ -193,10 +193,6 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
-    return [(m, m.training) for m in model.modules() if hasattr(m, "training")]
-
-
 def _outputs(out) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
@@ -319,11 +315,10 @@ def track(model: nn.Module, args: list, kwargs: dict, *, training: bool,
     from layerscope.analysis.capture import map_inputs
 
     inside = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    flags = _flags(model)
     tracker = ModuleTracker(model, None, tag_autograd=training)
     log = StorageLog(tracker)
+    flags = modes.set_mode(model, training)
     try:
-        model.train(training)
         with swapped(model, replace):
             with inside:
                 run_args, run_kwargs = map_inputs((tuple(args), kwargs), make_input)
@@ -345,8 +340,7 @@ def track(model: nn.Module, args: list, kwargs: dict, *, training: bool,
                     if s.kind is None:
                         s.kind = "temporaries"
     finally:
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
     if not training:
         return Run(log, INFERENCE_PHASES)
     return Run(log, TRAINING_PHASES, [

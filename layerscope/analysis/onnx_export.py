@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from layerscope.analysis import modes
 from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import check_output, resolve, temp_dir
@@ -211,15 +212,13 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
     loaded = load(model, inputs, batch_size, meta=False, seed=seed)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
-    # every module's own flag, not only the root's: eval() sets them all, and a model may mix
-    # train and eval submodules (frozen TorchScript modules have no flag)
-    flags = [(m, m.training) for m in module.modules() if hasattr(m, "training")]
+    flags = modes.flags(module)  # every submodule's (a model may mix train and eval ones)
     filename = os.path.basename(path)
     start = time.perf_counter()
     # the temporary folder goes on Ctrl-C and SIGTERM too (core.io.temp_dir)
     with temp_dir(near=path) as tmpdir:
         tmp_path = os.path.join(tmpdir, filename)
-        module.eval()
+        modes.set_mode(module, False)
         try:
             if exporter == "dynamo":
                 _export_dynamo(module, xs, tmp_path, opset, fold_batchnorm)
@@ -231,8 +230,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
             raise UserError(f"{loaded.name}: the {exporter} exporter failed: "
                             f"{first_line(exc, with_type=True)}") from exc
         finally:
-            for m, flag in flags:
-                m.training = flag
+            modes.restore(flags)
         ir_version = _cap_ir_version(tmp_path)
         verified = verify_loads(tmp_path) if verify else None
         opset_used, nodes, initializers = _summary(tmp_path)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import modes
 from layerscope.analysis.profiler_ranges import (
     RANGE_PREFIX,
     ModuleRanges,
@@ -131,12 +132,12 @@ def _profile_runs(name: str, module: nn.Module, xs, device: str, runs: int, warm
 
     from layerscope.analysis.capture import untouched
 
-    flags = [(m, m.training) for m in module.modules()]
+    flags = modes.flags(module)
     cuda = device == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     walls = []
     try:
-        module.eval()
+        modes.set_mode(module, False)
         with untouched(module), torch.no_grad():
             for _ in range(warmup):
                 module(*xs)
@@ -153,6 +154,5 @@ def _profile_runs(name: str, module: nn.Module, xs, device: str, runs: int, warm
     except Exception as exc:
         raise UserError(f"{name} failed to run: {first_line(exc, with_type=True)}") from exc
     finally:
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
     return prof, walls

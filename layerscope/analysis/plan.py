@@ -76,7 +76,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from layerscope.analysis import dense_experts, llm_structure
+from layerscope.analysis import dense_experts, llm_structure, modes
 from layerscope.analysis.block_bytes import (
     fused_layer_bytes,
     gathered_input_bytes,
@@ -222,9 +222,8 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
-    flags = [(m, m.training) for m in model.modules()]
+    flags = modes.set_mode(model, True)
     try:
-        model.train()
         with FakeTensorMode():
             state = {}
             for name, t in list(model.named_parameters()) + list(model.named_buffers()):
@@ -243,8 +242,7 @@ def measure_saved(model: nn.Module, batch: int, seq: int, dtype: torch.dtype,
                 # the loss as trainers compute it: cross-entropy of fp32 logits
                 F.cross_entropy(logits.float().flatten(0, -2), ids.flatten())
     finally:
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
     return counter.saved(dense_experts.pair_scale(stats, route))
 
 

@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
+from layerscope.analysis import modes
 from layerscope.analysis.timing import BackwardTimer, Clock, ForwardTimer
 from layerscope.core import tree, values
 from layerscope.core.errors import UserError, first_line
@@ -213,14 +214,14 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
     with intra_op_threads(threads) as old_threads:
         loaded, module, xs = prepare_model(model, inputs, batch_size, device, dtype, kwargs)
         kw = real_kwargs(loaded.kwargs, device, dtype)
-        flags = [(m, m.training) for m in module.modules()]
+        flags = modes.flags(module)
         try:
             report = analyze(module, xs, kwargs=kw, depth=depth, dtype=dtype,
                              functions=functions)
             if functions:
                 _add_own_rows(report, module)
             report.model, report.frontend = loaded.name, loaded.frontend
-            module.eval()
+            modes.set_mode(module, False)
             # a forward caching into self leaves the caller's model as it was
             with untouched(module), nvtx_ranges(module, nvtx) as ranges:
                 with ranges.phase("forward"):
@@ -242,8 +243,7 @@ def profile(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any
                 place_on_roofline(report, device, dtype or torch.float32,
                                    torch.get_num_threads())
         finally:
-            for m, flag in flags:
-                m.training = flag
+            modes.restore(flags)
     report.kind = "profile"
     report.settings.update({"device": device, "threads": threads or old_threads,
                             **({"functions": True} if functions else {}),

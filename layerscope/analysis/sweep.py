@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import modes
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
@@ -70,7 +71,9 @@ def _runner(backend: str, module: nn.Module, xs: list[torch.Tensor], device: str
     if backend == "torchscript":
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # TorchScript's deprecation notice
-            traced = torch.jit.freeze(torch.jit.trace(module, tuple(xs), check_trace=False).eval())
+            traced = torch.jit.trace(module, tuple(xs), check_trace=False)
+            modes.set_mode(traced, False)
+            traced = torch.jit.freeze(traced)
         return lambda: traced(*xs)
     if backend == "onnxruntime":
         import onnxruntime as ort
@@ -121,7 +124,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
     machine = read_machine()  # before our own work adds to the load average
     loaded = load(model, inputs, None, meta=False)
     base = loaded.module
-    flags = [(m, m.training) for m in base.modules()]
+    flags = modes.flags(base)
     old_threads = torch.get_num_threads()
     grid = list(itertools.product(devices, backends, dtypes, threads, batch_sizes))
     cells: list[SweepCell] = []
@@ -137,7 +140,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                     torch.set_num_threads(nthreads or old_threads)
                     module = base if (device == "cpu" and dtype == "float32") else \
                         _moved(base, device, dtype_objs[dtype])
-                    module.eval()
+                    modes.set_mode(module, False)
                     xs = real_inputs(with_batch_size(loaded.inputs, batch), device,
                                      dtype_objs[dtype])
                     if backend == "eager":
@@ -163,8 +166,7 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
                     progress(i + 1, len(grid))
     finally:
         torch.set_num_threads(old_threads)
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
     _compare(cells)
     noise = None
     if measured:

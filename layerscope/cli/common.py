@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
@@ -29,11 +30,30 @@ INPUT_FILES = "input_files"  # the attribute listing the dests that name files t
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage mistake as one line and exit code 2, and leaves the
-    command's dest -> option table on the namespace (``in_flags`` reads it)."""
+    command's dest -> option table on the namespace (``in_flags`` reads it). A command that
+    runs a script names the positional after which everything is the script's
+    (``script_after``)."""
+
+    script_rest: tuple[str, Callable[[str], bool]] | None = None
+
+    def script_after(self, rest: str, is_script: Callable[[str], bool]) -> None:
+        """When the command's first positional argument names a script (``is_script``), every
+        word after it is the script's, options included (``memory train.py --batch-size 64``
+        gives ``--batch-size 64`` to the script, as ``python train.py`` would), stored in
+        ``rest``; the command's own options go before it."""
+        self.script_rest = (rest, is_script)
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: D401 - argparse API
-        self._argv = list(sys.argv[1:] if args is None else args)  # error() quotes a value
+        args = list(sys.argv[1:] if args is None else args)
+        self._argv = args  # error() quotes a value
+        script_args = None
+        if self.script_rest is not None:
+            at = first_positional(self, args)
+            if at is not None and self.script_rest[1](args[at]):
+                args, script_args = args[:at + 1], args[at + 1:]
         namespace, extras = super().parse_known_args(args, namespace)
+        if script_args is not None and self.script_rest is not None:
+            setattr(namespace, self.script_rest[0], script_args)
         flags = dict(getattr(namespace, OPTION_FLAGS, None) or {})
         for action in self._actions:  # a subcommand's own options were added first: they win
             if action.option_strings and action.dest != argparse.SUPPRESS:
@@ -63,6 +83,40 @@ class Parser(argparse.ArgumentParser):
                 message = (f"{flags[-1]} expected a value, and {after[0]} reads as an option: "
                            f"give it as {flags[-1]}={after[0]}")
         raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def first_positional(parser: argparse.ArgumentParser, args: list[str]) -> int | None:
+    """The index in ``args`` of the first positional word as ``parser`` reads them: options
+    and the values they take are skipped (``--mode training``, ``--mode=training``, ``-oFILE``,
+    a unique prefix such as ``--batch 8``); ``--`` ends the options. None when there is none."""
+    options = parser._option_string_actions
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return i + 1 if i + 1 < len(args) else None
+        if not word.startswith("-") or word == "-":
+            return i
+        name, attached = word.partition("=")[0], "=" in word
+        action = options.get(name)
+        if action is None and name.startswith("--"):
+            matches = {options[o] for o in options if o.startswith(name)}
+            action = matches.pop() if len(matches) == 1 else None
+        elif action is None and len(word) > 2:  # -oFILE: a short option with its value
+            action, attached = options.get(word[:2]), True
+        i += 1
+        if action is not None and not attached:
+            takes = action.nargs
+            if takes is None:
+                i += 1
+            elif isinstance(takes, int):
+                i += takes
+            elif takes == "?" and i < len(args) and not args[i].startswith("-"):
+                i += 1
+            elif takes in ("*", "+"):
+                while i < len(args) and not args[i].startswith("-"):
+                    i += 1
+    return None
 
 
 # the public API's argument names that differ from the dest of the option setting them

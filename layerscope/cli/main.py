@@ -72,22 +72,39 @@ def _exit_origin(exc: SystemExit) -> str:
     return f"{os.path.basename(last.filename)}:{last.lineno}"
 
 
+def warning_line(message, category, filename, lineno) -> str:
+    """One line for a Python warning. Layerscope's own (``LayerscopeWarning``) carry the
+    ``layerscope: warning:`` label; any other is the model's, torch's or a library's, and reads
+    as Python prints it (``FILE:LINE: Category: message``), its first line only."""
+    text = first_line(str(message)) or category.__name__
+    if issubclass(category, LayerscopeWarning):
+        return f"layerscope: warning: {text}"
+    return f"{filename}:{lineno}: {category.__name__}: {text}"
+
+
+def log_line(record: logging.LogRecord) -> str:
+    """One line for a log record, as ``logging.basicConfig`` prints it (``LEVEL:logger:message``):
+    layerscope logs nothing, so a record is the model's or a library's, never labelled ours."""
+    text = first_line(record.getMessage()) or record.levelname.lower()
+    return f"{record.levelname}:{record.name}:{text}"
+
+
 class _Warnings:
     """Python warnings and library log records (from the model, torch, layerscope) as one line
-    each, printed once the command has succeeded: a failed command prints its one error line
-    only (torch logs a multi-line traceback at ERROR level when a shape check fails under fake
-    tensors, then raises the error the CLI reports anyway)."""
+    each (``warning_line``, ``log_line``), printed once the command has succeeded: a failed
+    command prints its one error line only (torch logs a multi-line traceback at ERROR level
+    when a shape check fails under fake tensors, then raises the error the CLI reports
+    anyway)."""
 
     def __init__(self):
         self.lines: list[str] = []
 
-    def add(self, message: str) -> None:
-        text = f"layerscope: warning: {message}"
+    def add(self, text: str) -> None:
         if text not in self.lines:
             self.lines.append(text)
 
     def show(self, message, category, filename, lineno, file=None, line=None) -> None:
-        self.add(first_line(str(message)) or category.__name__)
+        self.add(warning_line(message, category, filename, lineno))
 
     def flush(self) -> None:
         for text in self.lines:
@@ -100,8 +117,7 @@ def _labelled_if_ours(show):
     only layerscope's own (``LayerscopeWarning``) carry the ``layerscope: warning:`` label."""
     def showwarning(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, LayerscopeWarning):
-            print(f"layerscope: warning: {first_line(str(message)) or category.__name__}",
-                  file=sys.stderr)
+            print(warning_line(message, category, filename, lineno), file=sys.stderr)
         else:
             show(message, category, filename, lineno, file, line)
     return showwarning
@@ -116,7 +132,7 @@ def _one_line_logs(collected: _Warnings):
 
     def one_line(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING:
-            collected.add(first_line(record.getMessage()) or record.levelname.lower())
+            collected.add(log_line(record))
 
     logging.Logger.callHandlers = one_line
     try:
@@ -132,25 +148,29 @@ def entry() -> None:
     end(main())
 
 
-def _command_of(argv: list[str]) -> str | None:
-    """The subcommand named on the command line (its first word that is not an option)."""
-    return next((a for a in argv if not a.startswith("-")), None)
+def _debug(argv: list[str]) -> bool:
+    """``--debug``, layerscope's own option, goes before the command: a ``--debug`` after it is
+    the command's (or the script's: ``layerscope run train.py --debug``)."""
+    command = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+    return "--debug" in argv[:command]
+
+
+def _runs_a_script(args) -> bool:
+    """``run SCRIPT`` and ``memory SCRIPT.py``: the script's warnings and log records are its
+    own output."""
+    return args.command == "run" or (args.command == "memory" and
+                                     memory_cmd.names_script(args.model))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv
-    # `layerscope run SCRIPT`: the script's warnings and log records are its own output
-    passthrough = debug or _command_of(argv) == "run"
+    debug = _debug(argv)
     collected = _Warnings()
     try:
-        with warnings.catch_warnings(), \
-                (contextlib.nullcontext() if passthrough else _one_line_logs(collected)):
-            if not passthrough:
-                warnings.showwarning = collected.show
-            elif not debug:
-                warnings.showwarning = _labelled_if_ours(warnings.showwarning)
-            code = _run(argv, debug)
+        with warnings.catch_warnings():
+            shown = warnings.showwarning
+            warnings.showwarning = collected.show  # until the command is known
+            code = _run(argv, debug, collected, shown)
         collected.flush()
         return code
     except UserError as exc:
@@ -175,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _run(argv: list[str], debug: bool) -> int:
+def _run(argv: list[str], debug: bool, collected: _Warnings, shown) -> int:
+    """Parse and run the command; warnings and log records go to ``collected`` (``shown``:
+    Python's own warning printer, for a script's warnings and with ``--debug``)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -185,8 +207,12 @@ def _run(argv: list[str], debug: bool) -> int:
     if not getattr(args, "run", None):
         raise UserError(f"give a command: {', '.join(_command_names(parser))} "
                         "(see layerscope --help)")
+    passthrough = debug or _runs_a_script(args)
+    if passthrough:
+        warnings.showwarning = shown if debug else _labelled_if_ours(shown)
     try:
-        with outputs():  # every file the command writes through cli.common: all or none
+        with (contextlib.nullcontext() if passthrough else _one_line_logs(collected)), \
+                outputs():  # every file the command writes through cli.common: all or none
             declare_inputs(args)  # no output may replace one of them
             return args.run(args)
     except UserError as exc:  # the API's argument names become the command's options

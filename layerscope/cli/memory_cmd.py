@@ -48,8 +48,9 @@ def register(sub) -> None:
     add_output(p)
     p.add_argument("script_args", nargs="*", metavar="ARGS",
                    help="with a script (MODEL is SCRIPT.py, or python SCRIPT.py): its "
-                        "arguments, after -- where one could be taken for an option "
-                        "(layerscope memory -- train.py --epochs 1)")
+                        "arguments, every word after the script (memory's own options go "
+                        "before it: layerscope memory --mode training train.py --epochs 1)")
+    p.script_after("script_args", names_script)
     p.set_defaults(run=run)
 
 
@@ -58,13 +59,16 @@ _NOT_FOR_SCRIPTS = (("input", "--input"), ("batch_size", "--batch-size"),
                     ("seq_len", "--seq-len"), ("fit", "--fit"), ("fit_seq", "--fit-seq"))
 
 
-def _is_script(args) -> bool:
+def names_script(model: str) -> bool:
     """MODEL names a script to run: a .py file (a model file needs file.py:factory) or an
     interpreter (``python SCRIPT.py``)."""
     from layerscope.cli.script_target import is_interpreter
 
-    model = args.model
     return (model.endswith(".py") and os.path.isfile(model)) or is_interpreter(model)
+
+
+def _is_script(args) -> bool:
+    return names_script(args.model)
 
 
 def run(args) -> int:
@@ -87,12 +91,11 @@ def run(args) -> int:
 def _run_script(args) -> int:
     """Run the script as ``layerscope run`` does (its output and exit code its own), track its
     second training step, stop it there, and write the report (standard error unless -o)."""
-    from layerscope.cli.run_cmd import execute
+    from layerscope.cli.run_cmd import execute, write_before_end
     from layerscope.cli.script_target import (
         absolute_outputs,
         check_script_outputs,
         script_target,
-        show_report,
     )
     from layerscope.training.memory_step import StepMemory
 
@@ -107,7 +110,24 @@ def _run_script(args) -> int:
     name = target if is_module else os.path.basename(target)
     tracker = StepMemory(name)
     failure: list[str] = []
-    code = execute(target, script_args, is_module, tracker, failure)
+    reported: list[bool] = []
+
+    def ended(code: int | None) -> None:  # os._exit or os.exec* before the second step ended
+        reported.append(True)
+        write_before_end(lambda: _after(tracker, args, code or 0,
+                                  [f"exit code {code}"] if code else []))
+
+    code = execute(target, script_args, is_module, tracker, failure, ended)
+    return code if reported else _after(tracker, args, code, failure)
+
+
+def _after(tracker, args, code: int, failure: list[str]) -> int:
+    """The report of the tracked step once the script has stopped, or why there is none."""
+    from layerscope.cli.script_target import show_report
+
+    if not tracker.tracked() and tracker.why is not None:
+        print(f"layerscope: {tracker.why}; no report", file=sys.stderr)
+        return code or 2
     if not tracker.tracked():
         ended = f"ended with {failure[0]}" if failure else "ended"
         print(f"layerscope: the script {ended} after {tracker.steps} optimizer step(s): memory "

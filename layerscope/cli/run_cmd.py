@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from layerscope.cli.common import (
@@ -276,10 +277,92 @@ def _usable(stream: Any) -> bool:
     return stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", True)
 
 
+# the os functions that end the process (or replace its program) without unwinding the stack:
+# os.execl, execle, execlp, execlpe, execvp and execvpe all call execv or execve
+_ABRUPT = ("_exit", "execv", "execve")
+
+
+def _replaces_the_process(path: Any) -> bool:
+    """Whether ``os.execv(path, ...)`` will replace the process: an executable file (or a file
+    descriptor, ``os.execve(fd, ...)``). ``os.execvp`` tries each folder of PATH in turn: the
+    candidates that are not there fail and the search goes on."""
+    if isinstance(path, int):
+        return True
+    try:
+        name = os.fspath(path)
+    except TypeError:
+        return False
+    return os.path.isfile(name) and os.access(name, os.X_OK)
+
+
+class _Watching:
+    """``with watch:`` around the script, and the ends that skip it: ``os._exit(n)`` ends the
+    process at once, and an ``os.exec*`` that succeeds replaces it, so neither returns to the
+    command to write its report. While the script runs, those functions first stop the watch and
+    call ``ended(code)`` (``code``: ``os._exit``'s, None for an exec), then do what the script
+    asked. Only in the process that runs the script (a forked child's exit is its own), once."""
+
+    def __init__(self, watch: Any, ended: Callable[[int | None], None] | None):
+        self.watch, self.ended = watch, ended
+        self.stopped = False
+        self.pid = os.getpid()
+        self.real: dict[str, Callable[..., Any]] = {}
+        self.ours: dict[str, Callable[..., Any]] = {}
+
+    def __enter__(self) -> _Watching:
+        self.watch.__enter__()
+        if self.ended is not None:
+            for name in _ABRUPT:
+                self.real[name] = getattr(os, name)
+                self.ours[name] = self._ending(name, self.real[name])
+                setattr(os, name, self.ours[name])
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        self._restore()
+        if self.stopped:
+            return False
+        self.stopped = True
+        return bool(self.watch.__exit__(kind, exc, tb))
+
+    def _restore(self) -> None:
+        for name, real in self.real.items():
+            if getattr(os, name) is self.ours[name]:  # unless the script replaced it itself
+                setattr(os, name, real)
+        self.real, self.ours = {}, {}
+
+    def _ending(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def end(*args: Any, **kwargs: Any) -> Any:
+            if (os.getpid() == self.pid and not self.stopped and args
+                    and (name == "_exit" or _replaces_the_process(args[0]))):
+                self._end(args[0] if name == "_exit" else None)
+            return real(*args, **kwargs)
+        end.__name__ = end.__qualname__ = name
+        return end
+
+    def _end(self, code: int | None) -> None:
+        """Stop the watch and write what the command writes; whatever fails here, the process
+        then ends (or execs) as the script asked."""
+        from layerscope.core.errors import first_line
+
+        self._restore()
+        self.stopped = True
+        try:
+            self.watch.__exit__(None, None, None)
+            assert self.ended is not None
+            self.ended(code)
+        except BaseException as exc:  # noqa: BLE001 - the script's own end comes next
+            print(f"layerscope: error: {first_line(exc, with_type=True)}", file=sys.stderr)
+
+
 def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
-            failure: list[str] | None = None) -> int:
+            failure: list[str] | None = None,
+            abrupt_end: Callable[[int | None], None] | None = None) -> int:
     """Run the script under ``watch`` as python would; returns its exit code. How a failed
-    script ended (its exception, or its exit code) is appended to ``failure``."""
+    script ended (its exception, or its exit code) is appended to ``failure``.
+    ``abrupt_end(code)`` is called instead when the script ends the process without returning
+    here (``os._exit``, ``os.exec*``: ``_Watching``), with the watch stopped, before the
+    process ends: the command writes then what it would have written after the script."""
     import runpy
 
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
@@ -297,8 +380,15 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
             _check_module(target)
         else:
             compiled = _compiled(target)
-        streams = _Streams()
-        with watch:
+        streams = kept = _Streams()
+
+        def abrupt(code: int | None) -> None:  # the script's os._exit or os.exec*
+            _quiet_children()
+            kept.restore()
+            if abrupt_end is not None:
+                abrupt_end(code)
+
+        with _Watching(watch, abrupt if abrupt_end is not None else None):
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
@@ -416,11 +506,47 @@ def run(args) -> int:
                   kernels=args.kernels, nvtx=args.nvtx)
     failure: list[str] = []
     starter = os.getpid()
-    code = execute(target, script_args, is_module, watch, failure)
-    if os.getpid() != starter:
+    reported: list[bool] = []
+
+    def ended(code: int | None) -> None:  # os._exit or os.exec* after (or between) steps
+        reported.append(True)
+        write_before_end(lambda: _after(watch, args, code or 0,
+                                  [f"exit code {code}"] if code else []))
+
+    code = execute(target, script_args, is_module, watch, failure, ended)
+    if os.getpid() != starter or reported:
         # a child the script forked (os.fork) and that returned here: the report is the
-        # starting process's; the child ends with its code and writes nothing
+        # starting process's; the child ends with its code and writes nothing. A report
+        # written before an os.exec* that failed is not written again.
         return code
+    return _after(watch, args, code, failure)
+
+
+def write_before_end(write: Callable[[], Any]) -> None:
+    """What a command writes after its script, done before the script's ``os._exit`` or
+    ``os.exec*`` ends the process: every output put in place now (the command's ``outputs()``
+    block will not end), an error as its one line (the process ends as the script asked
+    whatever happens here)."""
+    from layerscope.core.errors import first_line
+    from layerscope.core.io import current
+
+    tx = current()
+    try:
+        write()
+        if tx is not None:
+            tx.commit()
+    except BaseException as exc:  # noqa: BLE001 - the script's own end must still happen
+        if tx is not None:
+            tx.rollback()
+        why = first_line(exc, with_type=not isinstance(exc, UserError))
+        print(f"layerscope: error: {why}", file=sys.stderr)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+
+
+def _after(watch: Any, args: Any, code: int, failure: list[str]) -> int:
+    """What ``run`` writes once the script has ended: the report (or why there is none), the
+    trace and TensorBoard files; returns the script's exit code."""
     folder = os.environ.get(RANK_REPORTS_ENV)
     if watch.post_mortem is not None:  # after the script's traceback
         _post_mortem_line(watch, args.output)

@@ -109,11 +109,15 @@ def run(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         quiet = args.quiet or (env is not None and env.rank != 0)
-        with progress_bar(f"training {args.recipe}", quiet=quiet, unit="steps") as bar:
+        with progress_bar(f"training {args.recipe}", quiet=quiet, unit="steps",
+                          heartbeat=True) as bar:
             progress = None if bar is None else (
                 lambda epoch, done, total: bar(done, total, f"epoch {epoch + 1}"))
+            # validation and the other stages of the run: a line every few seconds too
+            stages = None if bar is None else (
+                lambda what, done, total: bar(done, total, what, unit="batches"))
             try:
-                report = train(config, progress=progress,
+                report = train(config, progress=progress, stages=stages,
                                on_epoch=(lambda row: err.print(epoch_line(row), soft_wrap=True)))
             except OutOfMemory as oom:  # the recipe's run is too big: the report, exit 1
                 if env is None or env.rank == 0:

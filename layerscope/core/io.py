@@ -73,6 +73,8 @@ def check_output(path: str, what: str = "output", *, within: Iterable[str] = ())
     if st is not None:
         _not_an_input(path, st, what)
     if st is not None and not stat.S_ISREG(st.st_mode):
+        if not os.access(path, os.W_OK):  # a device or FIFO is opened for writing
+            raise UserError(f"cannot write {label}{_short(path)}: Permission denied")
         return "special"
     target = resolve(path)
     folder = os.path.dirname(os.path.abspath(target))
@@ -83,6 +85,11 @@ def check_output(path: str, what: str = "output", *, within: Iterable[str] = ())
             problem = (f"{_short(folder)} is not a directory" if os.path.exists(folder)
                        else f"no such directory {_short(folder)} (create it first)")
             raise UserError(f"cannot write {label}{_short(path)}: {problem}")
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        # the file is written as a temporary in its folder, then renamed: a read-only folder
+        # (or file system) is found now, not after the work the output was for
+        raise UserError(f"cannot write {label}{_short(path)}: Permission denied "
+                        f"(no permission to create files in {_short(folder)})")
     limit = _name_max(folder)
     name = os.path.basename(target)
     if len(os.fsencode(name)) > limit:

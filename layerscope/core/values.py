@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from layerscope.core.errors import UserError
+from layerscope.core.errors import LayerscopeWarning, UserError
 
 INT64_MAX = 2**63 - 1
 SEED_MAX = 2**63 - 1
@@ -124,7 +124,7 @@ def thread_count(value: Any, name: str | None = "threads") -> int:
     cpus = os.cpu_count() or 1
     if n > cpus:
         warnings.warn(f"{n} threads is more than this machine's {cpus} CPUs: threads will "
-                      "share cores", stacklevel=2)
+                      "share cores", LayerscopeWarning, stacklevel=2)
     return n
 
 

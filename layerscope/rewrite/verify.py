@@ -298,8 +298,9 @@ class _TorchRunner:
     def run(self, arrays):
         import torch
 
-        was_training = self.module.training
-        self.module.eval()
+        from layerscope.analysis import modes
+
+        flags = modes.set_mode(self.module, False)
         try:
             with torch.no_grad():
                 out = self.module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in arrays])
@@ -308,7 +309,7 @@ class _TorchRunner:
                             f"{', '.join(_shape(x.shape) for x in arrays)}: "
                             f"{type(exc).__name__}: {first_line(exc)}") from exc
         finally:
-            self.module.train(was_training)
+            modes.restore(flags)
         return [t for t in _flatten(out)]
 
 

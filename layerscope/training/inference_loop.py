@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from layerscope.analysis import modes
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
@@ -115,7 +116,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     used_threads = torch.get_num_threads()
     sample_shape = "x".join(str(d) for d in val_set[0][0].shape)
     loaded, module, _ = prepare_model(model, [f"1x{sample_shape}"], None, device, None)
-    flags = [(m, m.training) for m in module.modules()]
+    flags = modes.flags(module)
     leaves = _leaves(module) or [("(root)", module)]
     timer = PhaseTimer(cuda=cuda, clock=clock)
     layer_timer = ForwardTimer(leaves, cuda=cuda, clock=clock)
@@ -123,7 +124,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
     forward_cpu = 0.0  # the process's CPU seconds in the measured forwards
     batch_phases: list[dict[str, float]] = []
     try:
-        module.eval()
+        modes.set_mode(module, False)
         it = iter(loader)
         with torch.no_grad():
             for i in range(warmup + batches):
@@ -162,8 +163,7 @@ def profile_loop(model: Any, dataset: str, *, synthetic: bool = False,
         raise UserError(f"{loaded.name} failed on {dataset} batches: {type(exc).__name__}: "
                         f"{first}") from exc
     finally:
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
         torch.set_num_threads(old_threads)
     forward_median = TimingStats.of(forwards).median_s
     layers, layer_stats = [], []

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, RandomSampler, Sampler
 
-from layerscope.analysis import train_step
+from layerscope.analysis import modes, train_step
 from layerscope.analysis.memory_track import LimitGuard
 from layerscope.core import values
 from layerscope.core.environment import environment, with_load
@@ -61,6 +61,7 @@ DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says o
 
 
 Callback = Callable[..., None]
+Stages = Callable[[str, int, "int | None"], None]  # (what, done, total): ``train``'s stages
 
 
 def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
@@ -77,12 +78,16 @@ def _topk(logits: torch.Tensor, target: torch.Tensor, k: int) -> int:
     return int((top == target.unsqueeze(1)).any(dim=1).sum())
 
 
-def evaluate(model: nn.Module, loader: DataLoader, device: str, loss_fn,
-             channels_last: bool = False) -> dict[str, float]:
-    model.eval()
+def evaluate(model: nn.Module, loader: Any, device: str, loss_fn,
+             channels_last: bool = False,
+             progress: Callable[[int, int | None], None] | None = None) -> dict[str, float]:
+    """Validation loss, top-1 and top-5 over ``loader``; ``progress(batches done, batches)``
+    after each batch."""
+    modes.set_mode(model, False)
     total, loss_sum, top1, top5 = 0, 0.0, 0, 0
+    batches = len(loader) if hasattr(loader, "__len__") else None
     with torch.no_grad():
-        for x, y in loader:
+        for i, (x, y) in enumerate(loader):
             x, y = x.to(device), y.to(device)
             if channels_last and x.dim() == 4:
                 x = x.contiguous(memory_format=torch.channels_last)
@@ -91,6 +96,8 @@ def evaluate(model: nn.Module, loader: DataLoader, device: str, loss_fn,
             top1 += _topk(out, y, 1)
             top5 += _topk(out, y, 5)
             total += len(y)
+            if progress is not None:
+                progress(i + 1, batches)
     return {"val_loss": loss_sum / total, "val_top1": top1 / total, "val_top5": top5 / total}
 
 
@@ -102,6 +109,7 @@ class _Run:
         self.config = config
         self.recipe = lookup(config.recipe)
         self.notes = notes
+        self.stages: Stages | None = None  # the caller's (``train``'s ``stages``)
         c, r = config, self.recipe
         self.env = env
         self.rank, self.world = (env.rank, env.world_size) if env else (0, 1)
@@ -169,7 +177,7 @@ class _Run:
             example = x.unsqueeze(0).to(c.device)
             if c.channels_last and example.dim() == 4:
                 example = example.contiguous(memory_format=torch.channels_last)
-            model.train()
+            modes.set_mode(model, True)
             return torch.jit.trace(model, example, check_trace=False)
         if self.comm is not None and self.fsdp:
             self.comm.attach_fsdp(model)
@@ -230,6 +238,11 @@ class _Run:
         if not self.config.out:
             self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
                 ckpt.resolve_checkpoint(self.config.resume))))
+
+    def stage(self, what: str, done: int = 0, total: int | None = None) -> None:
+        """Tell the caller's ``stages`` callback which phase of the run is under way."""
+        if self.stages is not None:
+            self.stages(what, done, total)
 
     def state(self, epoch: int, batch: int = 0,
               partial: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -459,8 +472,13 @@ def not_applied(config: TrainConfig, device: str) -> tuple[TrainConfig, list[str
 
 
 def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None,
-          progress: Callback | None = None, **overrides: Any) -> TrainReport:
-    """Train a recipe; returns the TrainReport (also written to the run directory)."""
+          progress: Callback | None = None, stages: Stages | None = None,
+          **overrides: Any) -> TrainReport:
+    """Train a recipe; returns the TrainReport (also written to the run directory).
+    ``progress(epoch, steps done, steps)`` after each training step, ``on_epoch(row)`` after
+    each epoch, ``stages(what, done, total)`` through the run's other phases that can take a
+    while: each epoch's validation (``epoch N validation``, batches), counting the step's
+    FLOPs for the MFU, saving the final model (``done`` 0 and ``total`` None: no count)."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
     if config.kernels and config.profile == "torch":
         raise UserError("kernels runs torch.profiler itself over three steps: leave out "
@@ -502,7 +520,8 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         with _profiler(config.profile if writes else None, run.run_dir) as profiler:
             report = _train(run, on_epoch if writes else None, progress if writes else None,
                             getattr(profiler, "paused", nullcontext),
-                            guard.post_mortem_of if guard is not None else None)
+                            guard.post_mortem_of if guard is not None else None,
+                            stages if writes else None)
         if config.profile == "torch" and writes:
             report.ops = profiler.table(report, run.global_step - first_step)
         if writes:
@@ -594,7 +613,7 @@ def _tensorboard_sink(run: _Run) -> TensorBoardSink:
                             "tensorboard", arguments="tensorboard")
     x, _ = run.train_set[0]
     try:
-        run.model.eval()
+        modes.set_mode(run.model, False)
         writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
     except Exception as exc:  # a graph that cannot be traced still gets its scalars
         run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
@@ -770,7 +789,7 @@ def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseT
     """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
     result and whether the run stops after it."""
     c = run.config
-    run.model.train()
+    modes.set_mode(run.model, True)
     skip, partial = (run.skip_batches, run.partial) if epoch == run.start_epoch else (0, None)
     loader = run.loader(epoch, skip)
     if run.resume_rng is not None and skip:
@@ -835,7 +854,10 @@ def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch
             val = run.val_loader()
             if c.dry_run:
                 val = [next(iter(val))]
-            row.update(evaluate(run.model, val, run.device, run.loss_fn, c.channels_last))
+            what = f"epoch {epoch + 1} validation"
+            run.stage(what)
+            row.update(evaluate(run.model, val, run.device, run.loss_fn, c.channels_last,
+                                lambda done, total: run.stage(what, done, total)))
     row["epoch_seconds"] = time.perf_counter() - t_epoch
     rows = run.history + [row]
     if complete:
@@ -845,14 +867,15 @@ def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch
 
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
            unprofiled: Callable[[], Any] = nullcontext,
-           post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None = None
-           ) -> TrainReport:
+           post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None = None,
+           stages: Stages | None = None) -> TrainReport:
     """The epochs; ``unprofiled()``: a context for work that is not a training step (the
     profiler's pause), so a per-step operator table counts training steps only. An error
     ``post_mortem_of`` gives a post-mortem for (``memory_limit``'s guard: out of memory) stops
     the epochs: the report has the steps finished before it and the post-mortem, and no
     MFU, no rank gathering and no final model (what is left of the run is not trained)."""
     c = run.config
+    run.stages = stages
     with unprofiled():
         sinks = _sinks(run, on_epoch, progress)
     timer = PhaseTimer(cuda=run.cuda)
@@ -900,6 +923,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
             window.finish()
     efficiency = None
     if stopped is None:
+        run.stage("counting the step's FLOPs (MFU)")
         with unprofiled():
             efficiency = _efficiency(run, m)
     for sink in sinks:
@@ -907,6 +931,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
             sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
         sink.close()
     if stopped is None:
+        run.stage("saving the model")
         final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
         if run.rank == 0:
             ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),

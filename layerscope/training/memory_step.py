@@ -88,6 +88,7 @@ class StepMemory:
         self.steps = 0  # the first optimizer's completed steps
         self.log: StorageLog | None = None
         self.done = False
+        self.why: str | None = None  # why no step is tracked, where the script goes on
         self.inputs: list[torch.Tensor] = []
         self.cuda: dict[str, int] | None = None
         self.cuda_device: torch.device | None = None
@@ -209,6 +210,10 @@ class StepMemory:
         self._seen = {}
         if self.model is None:  # no forward of the optimizer's parameters: nothing to track
             self.done = True
+            self.why = ("no module called (outermost, with gradients on) holds a parameter of "
+                        "the first optimizer that stepped: the model's forward ran outside "
+                        "module calls (a forward() called directly, or functional code), so "
+                        "its step has no module to charge memory to")
             return
         tracker = ModuleTracker(self.model, None, tag_autograd=True)
         log = _StepLog(tracker)

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from layerscope.analysis.train_step import LOSSES
-from layerscope.core.errors import UserError, first_line
+from layerscope.core.errors import LayerscopeWarning, UserError, first_line
 from layerscope.training.checkpoint import is_state_dict
 
 # optimizer name -> (parameters, lr) -> optimizer; the CLI's --optimizer choices
@@ -158,7 +158,7 @@ def load_pretrained_resnet50(model: nn.Module, weights: str | None) -> str:
     if path is None:
         warnings.warn("no ImageNet weights for resnet50 (pass --weights FILE or put torchvision's "
                       "resnet50 weights in its cache); training from random initialisation",
-                      stacklevel=2)
+                      LayerscopeWarning, stacklevel=2)
         return "random initialisation (no pretrained weights found)"
     if not os.path.isfile(path):
         raise UserError(f"weights {path}: no such file", arguments="weights")

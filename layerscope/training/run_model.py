@@ -41,6 +41,7 @@ def weights_file(path: str) -> str:
 
 def load_trained(path: str) -> TrainedModel:
     """The recipe's model with the trained weights (loaded with ``weights_only=True``)."""
+    from layerscope.analysis import modes
     from layerscope.training import checkpoint as ckpt
     from layerscope.training.recipes import lookup
 
@@ -53,5 +54,5 @@ def load_trained(path: str) -> TrainedModel:
     recipe = lookup(name)
     module = recipe.build()
     ckpt.load_weights(module, state, source)
-    module.eval()
+    modes.set_mode(module, False)
     return TrainedModel(module, recipe, state, source)

@@ -8,15 +8,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from layerscope.analysis import modes
 from layerscope.analysis.capture.fake import capture_fake
 from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.capture.real import capture_real
 from layerscope.analysis.capture.records import Capture, module_table
-
-
-def _flags(model: nn.Module) -> list[tuple[nn.Module, bool]]:
-    # frozen TorchScript modules (torch.jit.freeze) have no ``training`` attribute
-    return [(m, m.training) for m in model.modules() if hasattr(m, "training")]
 
 
 @without_dynamo()
@@ -41,9 +37,8 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
     ``without_dynamo()``: nothing here compiles."""
     kwargs = dict(kwargs or {})
     stats, order = module_table(model, dtype)
-    flags = _flags(model)
+    flags = modes.set_mode(model, training)
     try:
-        model.train(training)
         if fake:
             cap = capture_fake(model, list(inputs), kwargs, stats, order, training, dtype,
                                functions=functions, reuse_blocks=reuse_blocks)
@@ -53,8 +48,7 @@ def capture(model: nn.Module, inputs: Sequence[Any], *, kwargs: dict[str, Any] |
         cap.dtype = dtype
         return cap
     finally:
-        for m, flag in flags:
-            m.training = flag
+        modes.restore(flags)
 
 
 def parameters_only(model: nn.Module, training: bool = False,
