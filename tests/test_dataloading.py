@@ -395,8 +395,9 @@ def test_a_loader_of_few_batches_is_left_out_when_another_gave_more():
 def test_advise_suggests_no_workers_on_these_verdicts(kind):
     """advise's workers rule reads the verdict's kind: no worker count on a machine with no
     free core, nor where the loader could not judge, however long the loop waited."""
-    from layerscope.advice.rules.workers import check
-    assert check({"data_share": 0.8, "data_verdict": kind, "workers": 0, "cores": 2}) is None
+    from layerscope.advice.rules.workers import RULE
+    assert RULE.apply({"data_share": 0.8, "data_verdict": kind, "workers": 0, "cores": 2,
+                       "training_loaders": 1, "loader_batches": 100}) is None
 
 
 def test_eval_loaders_are_left_out_of_the_verdict():

@@ -407,7 +407,7 @@ def test_a_training_loop_in_a_thread_ends_quietly_after_the_tracked_step(tmp_pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "threaded.py").write_text(THREADED)
     hook = threading.excepthook
-    code, out, err = run_cli("memory", "threaded.py", "-o", "m.json")
+    code, out, err = run_cli("memory", "-o", "m.json", "threaded.py")
     assert code == 0, err
     assert out == "joined\n"
     assert "StepLimit" not in err and "Exception in thread" not in err, err

@@ -214,6 +214,8 @@ class DictRecord(Record, Mapping[str, Any]):
         value = getattr(self, key)
         if _omitted(f, value):
             raise KeyError(key)
+        if type(self)._keys is not Record._keys and key not in self._keys():
+            raise KeyError(key)  # a record that leaves out a key by a rule of its own
         return value
 
     def __iter__(self) -> Iterator[str]:

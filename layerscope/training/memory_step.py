@@ -120,10 +120,10 @@ class StepMemory:
         # its traceback as the thread's uncaught exception)
         import threading
 
-        from layerscope.training.watch import _quiet_step_limit
+        from layerscope.training.watch import quiet_step_limit
 
         hook = threading.excepthook
-        threading.excepthook = _quiet_step_limit(hook)
+        threading.excepthook = quiet_step_limit(hook)
         self._undo.append(lambda: setattr(threading, "excepthook", hook))
         return self
 

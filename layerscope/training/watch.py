@@ -154,7 +154,7 @@ def _to_device(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _quiet_step_limit(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+def quiet_step_limit(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     """``threading.excepthook`` that lets a thread the step limit ended end quietly (a
     training loop run in a thread): python would print its traceback."""
     def excepthook(args: Any) -> None:
@@ -600,7 +600,7 @@ class Watch:
         self._patch(loader_cls, "__iter__", self._new_epoch(loader_cls.__iter__))
         process_cls = multiprocessing.process.BaseProcess
         self._patch(process_cls, "start", self._child_start(process_cls.start))
-        self._patch(threading, "excepthook", _quiet_step_limit(threading.excepthook))
+        self._patch(threading, "excepthook", quiet_step_limit(threading.excepthook))
         self._ignore_warning(_COMPILE_HOOKS_WARNING)
         if self.what_if is not None:
             self.what_if.seen.clear()
