@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.layerscope-installed
 
-.PHONY: demo test test-slow test-stress test-gpu docs dist venv clean
+.PHONY: demo test test-quick test-slow test-stress test-gpu docs dist venv clean
 
 venv: $(STAMP)
 
@@ -26,8 +26,14 @@ demo: $(STAMP)
 	$(VENV)/bin/layerscope train digits-cnn --epochs 5 --threads 1 --out runs/demo --html runs/demo/report.html
 	$(VENV)/bin/layerscope advise runs/demo/report.json --verify --html runs/demo/advice.html
 
+# Both tiers (unit and integration): what .ci/run runs.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
+
+# The unit tier alone, for use after every edit: in-process tests, no process started (the
+# check in tests/conftest.py fails a test that starts one without the integration marker).
+test-quick: $(STAMP)
+	$(PY) -m pytest -n 2 -m "not slow and not cuda and not integration" tests
 
 # The tests marked slow (sweeps over every torchvision classifier; minutes).
 test-slow: $(STAMP)

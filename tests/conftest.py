@@ -1,3 +1,28 @@
+"""The suite's two tiers, and the check that keeps them apart.
+
+A test that starts a process (``subprocess``, ``multiprocessing``, ``os.fork``: a CLI run in a
+child, a DataLoader worker, a torch.distributed rank) belongs to the integration tier and says so
+with ``@pytest.mark.integration`` (or a module's ``pytestmark``). The check below fails any other
+test that starts one, naming what it started: the unit tier (``make test-quick``) stays
+in-process, so its time is its own arithmetic. Tests that train end to end, run the docs'
+examples, build the wheel or lint are marked integration by hand: they start no process, but
+they are what makes the suite slow.
+
+``LAYERSCOPE_TEST_RECORD=FILE`` appends one JSON line per test (wall seconds, the worker's CPU
+seconds, its waited-for children's CPU seconds, whether it started a process, its markers):
+the figures ``docs/development.md`` gives per tier come from it.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing.process
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+
 import pytest
 
 
@@ -9,3 +34,109 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+class _Starts:
+    """What the running test started: the first few commands or process names."""
+
+    def __init__(self) -> None:
+        self.what: list[str] = []
+
+    def add(self, what: str) -> None:
+        if len(self.what) < 3:
+            self.what.append(what)
+
+
+_STARTS = _Starts()
+
+
+def _importing() -> bool:
+    """Whether a module is being imported: a library that runs ``ldconfig`` while it loads
+    (ctypes.util.find_library, under torch's CUDA modules) does it in whichever test imports it
+    first, so it is nobody's test."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _wrap(owner, name: str, describe):
+    original = getattr(owner, name)
+
+    def wrapped(*args, **kwargs):
+        what = None if _importing() else describe(*args, **kwargs)
+        if what is not None:
+            _STARTS.add(what)
+        return original(*args, **kwargs)
+
+    wrapped.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(owner, name, wrapped)
+
+
+# What a started program costs is a Python, a shell (which may run anything) or a browser; a
+# system probe a library runs once and caches (``uname -p`` under platform.processor(),
+# ``ldconfig -p`` under ctypes.util.find_library, ``git ls-files``) is milliseconds, and which
+# test pays for it depends on the order tests run in.
+_COSTLY = re.compile(r"^(python[\d.]*|layerscope|torchrun|bash|sh|dash|zsh|chrom\w*)$")
+
+
+def _command(self, args, executable=None, *rest, **kwargs) -> str | None:
+    words = os.fsdecode(args).split() if isinstance(args, (str, bytes)) else list(args)
+    program = os.path.basename(os.fsdecode(executable or words[0]))
+    if not _COSTLY.match(program):
+        return None
+    return " ".join(os.fsdecode(w) if isinstance(w, bytes) else str(w) for w in words[:4])
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: starts processes, trains end to end, runs "
+                            "the docs' examples, builds the wheel or lints (make test runs it; "
+                            "make test-quick leaves it out)")
+    if getattr(subprocess.Popen._execute_child, "__wrapped__", None) is None:
+        _wrap(subprocess.Popen, "_execute_child", _command)
+        _wrap(multiprocessing.process.BaseProcess, "start",
+              lambda self: f"multiprocessing {type(self).__name__} {self.name}")
+        _wrap(os, "fork", lambda: "os.fork()")
+        if hasattr(os, "posix_spawn"):
+            _wrap(os, "posix_spawn", lambda path, *a, **k: f"os.posix_spawn {path}")
+
+
+def _watched(item, phase: str):
+    """Run one phase of a test, noting what it started; record it when asked."""
+    _STARTS.what = []
+    record = os.environ.get("LAYERSCOPE_TEST_RECORD")
+    t0, c0 = time.perf_counter(), time.process_time()
+    k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    passed = False
+    try:
+        result = yield
+        passed = True
+        return result
+    finally:
+        started = list(_STARTS.what)
+        if record:
+            k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            line = {"test": item.nodeid, "phase": phase,
+                    "wall": round(time.perf_counter() - t0, 3),
+                    "cpu": round(time.process_time() - c0, 3),
+                    "children_cpu": round(k1.ru_utime + k1.ru_stime - k0.ru_utime
+                                          - k0.ru_stime, 3),
+                    "starts": started, "markers": sorted({m.name for m in item.iter_markers()})}
+            with open(record, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+        if passed and started and not record and item.get_closest_marker("integration") is None:
+            pytest.fail(f"this test starts a process in its {phase} ({started[0]}) but is not "
+                        f"marked integration: mark it @pytest.mark.integration, or keep it "
+                        f"in-process (the unit tier never starts one)", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _watched(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _watched(item, "call"))

@@ -447,6 +447,7 @@ def test_verify_needs_a_recipe_or_a_model(tmp_path):
     assert code == 2 and "--verify" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.integration
 def test_verify_on_a_profile_runs_the_sweep_it_names(tmp_path):
     out, profile = tmp_path / "advice.json", tmp_path / "profile.json"
     profile.write_text(json.dumps(_profile_with_runs(30)))
@@ -541,6 +542,7 @@ def test_amp_on_a_profile_is_the_model_in_bfloat16():
     assert BY_NAME["amp"].check(train).change == "run them in bfloat16 autocast (train --amp)"
 
 
+@pytest.mark.integration
 def test_verify_runs_the_ablation_and_marks_each_rule(tmp_path):
     out = tmp_path / "advice.json"
     code, _, err = run_cli("advise", str(DATA / "train_0.4.json"), "--verify", "--steps", "2",

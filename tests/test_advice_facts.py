@@ -129,6 +129,7 @@ def test_the_layer_table_times_the_contractions_and_a_validation_loader_is_not_t
     assert (facts["training_loaders"], facts["loader_batches"]) == (1, 12)
 
 
+@pytest.mark.integration
 def test_the_kernels_window_times_the_contractions(tmp_path):
     facts = facts_of(_train(tmp_path, "--steps", "5", "--kernels"))
     assert facts["contraction_source"] == "kernels window"

@@ -90,6 +90,7 @@ def own_run(tmp_path_factory):
     return (script, *_run(tmp_path, script, "own"))
 
 
+@pytest.mark.integration
 def test_num_workers_override_keeps_the_batches_and_says_so(tmp_path, own_run):
     script, own, own_out = own_run
     what, what_out = _run(tmp_path, script, "what", "--num-workers", "2", "--pin-memory")
@@ -133,6 +134,7 @@ def _batches(**loader_kwargs) -> list[list[float]]:
     return [b[:, 0].tolist() for b in loader]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("what_if,script_kwargs", [
     (WhatIf(num_workers=2), {}),
     (WhatIf(num_workers=0), {"num_workers": 2, "persistent_workers": True,
@@ -310,6 +312,7 @@ def test_bad_what_if_values_are_one_line_exit_2(tmp_path, flag, value):
     assert len(err.strip().splitlines()) == 1 and flag in err
 
 
+@pytest.mark.integration
 def test_verify_judges_the_workers_change_on_the_scripts_own_run(tmp_path, own_run):
     """The whole --verify path on real runs of the script. Which verdict comes out is the
     machine's to decide (a busy machine makes the re-run baseline miss the result's steps, and

@@ -123,6 +123,7 @@ def _api_key(command, result):
     return COMMANDS[command][2](json.loads(json.dumps(d, default=str)))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("form", ["builtin", "factory", "torchscript", "onnx", "run-folder"])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_cli_and_api_accept_the_same_models(forms, tmp_path, command, form):
@@ -142,6 +143,7 @@ def test_cli_and_api_accept_the_same_models(forms, tmp_path, command, form):
         assert err.strip() == f"layerscope: error: {message}"
 
 
+@pytest.mark.integration
 def test_onnx_analyze_and_graph_run_without_torch(forms):
     """The ONNX path of the CLI never imports torch (``torch`` made unimportable here)."""
     code = ("import sys; sys.modules['torch'] = None\n"

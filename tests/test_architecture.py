@@ -167,6 +167,7 @@ def test_no_import_cycles():
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
+@pytest.mark.integration
 def test_imports_point_down():
     wrong = []
     for module in sorted(MODULES):
@@ -206,6 +207,7 @@ def test_core_names_no_module_above_it():
     assert not wrong, "core names modules above it:\n" + "\n".join(wrong)
 
 
+@pytest.mark.integration
 def test_public_aliases_are_not_imported_inside():
     wrong = [f"{MODULES[m]}:{line}: import {PUBLIC_ALIASES[t]} instead of {t}"
              for m in MODULES for t, line in _edges(m, with_lines=True) if t in PUBLIC_ALIASES]
@@ -229,6 +231,7 @@ def _private_imports() -> list[str]:
     return found
 
 
+@pytest.mark.integration
 def test_no_private_names_across_modules():
     """A module takes only public names from the package's other modules: a name with a
     leading underscore is its own module's; what several modules share is public, in the
@@ -325,6 +328,7 @@ def test_onnx_modules_import_no_torch_at_module_level(module):
     assert "torch" not in _module_level_imports(module)
 
 
+@pytest.mark.integration
 def test_onnx_path_loads_no_torch():
     modules = [m for m in ONNX_MODULES if m in MODULES] + ["layerscope", "layerscope.cli.main"]
     code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)

@@ -140,6 +140,7 @@ HF = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", HF)
 def test_analyze_hf_counts_masked_calls_by_the_config(name, tmp_path):
     pytest.importorskip("transformers")
@@ -160,6 +161,7 @@ def test_analyze_hf_counts_masked_calls_by_the_config(name, tmp_path):
     assert not any("counted by the config's structure" in n for n in full.notes)
 
 
+@pytest.mark.integration
 def test_mistral_shaped_training_step_counts_the_window_forward_and_backward(tmp_path):
     pytest.importorskip("transformers")
     data = HF["mistral"][0]
@@ -198,6 +200,7 @@ GEMMA2 = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab
           "sliding_window": 4, "max_position_embeddings": 512}
 
 
+@pytest.mark.integration
 def test_eager_attention_is_counted_by_structure_in_llm_and_analyze(tmp_path):
     # Gemma-2 runs eager attention (soft-capping): its scores are matmuls. llm counts them from
     # the description, analyze by each layer's mask (the matmuls of the layer's attention

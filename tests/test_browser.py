@@ -183,6 +183,7 @@ def js(page, expression: str):
     return res["result"].get("value")
 
 
+@pytest.mark.integration
 def test_no_request_but_the_page_and_no_console_error(report_page):
     assert js(report_page, "document.documentElement.getAttribute('data-ls-ready')") == "1"
     events = report_page["browser"].events
@@ -201,6 +202,7 @@ def test_no_request_but_the_page_and_no_console_error(report_page):
     assert errors == []
 
 
+@pytest.mark.integration
 def test_charts_are_drawn(report_page):
     charts = js(report_page, """(() => Array.from(document.querySelectorAll('svg.ls-chart'))
         .map(s => { const r = s.getBoundingClientRect();
@@ -219,6 +221,7 @@ def test_charts_are_drawn(report_page):
         assert c["drawn"] >= c["marks"] * 0.8  # bars of (near) zero time may be flat
 
 
+@pytest.mark.integration
 def test_screenshot_is_not_blank(report_page):
     from PIL import Image
 
@@ -235,6 +238,7 @@ def test_screenshot_is_not_blank(report_page):
         assert len(set(chart.getdata())) > 50, "the chart looks blank"
 
 
+@pytest.mark.integration
 def test_hover_shows_the_layers_tooltip(report_page):
     point = js(report_page, """(() => { const m = document.querySelector(
         'svg[data-chart="roofline"] circle.ls-mark'); m.scrollIntoView({block: 'center'});
@@ -250,6 +254,7 @@ def test_hover_shows_the_layers_tooltip(report_page):
     assert "→ out" in tip and "median" in tip and "of roof" in tip
 
 
+@pytest.mark.integration
 def test_table_sorts_on_header_click_and_filters(report_page):
     order = js(report_page, """(() => {
         const table = document.querySelector('table.ls-table');
@@ -275,6 +280,7 @@ def test_table_sorts_on_header_click_and_filters(report_page):
     assert count.startswith(f"{len(visible)} of ")
 
 
+@pytest.mark.integration
 def test_embedded_json_is_the_saved_result(report_page):
     embedded = js(report_page, "JSON.parse(document.querySelector('script.ls-json')"
                                ".textContent)")

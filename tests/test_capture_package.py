@@ -36,6 +36,7 @@ def test_public_names_are_documented(module):
     assert undocumented == []
 
 
+@pytest.mark.integration
 def test_code_outside_the_engine_uses_public_names_only():
     # e.g. timing.py once imported static_torch._TAG and _ModuleTracker
     private = [(str(p.relative_to(ROOT)), mod, name)

@@ -111,6 +111,7 @@ def test_svg_roofline_names_of_hot_layers_do_not_overlap():
     assert "ls-leader" in svg  # moved labels point back at their layer
 
 
+@pytest.mark.integration
 def test_png_labels_do_not_overlap_as_matplotlib_draws_them():
     pytest.importorskip("matplotlib")
     from layerscope.renderers.plot import figure
@@ -137,6 +138,7 @@ def test_png_labels_do_not_overlap_as_matplotlib_draws_them():
     assert not any_overlap([box(t) for t in labels])
 
 
+@pytest.mark.integration
 def test_png_big_figure_names_every_bar():
     pytest.importorskip("matplotlib")
     from layerscope.renderers.plot import figure

@@ -49,6 +49,7 @@ def test_json_round_trips_through_report(tmp_path):
     assert Report.from_dict(d).to_dict() == d
 
 
+@pytest.mark.integration
 def test_activations_command_writes_npz(tmp_path):
     out = tmp_path / "acts.npz"
     code, stdout, err = run_cli("activations", "mnist-cnn", "--layers", "Conv2d|fc.*",
@@ -117,6 +118,7 @@ def test_no_partial_output_on_error(tmp_path):
     assert code == 2 and not out.exists() and os.listdir(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_console_script_and_module_entry_points():
     proc = subprocess.run([sys.executable, "-m", "layerscope", "analyze", "resnt50"],
                           capture_output=True, text=True)

@@ -167,6 +167,7 @@ def ddp_run(tmp_path_factory):
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name, grad_bytes", [
     # small: Linear(8,16) weight 128 + Linear(16,4) 64 + bias 4 (the 16-bias is frozen) = 196
     # float32 values x 4 bytes = 784.
@@ -174,6 +175,7 @@ def ddp_run(tmp_path_factory):
     # wide: 4 x (128 x 128 + 128) = 66,048 values x 4 = 264,192 bytes.
     ("wide", 264192),
 ], ids=["small-one-bucket", "wide-several-buckets"])
+@pytest.mark.integration
 def test_bucket_bytes_equal_gradient_bytes(ddp_run, name, grad_bytes):
     for rank in ddp_run:
         r = rank[name]
@@ -188,11 +190,13 @@ def test_bucket_bytes_equal_gradient_bytes(ddp_run, name, grad_bytes):
         assert s["wire_bytes_per_step"] == pytest.approx(s["theory_bytes_per_step"])
 
 
+@pytest.mark.integration
 def test_several_buckets_with_small_cap(ddp_run):
     # bucket_cap_mb=0.1 (104,857 bytes) over 264,192 gradient bytes: more than one bucket.
     assert len(ddp_run[0]["wide"]["summary"]["buckets"]) > 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["small", "wide"])
 def test_hook_averages_like_ddp(ddp_run, name):
     # The hook divides by the world size as DDP's default hook does, so 2 ranks with 4 samples
@@ -210,6 +214,7 @@ def test_hook_averages_like_ddp(ddp_run, name):
         assert rank[name]["weight"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
+@pytest.mark.integration
 def test_recorder_steps_make_a_merged_trace(ddp_run):
     # What h15-ddp feeds merged_trace: CommRecorder.step_end records beside the phase times.
     from layerscope.training.chrome_trace import COMM_TID, merged_trace
@@ -225,6 +230,7 @@ def test_recorder_steps_make_a_merged_trace(ddp_run):
                 if e["pid"] == 0 and e.get("tid") == COMM_TID and e["ph"] == "X"]) == n_buckets
 
 
+@pytest.mark.integration
 def test_fsdp_collectives_timed(ddp_run):
     # Linear(8,16): 144 values = 576 bytes; Linear(16,4): 68 values = 272 bytes; 848 in all.
     # Each layer is all-gathered before forward and again before backward (resharded), and its

@@ -118,6 +118,7 @@ def _rule_rows(c: Comparison, rule: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- acceptance: real models
+@pytest.mark.integration
 def test_resnet50_against_legacy_export_via_cli(r50_legacy, tmp_path):
     out = tmp_path / "c.json"
     code, _, err = run_cli("compare", "resnet50", r50_legacy, "--format", "json", "-o", str(out))
@@ -153,6 +154,7 @@ def test_resnet50_against_legacy_export_via_cli(r50_legacy, tmp_path):
     assert "4,089,184,256" in text and "25,507,944" in text
 
 
+@pytest.mark.integration
 def test_resnet50_against_dynamo_export(r50_dynamo):
     c = compare("resnet50", r50_dynamo)
     _check_every_difference_explained(c)
@@ -296,6 +298,7 @@ def test_legacy_rules_batchnorm_bias_in_place_maxpool(tmp_path):
     assert rows["pool"].diff == {"bytes_written": -64, "activation_bytes": -64}
 
 
+@pytest.mark.integration
 def test_folded_node_under_the_batchnorm_scope(tmp_path):
     # `layerscope export --fold-batchnorm` (onnxscript's optimizer) fuses conv + bn into one
     # Conv node that carries bn's scope and drops the all-zero folded bias: conv's numbers

@@ -118,6 +118,7 @@ def validator():
     return jsonschema.Draft202012Validator(json.loads(text))
 
 
+@pytest.mark.integration
 def test_slow_getitem_in_the_main_process_names_num_workers(tmp_path, validator):
     report = _watched(tmp_path)
     assert not list(validator.iter_errors(report))
@@ -138,6 +139,7 @@ def test_slow_getitem_in_the_main_process_names_num_workers(tmp_path, validator)
                and f"num_workers={verdict['value']}" in line for line in text.splitlines())
 
 
+@pytest.mark.integration
 def test_workers_non_persistent_start_up_is_found_per_worker(tmp_path):
     init = 0.4
     report = _watched(tmp_path, "--workers", "2", "--init-sleep", str(init), "--collate")
@@ -160,6 +162,7 @@ def test_workers_non_persistent_start_up_is_found_per_worker(tmp_path):
     assert kinds["worker_startup"]["value"] is True
 
 
+@pytest.mark.integration
 def test_persistent_workers_start_once(tmp_path):
     report = _watched(tmp_path, "--workers", "2", "--persistent", "--init-sleep", "0.4")
     (lo,) = report["data_loading"]["loaders"]
@@ -451,6 +454,7 @@ BUSY = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity")
                     or dataloading.run_delay() is None,
                     reason="needs CPU affinity and /proc/thread-self/schedstat (Linux)")
@@ -494,6 +498,7 @@ def _batches(loader) -> list[list[float]]:
     return [b.flatten().tolist() for b in loader]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("workers", [0, 2])
 def test_probe_changes_no_batch_and_leaves_nothing_behind(workers):
     classes = (_fetch._MapDatasetFetcher, _fetch._IterableDatasetFetcher,
@@ -548,6 +553,7 @@ def test_a_test_loader_iterated_with_gradients_on_is_not_a_training_one():
     assert lo.training
 
 
+@pytest.mark.integration
 def test_train_report_has_the_section_and_reads_back(tmp_path):
     report = layerscope.train(recipe="digits-cnn", steps=3, evaluate=False, num_workers=1,
                               out=str(tmp_path))
@@ -561,6 +567,7 @@ def test_train_report_has_the_section_and_reads_back(tmp_path):
     assert saved["data_loading"]["loaders"][0]["num_workers"] == 1
 
 
+@pytest.mark.integration
 def test_spawned_workers_are_counted_from_the_main_process_and_noted():
     data = torch.utils.data.TensorDataset(torch.arange(8.0))
     loader = DataLoader(data, batch_size=4, num_workers=1, multiprocessing_context="spawn")
@@ -583,6 +590,7 @@ class _Stream(torch.utils.data.IterableDataset):
         return iter(torch.arange(start, 10, step, dtype=torch.float32))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("workers", [0, 2])
 def test_iterable_dataset_is_timed_and_unchanged(workers):
     def make():

@@ -92,6 +92,7 @@ def test_the_hand_derivation_is_the_tiny_llamas():
     assert decode_flops(1, 32) == 201_512
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("batch,context", [(1, 32), (2, 8)], ids=["b1-ctx32", "b2-ctx8"])
 def test_bytes_and_flops_per_step_are_llms_decode_step(config, monkeypatch, batch, context):
     _ceilings(monkeypatch, peak=1e15, bandwidth=1e15)
@@ -115,6 +116,7 @@ def test_bytes_and_flops_per_step_are_llms_decode_step(config, monkeypatch, batc
     assert e.peak_source == "measured" and e.datasheet is None  # a CPU has no datasheet
 
 
+@pytest.mark.integration
 def test_mbu_above_one_is_refused_with_its_cause(config, monkeypatch):
     # 378,368 bytes in 1 ms is 378 MB/s: a 1 MB/s bandwidth would make MBU 37,837%
     _ceilings(monkeypatch, peak=1e15, bandwidth=1e6)

@@ -329,6 +329,7 @@ def real_profile(tmp_path_factory):
     return json.loads(path.read_text())
 
 
+@pytest.mark.integration
 def test_real_profile_keeps_samples(real_profile):
     assert len(real_profile["end_to_end"]["samples_s"]) == 10
     assert all(len(r["time"]["samples_s"]) == 10 for r in real_profile["layers"])
@@ -952,6 +953,7 @@ def test_different_models_are_named_in_a_note(tmp_path):
     assert not any(n.startswith("different models:") for n in same.notes)
 
 
+@pytest.mark.integration
 def test_profile_backward_is_a_phase(tmp_path):
     """profile --backward keeps the backward pass's runs; diff has a forward and a backward
     phase row. The backward runs made slower by 3 (max / min)^2 of their own (every new run

@@ -279,6 +279,7 @@ def _check_ranks(report: dict) -> None:
     assert report["straggler"]["rank"] in (0, 1)
 
 
+@pytest.mark.integration
 def test_two_processes_one_epoch(tmp_path):
     p = _train2(tmp_path, "run", "--epochs", "1")
     assert p.returncode == 0, p.stderr
@@ -313,6 +314,7 @@ def test_two_processes_one_epoch(tmp_path):
     assert main(["render", str(run / "report.json")]) == 0
 
 
+@pytest.mark.integration
 def test_a_rank_aborting_after_the_final_barrier_keeps_the_run(tmp_path):
     """Every rank finished and left together; rank 1 then dies by SIGABRT as its process ends
     (the way torch's gloo threads once ended it): the run's results stay, one warning names

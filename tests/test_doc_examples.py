@@ -27,6 +27,7 @@ from tests.doc_examples import (
     run_page,
     sh_commands,
 )
+from tests.warm_start import Server
 
 ROOT = docs_root()
 PAGES = [str(p) for p in pages(ROOT)]
@@ -61,13 +62,29 @@ def example_home(tmp_path_factory):
     return tmp_path_factory.mktemp("example-home")
 
 
+@pytest.fixture(scope="session")
+def page_env(tmp_path_factory, example_home):
+    """The environment the pages run in: the examples' own, with the warm start of
+    tests/warm_start.py (one server per test process) unless LAYERSCOPE_DOCS_COLD=1."""
+    env = example_env(example_home)
+    if os.environ.get("LAYERSCOPE_DOCS_COLD") == "1":
+        yield env
+        return
+    server = Server(tmp_path_factory.mktemp("warm-start"), env)
+    try:
+        yield server.env(env)
+    finally:
+        server.close()
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("page", PAGES)
-def test_page_examples(page, tmp_path, example_home):
+def test_page_examples(page, tmp_path, page_env):
     blocks = _blocks(page)
     timeout_s = float(os.environ.get("LAYERSCOPE_EXAMPLE_TIMEOUT") or DEFAULT_TIMEOUT_S)
     keep_going = os.environ.get("LAYERSCOPE_DOCS_KEEP_GOING") == "1"
     log = os.environ.get("LAYERSCOPE_DOCS_LOG")
-    run = run_page(page, blocks, tmp_path, example_env(example_home), timeout_s, keep_going,
+    run = run_page(page, blocks, tmp_path, page_env, timeout_s, keep_going,
                    log=Path(log) if log else None)
     for o in run.outcomes:
         print(f"{o.seconds:7.1f} s  {'ok  ' if o.ok else 'FAIL'}  {page}:{o.command.line}  "
@@ -217,6 +234,7 @@ def test_a_quote_must_hold_only_printed_figures():
     assert check_quote("p.md", right, [printed]) is None
 
 
+@pytest.mark.integration
 def test_runner_checks_the_quoted_output(tmp_path):
     page = ("```sh\necho 'peak 42 at step 3'\n```\n```text\npeak 42 at step 3\n```\n"
             "```python\nprint(7 * 6)\n```\n```text\n41\n```\n"
@@ -292,6 +310,7 @@ def test_pages_are_readme_and_docs_sorted(tmp_path):
                                                  "docs/sub/c.md"]
 
 
+@pytest.mark.integration
 def test_runner_stops_at_the_first_failure_and_reports_it(tmp_path):
     page = ("```sh\necho one > f.txt\ncat f.txt missing.txt\necho never\n```\n"
             "```python\nprint('never')\n```\n")
@@ -310,6 +329,7 @@ def test_long_output_keeps_its_first_and_last_lines():
     assert excerpt("") == []
 
 
+@pytest.mark.integration
 def test_runner_keeps_going_pipefail_python_and_timeout(tmp_path):
     page = ("```sh\nfalse | true\nsleep 30\n```\n"
             "```python\nimport os, sys\nprint(os.path.basename(sys.executable))\n```\n"
@@ -321,6 +341,7 @@ def test_runner_keeps_going_pipefail_python_and_timeout(tmp_path):
     assert "timed out: killed at the 3 s limit" in run.outcomes[1].describe(3.0)
 
 
+@pytest.mark.integration
 def test_examples_see_this_checkout_and_a_private_home(tmp_path):
     home = tmp_path / "home"
     page = ("```sh\ncommand -v python layerscope\necho \"$HOME $XDG_CACHE_HOME $MPLBACKEND\"\n"

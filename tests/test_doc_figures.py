@@ -75,6 +75,7 @@ def _lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.rstrip("\n").splitlines()]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("page,line,command,pasted", PASTED,
                          ids=[f"{p}:{n}" for p, n, _, _ in PASTED])
 def test_pasted_output_is_the_commands_output(page, line, command, pasted, tmp_path):
@@ -292,6 +293,7 @@ def test_gpu_figures_are_the_kept_runs(run, name, phrase):
 
 
 # ------------------------------------------------------------------ figures computed by the API
+@pytest.mark.integration
 def test_tensor_parallel_activations_per_gpu():
     plan = layerscope.plan("llama-3-70b", gpus=64, seq_len=8192, tp=8)
     activations = {s.strategy: s.activations_bytes for s in plan.strategies}

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.integration
 def test_docs_build_strict(tmp_path):
     missing = [m for m in ("mkdocs", "material", "mkdocstrings")
                if importlib.util.find_spec(m) is None]

@@ -370,6 +370,7 @@ def test_scaling_point_carries_rank_zeros_mfu():
     assert _mfu(p).text == "20.00%"
 
 
+@pytest.mark.integration
 def test_train_writes_step_mfu_to_tensorboard(monkeypatch, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -59,6 +59,7 @@ def test_shows_in_jupyter(kind):
     assert "<table" in page and html_lib.escape(_name(result)) in page
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_renders_in_every_format(kind, fmt, tmp_path):

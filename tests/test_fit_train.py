@@ -42,6 +42,7 @@ def _train(recipe: str, batch: int, budget: int, tmp_path) -> tuple[int, str, ob
     return code, err, run_dir
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("recipe,start", CHAINED, ids=[c[0] for c in CHAINED])
 def test_fit_answer_trains_within_the_budget_and_one_more_does_not(recipe, start, tmp_path):
     first = _fit(recipe, start, tmp_path)

@@ -167,6 +167,7 @@ FIELDS = ("macs", "flops", "params", "weight_bytes", "buffer_bytes", "bytes_read
           "bytes_written", "activation_bytes")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["inference", "training"])
 def test_resnet20_more_rows_same_totals(mode):
     plain = layerscope.analyze("resnet20", mode=mode)
@@ -184,6 +185,7 @@ def test_resnet20_more_rows_same_totals(mode):
     assert not {r.name for r in plain.layers if not r.self_only} - names  # leaves unchanged
 
 
+@pytest.mark.integration
 def test_leaves_nothing_installed():
     model = zoo.lookup("resnet20").build()
     before = {k: v.clone() for k, v in model.state_dict().items()}

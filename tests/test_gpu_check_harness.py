@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here starts a process or runs end to end
+
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "tests" / "gpu"
 

@@ -258,6 +258,7 @@ def test_collapsed_graph_renders_the_count_and_a_member_list(tmp_path, monkeypat
                                                                           ("Concat", "1")]
 
 
+@pytest.mark.integration
 def test_fifteen_thousand_nodes_draw_without_graphviz(tmp_path, monkeypatch):
     """tile-linear of a 1x120 @ 120x125 Gemm by 1: 15,000 MatMuls, 125 Sums, a Split and a
     Concat; drawn whole (igraph's layout) and collapsed, as SVG and HTML, with no `dot`."""
@@ -278,6 +279,7 @@ def test_fifteen_thousand_nodes_draw_without_graphviz(tmp_path, monkeypatch):
     assert page.count("<tr><td>") == 15000 + 125
 
 
+@pytest.mark.integration
 def test_a_6000_node_chain_is_drawn(tmp_path, monkeypatch):
     """A 6,002-node graph (6,000 nodes, the input and the output) is drawn, not refused: since
     the layout is igraph's compiled Sugiyama (no recursion, seconds for thousands of nodes),

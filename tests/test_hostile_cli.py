@@ -329,6 +329,7 @@ def test_every_command_has_a_base_command_line():
     assert len(TYPED) > 40  # every numeric option of every command is typed
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("value", HOSTILE_VALUES)
 @pytest.mark.parametrize("command,option", TYPED, ids=[f"{c}{o}" for c, o in TYPED])
 def test_numeric_option_refuses_hostile_value(tmp_path, monkeypatch, command, option, value):
@@ -397,6 +398,7 @@ PATTERNS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build,expected", [p[1:] for p in PATTERNS], ids=[p[0] for p in PATTERNS])
 def test_pattern_that_backtracks_is_one_line(tmp_path, build, expected):
     """In a subprocess with a time limit (the pattern ran for minutes before): one line that
@@ -450,6 +452,7 @@ FAIL_IF = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("text,code,expected", [c[1:] for c in FAIL_IF],
                          ids=[c[0] for c in FAIL_IF])
 def test_fail_if_of_any_length_is_answered(tmp_path, text, code, expected):

@@ -194,6 +194,7 @@ SHADOWED = [  # (package, name, the module a user may import under that name)
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module_first", [True, False], ids=["module-first", "function-first"])
 @pytest.mark.parametrize("package,name,submodule", SHADOWED, ids=[c[1] for c in SHADOWED])
 def test_api_function_survives_import_of_same_named_module(package, name, submodule,
@@ -483,6 +484,7 @@ def _ones():
     return torch.ones(3)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("make,expected", [c[1:] for c in CHECKPOINT_CASES],
                          ids=[c[0] for c in CHECKPOINT_CASES])
 def test_hostile_checkpoint_is_one_line(tmp_path, make, expected):
@@ -772,6 +774,7 @@ SPECIAL_INPUTS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("make,expected", [c[1:] for c in SPECIAL_INPUTS],
                          ids=[c[0] for c in SPECIAL_INPUTS])
 def test_input_that_is_not_a_regular_file_is_refused_unopened(tmp_path, make, expected):
@@ -888,6 +891,7 @@ HOSTILE_MODELS = ["mnist-cnn --html victim.html", "x; touch HACKED #", "$(touch 
                   "`touch HACKED`", "a'b\"c", "--html=victim.html", "m\ntouch HACKED"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("model", HOSTILE_MODELS, ids=range(len(HOSTILE_MODELS)))
 def test_an_advised_command_is_an_argument_list_shown_quoted(tmp_path, model):
     """The model a result names is one argument of the sweep that tests the threads rule, and

@@ -163,6 +163,7 @@ def test_sizes_too_large_for_a_tensor_are_one_line(argv, expected):
     assert out == ""
 
 
+@pytest.mark.integration
 def test_large_but_traceable_sizes_stay_exact_ints():
     # 1000 sequences x 2**34 tokens: logits of 1000 x 2**34 x 128256 fp32 fit an int64 of bytes
     # (2**34 x 1000 x 128256 x 4 = 8.8e18 < 9.2e18); KV cache = 131072 B/token (2 x 32 layers

@@ -10,6 +10,7 @@ from layerscope.training.recipes import DigitsCNN
 from tests.helpers import run_cli
 
 
+@pytest.mark.integration
 def test_loop_over_digits_phases_sum_and_layers_cover_the_forward():
     model = DigitsCNN()
     model.train()
@@ -51,6 +52,7 @@ def test_loop_bad_input(argv, expected):
     assert code == 2 and err.count("\n") == 1 and expected in err, err
 
 
+@pytest.mark.integration
 def test_readme_loop_more_runs_than_one_pass_iterates_the_loader_again():
     """The README's command: synthetic MNIST's 10,000 validation images are 10 batches of 1000,
     one fewer than 1 warm-up + 10 timed; the loader starts a new pass for the last one."""

@@ -117,6 +117,7 @@ def _callback_and_run(tmp_path, script: str, argv: list[str]) -> tuple[dict, dic
     return via_callback, json.loads((tmp_path / "run.json").read_text()), printed_cb, printed_run
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv", LIGHTNING_CASES.values(), ids=LIGHTNING_CASES.keys())
 def test_lightning_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv):
     pytest.importorskip("lightning")
@@ -146,6 +147,7 @@ def test_lightning_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv
     assert via_run["efficiency"]["model_flops_per_step"] == expected
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv", HF_CASES.values(), ids=HF_CASES.keys())
 def test_hf_trainer_callback_gives_the_breakdown_of_layerscope_run(tmp_path, argv):
     pytest.importorskip("transformers")
@@ -168,6 +170,7 @@ def test_hf_trainer_callback_gives_the_breakdown_of_layerscope_run(tmp_path, arg
     assert counted[0] == counted[1] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script,argv,steps", [
     ("lightning_mlp.py", ["--steps", "3"], 3),
     ("lightning_mlp.py", ["--steps", "3", "--manual"], 3),
@@ -194,6 +197,7 @@ def test_lightning_failed_fit_keeps_the_steps_done_and_removes_every_hook(tmp_pa
     assert json.loads((tmp_path / "cb.json").read_text())["breakdown"]["steps"] == 3
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script,argv", [
     ("lightning_mlp.py", []),
     ("hf_gpt2.py", ["--output-dir", "TMP"]),
@@ -335,6 +339,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module,blocked,line", [
     ("lightning", ("lightning", "pytorch_lightning"),
      "Lightning is not installed: pip install layerscope[lightning]"),
@@ -354,6 +359,7 @@ def test_a_callback_without_its_trainer_says_what_to_install(module, blocked, li
     assert done.stdout.strip() == line
 
 
+@pytest.mark.integration
 def test_importing_layerscope_and_its_integrations_package_imports_no_trainer():
     done = _python("import sys, layerscope, layerscope.integrations\n"
                    "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', "

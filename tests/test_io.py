@@ -362,6 +362,7 @@ def test_cli_dash_writes_json_to_stdout():
     assert json.loads(out)["kind"] and "wrote" not in err
 
 
+@pytest.mark.integration
 def test_cli_png_to_piped_stdout():
     # binary formats go to standard output only when it is not a terminal (here: a pipe)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -412,6 +413,7 @@ _SIGTERM_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["file", "outputs", "temp_dir"])
 def test_sigterm_during_a_write_removes_temporaries(tmp_path, mode):
     path = tmp_path / "out.bin"

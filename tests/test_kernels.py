@@ -398,6 +398,7 @@ def test_cpu_view_leaves_out_the_device_columns():
 
 
 # ---- train --kernels ------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.parametrize("steps,profiled", [(5, 3), (2, 1)], ids=["window", "run-too-short"])
 def test_train_kernels(tmp_path, steps, profiled):
     """Three training steps after the first are profiled (fewer when the run ends first); the
@@ -427,6 +428,7 @@ def test_train_kernels_refuses_profile_torch(capsys):
                         "--profile torch") and len(err.splitlines()) == 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cuda", [True, False], ids=["cuda", "no-cuda"])
 def test_train_nvtx_phases_and_modules(tmp_path, monkeypatch, cuda):
     """A step range, the phase table's names in the loop's order, the model's modules inside

@@ -32,11 +32,13 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.integration
 def test_ruff_check_passes():
     done = _run([*_tool("ruff"), "check", "layerscope", "tests"])
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.integration
 def test_mypy_passes():
     done = _run(_tool("mypy"))  # files and flags: [tool.mypy] in pyproject.toml
     assert done.returncode == 0, done.stdout + done.stderr

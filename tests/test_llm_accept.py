@@ -53,6 +53,7 @@ def test_analyze_gpt2_at_its_default_length_1024():
 
 
 # ---------------------------------------------------------------- plan on latent attention
+@pytest.mark.integration
 def test_plan_measures_deepseek_v2_latent_attention(tmp_path):
     """q/k heads of 24 and v heads of 16: the flash kernel cannot take them, the GPU's
     memory-efficient kernel does (no seq x seq tensor saved); the measurement used to fail
@@ -100,6 +101,7 @@ QWEN3_SMALL = {  # small Qwen3: head_dim 32 x 4 heads = 128 != hidden 64, q/k no
 MISTRAL_NEMO = {**QWEN3_SMALL, "model_type": "mistral", "tie_word_embeddings": False}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("config,params,kv_heads,kv_bytes", [
     # embed 1000*64 + 2 x (qkv 64*(64 + 2*16) + dense 64*64 + MLP 2*64*256 + LN 128) + ln_f 128
     # = 64,000 + 2 x 43,136 + 128; KV: 2 x 2 layers x 1 head x 16 x 2 bytes
@@ -213,6 +215,7 @@ MPT = {"model_type": "mpt", "vocab_size": 256, "d_model": 64, "n_heads": 4, "n_l
        "attn_config": {"alibi": True}}
 
 
+@pytest.mark.integration
 def test_mpt_counted_within_its_alibi_table(tmp_path):
     # MPT names its sizes d_model / n_heads / n_layers. 2 layers of Wqkv 64 x 192, out_proj
     # 64 x 64, MLP 2 x 64 x 256, the tied head 64 x 256; per score 4 x (16 + 16) = 128 MACs
@@ -248,6 +251,7 @@ def test_plan_and_analyze_refuse_mpt_beyond_its_alibi_table(tmp_path, command, f
     assert "ALiBi biases, computed for max_seq_len (32 positions)" in err, err
 
 
+@pytest.mark.integration
 def test_plan_and_analyze_run_mpt_within_its_alibi_table(tmp_path):
     path = write_config(tmp_path, MPT)
     assert plan(path, 1, seq_len=32).seq_len == 32
@@ -312,6 +316,7 @@ def test_a_tied_head_still_reads_the_whole_table():
     assert r.roofline.decode_bytes_per_step == 2 * 124_439_808 + 36_864 * 64
 
 
+@pytest.mark.integration
 def test_70b_bf16_does_not_fit_one_80gb_h100():
     # 70,553,706,496 x 2 bytes = 141.11 GB of weights; KV 2 x 80 x 8 x 128 x 2 = 327,680
     # bytes a token x 1024 = 0.34 GB; 141.44 GB > 80 GB: two GPUs at least
@@ -358,6 +363,7 @@ def test_a_model_that_rejects_the_tokens_is_named(monkeypatch):
         plan(LLMSource("toy", PRESETS["gpt2"], lambda c: Refuses()), 1, seq_len=16)
 
 
+@pytest.mark.integration
 def test_llm_says_when_an_hf_model_runs_eager_attention(tmp_path):
     r = llm(write_config(tmp_path, GEMMA_2), seq_len=16)
     assert any("built with eager attention" in n and "attention description" in n
@@ -366,6 +372,7 @@ def test_llm_says_when_an_hf_model_runs_eager_attention(tmp_path):
                                              seq_len=16).notes)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("config", [FALCON_7B, OPT_1_3B, GEMMA_2, QWEN3_SMALL],
                          ids=["falcon", "opt", "gemma-2", "qwen3"])
 def test_plan_measures_every_family(tmp_path, config):
@@ -374,6 +381,7 @@ def test_plan_measures_every_family(tmp_path, config):
     assert r.activations.per_layer_bytes > 0 and r.activations.other_bytes > 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tp,share", [(8, 8), (16, 8)], ids=["tp8", "tp16-replicated"])
 def test_kv_heads_fewer_than_gpus_are_replicated(tp, share):
     """Llama-3-8B has 8 key/value heads: over 16 GPUs each keeps one whole head, 1/8 of the

@@ -195,6 +195,7 @@ TINY = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "vocab
         "tie_word_embeddings": False}
 
 
+@pytest.mark.integration
 def test_llm_sliding_window_by_hand(tmp_path):
     pytest.importorskip("transformers")
     windowed = llm(_write(tmp_path, {**TINY, "sliding_window": 4}, "w"), seq_len=16, context=40)
@@ -220,6 +221,7 @@ def test_llm_sliding_window_by_hand(tmp_path):
     assert short[0].decode.macs_per_token == short[1].decode.macs_per_token
 
 
+@pytest.mark.integration
 def test_llm_qwen2_window_on_the_last_layers_only(tmp_path):
     pytest.importorskip("transformers")
     data = {**TINY, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
@@ -244,6 +246,7 @@ DSV2 = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
         "first_k_dense_replace": 2, "max_position_embeddings": 512}
 
 
+@pytest.mark.integration
 def test_llm_mla_scores_and_latent_cache(tmp_path):
     pytest.importorskip("transformers")
     causal = llm(_write(tmp_path, DSV2, "c"), seq_len=16, context=40)
@@ -312,6 +315,7 @@ def test_llm_gpt_neo_local_layers_by_hand(tmp_path):
                                                                           (S, 1, 4)]
 
 
+@pytest.mark.integration
 def test_decode_is_one_token_not_a_prefill_difference(tmp_path):
     pytest.importorskip("transformers")
     path = _write(tmp_path, TINY)
@@ -363,6 +367,7 @@ def test_cli_shows_each_kind_of_layer(tmp_path):
             ) in " ".join(out.split())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("data", [TINY, DSV2], ids=["mistral", "deepseek-v2-mla"])
 def test_full_counting_equals_flop_counter_mode_on_eager_attention(data, tmp_path):
     # transformers' eager attention writes out every score (q @ k^T, probs @ v) on real
@@ -397,6 +402,7 @@ def test_llama4_chunked_layers_as_transformers_resolves_them():
     assert layers[0].cached_tokens(10) == 4
 
 
+@pytest.mark.integration
 def test_llm_llama4_chunked_attention_by_hand(tmp_path):
     pytest.importorskip("transformers")
     data = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text",

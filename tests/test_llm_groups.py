@@ -81,6 +81,7 @@ def _path(tmp_path, data):
     return f"hf:{path}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_grouped_counts_equal_the_full_model(family, tmp_path):
     pytest.importorskip("transformers")
@@ -97,6 +98,7 @@ def test_grouped_counts_equal_the_full_model(family, tmp_path):
     assert llm_mod.param_count(llm_mod.resolve_llm(spec)) == full.params
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["qwen2-moe", "qwen3-moe"])
 def test_grouped_causal_counts_equal_the_full_model(family, tmp_path):
     # no window or chunks (whose masks the full trace counts whole), fused kernels: the full
@@ -125,6 +127,7 @@ def test_dense_first_layers_are_not_extrapolated_from_the_first_two(tmp_path):
     assert terms == {2: -2, 3: 3} and notes == []
 
 
+@pytest.mark.integration
 def test_plan_counts_the_grouped_parameters(tmp_path):
     pytest.importorskip("transformers")
     spec = _path(tmp_path, FAMILIES["qwen2-moe"])

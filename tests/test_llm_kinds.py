@@ -38,6 +38,7 @@ LLAMA4 = {**BASE, "model_type": "llama4_text", "num_hidden_layers": 2, "intermed
           "interleave_moe_layer_step": 1, "attention_chunk_size": 8192}
 
 
+@pytest.mark.integration
 def test_llama4_experts_are_counted_as_the_routers_top_k(tmp_path):
     # Per token and layer: attention q 64x64 + k, v 64x32 + o 64x64 = 12,288; router 64x4 =
     # 256; shared expert 3 x 64 x 32 = 6,144; routed experts k = 1 of 4: 6,144 (all four, as
@@ -53,6 +54,7 @@ def test_llama4_experts_are_counted_as_the_routers_top_k(tmp_path):
     assert r.decode.macs_per_token == 2 * 24_832 + 16_384 + 2 * 4 * 9 * 32
 
 
+@pytest.mark.integration
 def test_plan_counts_a_dense_mixtures_per_expert_tensors_k_over_e(tmp_path):
     # One Llama-4 block, 8 tokens, bf16: what it saves per (token, expert) pair, for all 4
     # experts: the copies of the tokens (E*T x 64: 4,096 B), their router weights (E*T x 1:
@@ -99,6 +101,7 @@ GPT_OSS = {**BASE, "model_type": "gpt_oss", "num_hidden_layers": 2, "intermediat
            "layer_types": ["sliding_attention", "full_attention"]}
 
 
+@pytest.mark.integration
 def test_analyze_counts_eager_sink_attention_by_each_layers_mask(tmp_path):
     # 16 tokens, 4 heads x (16 + 16) per score: window 4 sees 4 x 5 / 2 + 12 x 4 = 58 of 256,
     # causal 136: (198 + 120) x 128 = 40,704 MACs fewer than the whole matrices
@@ -142,6 +145,7 @@ HYBRIDS = {
 ATTENDING = {"jamba": [2], "qwen3-next": [1, 3], "granite-4-h": [1], "nemotron-h": [1]}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", list(HYBRIDS))
 def test_hybrids_are_counted_from_models_that_hold_an_attention_layer(family, tmp_path):
     # before: the model of the first layer held no attention layer and transformers failed
@@ -161,6 +165,7 @@ def test_hybrids_are_counted_from_models_that_hold_an_attention_layer(family, tm
     assert p.params_total == whole.params
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["jamba", "nemotron-h"])
 def test_hybrid_activations_grouped_equal_the_full_model(family, tmp_path):
     # Jamba's first attention layer is layer 2: its dense Mamba layer 0 has no member after
@@ -203,6 +208,7 @@ LLAMA_NO_VOCAB = {"model_type": "llama", "hidden_size": 64, "intermediate_size":
                   "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1}
 
 
+@pytest.mark.integration
 def test_a_size_the_config_leaves_to_transformers_is_named(tmp_path):
     # transformers' LlamaConfig gives 32000 tokens to a config without vocab_size: the head
     # alone is 64 x 32,000 MACs per token, so the count depends on it
@@ -223,6 +229,7 @@ FALCON_H1 = {**BASE, "model_type": "falcon_h1", "num_hidden_layers": 2, "interme
              "mamba_n_groups": 1, "mamba_chunk_size": 16, "mamba_d_conv": 4}
 
 
+@pytest.mark.integration
 def test_falcon_h1_hybrid_layers_attend_causally_beside_their_mixer(tmp_path):
     # before: the "hybrid" layer type was an unknown attention, counted as the whole matrix
     spec = _spec(tmp_path, FALCON_H1)

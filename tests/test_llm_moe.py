@@ -54,6 +54,7 @@ def test_llm_config_reads_deepseek_routing():
 # down at hidden 64, expert width 32): DeepSeek-V3 layers 2-4 (two dense first), k = 2; Qwen2-MoE
 # layers 0, 2, 4 (mlp_only_layers 1, 3), k = 2; Llama-4 layers 1, 3 (every second), k = 1.
 # Active = total - (layers x 4 x 6,144) x (1 - k/4): 36,864 fewer in each.
+@pytest.mark.integration
 @pytest.mark.parametrize("family,inactive", [
     ("deepseek-v3", 3 * 4 * 6144 // 2), ("qwen2-moe", 3 * 4 * 6144 // 2),
     ("llama-4", 2 * 4 * 6144 * 3 // 4)])
@@ -80,6 +81,7 @@ def test_analyze_llm_and_plan_agree_on_parameters(family, inactive, tmp_path):
 DSV2_MOE = {**DSV2, "num_hidden_layers": 3, "first_k_dense_replace": 1}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("data,inactive", [
     (DSV2_MOE, 2 * 4 * 6144 // 2), (FAMILIES["qwen2-moe"], 3 * 4 * 6144 // 2)],
     ids=["deepseek-v2", "qwen2-moe"])

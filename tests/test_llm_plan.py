@@ -135,6 +135,7 @@ def tiny_hf_llama(tmp_path, intermediate: int, layers: int) -> tuple[dict, str]:
     return data, f"hf:{path}"
 
 
+@pytest.mark.integration
 def test_hf_config_matches_preset_arithmetic(tmp_path):
     pytest.importorskip("transformers")
     from layerscope.frontends import llm_models
@@ -154,6 +155,7 @@ def test_hf_config_matches_preset_arithmetic(tmp_path):
     assert hf.kv_cache.bytes_per_token == 384
 
 
+@pytest.mark.integration
 def test_moe_active_parameters():
     # Mixtral: 8 experts of 3*4096*14336 = 176,160,768, 2 per token: 6 idle per layer
     r = llm("mixtral-8x7b", seq_len=16, context=16)
@@ -240,6 +242,7 @@ def test_activations_match_korthikanti(b, s):
     assert m.device == "cuda"
 
 
+@pytest.mark.integration
 def test_plan_tp_pp_recompute():
     src = korthikanti_source(num_layers=4)
     c = src.config
@@ -318,6 +321,7 @@ def test_fused_layer_bytes_hand_count(overrides, expected):
     assert fused_layer_bytes(tiny_llama(**overrides).config, 2, 32, 2) == expected
 
 
+@pytest.mark.integration
 def test_unfused_is_the_measurement_and_fused_removes_what_fusion_saves():
     src = tiny_llama()
     m = measure_activations(src, 2, 32, "bf16")
@@ -339,6 +343,7 @@ def test_unfused_is_the_measurement_and_fused_removes_what_fusion_saves():
     assert fused.activations.other_bytes == unfused.activations.other_bytes == m.other
 
 
+@pytest.mark.integration
 def test_recompute_op_keeps_every_other_matmul():
     # torchtitan's op-level SAC, matmuls counted 1.. in the block: q (1) kept, k (2) recomputed,
     # v (3) kept, attention output + fp32 log-sum-exp kept, o (4) recomputed, gate (5) kept,
@@ -416,6 +421,7 @@ def test_tensor_parallel_saves_gathered_inputs_whole_and_loss_parallel(recompute
     assert one.gathered_inputs_bytes == one.loss_parallel_bytes == 0
 
 
+@pytest.mark.integration
 def test_hf_config_defaults_to_unfused_and_fuses_on_request(tmp_path):
     # transformers' Llama as written is measured (unfused); asked for, the fused count is the
     # config's arithmetic, the same as the preset-style tiny Llama's (126,464 at 2 x 32)

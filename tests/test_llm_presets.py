@@ -156,6 +156,7 @@ def test_moe_macs_are_those_of_the_active_experts(tokens):
     assert any("expected routing k/E" in n for n in r.notes)
 
 
+@pytest.mark.integration
 def test_mixtral_active_parameters_per_token():
     # experts: 32 layers x 8 x (3 x 4096 x 14336) = 45,097,156,608; the rest 1,605,636,096:
     # embeddings 2 x 32000 x 4096 = 262,144,000; per layer attention 2 x 4096^2 + 2 x 4096 x 1024

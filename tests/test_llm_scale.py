@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -13,6 +14,7 @@ from layerscope.analysis import capture
 from tests.test_capture_reuse import Block, Stack, assert_same
 
 
+@pytest.mark.integration
 def test_126_identical_blocks_trace_one():
     with torch.device("meta"):
         model = Stack([Block(32) for _ in range(126)]).eval()
@@ -31,6 +33,7 @@ def test_blocks_under_a_wrapper_are_replayed_too():
     assert on.replayed_calls == 3
 
 
+@pytest.mark.integration
 def test_a_factory_spec_does_not_import_torchvision():
     code = ("import sys\nfrom layerscope.frontends.detect import detect\n"
             "print(detect('model_file.py:factory').kind, 'torchvision' in sys.modules)")

@@ -111,6 +111,7 @@ def _fit(model, batch, budget, **kw):
                              set_to_none=False, fit=budget, **kw)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("k", [100, 43])
 def test_mlp_budget_at_exactly_bytes_of_k_gives_k(k):
     assert _mlp_peak(k) == RESIDENT + 6472 * k + 8
@@ -139,6 +140,7 @@ def _conv():
                          nn.Flatten(), nn.Linear(8, 10, bias=False))
 
 
+@pytest.mark.integration
 def test_conv_affine_rule_agrees_with_traces_either_side():
     def peak(b):
         return layerscope.memory(_conv(), torch.zeros(b, 3, 32, 32), mode="training").peak_bytes
@@ -154,6 +156,7 @@ def test_conv_affine_rule_agrees_with_traces_either_side():
     assert k == 1 + (budget - one) // (two - one)
 
 
+@pytest.mark.integration
 def test_measure_confirms_the_answer_on_the_cpu():
     r = layerscope.memory(_conv(), torch.zeros(2, 3, 32, 32), mode="training", fit=400_000,
                           measure=True)
@@ -167,6 +170,7 @@ TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128
               "vocab_size": 256, "max_position_embeddings": 512}
 
 
+@pytest.mark.integration
 def test_fit_seq_of_a_tiny_llama(tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(TINY_LLAMA))
@@ -185,6 +189,7 @@ def test_fit_seq_of_a_tiny_llama(tmp_path):
 
 
 # ---- plan --fit ---------------------------------------------------------------------------
+@pytest.mark.integration
 def test_plan_fit_against_plans_own_bytes():
     budget = 24 * 10 ** 9
     report = layerscope.plan("gpt2", 8, fit="24GB")
@@ -210,6 +215,7 @@ def test_plan_fit_none_when_one_sequence_does_not_fit():
 
 
 # ---- the CLI ------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_cli_memory_fit_json_and_table(tmp_path):
     out = tmp_path / "m.json"
     code, _, err = run_cli("memory", "mnist-cnn", "--mode", "training", "--fit", "100MB",
@@ -243,6 +249,7 @@ def test_cli_bad_fit_is_one_line_exit_2(argv, words):
     assert words in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.integration
 def test_views_show_the_fit(tmp_path):
     html = tmp_path / "m.html"
     code, _, err = run_cli("memory", "resnet18", "--fit", "2GB", "-o", str(html))
@@ -300,6 +307,7 @@ def _cli(*argv: str, cwd) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_fit_answer_runs_under_memory_limit_and_next_size_does_not(tmp_path):
     """The batch --fit gives runs under run --memory-limit with the same budget; one more is
     refused with the post-mortem. The static step is train's (cross-entropy against int64

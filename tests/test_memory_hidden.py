@@ -143,6 +143,7 @@ def _checked(report) -> None:
     assert abs(report.measured_peak_bytes - report.peak_bytes) <= BAR * report.peak_bytes
 
 
+@pytest.mark.integration
 @pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
 @pytest.mark.parametrize("mode", ["training", "inference"])
 @pytest.mark.parametrize("name", list(MODELS))

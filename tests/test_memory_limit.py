@@ -118,6 +118,7 @@ def script(tmp_path):
     return path
 
 
+@pytest.mark.integration
 def test_oom_in_forward_leaves_the_scripts_traceback_and_a_post_mortem(tmp_path, script):
     bare = _python("bare.py", str(script), cwd=tmp_path)
     out = tmp_path / "r.json"
@@ -155,6 +156,7 @@ def test_oom_in_forward_leaves_the_scripts_traceback_and_a_post_mortem(tmp_path,
     assert code == 0 and "Out of memory in fc1 (forward, addmm, step 4)" in shown
 
 
+@pytest.mark.integration
 def test_a_script_that_catches_the_oom_goes_on(tmp_path, script):
     out = tmp_path / "r.json"
     run = _python("-m", "layerscope", "run", "--memory-limit", LIMIT, "-o", str(out), "--",
@@ -171,6 +173,7 @@ def test_a_script_that_catches_the_oom_goes_on(tmp_path, script):
                       "script, which went on"]
 
 
+@pytest.mark.integration
 def test_without_the_flag_nothing_is_watched(tmp_path, script):
     out = tmp_path / "r.json"
     run = _python("-m", "layerscope", "run", "-o", str(out), str(script), cwd=tmp_path)
@@ -249,6 +252,7 @@ HUGE = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["top", "forward"])
 @pytest.mark.parametrize("limit", ["2000TB", "10TB"], ids=["allocator-fails", "guard-refuses"])
 def test_the_traceback_is_the_bare_scripts(tmp_path, where, limit):
@@ -431,6 +435,7 @@ REAL_OOM = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where,error,asked,module", [
     ("forward", "RuntimeError", 2**50, "head"),
     ("backward", "torch.OutOfMemoryError", 20 * 2**20, ""),

@@ -88,6 +88,7 @@ def _rows(report: dict) -> dict[tuple[str, str], int]:
     return {(r["module"], r["kind"]): r["bytes"] for r in report["by_module_kind"]}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("form", ["dashdash", "python", "bare"])
 def test_mnist_script_step_by_module_and_kind(tmp_path, script, monkeypatch, form):
     import torch.nn.modules.module as M

@@ -148,6 +148,7 @@ def test_checkpointed_blocks_save_only_their_inputs():
 
 
 # ---- invariants ---------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.parametrize("spec,mode,batch", [
     ("mnist-cnn", "inference", 4), ("mnist-cnn", "training", 4),
     ("resnet20", "training", 2), ("resnet18", "inference", 1),
@@ -315,6 +316,7 @@ def test_cli_writes_table_json_csv_html_and_png(tmp_path):
     assert csv.read_text().splitlines()[0] == "module,kind,bytes,share_of_peak"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv,words", [
     (["memory", "mnist-cnn", "--optimizer", "lion"], "--optimizer: invalid choice"),
     (["memory", "mnist-cnn", "--zero-grad", "maybe"], "--zero-grad: invalid choice"),

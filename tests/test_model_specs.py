@@ -90,6 +90,7 @@ def test_model_is_unchanged(mode):
     assert all(p.grad is None for p in model.parameters())
 
 
+@pytest.mark.integration
 def test_meta_factory_huge_model_analysed_without_its_weights():
     # The weights would take 40 * 16384^2 * 4 bytes = 42.9 GB; the analysis must not allocate them.
     code = ("import resource, layerscope;"
@@ -154,6 +155,7 @@ def _cli_without_cwd_on_path(args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_package_factory_found_in_the_current_folder_without_pythonpath(tmp_path):
     _write_package(tmp_path)
     done = _cli_without_cwd_on_path(["analyze", "my_package.models:factory", "--input", "1x4",
@@ -162,6 +164,7 @@ def test_package_factory_found_in_the_current_folder_without_pythonpath(tmp_path
     assert json.loads(done.stdout)["totals"]["macs"] == 4 * 2  # in x out, batch 1
 
 
+@pytest.mark.integration
 def test_package_factory_not_found_says_where_it_looked_and_what_to_do(tmp_path):
     _write_package(tmp_path)
     elsewhere = tmp_path / "elsewhere"

@@ -58,6 +58,7 @@ def onnx_report(exported):
 
 
 # ---------------------------------------------------------------- same counts as PyTorch
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(REFERENCE))
 def test_exported_models_count_like_pytorch(onnx_report, name):
     from layerscope import analyze
@@ -73,6 +74,7 @@ def test_exported_models_count_like_pytorch(onnx_report, name):
         assert getattr(report.totals, key) == getattr(torch_totals, key), key
 
 
+@pytest.mark.integration
 def test_vit_counts_like_pytorch(onnx_report):
     """A transformer graph (MatMul, Gemm, Gather, Transpose, Softmax, one-element scales):
     MACs, parameters and weight bytes equal the PyTorch analysis (README reference counts)."""
@@ -102,6 +104,7 @@ def test_rows_sum_to_totals(onnx_report, name):
     assert report.memory["arena_bytes"] >= report.totals.peak_activation_bytes
 
 
+@pytest.mark.integration
 def test_views_render_for_an_exported_model(exported, onnx_report):
     path = exported("resnet50")
     code, out, err = run_cli("analyze", path, "--view", "ops")
@@ -234,6 +237,7 @@ def test_two_inputs_bind_by_name_in_any_order(tmp_path):
 
 
 # ---------------------------------------------------------------- weights that are not loaded
+@pytest.mark.integration
 def test_external_weights_larger_than_memory_are_never_loaded(tmp_path):
     """A 100,000 x 100,000 float weight (40 GB, in a sparse file that takes no disk) is counted
     from its dims; the analysing process stays far below the weights' size."""
@@ -268,6 +272,7 @@ def _bn_channels(module: nn.Module) -> int:
     return sum(m.num_features for m in module.modules() if isinstance(m, nn.BatchNorm2d))
 
 
+@pytest.mark.integration
 def test_export_command_writes_a_verified_model(tmp_path):
     from layerscope import analyze
 
@@ -285,6 +290,7 @@ def test_export_command_writes_a_verified_model(tmp_path):
     assert (ours.macs, ours.params, ours.flops) == (theirs.macs, theirs.params, theirs.flops)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options", [{"exporter": "legacy"}, {"fold_batchnorm": True}],
                          ids=["legacy", "fold-bn"])
 def test_folding_batchnorm_keeps_macs_and_drops_bn_parameters(tmp_path, options):
@@ -311,6 +317,7 @@ def test_folding_batchnorm_keeps_macs_and_drops_bn_parameters(tmp_path, options)
     assert not [r for r in analyze_onnx(path).layers if r.type == "BatchNormalization"]
 
 
+@pytest.mark.integration
 def test_export_batch_size_and_module_left_as_it_was(tmp_path):
     module = nn.Sequential(nn.Linear(6, 4), nn.ReLU()).train()
     path = str(tmp_path / "lin.onnx")

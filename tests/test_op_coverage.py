@@ -15,6 +15,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import layerscope
 
+pytestmark = pytest.mark.integration  # every test here starts a process or runs end to end
+
 MODES = ["inference", "training"]
 
 

@@ -286,6 +286,7 @@ WRITES_A_RESULT = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("before,after", [c[1:] for c in WRITES_A_RESULT],
                          ids=[c[0] for c in WRITES_A_RESULT])
 def test_o_csv_writes_csv(tmp_path, monkeypatch, before, after):

@@ -95,6 +95,7 @@ def demo_commands(makefile: Path = ROOT / "Makefile") -> list[list[str]]:
     return [shlex.split(ln.strip()) for ln in recipe.group(1).splitlines() if ln.strip()]
 
 
+@pytest.mark.integration
 def test_readme_demo_command_runs_from_a_fresh_folder(tmp_path):
     """make demo's two commands as written: train writes the report that advise reads, and
     advise ends with the answer (here without --verify, whose ablations take a minute;

@@ -227,6 +227,7 @@ def _ids():
     return torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("make", [GPT, DecoderForCausalLM], ids=["nanogpt", "hf-decoder"])
 def test_shares_of_rows_never_add_above_the_run(make):
     torch.manual_seed(0)
@@ -238,6 +239,7 @@ def test_shares_of_rows_never_add_above_the_run(make):
     assert sum(d["share"] for d in report.by_type) == pytest.approx(sum(shares), abs=1e-12)
 
 
+@pytest.mark.integration
 def test_sweep_type_shares_never_add_above_the_run():
     torch.manual_seed(0)
     rep = layerscope.sweep(GPT(), inputs=(_ids(),), runs=3, warmup=1)

@@ -60,6 +60,7 @@ def test_pyproject_reads_the_version_from_version_py():
     assert dynamic == {"attr": "layerscope.core.version.__version__"}
 
 
+@pytest.mark.integration
 def test_setuptools_reads_the_version_without_importing_anything():
     pytest.importorskip("setuptools")
     code = ("import sys; from setuptools.config.expand import read_attr; "
@@ -128,6 +129,7 @@ def built_wheel(tmp_path_factory) -> tuple[Path, str]:
     return _build(_copy_tracked(tmp / "src"), tmp / "dist", "--wheel", "--no-isolation")
 
 
+@pytest.mark.integration
 def test_the_wheel_holds_every_tracked_file_of_the_package(built_wheel):
     wheel, _ = built_wheel
     with zipfile.ZipFile(wheel) as z:
@@ -141,6 +143,7 @@ def test_the_wheel_holds_every_tracked_file_of_the_package(built_wheel):
     assert sorted(shipped - tracked) == [], "the wheel ships files git does not track"
 
 
+@pytest.mark.integration
 def test_the_wheels_metadata(built_wheel):
     wheel, log = built_wheel
     name = f"layerscope-{__version__}.dist-info"

@@ -43,6 +43,7 @@ CASES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family,changes,groups", CASES,
                          ids=[f"{f}{'-' + '-'.join(c) if c else ''}" for f, c, _ in CASES])
 def test_grouped_activations_equal_the_full_model(family, changes, groups, tmp_path):
@@ -56,6 +57,7 @@ def test_grouped_activations_equal_the_full_model(family, changes, groups, tmp_p
     assert sum(g.per_layer * g.layers for g in m.groups) + m.other == full.total
 
 
+@pytest.mark.integration
 def test_dense_first_layers_are_not_counted_at_the_moe_figure(tmp_path):
     # before: every layer at the figure of blocks 1 - 0 (both dense), 5 x dense
     r = plan(_spec(tmp_path, V3), 8, seq_len=24, strategy="zero3")
@@ -74,6 +76,7 @@ def test_dense_first_layers_are_not_counted_at_the_moe_figure(tmp_path):
     assert r.strategies[0].gather_bytes == 2 * 2 * (11_560 + 128 + 30_976) == 170_656
 
 
+@pytest.mark.integration
 def test_pipeline_stage_with_the_most_activations(tmp_path):
     # pp 2: stages of 3 layers, [dense, dense, MoE] holding 2 micro-batches, [MoE, MoE] one
     r = plan(_spec(tmp_path, V3), 2, pp=2, seq_len=24, strategy="ddp")
@@ -95,6 +98,7 @@ def test_batched_mm_expert_weight_copies_are_not_activations(tmp_path):
     assert 0 < three.total - two.total < 589_824
 
 
+@pytest.mark.integration
 def test_expert_width_equal_to_seq_is_not_an_attention_score(tmp_path):
     # seq 32 = the experts' width: the shared expert's (1, 32, 32) gate/up outputs looked like
     # seq x seq scores; the probe length now knows every parameter's dimensions
@@ -102,6 +106,7 @@ def test_expert_width_equal_to_seq_is_not_an_attention_score(tmp_path):
     assert [g.scores for g in m.groups] == [0, 0]  # latent attention: no seq x seq tensor
 
 
+@pytest.mark.integration
 def test_report_says_the_groups_and_round_trips(tmp_path):
     out = tmp_path / "plan.json"
     code, text, _ = run_cli("plan", _spec(tmp_path, V3), "--gpus", "8", "--seq-len", "24")

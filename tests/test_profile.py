@@ -117,6 +117,7 @@ def test_backward_attributed_to_the_module_whose_forward_made_it():
     assert all(p.grad is None for p in model.parameters())  # autograd.grad: .grad untouched
 
 
+@pytest.mark.integration
 def test_profile_leaves_the_model_unchanged():
     from layerscope.frontends import zoo
 
@@ -246,6 +247,7 @@ def test_noise_section_with_a_fixed_machine_reading(monkeypatch):
     assert len(noise["warnings"]) == 1 and "--threads 1" in noise["warnings"][0]
 
 
+@pytest.mark.integration
 def test_resnet_type_shares_equal_row_shares_and_never_exceed_the_runs():
     """Invariants on a real run (no time asserted): a type's share is the sum of its rows'
     shares; the rows lie inside the run, so all shares add to at most 100%."""
@@ -292,6 +294,7 @@ def test_fixed_runs_are_spread_over_the_span(runs, min_time, run_s, filler):
         assert starts == [i / runs for i in range(runs)]
 
 
+@pytest.mark.integration
 def test_a_profile_of_eight_runs_says_it_spread_them():
     r = layerscope.profile("mnist-cnn", runs=8, warmup=1, threads=1, roofline=False)
     assert r.settings["spread_s"] == 1.0 and r.end_to_end["n"] == 8

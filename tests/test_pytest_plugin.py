@@ -59,6 +59,7 @@ def perf(tmp_path):
     return tmp_path
 
 
+@pytest.mark.integration
 def test_first_run_stores_the_baseline_then_a_slowdown_fails_and_update_replaces_it(perf):
     base = perf / "baseline"
     stored = base / baseline_name("test_perf.py::test_speed", 0)
@@ -83,12 +84,14 @@ def test_first_run_stores_the_baseline_then_a_slowdown_fails_and_update_replaces
     assert faster.returncode == 0, faster.stdout + faster.stderr
 
 
+@pytest.mark.integration
 def test_without_a_baseline_folder_nothing_is_compared_or_written(perf):
     done = _pytest(perf, slow=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in perf.iterdir()) == ["test_perf.py"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, message", [
     (("--layerscope-fail-if", "step>>5"), "--fail-if 'step>>5': expected"),
     (("--layerscope-update",), "--layerscope-update replaces the stored results"),
@@ -137,6 +140,7 @@ def test_speed(layerscope_profile, p):
 '''
 
 
+@pytest.mark.integration
 def test_parametrized_ids_that_read_alike_get_a_baseline_each(tmp_path):
     (tmp_path / "test_perf.py").write_text(PARAMS_TEST)
     done = _pytest(tmp_path, "--layerscope-baseline", "base")
@@ -146,6 +150,7 @@ def test_parametrized_ids_that_read_alike_get_a_baseline_each(tmp_path):
                             for p in ("a/b", "a_b", "a b"))
 
 
+@pytest.mark.integration
 def test_a_baseline_stored_under_the_earlier_name_is_not_silently_replaced(perf):
     """A baseline folder from before the names changed: the test fails, naming both files,
     rather than storing a new baseline and comparing nothing."""
@@ -182,6 +187,7 @@ USAGE = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fail_if,args,message", [u[1:] for u in USAGE],
                          ids=[u[0] for u in USAGE])
 def test_usage_errors_stop_the_session_at_its_start_in_one_line(tmp_path, fail_if, args,

@@ -47,6 +47,7 @@ def test_render_table_equals_the_original_rendering(kind, tmp_path):
     assert out == render(result, "table", width=150)
 
 
+@pytest.mark.integration
 def test_render_profile_numbers_appear_in_table_csv_and_html(tmp_path):
     result = ALL["profile"]()
     path = _save(tmp_path, result)
@@ -90,6 +91,7 @@ def test_render_real_analyze_json_round_trip(tmp_path):
     assert f"Total mult-adds (M): {d['totals']['macs'] / 1e6:.2f}" in out
 
 
+@pytest.mark.integration
 def test_render_png_and_plot_size(tmp_path):
     from PIL import Image
 

@@ -15,6 +15,8 @@ from torch import nn
 import layerscope
 from layerscope.analysis.onnx_export import export_onnx
 
+pytestmark = pytest.mark.integration  # every test here starts a process or runs end to end
+
 
 class Interpolate(nn.Module):
     def __init__(self, **options):

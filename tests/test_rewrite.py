@@ -406,6 +406,7 @@ def alexnet_onnx(tmp_path_factory):
     return path
 
 
+@pytest.mark.integration
 def test_alexnet_tiled_by_64_matches(alexnet_onnx, tmp_path):
     out = tmp_path / "alexnet_tiled.onnx"
     t0 = time.perf_counter()
@@ -447,6 +448,7 @@ def test_alexnet_tiled_by_64_matches(alexnet_onnx, tmp_path):
           f"MSE {result['mse']:.3e}")
 
 
+@pytest.mark.integration
 def test_alexnet_spec_matches_its_onnx_export(alexnet_onnx):
     """The built-in 'alexnet' run in PyTorch against the ONNX file (same seed-0 weights)."""
     result = verify("alexnet", str(alexnet_onnx), runs=2)

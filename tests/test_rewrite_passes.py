@@ -43,6 +43,7 @@ def test_every_pass_follows_the_protocol(name):
     assert code == 2 and "-o/--output" in err, err
 
 
+@pytest.mark.integration
 def test_public_tile_linear_works_whichever_import_came_first():
     # Importing the submodule rebinds layerscope.rewrite.tile_linear to the module; the call
     # used to recurse forever.

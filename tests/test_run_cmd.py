@@ -85,6 +85,7 @@ CASES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options,script_args,code,steps", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
 def test_script_runs_as_python_runs_it(tmp_path, script, options, script_args, code, steps):
@@ -115,6 +116,7 @@ def test_script_runs_as_python_runs_it(tmp_path, script, options, script_args, c
     assert set(b["seconds"]) == set(ALWAYS) - {"h2d"}  # a CPU run: no host-to-device phase
 
 
+@pytest.mark.integration
 def test_module_form_gets_the_same_argv_and_path(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -238,6 +240,7 @@ ABRUPT_CASES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how,steps,code", [c[1:] for c in ABRUPT_CASES],
                          ids=[c[0] for c in ABRUPT_CASES])
 def test_a_script_that_ends_with_os_exit_or_exec_still_gets_its_report(tmp_path, how, steps,
@@ -328,6 +331,7 @@ def test_a_debug_flag_after_the_script_is_the_scripts(tmp_path, monkeypatch):
     assert err.startswith("layerscope: warning: ours\n"), err
 
 
+@pytest.mark.integration
 def test_the_scripts_warnings_and_logs_are_its_own(tmp_path):
     # other commands print warnings as one "layerscope: warning:" line; a script's are its
     # output and reach stderr as python prints them

@@ -49,6 +49,7 @@ def _steps(path) -> int:
     return json.loads(path.read_text())["breakdown"]["steps"]
 
 
+@pytest.mark.integration
 def test_outputs_are_where_the_command_started_not_where_the_script_went(tmp_path):
     # the script changes directory into a folder holding files of the same names
     sub = tmp_path / "elsewhere"
@@ -75,6 +76,7 @@ def test_outputs_are_where_the_command_started_not_where_the_script_went(tmp_pat
     assert sorted(wrote) == ["wrote h.html", "wrote r.json", "wrote t.json"], run.stderr
 
 
+@pytest.mark.integration
 def test_a_forked_child_writes_no_report(tmp_path):
     # the child outlives the parent and trains one more step: its report would replace the
     # parent's (2 steps) if it wrote one
@@ -106,6 +108,7 @@ STREAMS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("body,options", [s[1:] for s in STREAMS], ids=[s[0] for s in STREAMS])
 def test_a_script_that_closes_its_streams_still_gets_its_report(tmp_path, body, options):
     bare, run = _both(tmp_path, "import sys\ntrain(2)\n" + body + "\n", *options)
@@ -217,6 +220,7 @@ WATCHING = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("body,options,steps", [w[1:] for w in WATCHING],
                          ids=[w[0] for w in WATCHING])
 def test_the_scripts_own_watch_and_threads_under_run(tmp_path, body, options, steps):
@@ -239,6 +243,7 @@ STALE = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("variables", [s[1] for s in STALE], ids=[s[0] for s in STALE])
 def test_a_stale_rank_does_not_suppress_the_report(tmp_path, variables, monkeypatch):
     for name, value in variables.items():
@@ -253,6 +258,7 @@ def test_a_stale_rank_does_not_suppress_the_report(tmp_path, variables, monkeypa
     assert _steps(tmp_path / "r.json") == 2
 
 
+@pytest.mark.integration
 def test_a_compiled_model_gets_no_warning_about_our_hooks(tmp_path):
     # torch.compile warns about global module hooks, which are layerscope's, not the script's
     bare, run = _both(tmp_path, """\
@@ -271,6 +277,7 @@ def test_a_compiled_model_gets_no_warning_about_our_hooks(tmp_path):
     assert [(t["kind"], t["step"]) for t in d["transients"]] == [("compile", 1)]
 
 
+@pytest.mark.integration
 def test_a_dataloader_worker_that_exits_is_the_scripts_error(tmp_path):
     # the worker's exit reaches the main process as a signal at any moment, also after the
     # script has ended: every run ends as the script's own error, with its report
@@ -298,6 +305,7 @@ def test_a_dataloader_worker_that_exits_is_the_scripts_error(tmp_path):
         assert _steps(tmp_path / "r.json") >= 1
 
 
+@pytest.mark.integration
 def test_a_child_that_exits_after_the_script_ended_is_not_an_error(tmp_path):
     # torch's DataLoader raises from its SIGCHLD handler when a worker exits; one exiting
     # while layerscope writes the report (--plot takes a while) is no error of the run's

@@ -74,6 +74,7 @@ def test_saved_result_loads_validates_and_writes_back_the_same_json(path):
     assert json.dumps(result.to_dict(), indent=2) == text.rstrip("\n")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fmt", ["table", "html"])
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_saved_result_renders(path, fmt, tmp_path):

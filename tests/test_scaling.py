@@ -101,6 +101,7 @@ def test_bad_arguments_before_any_launch(kwargs, message):
         sc.scaling(**args)
 
 
+@pytest.mark.integration
 def test_scaling_digits_cnn_1_2(tmp_path):
     """The acceptance command: a table, a chart, JSON that validates and renders again."""
     out, html, png = tmp_path / "s.json", tmp_path / "s.html", tmp_path / "s.png"

@@ -46,6 +46,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name,argv", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_command_json_output_validates(name, argv, validator, tmp_path):
     out = tmp_path / "r.json"
@@ -264,6 +265,7 @@ def _jsonschema_lines(validator, d):
     return out
 
 
+@pytest.mark.integration
 def test_the_compiled_checker_says_what_jsonschema_says(validator):
     """Every saved result of every release (valid alike) and 15 damaged copies of each: the
     same lines, in the same order (the checker replaced jsonschema at run time: 5 ms a layer

@@ -24,6 +24,8 @@ from onnx import helper
 
 from tests import onnx_graphs as g
 
+pytestmark = pytest.mark.integration  # every test here starts a process or runs end to end
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HEAVY = ("torch", "torchvision", "numpy", "matplotlib", "onnx", "onnxruntime", "onnxscript",

@@ -41,6 +41,7 @@ def test_cuda_cell_without_gpu_is_an_error_cell():
     assert "no CUDA GPU" in report.cells[1].error
 
 
+@pytest.mark.integration
 def test_eager_cells_carry_the_share_per_layer_type():
     report = layerscope.sweep("mnist-cnn", batch_sizes=[1, 2], runs=2, warmup=1)
     for cell in report.cells:
@@ -90,6 +91,7 @@ def test_sweep_bad_input(argv, expected):
     assert code == 2 and expected in err and err.count("\n") == 1, err
 
 
+@pytest.mark.integration
 def test_sweep_cli_json(tmp_path):
     out = tmp_path / "s.json"
     code, _, err = run_cli("sweep", "mnist-cnn", "--batch-sizes", "1,2", "--runs", "2",

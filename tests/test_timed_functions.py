@@ -155,6 +155,7 @@ BLOCK_FUNCTIONS = [("layer1.0 (relu)", 2), ("layer1.0 (add)", 1), ("layer1.1 (re
                    ("layer1.1 (add)", 1)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name,calls", BLOCK_FUNCTIONS, ids=[n for n, _ in BLOCK_FUNCTIONS])
 def test_basic_block_rows_match_analyze_functions(name, calls):
     model = TwoBlocks().eval()
@@ -270,6 +271,7 @@ for _ in range(3):
 '''
 
 
+@pytest.mark.integration
 def test_run_layers_functions_rows_match_analyze_functions(tmp_path):
     import json
 

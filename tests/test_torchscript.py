@@ -102,6 +102,7 @@ def _check_like_eager(eager_report, ts_report) -> None:
     assert root is None or root.macs == 0  # nothing left on the root
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["script", "trace"])
 def test_resnet18_like_eager(resnet, how, tmp_path):
     path = _save(resnet, how, RESNET_SHAPE, tmp_path / f"resnet18_{how}.pt")

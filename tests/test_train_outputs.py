@@ -181,6 +181,7 @@ def test_only_batches_a_step_trained_on_are_counted(make, stop, steps, samples):
     assert w.step_samples == [8] * steps  # each step its own batch, the first one too
 
 
+@pytest.mark.integration
 def test_hf_trainer_counts_the_batches_of_its_steps(tmp_path):
     """A Hugging Face Trainer (accelerate fetches one batch ahead): 3 optimizer steps x 2
     accumulated batches of 4 sequences of 16 tokens = 24 samples, 384 tokens (not one batch
@@ -243,6 +244,7 @@ def test_print_of_a_watched_report_shows_its_tables():
     assert "\n" not in short and len(short) < 120 and short.startswith("TrainReport("), short
 
 
+@pytest.mark.integration
 def test_the_scripts_and_libraries_warnings_keep_their_origin(tmp_path):
     """A third-party module's warning and the script's own are printed as Python prints them
     (file:line: Category: message); only a layerscope warning carries layerscope's label."""

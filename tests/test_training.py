@@ -17,6 +17,7 @@ from tests.helpers import run_cli
 CLI = [sys.executable, "-m", "layerscope"]
 
 
+@pytest.mark.integration
 def test_digits_cnn_default_run_reaches_95_percent_with_artefacts(tmp_path):
     out = tmp_path / "run"
     code, stdout, err = run_cli("train", "digits-cnn", "--out", str(out), "--tensorboard")
@@ -49,6 +50,7 @@ def _final(run_dir):
     return [{k: v for k, v in r.items() if k != "epoch_seconds"} for r in rows]
 
 
+@pytest.mark.integration
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     args = ["train", "digits-cnn", "--epochs", "4", "--threads", "1", "--seed", "3",
             "--format", "json", "-o"]
@@ -124,6 +126,7 @@ def test_warmup_steps_are_excluded(tmp_path):
     assert report.breakdown["steps"] == 4 and len(report.step_seconds) == 4
 
 
+@pytest.mark.integration
 def test_dry_run_one_batch_through_everything(tmp_path):
     code, _, err = run_cli("train", "cifar10-resnet20", "--synthetic", "--dry-run", "--out",
                            str(tmp_path / "d"), "--format", "json", "-o", str(tmp_path / "r.json"))
@@ -165,6 +168,7 @@ def test_training_bad_input(argv, expected):
         assert text in err
 
 
+@pytest.mark.integration
 def test_ablate_marks_cuda_only_variants_na_on_cpu():
     report = layerscope.ablate("digits-cnn", steps=4, warmup_steps=1,
                                variants=["baseline", "pin-memory", "channels-last"])
@@ -214,6 +218,7 @@ def test_ablation_bad_variants(name, message):
         parse_variant(name, "cpu", 2)
 
 
+@pytest.mark.integration
 def test_ablate_combined_variant_runs_from_the_cli(tmp_path):
     out = tmp_path / "a.json"
     code, _, err = run_cli("ablate", "digits-cnn", "--variants", "torchscript+channels-last",
@@ -237,6 +242,7 @@ def test_phase_title_says_warmup_only_when_excluded(warmup, title):
     assert phase_title(warmup) == title
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stop_at", [5, 30], ids=["mid-epoch-1", "mid-epoch-2"])
 def test_steps_stopping_mid_epoch_checkpoints_and_resumes_exactly(tmp_path, stop_at):
     # digits: 1437 training images / batch 64 = 23 batches an epoch, so both stops are mid-epoch
@@ -275,6 +281,7 @@ def test_tensorboard_has_per_step_scalars(tmp_path):
     assert step1 == pytest.approx(report.step_seconds[0] * 1e3, rel=1e-4)
 
 
+@pytest.mark.integration
 def test_train_profile_torch_prints_operator_table_and_no_kineto_lines(tmp_path):
     out = tmp_path / "run"
     # a subprocess: kineto writes to file descriptor 2, which an in-process capture misses

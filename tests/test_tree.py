@@ -56,6 +56,7 @@ def test_with_ancestors():
     assert tree.with_ancestors([]) == set()
 
 
+@pytest.mark.integration
 def test_core_tree_does_not_import_torch():
     import subprocess
     import sys

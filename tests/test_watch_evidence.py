@@ -345,6 +345,7 @@ COMPILED = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 def test_run_of_a_compiled_model_reads_dynamos_counters(tmp_path):
     """A real torch.compile (the eager backend: dynamo only, fast): step 1 compiles, read from
     dynamo's own counters; the other steps are measured; the FLOPs are the wrapped model's."""

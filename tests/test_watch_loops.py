@@ -90,6 +90,7 @@ MANUAL = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options,steps,printed,note", [c[1:] for c in MANUAL],
                          ids=[c[0] for c in MANUAL])
 def test_manual_sgd_without_torch_optim(tmp_path, options, steps, printed, note):
@@ -108,6 +109,7 @@ def test_manual_sgd_without_torch_optim(tmp_path, options, steps, printed, note)
         assert not any("backward()" in n for n in d["notes"]), d["notes"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options,steps,step_on", [
     ([], ITERATIONS, "backward"),  # the default: optimizer steps, else backward passes
     (["--step-on", "optimizer"], 0, "optimizer"),  # optimizer steps only: none ran
@@ -215,6 +217,7 @@ DCGAN = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options,steps", [([], 8), (["--steps", "3"], 3)],
                          ids=["all", "steps-3"])
 def test_dcgan_two_optimizers_one_step_per_iteration(tmp_path, options, steps):
@@ -271,6 +274,7 @@ CRASH = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tail,ended", [
     ("", "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x7 and 8x2)"),
     ("import sys; sys.exit(3)\n", "exit code 3")], ids=["raises", "exits-3"])
@@ -316,6 +320,7 @@ HOGWILD = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("options", [[], ["--steps", "1"]], ids=["plain", "steps-1"])
 def test_training_in_child_processes_is_named(tmp_path, options):
     """The children run with the hooks off: a step limit does not stop them."""
@@ -326,6 +331,7 @@ def test_training_in_child_processes_is_named(tmp_path, options):
     assert d["notes"] == ["training ran in 3 child processes, which are not measured"]
 
 
+@pytest.mark.integration
 def test_dataloader_workers_are_not_children_and_start_is_restored():
     import multiprocessing.process as mpp
 

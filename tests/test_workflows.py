@@ -40,6 +40,7 @@ def test_activations_repeat_exactly():
     assert all((first.arrays[k] == second.arrays[k]).all() for k in first.arrays)
 
 
+@pytest.mark.integration
 def test_export_twice_is_byte_identical_and_verifies(tmp_path):
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
     for path in (a, b):
