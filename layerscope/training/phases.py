@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import torch
-
 from layerscope.core.phases import STEP_PHASES, shown
 
 # a single process's phases (a data-parallel run adds its own: training.ranks), in step order
@@ -97,6 +95,8 @@ class PhaseTimer:
         self._events: list = []
         self._marked: list[str] = []  # the device phases marked this step, in order
         if cuda:
+            import torch  # (lazily: the totals and transient_steps need no torch)
+
             self._events = [torch.cuda.Event(enable_timing=True)
                             for _ in range(len(DEVICE_PHASES) + 1)]
 
@@ -121,6 +121,8 @@ class PhaseTimer:
     def stop(self) -> tuple[dict[str, float], float]:
         """Step end: one synchronisation on CUDA; returns (phase seconds, step wall time)."""
         if self.cuda:
+            import torch
+
             torch.cuda.synchronize()
         wall = self.clock() - self._t0
         phases = dict(self._host)
