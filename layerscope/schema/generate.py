@@ -121,22 +121,18 @@ def _records_in(hint: Any) -> list[tuple[type[Record], bool]]:
     return []
 
 
-def _kind_class(kind: str) -> Any:
-    """The record class of ``kind``; None for a kind whose record is not in core yet (its
-    definition is named after it and written by hand)."""
-    try:
-        return record_class(kind, import_above_core=False)
-    except LookupError:
-        return None
+def _kind_class(kind: str) -> type[Record]:
+    """The record class of ``kind`` (every kind's is a record of core)."""
+    return typing.cast("type[Record]", record_class(kind))
 
 
 def _kind_classes() -> dict[str, type[Record]]:
     """$defs name -> record class of every kind not named in ``GENERATED`` (named after the
-    class's first kind in sorted order; only the kinds whose records are in core)."""
+    class's first kind in sorted order)."""
     found: dict[str, type[Record]] = {}
     for kind in all_kinds():
         cls = _kind_class(kind)
-        if cls is not None and cls not in found.values() and cls not in GENERATED.values():
+        if cls not in found.values() and cls not in GENERATED.values():
             found[kind] = cls
     return found
 
@@ -308,9 +304,7 @@ def kind_definitions() -> dict[str, dict[str, Any]]:
     out = {}
     for kind in all_kinds():
         cls = _kind_class(kind)
-        if cls is None:
-            continue
-        for ref in kinds.schema_refs(cls, kind):
+        for ref in kinds.schema_refs(record_class(kind), kind):
             if ref == names[cls]:
                 continue
             schema = required_in(cls, kind)
@@ -326,8 +320,7 @@ def kind_definitions() -> dict[str, dict[str, Any]]:
 
 def _dispatch(kind: str) -> dict[str, Any]:
     """``if kind == <kind> then <its definitions>``."""
-    cls = _kind_class(kind)
-    refs = (kind,) if cls is None else kinds.schema_refs(cls, kind)
+    refs = kinds.schema_refs(record_class(kind), kind)
     then = [{"$ref": f"#/$defs/{ref}"} for ref in refs]
     return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
             "then": then[0] if len(then) == 1 else {"allOf": then}}
