@@ -108,13 +108,13 @@ def processes(path: str, pairs: int, script_args: list[str], tmp: str) -> dict:
 
 def same_process(path: str, runs: int, script_args: list[str]) -> dict:
     """The script run ``runs`` times each in this process, alternately bare and under a
-    Watch, through the same ``layerscope run`` code path (``run_cmd.execute``): the
+    Watch, through the same ``layerscope run`` code path (``script_runner.execute``): the
     instrumentation alone, without the process-to-process variation of the step time (the
     median step of identical bare processes varies by several per cent)."""
     import contextlib
     import io
 
-    from layerscope.cli.run_cmd import execute
+    from layerscope.training.script_runner import execute
     from layerscope.training.watch import Watch
 
     bare, inst = [], []

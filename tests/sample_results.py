@@ -2,11 +2,15 @@
 tables, HTML, PNG and schema tests (no model is run)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from layerscope.core.noise import MachineReading, noise_section
 from layerscope.core.optable import OpRow, OpTable
 from layerscope.core.report import LayerRow, Report, Totals, UncountedOp
+from layerscope.core.results import KINDS
 from layerscope.core.stats import TimingStats
 
+DATA = Path(__file__).parent / "data"
 ENV = {"cpu": "Test CPU 3000", "cores": 8, "torch_threads": 4, "os": "Linux-test",
        "python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1", "cuda": None,
        "cuda_available": False, "gpu": None, "executable": "/usr/bin/python3"}
@@ -360,12 +364,32 @@ def diff_report():
     return diff_results(diff_profiles(), names=["base.json", "new.json"])
 
 
-ALL = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
-       "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
-       "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
-       "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
-       "advice": advice_report, "decode": decode_profile, "memory": memory_report,
-       "diff": diff_report}
+# kind -> its hand-made sample
+BUILDERS = {"analyze": analyze_report, "profile": profile_report, "ops": ops_table,
+            "sweep": sweep_report, "train": train_report, "ablate": ablation_report,
+            "activations": activations_capture, "compare": compare_result, "loop": loop_profile,
+            "scaling": scaling_report, "llm": llm_report, "plan": plan_report,
+            "advice": advice_report, "decode": decode_profile, "memory": memory_report,
+            "diff": diff_report}
+
+
+def saved_example(kind: str):
+    """A builder that reads the newest saved example of ``kind`` (tests/data/KIND_VERSION.json,
+    which every kind has), for a kind with no hand-made sample."""
+    def build():
+        from layerscope.core.results import read_result
+
+        files = sorted(DATA.glob(f"{kind}_*.json"),
+                       key=lambda f: [int(n) for n in f.stem.rsplit("_", 1)[1].split(".")])
+        assert files, (f"no sample of kind {kind!r}: add a builder to tests/sample_results.py "
+                       f"or a saved example tests/data/{kind}_VERSION.json")
+        return read_result(str(files[-1]))
+    return build
+
+
+# one sample of every kind in the kinds table, so that a new kind is in every test that goes
+# through ALL without a line here
+ALL = {kind: BUILDERS.get(kind) or saved_example(kind) for kind in KINDS}
 
 
 def resnet20_names() -> list[str]:

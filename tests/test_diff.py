@@ -9,7 +9,7 @@ import pytest
 
 from layerscope.analysis.diff import diff_results, failed_checks, parse_check
 from layerscope.analysis.diff.join import SAME_WORK, pattern
-from layerscope.analysis.diff.measures import Measure
+from layerscope.analysis.diff.measures import TIMED_KINDS, Measure
 from layerscope.analysis.diff.verdict import judge
 from layerscope.core.errors import UserError
 from layerscope.core.results import load_result
@@ -156,7 +156,7 @@ def test_more_than_two_files_pool_the_baseline():
 
 
 def test_same_results_are_within_noise_everywhere():
-    for kind in ("profile", "train", "loop", "sweep", "scaling"):
+    for kind in TIMED_KINDS:
         d = diff_results([ALL[kind](), ALL[kind]()])
         assert all(r.verdict == "within-noise" for r in d.all_rows()), kind
         assert d.all_rows(), kind

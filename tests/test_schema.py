@@ -145,7 +145,7 @@ def test_every_kinds_definitions_are_generated():
 
     generated = set(definitions()) | set(kind_definitions())
     for kind in all_kinds():
-        refs = schema_refs(record_class(kind, import_above_core=False), kind)
+        refs = schema_refs(record_class(kind), kind)
         assert set(refs) <= generated, (kind, refs)
     assert set(load_schema()["$defs"]) - generated == {"header", "environment", "shapes"}
 
@@ -192,6 +192,44 @@ def test_shipped_schema_equals_the_generated_one():
         shipped = f.read()
     assert schema_text(generated_schema(json.loads(shipped))) == shipped
     assert main(["--check"]) == 0
+
+
+# definitions a shipped schema may still hold after what produced them went away
+STALE = [
+    ("removed-kind", {"toy": {"type": "object", "required": ["model"],
+                              "properties": {"model": {"type": "string"}}}}),
+    ("removed-kind-and-its-records", {
+        "toy": {"type": "object", "properties": {
+            "items": {"type": "array", "items": {"$ref": "#/$defs/toy_item"}}}},
+        "toy_item": {"type": "object", "properties": {"count": {"type": "integer"}}}}),
+    # a train report's post-mortem rows before they were shared as post_mortem
+    ("record-renamed", {"train_post_mortem": {"type": "object", "properties": {}},
+                        "train_post_mortem_by_module_kind": {"type": "object"}}),
+    ("refers-to-a-live-one", {"old_timing": {"$ref": "#/$defs/timing"}}),
+]
+
+
+@pytest.mark.parametrize("name,stale", STALE, ids=[s[0] for s in STALE])
+def test_a_definition_no_kind_produces_fails_the_check_and_is_dropped(
+        name, stale, tmp_path, monkeypatch, capsys):
+    from layerscope.schema import SCHEMA_PATH, generate
+
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        shipped = f.read()
+    schema = json.loads(shipped)
+    defs = list(schema["$defs"].items())
+    middle = len(defs) // 2  # where the kind's definitions once were, not only at the end
+    schema["$defs"] = dict(defs[:middle] + list(stale.items()) + defs[middle:])
+    path = tmp_path / "report.schema.json"
+    path.write_text(generate.schema_text(schema), encoding="utf-8")
+    monkeypatch.setattr(generate, "SCHEMA_PATH", str(path))
+
+    assert generate.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert f"holds definitions no result kind produces ({', '.join(sorted(stale))})" in err
+    assert generate.main([]) == 0  # the generator drops them
+    assert path.read_text(encoding="utf-8") == shipped
+    assert generate.main(["--check"]) == 0
 
 
 @pytest.mark.parametrize("hint,expected", [

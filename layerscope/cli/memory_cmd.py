@@ -91,13 +91,14 @@ def run(args) -> int:
 def _run_script(args) -> int:
     """Run the script as ``layerscope run`` does (its output and exit code its own), track its
     second training step, stop it there, and write the report (standard error unless -o)."""
-    from layerscope.cli.run_cmd import execute, write_before_end
     from layerscope.cli.script_target import (
         absolute_outputs,
         check_script_outputs,
         script_target,
+        write_before_end,
     )
     from layerscope.training.memory_step import StepMemory
+    from layerscope.training.script_runner import execute
 
     for dest, flag in _NOT_FOR_SCRIPTS:
         if getattr(args, dest, None):

@@ -1,12 +1,16 @@
 """What ``layerscope run`` and ``layerscope memory SCRIPT.py`` share about the user's script:
 which script (or ``-m`` module) the command line names and with which arguments, the output
 paths checked before it starts and made absolute (the script may change directory), and the
-report written where the script's own output is not (standard error unless ``-o``)."""
+report written where the script's own output is not (standard error unless ``-o``), also
+when the script ends the process without returning (``write_before_end``). Running the script
+is ``training.script_runner``'s."""
 from __future__ import annotations
 
 import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from layerscope.cli.common import (
     OUTPUT_FOLDERS,
@@ -111,3 +115,25 @@ def show_report(report, args) -> None:
     else:
         sys.stderr.write(render(report, fmt, width=args.width or 160))
     write_report_files(report, args)
+
+
+def write_before_end(write: Callable[[], Any]) -> None:
+    """What a command writes after its script, done before the script's ``os._exit`` or
+    ``os.exec*`` ends the process: every output put in place now (the command's ``outputs()``
+    block will not end), an error as its one line (the process ends as the script asked
+    whatever happens here)."""
+    from layerscope.core.errors import first_line
+    from layerscope.core.io import current
+
+    tx = current()
+    try:
+        write()
+        if tx is not None:
+            tx.commit()
+    except BaseException as exc:  # noqa: BLE001 - the script's own end must still happen
+        if tx is not None:
+            tx.rollback()
+        why = first_line(exc, with_type=not isinstance(exc, UserError))
+        print(f"layerscope: error: {why}", file=sys.stderr)
+    if sys.stderr is not None:
+        sys.stderr.flush()

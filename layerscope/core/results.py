@@ -21,9 +21,8 @@ def all_kinds() -> tuple[str, ...]:
     return tuple(sorted(kinds.table()))
 
 
-def record_class(kind: str, import_above_core: bool = True) -> type[kinds.Result]:
-    """The class that reads results of ``kind`` (KeyError for an unknown kind).
-    ``import_above_core`` is kept for callers: every record is in core."""
+def record_class(kind: str) -> type[kinds.Result]:
+    """The class that reads results of ``kind`` (KeyError for an unknown kind)."""
     return kinds.table()[kind]
 
 

@@ -26,6 +26,10 @@ and referred to with ``$ref`` (field metadata ``schema``). The phases of a train
 breakdown's ``seconds`` (and of each rank's ``phases``) are written from
 ``core.phases.STEP_PHASES``.
 
+A definition that the root (the header and the dispatch on ``kind``) does not reach, directly
+or through other definitions, is dropped: a removed kind's definitions and a record's old name
+go with it, and ``--check`` fails while the shipped file still holds one.
+
     python -m layerscope.schema.generate          # rewrite report.schema.json
     python -m layerscope.schema.generate --check  # exit 1 if the shipped file is out of date
 
@@ -117,22 +121,18 @@ def _records_in(hint: Any) -> list[tuple[type[Record], bool]]:
     return []
 
 
-def _kind_class(kind: str) -> Any:
-    """The record class of ``kind``; None for a kind whose record is not in core yet (its
-    definition is named after it and written by hand)."""
-    try:
-        return record_class(kind, import_above_core=False)
-    except LookupError:
-        return None
+def _kind_class(kind: str) -> type[Record]:
+    """The record class of ``kind`` (every kind's is a record of core)."""
+    return typing.cast("type[Record]", record_class(kind))
 
 
 def _kind_classes() -> dict[str, type[Record]]:
     """$defs name -> record class of every kind not named in ``GENERATED`` (named after the
-    class's first kind in sorted order; only the kinds whose records are in core)."""
+    class's first kind in sorted order)."""
     found: dict[str, type[Record]] = {}
     for kind in all_kinds():
         cls = _kind_class(kind)
-        if cls is not None and cls not in found.values() and cls not in GENERATED.values():
+        if cls not in found.values() and cls not in GENERATED.values():
             found[kind] = cls
     return found
 
@@ -304,9 +304,7 @@ def kind_definitions() -> dict[str, dict[str, Any]]:
     out = {}
     for kind in all_kinds():
         cls = _kind_class(kind)
-        if cls is None:
-            continue
-        for ref in kinds.schema_refs(cls, kind):
+        for ref in kinds.schema_refs(record_class(kind), kind):
             if ref == names[cls]:
                 continue
             schema = required_in(cls, kind)
@@ -322,8 +320,7 @@ def kind_definitions() -> dict[str, dict[str, Any]]:
 
 def _dispatch(kind: str) -> dict[str, Any]:
     """``if kind == <kind> then <its definitions>``."""
-    cls = _kind_class(kind)
-    refs = (kind,) if cls is None else kinds.schema_refs(cls, kind)
+    refs = kinds.schema_refs(record_class(kind), kind)
     then = [{"$ref": f"#/$defs/{ref}"} for ref in refs]
     return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
             "then": then[0] if len(then) == 1 else {"allOf": then}}
@@ -339,7 +336,39 @@ def generated_schema(base: dict[str, Any] | None = None) -> dict[str, Any]:
         defs[name] = record_schema(cls)
     defs.update(kind_definitions())
     _set_phases(defs)
+    used = _reachable(schema)
+    schema["$defs"] = {name: d for name, d in defs.items() if name in used}
     return schema
+
+
+def _refs(node: Any) -> set[str]:
+    """The ``$defs`` names that ``node`` refers to with ``$ref``, at any depth."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            found.add(ref[len("#/$defs/"):])
+        node = list(node.values())
+    if isinstance(node, list):
+        for value in node:
+            found |= _refs(value)
+    return found
+
+
+def _reachable(schema: dict[str, Any]) -> set[str]:
+    """The definitions a result can use: those the schema's root (the header and the dispatch
+    on ``kind``) refers to, and those they refer to in turn. A definition no registered kind
+    reaches (a removed kind's, or a record's old name) is stale."""
+    defs = schema.get("$defs", {})
+    todo = _refs({k: v for k, v in schema.items() if k != "$defs"})
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        todo |= _refs(defs[name]) - seen
+    return seen
 
 
 def schema_text(schema: dict[str, Any]) -> str:
@@ -350,12 +379,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m layerscope.schema.generate",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the shipped schema differs from the generated one")
+                        help="exit 1 if the shipped schema differs from the generated one "
+                             "or holds a definition no result kind produces")
     args = parser.parse_args(argv)
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         shipped = f.read()
-    text = schema_text(generated_schema(json.loads(shipped)))
+    base = json.loads(shipped)
+    generated = generated_schema(base)
+    text = schema_text(generated)
     if args.check:
+        stale = sorted(set(base.get("$defs", {})) - set(generated["$defs"]))
+        if stale:
+            print(f"{SCHEMA_PATH} holds definitions no result kind produces "
+                  f"({', '.join(stale)}): run python -m layerscope.schema.generate",
+                  file=sys.stderr)
+            return 1
         if text != shipped:
             print(f"{SCHEMA_PATH} is out of date: run python -m layerscope.schema.generate",
                   file=sys.stderr)

@@ -1,8 +1,8 @@
 """``layerscope memory SCRIPT.py``: the memory of one training step of the user's own script, as
 the script runs it (its model, optimizer, loss, data), with real tensors.
 
-``StepMemory`` is a context manager the script runs inside (``cli.run_cmd.execute``, as
-``layerscope run`` runs it). Through global hooks (and, during the tracked step, a forward
+``StepMemory`` is a context manager the script runs inside (``training.script_runner.execute``,
+as ``layerscope run`` runs it). Through global hooks (and, during the tracked step, a forward
 pre-hook on the model, to see keyword arguments; removed after it), nothing of the script
 changed:
 
