@@ -2,14 +2,13 @@
 docs/distributed.md, run again and again beside busy processes, to find what fails only now and
 then. A failure here is a defect to fix at its cause, never with a retry or a longer sleep.
 
-    python tests/stress.py                      # the process-starting tests, 10 rounds, 2 busy
+    python tests/stress.py                      # the integration tier, 10 rounds, 2 busy
     python tests/stress.py --rounds 3 --busy 1 tests/test_distributed.py
     python tests/stress.py --fsdp 50 --busy 1   # the FSDP example, 50 runs
 
-Each round runs ``pytest -n 2`` (the suite's own way) on the selection: by default every test file
-that starts a process (``subprocess``, ``sys.executable`` or ``Popen`` in its text) or runs a
-command that measures time (``profile``, ``sweep``, ``train``, ``run``, ``ablate``, ``scaling``,
-``--verify``, through ``run_cli`` or ``main``). The busy
+Each round runs ``pytest -n 2`` (the suite's own way) on the selection: by default the
+integration tier (``-m integration``: every test that starts a process, as the check in
+tests/conftest.py enforces, and those that train end to end or run the docs' examples). The busy
 processes are ``python -c "while True: pass"``, one per ``--busy``. The summary gives each round's
 outcome, duration and 1-minute load, and every failing test by name; ``--json FILE`` keeps it,
 and each round's JUnit XML (every test's time) beside it as FILE.roundN.xml.
@@ -29,19 +28,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTS_A_PROCESS = re.compile(r"\bsubprocess\b|sys\.executable|\bPopen\b")
-MEASURES_TIME = re.compile(r'"--verify"|(run_cli\(|main\(\[)"(profile|sweep|train|run|ablate|'
-                           r'scaling)"')
 FSDP_EXAMPLE = ["train", "digits-cnn", "--nproc-per-node", "2", "--strategy", "fsdp",
                 "--epochs", "1"]
 
 
-def process_tests() -> list[str]:
-    """Every test file whose text starts a process or runs a command that measures time."""
-    def chosen(text: str) -> bool:
-        return bool(STARTS_A_PROCESS.search(text) or MEASURES_TIME.search(text))
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                  if chosen(p.read_text(encoding="utf-8")))
+INTEGRATION_TIER = ["-m", "integration and not slow and not cuda", "tests"]
 
 
 def load() -> float:
@@ -90,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fsdp", type=int, metavar="N",
                     help="run the FSDP example N times instead of the tests")
     ap.add_argument("--json", type=Path, help="keep the summary in this file")
-    ap.add_argument("selection", nargs="*", help="test files or ids (default: every test "
-                                                 "file that starts a process)")
+    ap.add_argument("selection", nargs="*", help="test files or ids (default: the integration "
+                                                 "tier)")
     args = ap.parse_args(argv)
-    selection = args.selection or process_tests()
+    selection = args.selection or INTEGRATION_TIER
     rounds = []
     with tempfile.TemporaryDirectory(prefix="layerscope-stress-") as tmp, busy(args.busy):
         for i in range(args.fsdp or args.rounds):
@@ -110,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {name}", flush=True)
     failures = [r for r in rounds if r["returncode"] != 0]
     loads = [r["load"] for r in rounds]
-    what = "the FSDP example" if args.fsdp else f"{len(selection)} test file(s)"
+    what = ("the FSDP example" if args.fsdp else "the integration tier"
+            if selection == INTEGRATION_TIER else " ".join(selection))
     print(f"{len(rounds) - len(failures)} of {len(rounds)} rounds passed ({what}, "
           f"{args.busy} busy process(es), load {min(loads):.1f}-{max(loads):.1f} on "
           f"{os.cpu_count()} CPUs)")

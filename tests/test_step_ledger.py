@@ -145,6 +145,7 @@ def test_optimizer_groups(steps, groups):
     assert optimizer_groups(steps) == groups
 
 
+@pytest.mark.integration
 def test_the_ledger_imports_no_torch():
     code = ("import sys, layerscope.training.step_ledger; "
             "sys.exit('torch' in sys.modules)")

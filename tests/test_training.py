@@ -18,31 +18,42 @@ CLI = [sys.executable, "-m", "layerscope"]
 
 
 @pytest.mark.integration
-def test_digits_cnn_default_run_reaches_95_percent_with_artefacts(tmp_path):
+def test_digits_cnn_run_writes_its_artefacts_per_epoch(tmp_path):
+    # two epochs: every artefact is written per epoch, so two show the pattern
     out = tmp_path / "run"
-    code, stdout, err = run_cli("train", "digits-cnn", "--out", str(out), "--tensorboard")
+    code, stdout, err = run_cli("train", "digits-cnn", "--epochs", "2", "--out", str(out),
+                                "--tensorboard")
     assert code == 0, err
     assert "Data loading" in stdout and "Backward" in stdout and "Optimizer" in stdout
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("epoch,step,train_loss,train_top1,lr,val_loss,val_top1,val_top5")
-    assert len(rows) == 1 + 15
+    assert len(rows) == 1 + 2
     final = json.loads((out / "metrics.json").read_text())[-1]
-    assert final["val_top1"] >= 0.95
     assert sorted(os.listdir(out / "checkpoints"))[-1] == "last.pt"
-    assert len([f for f in os.listdir(out / "checkpoints") if f.startswith("epoch-")]) == 15
+    assert len([f for f in os.listdir(out / "checkpoints") if f.startswith("epoch-")]) == 2
     assert (out / "model.pt").exists() and (out / "config.json").exists()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     assert {"train_loss", "val_top1", "lr"} <= set(acc.Tags()["scalars"])
-    assert len(acc.Scalars("val_top1")) == 15
+    assert len(acc.Scalars("val_top1")) == 2
     assert acc.Scalars("val_top1")[-1].value == pytest.approx(final["val_top1"])
     assert acc.Tags()["graph"]
     # predict from the run directory
     code, stdout, _ = run_cli("predict", str(out), "--index", "3", "--format", "json")
     top = json.loads(stdout)["top"]
     assert len(top) == 5 and sum(t["probability"] for t in top) <= 1.0 + 1e-6
+
+
+@pytest.mark.slow
+def test_digits_cnn_default_run_reaches_95_percent(tmp_path):
+    # the recipe's default 15 epochs, as docs/training.md promises (minutes: the slow tier)
+    out = tmp_path / "run"
+    code, _, err = run_cli("train", "digits-cnn", "--out", str(out), "--format", "json", "-q")
+    assert code == 0, err
+    rows = json.loads((out / "metrics.json").read_text())
+    assert len(rows) == 15 and rows[-1]["val_top1"] >= 0.95
 
 
 def _final(run_dir):
