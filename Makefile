@@ -39,8 +39,8 @@ test-quick: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -n 2 -m slow tests
 
-# The stress loop: the tests that start processes, 10 rounds in a row beside 2 busy processes,
-# to find what fails only now and then (tests/stress.py; an hour or more on 2 cores). The FSDP
+# The stress loop: the integration tier, 10 rounds in a row beside 2 busy processes, to find
+# what fails only now and then (tests/stress.py; half an hour or more a round on 2 cores). The FSDP
 # example alone: $(PY) tests/stress.py --fsdp 50 --busy 1
 test-stress: $(STAMP)
 	$(PY) tests/stress.py --rounds 10 --busy 2

@@ -80,7 +80,7 @@ class Server:
         write_client(self.bin)
         self.proc = subprocess.Popen([sys.executable, __file__, "serve", self.socket], env=env,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # importing torch on a loaded machine
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the warm-start server did not start")
