@@ -1,16 +1,19 @@
 """The suite's two tiers, and the check that keeps them apart.
 
-A test that starts a process (``subprocess``, ``multiprocessing``, ``os.fork``: a CLI run in a
-child, a DataLoader worker, a torch.distributed rank) belongs to the integration tier and says so
-with ``@pytest.mark.integration`` (or a module's ``pytestmark``). The check below fails any other
-test that starts one, naming what it started: the unit tier (``make test-quick``) stays
-in-process, so its time is its own arithmetic. Tests that train end to end, run the docs'
-examples, build the wheel or lint are marked integration by hand: they start no process, but
-they are what makes the suite slow.
+A test that starts a process (a Python, a shell or a browser through ``subprocess``, a
+``multiprocessing`` process, ``os.fork``: a CLI run in a child, a DataLoader worker, a
+torch.distributed rank) belongs to the integration tier and says so with
+``@pytest.mark.integration`` (or a module's ``pytestmark``). The check below fails any other
+test that starts one from its own thread, in its setup or its call, naming what it started:
+the unit tier (``make test-quick``) stays in-process, so its time is its own arithmetic. A
+system probe a library runs once and caches, and anything started while a module is being
+imported, are not counted: which test pays for them depends on the order tests run in. Tests
+that train end to end, run the docs' examples, build the wheel or lint, and in-process tests
+over about half a CPU-second, are marked integration by hand.
 
-``LAYERSCOPE_TEST_RECORD=FILE`` appends one JSON line per test (wall seconds, the worker's CPU
-seconds, its waited-for children's CPU seconds, whether it started a process, its markers):
-the figures ``docs/development.md`` gives per tier come from it.
+``LAYERSCOPE_TEST_RECORD=FILE`` appends one JSON line per test phase instead of failing (wall
+seconds, the test process's CPU seconds, its waited-for children's CPU seconds, what it
+started, its markers): the figures ``docs/development.md`` gives per tier come from it.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -66,7 +70,10 @@ def _wrap(owner, name: str, describe):
     original = getattr(owner, name)
 
     def wrapped(*args, **kwargs):
-        what = None if _importing() else describe(*args, **kwargs)
+        # only the test's own thread: a thread an earlier test left running would otherwise
+        # charge its processes to whichever test runs when it starts them
+        mine = threading.current_thread() is threading.main_thread()
+        what = describe(*args, **kwargs) if mine and not _importing() else None
         if what is not None:
             _STARTS.add(what)
         return original(*args, **kwargs)
