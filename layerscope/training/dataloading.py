@@ -25,8 +25,9 @@ second field is the time the thread was runnable and waiting for a core, in nano
 and after, so that the time the fetch was not on a CPU splits into waiting for a core and
 waiting for anything else (I/O, sleeps).
 
-``DataLoading`` (core.records.dataloading) holds the figures; ``findings`` turns them into the
-verdict and the knob (``fetch_evidence`` reads where the fetch's time went). The probe's own
+``DataLoading`` (core.records.dataloading) holds the figures; ``findings``
+(``dataloading_verdict``, importable from here too) turns them into the verdict and the knob
+(``fetch_evidence`` reads where the fetch's time went). The probe's own
 cost: per fetch, two clock reads, two of the thread's CPU time, two of its schedstat file (kept
 open) and a few additions; per ``next()``, two clock reads (and the loop's thread's CPU time and
 run-queue wait at most every ``LOOP_EVERY``).
@@ -34,7 +35,6 @@ run-queue wait at most every ``LOOP_EVERY``).
 from __future__ import annotations
 
 import contextlib
-import math
 import mmap
 import multiprocessing.process
 import os
@@ -53,10 +53,26 @@ from torch.utils.data._utils.worker import _worker_loop
 
 from layerscope.core.noise import read_machine
 from layerscope.core.records.dataloading import (
-    DataFinding,
     DataLoading,
     DataWorker,
     LoaderStats,
+)
+
+# the verdict's rules and thresholds live in dataloading_verdict; importable from here too
+from layerscope.training.dataloading_verdict import (  # noqa: F401
+    DATA_SHARE,
+    IO_CPU,
+    MIN_BATCHES,
+    OWN_THREADS,
+    PIN_SHARE,
+    RUNQ_SHARE,
+    RUNQ_SLACK,
+    STARTUP_SHARE,
+    FetchEvidence,
+    _cap,
+    _queued,
+    fetch_evidence,
+    findings,
 )
 
 # one slot of float64s per worker process started while a probe runs
@@ -64,19 +80,8 @@ from layerscope.core.records.dataloading import (
  _PID, _TCPU, _RUNQ, _NO_RUNQ) = range(15)
 _FIELDS = 15
 SLOTS = 1024  # worker starts timed per probe (a note says when more started)
-DATA_SHARE = 0.1  # the main process waiting this share of the loop for data is worth a finding
-STARTUP_SHARE = 0.2  # start-up this share of the data wait is worth persistent_workers
-IO_CPU = 0.5  # fetch+collate on a CPU less than this share of their own time (on a CPU +
-# blocked, the run-queue wait left out; all of it without the run-queue wait): waiting (I/O)
-RUNQ_SHARE = 0.2  # of the time the fetch wanted a core (on a CPU + waiting for one), waiting
-# this share or more: the machine had no free core
-RUNQ_SLACK = 0.05  # the fetching thread's CPU time + run-queue wait above the fetch's own time
-# by more than this share: the readings disagree
 LOOP_EVERY = 0.01  # seconds between readings of the loop's thread (at the end of a next())
-OWN_THREADS = 0.1  # the process's other threads on a CPU this share of the fetch: said
 SCHEDSTAT = "/proc/thread-self/schedstat"
-PIN_SHARE = 0.05  # host-to-device copies this share of the loop without pinning: pin_memory
-MIN_BATCHES = 5  # a training loader that gave fewer batches than this is not judged
 
 _RUNNING: list[LoaderProbe] = []
 _pending: int | None = None  # the slot of the worker being started (read in the child)
@@ -581,254 +586,3 @@ def _startup(starts: list[float], workers: list[tuple[DataWorker, float]]) -> fl
         if 1 <= epoch <= len(starts):
             total += max(first - starts[epoch - 1], 0.0)
     return total
-
-
-def _cap(n: float, limit: int) -> int:
-    return max(1, min(int(math.ceil(n)), limit))
-
-
-@dataclass(frozen=True)
-class FetchEvidence:
-    """Where a loader's fetch and collate time went, read against the machine's cores.
-
-    ``kind``: ``io`` (the fetching thread blocked longer than it was on a CPU: I/O, sleeps),
-    ``cpu`` (it computed at least as long, and a core was free when it wanted one),
-    ``oversubscribed`` (it computed at least as long, and the cores were taken: more workers
-    would wait for a core as well), ``unknown`` (the evidence is missing or disagrees: ``what``
-    says why). ``what``: the words for the finding's message; ``figures``: the shares and
-    readings used."""
-
-    kind: str
-    what: str
-    figures: dict[str, float]
-
-
-def _queued(cpu_s: float, run_wait_s: float) -> float:
-    """Of the time a thread wanted a core (on a CPU + waiting for one), the share it waited."""
-    return run_wait_s / (cpu_s + run_wait_s) if cpu_s + run_wait_s > 0 else 0.0
-
-
-def fetch_evidence(lo: LoaderStats, *, load: float | None, cores: int) -> FetchEvidence:
-    """Waiting for a core is not waiting for I/O. The fetch's time (fetch and collate) splits,
-    in the thread that ran it, into its CPU time (``thread_cpu_s``), its run-queue wait
-    (``run_wait_s``: runnable, no core free) and the rest (blocked: I/O, sleeps). The CPU and
-    blocked seconds belong to the work, the run-queue wait to the machine (it grows with the
-    load, they do not): the fetch waits for I/O when it is blocked longer than it computes
-    (CPU under ``IO_CPU`` of the two), unless that turns round when the main process's other
-    threads, on a CPU meanwhile, are counted as the fetch's own parallel threads (their CPU
-    the fetch's, the blocked time that long waiting for them): other work or the fetch's, not
-    told apart, so not judged. Otherwise it is CPU-bound, and the machine is oversubscribed
-    when, of the time a thread wanted a core, it waited ``RUNQ_SHARE`` or more: the fetching
-    threads in the fetch, or the loop's thread over the whole loop (the wait falls wherever
-    the scheduler took the core away, inside the fetch or between fetches). Without the
-    run-queue wait (not Linux) the 1-minute load average stands in: a fetch on a CPU under
-    ``IO_CPU`` of its time is called waiting for I/O only when the load left a core free, else
-    it is not judged."""
-    work_s = lo["fetch_s"] + lo["collate_s"]
-    cpu_s, run_wait_s = lo["cpu_s"], lo.get("run_wait_s")
-    thread_cpu_s = lo.get("thread_cpu_s")
-    loop_cpu_s, loop_wait_s = lo.get("loop_cpu_s"), lo.get("loop_run_wait_s")
-    figs: dict[str, float] = {"cores": cores}
-    if load is not None:
-        figs["load"] = load
-    on = f"{cores} core{'' if cores == 1 else 's'}"
-    machine = (f"load {load:.1f} on {on}" if load is not None
-               else f"{on}, load average not readable")
-    if work_s <= 0:
-        return FetchEvidence("unknown", "no fetch or collate time was seen (workers started "
-                                        "with spawn or forkserver report none)", figs)
-    cp = cpu_s / work_s
-    figs["cpu_share"] = round(cp, 4)
-    if run_wait_s is None:
-        missing = "run-queue wait not readable (no /proc/thread-self/schedstat)"
-        busy = load is not None and load >= cores
-        if cp >= IO_CPU:
-            if busy:
-                return FetchEvidence(
-                    "oversubscribed", f"CPU-bound on an oversubscribed machine (CPU {cp:.0%} of "
-                                      f"it; {machine}; {missing})", figs)
-            return FetchEvidence("cpu", f"CPU-bound transforms (CPU {cp:.0%} of it; {machine}; "
-                                        f"{missing})", figs)
-        if load is not None and not busy:
-            return FetchEvidence(
-                "io", f"mostly waiting, not computing (CPU {cp:.0%} of it; {missing}, but the "
-                      f"{machine} left a core free: I/O or sleeps)", figs)
-        return FetchEvidence(
-            "unknown", f"the fetch was on a CPU {cp:.0%} of its time and the rest may be "
-                       f"waiting for a core as well as for I/O: {missing}, and "
-                       + ("the load average neither" if load is None
-                          else f"the {machine} leaves no core free"), figs)
-    c = (cpu_s if thread_cpu_s is None else thread_cpu_s) / work_s
-    r = run_wait_s / work_s
-    figs.update(thread_cpu_share=round(c, 4), run_wait_s=round(run_wait_s, 6),
-                run_wait_share=round(r, 4))
-    if thread_cpu_s is not None and c + r > 1 + RUNQ_SLACK:
-        return FetchEvidence(
-            "unknown", f"the fetching thread's CPU time and run-queue wait ({c:.0%} and {r:.0%} "
-                       "of the fetch and collate's time) add up to more than that time: the "
-                       "readings disagree", figs)
-    blocked = max(1.0 - c - r, 0.0)
-    figs["blocked_share"] = round(blocked, 4)
-    loop = ""
-    queued = _queued(c, r)
-    if loop_cpu_s is not None and loop_wait_s is not None:
-        in_loop = _queued(loop_cpu_s, loop_wait_s)
-        figs["loop_queued_share"] = round(in_loop, 4)
-        loop = f"; over the loop its thread waited for a core {in_loop:.0%} of its demand"
-        queued = max(queued, in_loop)
-    split = f"CPU {c:.0%} of it, waiting for a core {r:.0%}, blocked {blocked:.0%}"
-    # the main process's other threads, on a CPU while it fetched: other work, or the fetch's
-    # own parallel threads (then the fetching thread was blocked waiting for them)
-    other = max(cp - c, 0.0) if thread_cpu_s is not None and not lo["num_workers"] else 0.0
-    if c < IO_CPU * (c + blocked):
-        mine = c + other  # the fetch's CPU if the other threads worked for it
-        if mine >= IO_CPU * (mine + max(blocked - other, 0.0)):
-            return FetchEvidence(
-                "unknown", f"the fetching thread was blocked longer than it computed ({split}), "
-                           f"yet the process's other threads were on a CPU {other:.0%} of its "
-                           "time: CPU-bound if they were the fetch's own parallel threads, "
-                           "waiting if they were other work, not told apart", figs)
-        return FetchEvidence(
-            "io", f"mostly waiting, not computing ({split}: I/O or sleeps; {machine})", figs)
-    if queued >= RUNQ_SHARE:
-        own = (f"; the process's other threads (torch's among them) were on a CPU {other:.0%} "
-               "of it" if other >= OWN_THREADS else "")
-        return FetchEvidence(
-            "oversubscribed", f"CPU-bound on an oversubscribed machine ({split}: "
-                              f"{run_wait_s:.2f} s of its {work_s:.2f} s waiting for a core"
-                              f"{loop}{own}; {machine})", figs)
-    return FetchEvidence("cpu", f"CPU-bound transforms ({split}{loop}; {machine})", figs)
-
-
-def findings(loaders: list[LoaderStats], *, h2d_s: float = 0.0, cuda: bool = False,
-             cores: int = 1, load: float | None = None) -> list[DataFinding]:
-    """What holds the training loaders back, largest first, each with its knob and figures;
-    "fine" when the main process hardly waits. Reads only the figures (table-tested): the
-    loaders', the 1-minute ``load`` average and the ``cores`` it is read against. More workers
-    are suggested only where the fetch waits for I/O, or computes with a core free. A loader
-    that gave fewer than ``MIN_BATCHES`` batches is left out when another gave enough (a batch
-    taken to see the shapes), else it gets ``cannot_judge``: a wait over a few batches is its
-    first batches' (start-up, a first read), not the loop's steady state."""
-    out: list[tuple[float, DataFinding]] = []
-    chosen = [lo for lo in loaders if lo["training"]] or loaders
-    chosen = [lo for lo in chosen if lo["batches"] >= MIN_BATCHES] or chosen
-    for lo in chosen:
-        before = len(out)
-        span = lo["span_s"] or lo["wait_s"] or 1e-12
-        batches = max(lo["batches"], 1)
-        wait, first = lo["wait_s"], lo["first_wait_s"]
-        work = lo["fetch_s"] + lo["collate_s"]
-        per_batch = work / batches
-        compute = max(span - wait, 0.0) / batches  # the loop's own time per batch
-        ev = fetch_evidence(lo, load=load, cores=cores)
-        io = ev.kind == "io"
-        kind = "io_bound" if io else "cpu_bound"
-        need = per_batch / compute if compute > 0 else float("inf")
-        limit = 4 * cores if io else cores
-        what = ev.what
-        figs = {"wait_s": round(wait, 6), "fetch_s": round(lo["fetch_s"], 6),
-                "collate_s": round(lo["collate_s"], 6), "span_s": round(span, 6),
-                "data_share": round(wait / span, 4), "batches": lo["batches"], **ev.figures,
-                "work_per_batch_s": round(per_batch, 6), "compute_per_batch_s": round(compute, 6)}
-        name = lo["dataset"]
-        nb = f"{lo['batches']} batch{'' if lo['batches'] == 1 else 'es'}"
-        if lo["batches"] < MIN_BATCHES:
-            out.append((wait, DataFinding(
-                kind="cannot_judge", figures=figs,
-                message=f"{name}: cannot judge the data loading from {nb} (fewer than "
-                        f"{MIN_BATCHES}): the loop waited {wait:.2f} s of {span:.2f} s "
-                        f"({wait / span:.0%}) for them, a cost of its first batches (start-up, "
-                        "a first read) more than of the loop's")))
-        elif wait / span < DATA_SHARE:
-            out.append((0.0, DataFinding(
-                kind="fine", figures=figs,
-                message=f"{name}: data loading keeps up: the loop waited {wait:.2f} s of "
-                        f"{span:.2f} s ({wait / span:.0%}) for {nb}")))
-        elif lo["num_workers"] == 0:
-            head = (f"{name}: the main process loads every batch itself (num_workers=0): "
-                    f"the dataset's fetch took {lo['fetch_s']:.2f} s and collate "
-                    f"{lo['collate_s']:.2f} s over {nb} ({per_batch * 1e3:.1f} ms per batch) "
-                    f"of the {wait:.2f} s it waited for data ({wait / span:.0%} of the loop)")
-            if ev.kind == "unknown":
-                out.append((wait, DataFinding(
-                    kind="cannot_judge", figures=figs,
-                    message=f"{head}; cannot judge whether it waits for I/O or for a core: "
-                            f"{what}")))
-            elif ev.kind == "oversubscribed":
-                out.append((wait, DataFinding(
-                    kind="cpu_oversubscribed", figures=figs,
-                    message=f"{head}, {what}: a worker would wait for a core as well; free "
-                            "cores (fewer other processes or threads) or cheaper transforms "
-                            "remove the wait")))
-            else:
-                n = _cap(need, limit)
-                out.append((wait, DataFinding(
-                    kind=kind, knob="num_workers", value=n, figures=figs,
-                    message=f"{head}, {what}: set num_workers={n}")))
-        else:
-            startup = lo.get("startup_s") or 0.0
-            if (not lo["persistent_workers"] and lo["epochs"] >= 2
-                    and startup >= STARTUP_SHARE * wait):
-                out.append((startup, DataFinding(
-                    kind="worker_startup", knob="persistent_workers", value=True,
-                    figures={**figs, "startup_s": round(startup, 6), "epochs": lo["epochs"]},
-                    message=f"{name}: the main process waited {startup:.2f} s on worker "
-                            f"start-up over {lo['epochs']} passes ({startup / wait:.0%} of its "
-                            f"data wait): set persistent_workers=True")))
-            steady = max(wait - first, 0.0)
-            if steady / span >= DATA_SHARE:
-                w = lo["num_workers"]
-                supply = (f"{w} worker(s) make a batch in {per_batch:.3f} s each, the loop uses "
-                          f"one every {compute:.3f} s ({nb})")
-                knob: str | None = None
-                value: int | None = None
-                if work <= 0:
-                    verdict, text = "cannot_judge", (
-                        f"the loop waited {steady:.2f} s ({steady / span:.0%}) for the {nb} "
-                        f"of {w} worker(s); cannot judge whether more workers or prefetching "
-                        f"would help: {what}")
-                elif need <= w:
-                    value = 2 * (lo.get("prefetch_factor") or 2)
-                    verdict, knob, text = "prefetch", "prefetch_factor", (
-                        f"the workers keep up on average but the loop still waited "
-                        f"{steady:.2f} s ({steady / span:.0%}) for {nb} with "
-                        f"{lo.get('ready_mean') or 0:.1f} batches ready on average: "
-                        f"set prefetch_factor={value}")
-                elif ev.kind == "unknown":
-                    verdict, text = "cannot_judge", (
-                        f"{supply}; cannot judge whether more workers would help: {what}")
-                elif ev.kind == "oversubscribed":
-                    verdict, text = "cpu_oversubscribed", (
-                        f"{supply}, on {cores} cores, {what}: more workers would wait for a "
-                        "core as well; free cores or cheaper transforms remove the wait")
-                elif (io or w < cores) and _cap(need, limit) > w:
-                    value = _cap(need, limit)
-                    verdict, knob, text = "too_few_workers", "num_workers", (
-                        f"{supply}, {what}: set num_workers={value}")
-                elif io or w < cores:
-                    verdict, text = kind, (f"{w} workers on {cores} cores cannot keep up "
-                                           f"({nb}), {what}: make the dataset's transforms "
-                                           "cheaper")
-                else:
-                    verdict, text = "cpu_bound", (
-                        f"{w} workers on {cores} cores make a batch in {per_batch:.3f} s each "
-                        f"and cannot keep up ({nb}), {what}: make the dataset's transforms cheaper "
-                        "(or move them to the GPU)")
-                out.append((steady, DataFinding(kind=verdict, knob=knob, value=value,
-                                                figures=figs, message=f"{name}: {text}")))
-        if len(out) == before:  # waits, but on each pass's first batch only
-            out.append((wait, DataFinding(
-                kind="first_batches", figures=figs,
-                message=f"{name}: the loop waited {wait:.2f} s ({wait / span:.0%} of it), "
-                        f"{first:.2f} s of it for each pass's first batch (worker start-up "
-                        f"{lo.get('startup_s') or 0:.2f} s): a cost per pass, which longer "
-                        "passes spread thinner")))
-        if cuda and not lo["pin_memory"] and h2d_s / span >= PIN_SHARE:
-            out.append((h2d_s, DataFinding(
-                kind="no_pinning", knob="pin_memory", value=True,
-                figures={**figs, "h2d_s": round(h2d_s, 6)},
-                message=f"{name}: host-to-device copies took {h2d_s:.2f} s ({h2d_s / span:.0%} "
-                        "of the loop) from pageable memory: set pin_memory=True (and "
-                        ".to(device, non_blocking=True))")))
-    out.sort(key=lambda p: -p[0])
-    return [f for _, f in out]

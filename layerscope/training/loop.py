@@ -5,31 +5,29 @@ Determinism: every epoch starts by seeding all RNGs from (seed, epoch) and draws
 order from a generator seeded the same way, so an epoch is a pure function of the state at its
 start; that is what makes ``--resume`` from an epoch checkpoint end with the same metrics as an
 uninterrupted run (CPU; same thread count).
+
+This module holds ``train`` and the run's end (MFU, the ranks gathered, the report); the rest is
+one module per concern, each name still importable from here: ``loop_run`` (the run's state,
+its loaders and checkpoint state), ``loop_steps`` (a step, an epoch, validation, what the
+steps measured), ``loop_outputs`` (TensorBoard, checkpoints, metrics files, callbacks) and
+``loop_profile`` (``--profile``).
 """
 from __future__ import annotations
 
 import dataclasses
-import marshal
 import os
-import random
 import resource
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn as nn
-from torch.utils.data import DataLoader, RandomSampler, Sampler
 
-from layerscope.analysis import modes, train_step
 from layerscope.analysis.memory_track import LimitGuard
-from layerscope.core import values
 from layerscope.core.environment import environment, with_load
 from layerscope.core.errors import UserError
-from layerscope.core.io import check_dir, make_dir, place, temp_dir, write_file
+from layerscope.core.io import check_dir, make_dir
 from layerscope.core.noise import read_machine
 from layerscope.core.phases import per_step
 from layerscope.core.records.memory import PostMortem
@@ -37,393 +35,44 @@ from layerscope.core.records.train import TrainReport  # its home is core; impor
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
 from layerscope.training import ranks as rank_table
-from layerscope.training.comm import gradient_bytes
 from layerscope.training.config import TrainConfig
-from layerscope.training.data import datasets
 from layerscope.training.dataloading import probing
-from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
-from layerscope.training.recipes import lookup, loss_function, make_optimizer, make_scheduler
-from layerscope.training.sinks import (
-    CallbackSink,
-    EpochResult,
-    MetricsSink,
-    Sink,
-    StepResult,
-    TensorBoardSink,
-    summary_writer,
+
+# the loop's parts, one module per concern; their names stay importable from here
+from layerscope.training.loop_outputs import (  # noqa: F401
+    Callback,
+    _Checkpoints,
+    _save_step,
+    _sinks,
+    _tensorboard_sink,
 )
+from layerscope.training.loop_profile import OP_TABLE_TOP, _profiler  # noqa: F401
+from layerscope.training.loop_run import (  # noqa: F401
+    DRY_RUN_BATCH,
+    Stages,
+    _optimizer_keys,
+    _plain,
+    _Run,
+    _seed_epoch,
+    _Skip,
+    _worker_init,
+)
+from layerscope.training.loop_steps import (  # noqa: F401
+    _STEP_ORDER,
+    TRACE_STEPS,
+    _end_epoch,
+    _epoch,
+    _Measured,
+    _NvtxPhases,
+    _step,
+    _topk,
+    evaluate,
+)
+from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
+from layerscope.training.sinks import Sink
 from layerscope.training.sinks import write_json as _write_json
 
-OP_TABLE_TOP = 10  # operators in the --profile torch table
-TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
-RANKS_TRACE = "ranks_trace.json"  # that trace, in the run folder
-DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says otherwise
-
-
-Callback = Callable[..., None]
-Stages = Callable[[str, int, "int | None"], None]  # (what, done, total): ``train``'s stages
-
-
-def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
-    s = values.derived_seed(seed, epoch)
-    torch.manual_seed(s)
-    random.seed(s)
-    np.random.seed(s % 2**32)
-    return torch.Generator().manual_seed(s)
-
-
-def _topk(logits: torch.Tensor, target: torch.Tensor, k: int) -> int:
-    k = min(k, logits.shape[1])
-    top = logits.topk(k, dim=1).indices
-    return int((top == target.unsqueeze(1)).any(dim=1).sum())
-
-
-def evaluate(model: nn.Module, loader: Any, device: str, loss_fn,
-             channels_last: bool = False,
-             progress: Callable[[int, int | None], None] | None = None) -> dict[str, float]:
-    """Validation loss, top-1 and top-5 over ``loader``; ``progress(batches done, batches)``
-    after each batch."""
-    modes.set_mode(model, False)
-    total, loss_sum, top1, top5 = 0, 0.0, 0, 0
-    batches = len(loader) if hasattr(loader, "__len__") else None
-    with torch.no_grad():
-        for i, (x, y) in enumerate(loader):
-            x, y = x.to(device), y.to(device)
-            if channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            out = model(x)
-            loss_sum += float(loss_fn(out, y, reduction="sum"))
-            top1 += _topk(out, y, 1)
-            top5 += _topk(out, y, 5)
-            total += len(y)
-            if progress is not None:
-                progress(i + 1, batches)
-    return {"val_loss": loss_sum / total, "val_top1": top1 / total, "val_top5": top5 / total}
-
-
-class _Run:
-    """Everything one training run holds; built from a config (and a checkpoint to resume)."""
-
-    def __init__(self, config: TrainConfig, notes: list[str],
-                 env: dist_run.DistEnv | None = None, device: str | None = None):
-        self.config = config
-        self.recipe = lookup(config.recipe)
-        self.notes = notes
-        self.stages: Stages | None = None  # the caller's (``train``'s ``stages``)
-        c, r = config, self.recipe
-        self.env = env
-        self.rank, self.world = (env.rank, env.world_size) if env else (0, 1)
-        self.device = device or c.device
-        # the settings' values were checked when the config was made (TrainConfig); what
-        # depends on this machine and this launch is checked here
-        if c.device == "cuda" and not torch.cuda.is_available():
-            raise UserError("device cuda: no CUDA GPU is available here; use cpu",
-                            arguments="device")
-        if env and c.torchscript:
-            raise UserError("torchscript cannot be trained by several processes (DDP and FSDP "
-                            "wrap the module); leave it out", arguments="torchscript")
-        self.epochs = 1 if c.dry_run else (c.epochs or r.epochs)
-        # a dry run checks that everything runs, not how fast: one small batch, unless asked
-        self.batch_size = c.batch_size or (min(r.batch_size, DRY_RUN_BATCH) if c.dry_run
-                                           else r.batch_size)
-        self.train_set, self.val_set, self.classes = datasets(
-            r.data, synthetic=c.synthetic, data_dir=c.data_dir, download=c.download,
-            augment=r.augment, seed=c.seed, image_size=r.image_size,
-            synthetic_size=c.synthetic_size)
-        torch.manual_seed(c.seed)  # the same initial weights in every process
-        self.model = r.build()
-        if r.init_weights is not None:  # transfer learning
-            self.notes.append(r.init_weights(self.model, c.weights))
-        self.model.to(self.device)
-        if c.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        saved = ckpt.load(c.resume, resume=True) if c.resume else None
-        if saved is not None:  # weights first: FSDP shards what the model holds
-            self._check_recipe(saved)
-            ckpt.load_weights(self.model, saved, c.resume)
-        # the bytes DDP all-reduces per step: every trainable parameter's gradient
-        self.gradient_bytes = gradient_bytes(self.model)
-        self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        self.fsdp = env is not None and c.strategy == "fsdp"
-        if self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            fully_shard(self.model)
-        self.optimizer = make_optimizer(c.optimizer or r.optimizer, self.model.parameters(),
-                                        c.lr or r.lr)
-        self.scheduler = make_scheduler(r, self.optimizer)
-        self.cuda = c.device == "cuda"
-        self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
-        self.scaler = torch.amp.GradScaler("cuda") if (c.amp and self.cuda) else None
-        self.loss_fn = loss_function(r)
-        self.start_epoch, self.global_step, self.history = 0, 0, []
-        # resuming in the middle of an epoch: batches already done, the epoch's running sums
-        # and the RNG state when it stopped (the epoch's own seeding must not replace it)
-        self.skip_batches, self.partial, self.resume_rng = 0, None, None
-        self.run_dir = c.out or os.path.join("runs", f"{r.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if saved is not None:
-            self._restore(saved)
-        self.comm = None
-        if env is not None:
-            from layerscope.training.comm import CommRecorder
-
-            self.comm = CommRecorder(self.world)
-        self.forward_model = self._wrap(self.model)
-
-    def _wrap(self, model: nn.Module):
-        c = self.config
-        if c.torchscript:
-            x, _ = self.train_set[0]
-            example = x.unsqueeze(0).to(c.device)
-            if c.channels_last and example.dim() == 4:
-                example = example.contiguous(memory_format=torch.channels_last)
-            modes.set_mode(model, True)
-            return torch.jit.trace(model, example, check_trace=False)
-        if self.comm is not None and self.fsdp:
-            self.comm.attach_fsdp(model)
-        elif self.comm is not None:
-            from torch.nn.parallel import DistributedDataParallel
-
-            local = [torch.device(self.device).index] if self.device.startswith("cuda") else None
-            model = DistributedDataParallel(model, device_ids=local)
-            self.comm.attach(model)
-        if c.compile:
-            return torch.compile(model)
-        return model
-
-    def _check_recipe(self, state: dict[str, Any]) -> None:
-        if state["config"].get("recipe") != self.recipe.name:
-            raise UserError("resume: the checkpoint is of recipe "
-                            f"{state['config'].get('recipe')!r}, "
-                            f"not {self.recipe.name!r}", arguments="resume")
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        """The training state beside the weights (loaded before the model was wrapped)."""
-        try:
-            if self.fsdp:
-                from torch.distributed.checkpoint.state_dict import (
-                    StateDictOptions,
-                    set_optimizer_state_dict,
-                )
-
-                names = [n for n, _ in self.model.named_parameters()]
-                set_optimizer_state_dict(self.model, self.optimizer,
-                                         _optimizer_keys(state["optimizer"], names),
-                                         options=StateDictOptions(full_state_dict=True))
-            else:
-                self.optimizer.load_state_dict(state["optimizer"])
-            if self.scheduler is not None and state.get("scheduler"):
-                self.scheduler.load_state_dict(state["scheduler"])
-            if self.scaler is not None and state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-            self.start_epoch, self.global_step = int(state["epoch"]), int(state["step"])
-            self.history = list(state.get("history", []))
-            ckpt.set_rng_state(state["rng"])
-            if state.get("batch") and int(state.get("world_size", 1)) != self.world:
-                # another world size splits the epoch differently: its batches cannot be skipped
-                self.notes.append(f"resumed mid-epoch with {self.world} processes instead of "
-                                  f"{state.get('world_size', 1)}: epoch "
-                                  f"{self.start_epoch + 1} starts again from its first batch")
-            elif state.get("batch"):
-                # the epoch's running sums (over all ranks) continue on rank 0 alone
-                self.skip_batches = state["batch"]
-                self.partial = (dict(state["partial"]) if self.rank == 0 else
-                                {"loss_sum": 0.0, "correct": 0, "seen": 0})
-                self.resume_rng = state["rng"]
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise UserError(f"resume {self.config.resume}: the checkpoint's training state "
-                            f"does not fit this run ({type(exc).__name__}: "
-                            f"{(str(exc).strip().splitlines() or [''])[0]})",
-                            arguments="resume") from exc
-        if not self.config.out:
-            self.run_dir = os.path.dirname(os.path.dirname(os.path.abspath(
-                ckpt.resolve_checkpoint(self.config.resume))))
-
-    def stage(self, what: str, done: int = 0, total: int | None = None) -> None:
-        """Tell the caller's ``stages`` callback which phase of the run is under way."""
-        if self.stages is not None:
-            self.stages(what, done, total)
-
-    def state(self, epoch: int, batch: int = 0,
-              partial: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What ``--resume`` needs. ``epoch``: epochs finished; ``batch``: batches of the next
-        epoch already done (a run stopped by --steps), with that epoch's running sums."""
-        model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
-        if self.fsdp:  # consolidated: the full tensors (a collective: every rank calls it)
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-                get_optimizer_state_dict,
-            )
-
-            full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            model = get_model_state_dict(self.model, options=full)
-            names = {n: i for i, (n, _) in enumerate(self.model.named_parameters())}
-            optimizer = _optimizer_keys(
-                get_optimizer_state_dict(self.model, self.optimizer, options=full), names)
-        return {"model": model, "optimizer": optimizer, "world_size": self.world,
-                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-                "scaler": self.scaler.state_dict() if self.scaler else None,
-                "epoch": epoch, "step": self.global_step, "rng": ckpt.rng_state(),
-                "batch": batch, "partial": partial,
-                "config": _plain(self.config.to_dict()), "history": self.history,
-                "classes": list(self.classes), "recipe": self.recipe.name}
-
-    def loader(self, epoch: int, skip_batches: int = 0) -> DataLoader:
-        gen = _seed_epoch(self.config.seed, epoch)
-        c = self.config
-        sampler: Sampler = RandomSampler(self.train_set, generator=gen)
-        if self.env is not None:
-            # each rank its share of one seeded permutation: the same order for the same seed
-            # and world size; the batch size is per rank
-            from torch.utils.data.distributed import DistributedSampler
-
-            sampler = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank,
-                                         shuffle=True, seed=c.seed)
-            sampler.set_epoch(epoch)
-        if skip_batches:
-            sampler = _Skip(sampler, skip_batches * self.batch_size)
-        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler,
-                          num_workers=c.num_workers, pin_memory=c.pin_memory and self.cuda,
-                          persistent_workers=False, drop_last=False,
-                          worker_init_fn=_worker_init, generator=gen)
-
-    def val_loader(self) -> DataLoader:
-        # a dry run validates one batch of the training batch size: a full evaluation batch
-        # (1000 images of 224x224 through ResNet-50) took minutes and 13 GB
-        size = self.batch_size if self.config.dry_run else self.recipe.eval_batch_size
-        return DataLoader(self.val_set, batch_size=size, num_workers=self.config.num_workers)
-
-
-def _optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
-    """An optimizer state dict with its parameters renamed: ``keys`` maps the current keys
-    (parameter names, as FSDP's full state dict has them, or the indices a plain optimizer's
-    has) to the others. Checkpoints keep the indices, so one process resumes FSDP's as well."""
-    def key(k):
-        return keys[k] if isinstance(keys, dict) else (keys[k] if isinstance(k, int) else k)
-
-    return {"state": {key(k): v for k, v in state.get("state", {}).items()},
-            "param_groups": [{**g, "params": [key(k) for k in g["params"]]}
-                             for g in state.get("param_groups", [])]}
-
-
-class _Skip(Sampler):
-    """The epoch's own order (the same generator draws) without its first ``n`` indices."""
-
-    def __init__(self, inner: Sampler, n: int):
-        self.inner, self.n = inner, n
-
-    def __iter__(self):
-        it = iter(self.inner)
-        for _ in range(self.n):
-            next(it, None)
-        return it
-
-    def __len__(self) -> int:
-        return max(len(self.inner) - self.n, 0)
-
-
-def _worker_init(worker_id: int) -> None:
-    s = torch.initial_seed() % 2**32
-    random.seed(s)
-    np.random.seed(s)
-
-
-def _plain(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
-
-
-def _profiler(kind: str | None, run_dir: str):
-    """A context that profiles the training and writes its result into the run directory."""
-    if kind is None:
-        return nullcontext()
-    if kind == "cprofile":
-        import cProfile
-
-        class _CProfile:
-            def __enter__(self):
-                self.p = cProfile.Profile()
-                self.p.enable()
-
-            def __exit__(self, *exc):
-                self.p.disable()
-                self.p.create_stats()  # what dump_stats writes, through core.io
-                write_file(os.path.join(run_dir, "profile.prof"),
-                           lambda f: marshal.dump(self.p.stats, f))
-                return False
-
-        return _CProfile()
-    if kind == "torch":
-        from torch.profiler import ProfilerActivity, profile
-
-        from layerscope.analysis.op_profile import op_rows
-        from layerscope.analysis.profiler_ranges import quiet_native_stderr
-
-        class _Torch:
-            def __enter__(self):
-                # CUDA activities only where CUDA is: on the CPU kineto would print
-                # "gpuGetDeviceCount failed"; its start/stop banners go to fd 2 as well
-                self.cuda = torch.cuda.is_available()
-                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-                self.p = profile(activities=acts)
-                with quiet_native_stderr():
-                    self.p.__enter__()
-                return self
-
-            def __exit__(self, *exc):
-                with quiet_native_stderr():
-                    self.p.__exit__(*exc)
-                    with temp_dir(near=os.path.join(run_dir, "trace.json")) as tmpdir:
-                        raw = os.path.join(tmpdir, "trace.json")
-                        self.p.export_chrome_trace(raw)
-                        place(raw, os.path.join(run_dir, "trace.json"))
-                return False
-
-            @contextmanager
-            def paused(self):
-                """Work that is no training step (validation, the TensorBoard graph's trace)
-                runs unrecorded, so the per-step table divides training steps' ops only."""
-                acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-                with quiet_native_stderr():
-                    self.p.toggle_collection_dynamic(False, acts)
-                try:
-                    yield
-                finally:
-                    with quiet_native_stderr():
-                        self.p.toggle_collection_dynamic(True, acts)
-
-            def table(self, report: TrainReport, steps: int) -> dict[str, Any]:
-                """The top operators per training step (torch.profiler's key averages)."""
-                from layerscope.core.optable import OpTable
-
-                rows, total, n = op_rows(self.p, cuda=self.cuda, runs=max(steps, 1),
-                                         top=OP_TABLE_TOP)
-                return OpTable(model=f"{report.recipe} training", device=report.config["device"],
-                               sort="self", runs=steps, rows=rows, total_self_s=total,
-                               ops_total=n, trace=os.path.join(run_dir, "trace.json"),
-                               settings={"unit": "step", "top": OP_TABLE_TOP,
-                                         "includes": "training steps only (validation and "
-                                                     "the TensorBoard graph left out)"}
-                               ).to_dict()
-
-        return _Torch()
-    try:
-        from pyinstrument import Profiler
-    except ImportError:
-        raise UserError("profile pyinstrument needs pyinstrument: "
-                        "pip install pyinstrument", arguments="profile") from None
-
-    class _Pyinstrument:
-        def __enter__(self):
-            self.p = Profiler()
-            self.p.start()
-
-        def __exit__(self, *exc):
-            self.p.stop()
-            write_file(os.path.join(run_dir, "profile.html"), self.p.output_html())
-            return False
-
-    return _Pyinstrument()
+RANKS_TRACE = "ranks_trace.json"  # every rank's steps (the first TRACE_STEPS), in the run folder
 
 
 def _resumed_config(config: TrainConfig) -> TrainConfig:
@@ -606,265 +255,6 @@ def _check_work_left(run: _Run) -> None:
     if run.start_epoch >= run.epochs and not run.skip_batches:
         raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
 
-
-def _tensorboard_sink(run: _Run) -> TensorBoardSink:
-    """TensorBoard in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
-    writer = summary_writer(os.path.join(run.run_dir, "tensorboard"), "TensorBoard folder",
-                            "tensorboard", arguments="tensorboard")
-    x, _ = run.train_set[0]
-    try:
-        modes.set_mode(run.model, False)
-        writer.add_graph(run.model, x.unsqueeze(0).to(run.config.device))
-    except Exception as exc:  # a graph that cannot be traced still gets its scalars
-        run.notes.append(f"TensorBoard graph skipped: {type(exc).__name__}")
-    return TensorBoardSink(writer)
-
-
-class _Checkpoints(Sink):
-    """RUN_DIR/checkpoints: every ``checkpoint_every`` steps inside an epoch (step-NNNNNN.pt)
-    and after each complete epoch (epoch-NNN.pt), each also as last.pt. Every rank takes part
-    (FSDP's consolidated state dict is a collective); rank 0 writes."""
-
-    def __init__(self, run: _Run):
-        self.run = run
-
-    def on_step(self, s: StepResult) -> None:
-        every = self.run.config.checkpoint_every
-        if every and s.step % every == 0 and s.batch < s.epoch_batches:
-            _save_step(self.run, s.epoch, s.batch, s.sums)
-
-    def on_epoch(self, e: EpochResult) -> None:
-        if e.complete:
-            state = self.run.state(e.epoch + 1)
-            if self.run.rank == 0:
-                for name in (f"epoch-{e.epoch + 1:03d}.pt", "last.pt"):
-                    ckpt.save_atomic(state, os.path.join(self.run.run_dir, "checkpoints", name))
-
-
-def _sinks(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> list[Sink]:
-    """The run's outputs, in the order each step and epoch reaches them: TensorBoard (rank 0,
-    asked for), checkpoints (every rank), the metrics files (rank 0), the callbacks."""
-    sinks: list[Sink] = []
-    if run.config.tensorboard and run.rank == 0:
-        sinks.append(_tensorboard_sink(run))
-    sinks.append(_Checkpoints(run))
-    if run.rank == 0:
-        sinks.append(MetricsSink(run.run_dir))
-    sinks.append(CallbackSink(progress, on_epoch))
-    return sinks
-
-
-def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
-    """A checkpoint to go on from exactly here: ``batch`` batches of epoch ``epoch`` done, with
-    the epoch's running sums (over all ranks); every rank takes part, rank 0 writes."""
-    if run.env is not None:
-        sums = dist_run.sum_across(sums, run.device)
-    state = run.state(epoch, batch, {"loss_sum": sums[0], "correct": int(sums[1]),
-                                     "seen": int(sums[2])})
-    if run.rank == 0:
-        for name in (f"step-{run.global_step:06d}.pt", "last.pt"):
-            ckpt.save_atomic(state, os.path.join(run.run_dir, "checkpoints", name))
-
-
-@dataclass
-class _Measured:
-    """What the steps of one invocation measured: the phases of the steps after the warm-up
-    (over the run and per epoch), every measured step's wall time, and this rank's steps for
-    the merged trace of a distributed run."""
-    warmup: int
-    totals: PhaseTotals = field(default_factory=PhaseTotals)
-    epoch: PhaseTotals = field(default_factory=PhaseTotals)
-    epoch_breakdown: list[dict[str, Any]] = field(default_factory=list)
-    step_seconds: list[float] = field(default_factory=list)
-    trace_steps: list[dict[str, Any]] = field(default_factory=list)
-    steps: int = 0
-    # every measured step's input (shape, dtype): its FLOPs are counted once per distinct one
-    inputs: list[tuple[Any, Any]] = field(default_factory=list)
-    numbers: list[int] = field(default_factory=list)  # the measured steps' numbers
-    phases: list[dict[str, float]] = field(default_factory=list)  # every measured step's
-
-    def add(self, s: StepResult) -> None:
-        if self.steps >= self.warmup:
-            if s.comm is not None and len(self.trace_steps) < TRACE_STEPS:
-                self.trace_steps.append({"t0": s.comm["t0"], "buckets": s.comm["buckets"],
-                                         "phases": {p: s.phases[p] for p in rank_table.ADDITIVE}})
-            self.totals.add(s.phases, s.wall, s.samples)
-            self.epoch.add(s.phases, s.wall, s.samples)
-            self.step_seconds.append(s.wall)
-            self.phases.append(dict(s.phases))
-            self.inputs.append(s.inputs)
-            self.numbers.append(s.step)
-        self.steps += 1
-
-    def end_epoch(self) -> None:
-        self.epoch_breakdown.append(self.epoch.to_dict())
-        self.epoch = PhaseTotals()
-
-
-_STEP_ORDER = ("data", "h2d", "forward", "loss", "backward", "optimizer")  # _step's marks
-
-
-class _NvtxPhases:
-    """--nvtx: a ``layerscope::step`` range around each step and a ``layerscope::<phase>`` range
-    around each of its phases (the phase table's names), opened and closed at the timer's
-    marks; stands in for the timer it wraps."""
-
-    def __init__(self, timer: PhaseTimer):
-        self.timer = timer
-        self.open = 0  # 2: the step's and a phase's range are open
-
-    def _push(self, name: str) -> None:
-        torch.cuda.nvtx.range_push(f"layerscope::{name}")
-        self.open += 1
-
-    def _pop(self) -> None:
-        torch.cuda.nvtx.range_pop()
-        self.open -= 1
-
-    def start(self) -> None:
-        self.timer.start()
-        self._push("step")
-        self._push(_STEP_ORDER[0])
-
-    def mark(self, phase: str) -> None:
-        self.timer.mark(phase)
-        if self.open == 2:
-            self._pop()
-        i = _STEP_ORDER.index(phase) + 1 if phase in _STEP_ORDER else len(_STEP_ORDER)
-        if i < len(_STEP_ORDER) and self.open == 1:
-            self._push(_STEP_ORDER[i])
-
-    def stop(self) -> tuple[dict[str, float], float]:
-        while self.open:
-            self._pop()
-        return self.timer.stop()
-
-
-def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
-    """One optimizer step on the next of ``batches``: the copies to the device, then
-    ``train_step.step`` (the step ``layerscope memory --mode training`` tracks): zero_grad,
-    forward and loss under ``autocast``, backward, the optimizer (through the GradScaler with
-    CUDA amp), each phase timed; with several processes, the end-of-step barrier and the gradient
-    communication split out of the phases."""
-    c, comm = run.config, run.comm
-    if run.env is not None:
-        dist_run.maybe_fault(run.rank, run.global_step + 1)
-        comm.step_begin()
-    timer.start()
-    x, y = next(batches)
-    timer.mark("data")
-    x = x.to(run.device, non_blocking=c.pin_memory)
-    y = y.to(run.device, non_blocking=c.pin_memory)
-    if c.channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    timer.mark("h2d")
-
-    def done(phase: str, value: Any) -> None:
-        if phase == "backward" and comm is not None:
-            comm.backward_end()
-        if phase != "zero_grad":  # its time is the forward's (nothing to wait for)
-            timer.mark(phase)
-
-    out, loss = train_step.step(run.forward_model, (x,), {}, lambda o: run.loss_fn(o, y),
-                                run.optimizer, autocast=autocast, scaler=run.scaler, done=done)
-    phases, wall = timer.stop()
-    record = None
-    if comm is not None:
-        # the end-of-step barrier: how long this rank waits for the slowest one
-        wait = dist_run.barrier_seconds()
-        record = comm.step_end()
-        phases, wall = rank_table.split_step(phases, wait, record["communication_s"],
-                                             record["exposed_s"])
-    run.global_step += 1
-    # after the step's one synchronisation, reading values costs nothing more
-    return StepResult(phases, wall, samples=len(y), loss=float(loss.detach()),
-                      correct=int((out.detach().argmax(1) == y).sum()),
-                      lr=run.optimizer.param_groups[0]["lr"], comm=record, step=run.global_step,
-                      inputs=(tuple(x.shape), x.dtype))
-
-
-def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
-           autocast: Any, unprofiled: Callable[[], Any],
-           window: Any = None) -> tuple[EpochResult, bool]:
-    """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
-    result and whether the run stops after it."""
-    c = run.config
-    modes.set_mode(run.model, True)
-    skip, partial = (run.skip_batches, run.partial) if epoch == run.start_epoch else (0, None)
-    loader = run.loader(epoch, skip)
-    if run.resume_rng is not None and skip:
-        ckpt.set_rng_state(run.resume_rng)  # continue the stopped epoch's random stream
-    epoch_batches = skip + len(loader)
-    n_batches = len(loader) if not c.dry_run else 1
-    if c.steps is not None:
-        n_batches = min(n_batches, c.steps - run.global_step)
-    loss_sum, correct, seen = ((partial["loss_sum"], partial["correct"], partial["seen"])
-                               if partial else (0.0, 0, 0))
-    t_epoch = time.perf_counter()
-    it = iter(loader)
-    for i in range(n_batches):
-        with window.step() if window is not None else nullcontext():  # --kernels
-            s = _step(run, it, timer, autocast)
-        loss_sum += s.loss * s.samples
-        correct += s.correct
-        seen += s.samples
-        m.add(s)
-        s.epoch, s.batch, s.batches, s.epoch_batches = (epoch, skip + i + 1, skip + n_batches,
-                                                        epoch_batches)
-        s.sums = [loss_sum, correct, seen]
-        for sink in sinks:
-            sink.on_step(s)
-    del it
-    stop = c.steps is not None and run.global_step >= c.steps
-    complete = skip + n_batches == epoch_batches
-    if not complete:
-        # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
-        # taken before validation draws from the random streams
-        _save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
-        stop = True
-    result = _end_epoch(run, epoch, complete, [loss_sum, correct, seen], t_epoch, unprofiled)
-    m.end_epoch()
-    for sink in sinks:
-        sink.on_epoch(result)
-    return result, stop
-
-
-def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch: float,
-               unprofiled: Callable[[], Any]) -> EpochResult:
-    """The epoch's metrics row: loss and top-1 over every rank's samples, the learning rate it
-    ran with (the scheduler steps after a complete epoch), validation (unprofiled) and its
-    wall time. A complete epoch joins the history (a partial one is reported, never
-    checkpointed)."""
-    c = run.config
-    loss_sum, correct, seen = sums
-    if run.env is not None:  # the epoch's metrics over every rank's samples
-        loss_sum, correct_f, seen_f = dist_run.sum_across([loss_sum, correct, seen], run.device)
-        correct, seen = int(correct_f), int(seen_f)
-    if run.scheduler is not None:
-        lr = run.scheduler.get_last_lr()[0]
-        if complete:
-            run.scheduler.step()
-    else:
-        lr = run.optimizer.param_groups[0]["lr"]
-    row = {"epoch": epoch + 1, "step": run.global_step,
-           "train_loss": loss_sum / max(seen, 1), "train_top1": correct / max(seen, 1),
-           "lr": lr}
-    if c.evaluate:
-        with unprofiled():
-            val = run.val_loader()
-            if c.dry_run:
-                val = [next(iter(val))]
-            what = f"epoch {epoch + 1} validation"
-            run.stage(what)
-            row.update(evaluate(run.model, val, run.device, run.loss_fn, c.channels_last,
-                                lambda done, total: run.stage(what, done, total)))
-    row["epoch_seconds"] = time.perf_counter() - t_epoch
-    rows = run.history + [row]
-    if complete:
-        run.history.append(row)
-    return EpochResult(epoch, row, complete, rows)
-
-
 def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
            unprofiled: Callable[[], Any] = nullcontext,
            post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None = None,
@@ -878,21 +268,15 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     run.stages = stages
     with unprofiled():
         sinks = _sinks(run, on_epoch, progress)
-    timer = PhaseTimer(cuda=run.cuda)
     m = _Measured(c.warmup_steps)
-    from layerscope.analysis.nvtx import NO_CUDA_NOTE, available, nvtx_ranges
+    from layerscope.analysis.nvtx import nvtx_ranges
 
-    if c.nvtx and not available():
-        run.notes.append(NO_CUDA_NOTE)
-    nvtx = c.nvtx and available()
-    step_timer: Any = _NvtxPhases(timer) if nvtx else timer
+    nvtx, step_timer = _step_timer(run)
     cpu0, wall0, load0 = time.process_time(), time.perf_counter(), read_machine().loadavg
     if run.cuda:
         torch.cuda.reset_peak_memory_stats()
     autocast = (torch.autocast(device_type=c.device, dtype=run.amp_dtype) if c.amp
                 else nullcontext())
-    rows = list(run.history)
-    stopped: dict[str, Any] | None = None  # the post-mortem of the error that stopped it
     window = None
     if c.kernels:
         from layerscope.analysis.kernels import KernelWindow
@@ -900,43 +284,12 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         window = KernelWindow(run.model, "cuda" if run.cuda else "cpu", backward=True)
     try:
         with probing() as probe, nvtx_ranges(run.model, nvtx):  # probing: the data loaders
-            try:
-                for epoch in range(run.start_epoch, run.epochs):
-                    result, stop = _epoch(run, epoch, m, sinks, step_timer, autocast,
-                                          unprofiled, window)
-                    rows = result.rows
-                    if stop:
-                        break
-            except Exception as exc:
-                stopped = post_mortem_of(exc) if post_mortem_of is not None else None
-                if stopped is None:
-                    raise
-                stopped["step"] = run.global_step + 1
-                # the error (and the step's tensors its traceback holds) goes here
-                run.notes.append(f"training stopped out of memory in step "
-                                 f"{run.global_step + 1}; the breakdown covers the steps "
-                                 "before it")
-                run.notes.append("MFU not given: training stopped out of memory (the model's "
-                                 "FLOPs are not counted after the failure)")
+            rows, stopped = _epochs(run, m, sinks, step_timer, autocast, unprofiled, window,
+                                    post_mortem_of)
     finally:
         if window is not None:
             window.finish()
-    efficiency = None
-    if stopped is None:
-        run.stage("counting the step's FLOPs (MFU)")
-        with unprofiled():
-            efficiency = _efficiency(run, m)
-    for sink in sinks:
-        if efficiency is not None:
-            sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
-        sink.close()
-    if stopped is None:
-        run.stage("saving the model")
-        final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
-        if run.rank == 0:
-            ckpt.save_atomic({"model": final, "config": _plain(c.to_dict()),
-                              "classes": list(run.classes), "recipe": run.recipe.name},
-                             os.path.join(run.run_dir, "model.pt"))
+    efficiency = _finish(run, m, sinks, stopped, unprofiled)
     wall = time.perf_counter() - wall0
     extra = _gather_ranks(run, m, efficiency) if run.env is not None and stopped is None \
         else {}
@@ -954,6 +307,71 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         data_loading=probe.result(h2d_s=m.totals.seconds.get("h2d", 0.0), cuda=run.cuda)
         if probe is not None else None,
         kernels=window.result() if window is not None else None, **extra)
+
+
+def _step_timer(run: _Run) -> tuple[bool, Any]:
+    """Whether the steps get NVTX ranges (``--nvtx`` where CUDA has them; a note where not),
+    and the timer of the steps' phases (wrapped to open them)."""
+    from layerscope.analysis.nvtx import NO_CUDA_NOTE, available
+
+    timer = PhaseTimer(cuda=run.cuda)
+    if run.config.nvtx and not available():
+        run.notes.append(NO_CUDA_NOTE)
+    nvtx = run.config.nvtx and available()
+    return nvtx, (_NvtxPhases(timer) if nvtx else timer)
+
+
+def _epochs(run: _Run, m: _Measured, sinks: list[Sink], step_timer: Any, autocast: Any,
+            unprofiled: Callable[[], Any], window: Any,
+            post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None
+            ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The epochs left (up to a step limit): the metrics rows, and the post-mortem of the error
+    that stopped them (None: they ran to their end), with its note."""
+    rows = list(run.history)
+    try:
+        for epoch in range(run.start_epoch, run.epochs):
+            result, stop = _epoch(run, epoch, m, sinks, step_timer, autocast, unprofiled,
+                                  window)
+            rows = result.rows
+            if stop:
+                break
+    except Exception as exc:
+        stopped = post_mortem_of(exc) if post_mortem_of is not None else None
+        if stopped is None:
+            raise
+        stopped["step"] = run.global_step + 1
+        # the error (and the step's tensors its traceback holds) goes here
+        run.notes.append(f"training stopped out of memory in step "
+                         f"{run.global_step + 1}; the breakdown covers the steps "
+                         "before it")
+        run.notes.append("MFU not given: training stopped out of memory (the model's "
+                         "FLOPs are not counted after the failure)")
+        return rows, stopped
+    return rows, None
+
+
+def _finish(run: _Run, m: _Measured, sinks: list[Sink], stopped: dict[str, Any] | None,
+            unprofiled: Callable[[], Any]) -> Any:
+    """After the epochs: the MFU (unprofiled), the sinks given it and closed, the final model
+    saved (rank 0 writes); neither MFU nor model when the run stopped out of memory. Returns
+    the efficiency (None: not counted)."""
+    efficiency = None
+    if stopped is None:
+        run.stage("counting the step's FLOPs (MFU)")
+        with unprofiled():
+            efficiency = _efficiency(run, m)
+    for sink in sinks:
+        if efficiency is not None:
+            sink.on_efficiency(m.numbers, efficiency.mfu_per_step or [efficiency.mfu])
+        sink.close()
+    if stopped is None:
+        run.stage("saving the model")
+        final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
+        if run.rank == 0:
+            ckpt.save_atomic({"model": final, "config": _plain(run.config.to_dict()),
+                              "classes": list(run.classes), "recipe": run.recipe.name},
+                             os.path.join(run.run_dir, "model.pt"))
+    return efficiency
 
 
 def _efficiency(run: _Run, m: _Measured) -> Any:
