@@ -216,6 +216,13 @@ VERDICTS = [
                                        first_wait_s=2.2, startup_s=2.0, fetch_s=1.0, cpu_s=1.0,
                                        persistent_workers=True), 8, 0.0, False,
      [("first_batches", None, None)]),
+    # the loop did nothing but wait (its own time per batch 0): as many workers as the cores
+    # allow, not an infinite count
+    ("loop-only-waits", _loader(num_workers=2, prefetch_factor=2, wait_s=10.0,
+                                first_wait_s=0.5, fetch_s=16.0, cpu_s=16.0), 8, 0.0, False,
+     [("too_few_workers", "num_workers", 8)]),
+    ("main-only-waits", _loader(wait_s=10.0, fetch_s=9.0, cpu_s=9.0), 8, 0.0, False,
+     [("cpu_bound", "num_workers", 8)]),
     ("no-pinning", _loader(wait_s=0.1, fetch_s=0.1, cpu_s=0.1), 4, 1.0, True,
      [("no_pinning", "pin_memory", True), ("fine", None, None)]),
     ("pinned", _loader(wait_s=0.1, fetch_s=0.1, cpu_s=0.1, pin_memory=True), 4, 1.0, True,

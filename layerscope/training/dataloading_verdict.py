@@ -25,7 +25,9 @@ MIN_BATCHES = 5  # a training loader that gave fewer batches than this is not ju
 
 
 def _cap(n: float, limit: int) -> int:
-    return max(1, min(int(math.ceil(n)), limit))
+    """Workers to suggest: ``n`` rounded up, between 1 and ``limit``; a loop that did nothing
+    but wait (its own time per batch 0, so ``n`` infinite) gets the limit."""
+    return limit if not math.isfinite(n) else max(1, min(int(math.ceil(n)), limit))
 
 
 @dataclass(frozen=True)
