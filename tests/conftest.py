@@ -110,6 +110,12 @@ def pytest_configure(config):
             _wrap(os, "posix_spawn", lambda path, *a, **k: f"os.posix_spawn {path}")
 
 
+def _in_unit_tier(item) -> bool:
+    """The unit tier is what ``make test-quick`` runs: neither integration, nor slow, nor
+    cuda (``make test-slow`` and ``make test-gpu`` run those, processes and all)."""
+    return not any(item.get_closest_marker(m) for m in ("integration", "slow", "cuda"))
+
+
 def _watched(item, phase: str):
     """Run one phase of a test, noting what it started; record it when asked."""
     _STARTS.what = []
@@ -133,7 +139,7 @@ def _watched(item, phase: str):
                     "starts": started, "markers": sorted({m.name for m in item.iter_markers()})}
             with open(record, "a", encoding="utf-8") as f:
                 f.write(json.dumps(line) + "\n")
-        if passed and started and not record and item.get_closest_marker("integration") is None:
+        if passed and started and not record and _in_unit_tier(item):
             pytest.fail(f"this test starts a process in its {phase} ({started[0]}) but is not "
                         f"marked integration: mark it @pytest.mark.integration, or keep it "
                         f"in-process (the unit tier never starts one)", pytrace=False)
