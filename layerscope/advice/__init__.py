@@ -452,21 +452,8 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
     from layerscope.core.io import temp_dir
     from layerscope.training.ablation import default_warmup_steps
 
-    script = facts.get("script") or {}
-    cwd = script.get("cwd")
-    if (facts.get("world_size") or 1) > 1:
-        raise UserError(f"{source} is the merged result of several processes (run "
-                        "--nproc-per-node): verify reruns one process; advise --verify the "
-                        "result of a single-process layerscope run", arguments="verify")
-    if not script.get("path") or not cwd:
-        raise UserError(f"{source} does not record the script's path and working directory "
-                        "(a result of layerscope.watch() or of an older release): run the "
-                        "script with this release's layerscope run and advise --verify that "
-                        "result", arguments="verify")
-    if not os.path.isdir(cwd) or not (script.get("module") or os.path.isfile(
-            os.path.join(cwd, script["path"]))):
-        raise UserError(f"{source}: the script {script['path']} (run in {cwd}) is not there "
-                        "any more: verify runs it again from there", arguments="verify")
+    script = _script_to_rerun(facts, source)
+    cwd = script["cwd"]
     allowed = trust.check_script(script, source, allow_code)  # before anything runs
     base = dict(facts.get("what_if") or {})
     plan: dict[str, dict[str, Any]] = {"baseline": base}  # variant -> its what-if settings
@@ -521,6 +508,27 @@ def _verify_runs(report: AdviceReport, facts: dict[str, Any], source: str, *, st
                      "warmup_steps": default_warmup_steps(steps), "cwd": cwd}
     _conclude(report, measured, check, failed, facts, "run",
               lambda item: _run_variant(base, run_settings(item.variant, item.threads) or {}))
+
+
+def _script_to_rerun(facts: dict[str, Any], source: str) -> dict[str, Any]:
+    """The watched script a result recorded, checked before anything runs: one process, its
+    path and working directory recorded, and both still there. Raises UserError otherwise."""
+    script = facts.get("script") or {}
+    cwd = script.get("cwd")
+    if (facts.get("world_size") or 1) > 1:
+        raise UserError(f"{source} is the merged result of several processes (run "
+                        "--nproc-per-node): verify reruns one process; advise --verify the "
+                        "result of a single-process layerscope run", arguments="verify")
+    if not script.get("path") or not cwd:
+        raise UserError(f"{source} does not record the script's path and working directory "
+                        "(a result of layerscope.watch() or of an older release): run the "
+                        "script with this release's layerscope run and advise --verify that "
+                        "result", arguments="verify")
+    if not os.path.isdir(cwd) or not (script.get("module") or os.path.isfile(
+            os.path.join(cwd, script["path"]))):
+        raise UserError(f"{source}: the script {script['path']} (run in {cwd}) is not there "
+                        "any more: verify runs it again from there", arguments="verify")
+    return script
 
 
 def _run_variant(base: dict[str, Any], settings: dict[str, Any]) -> str:

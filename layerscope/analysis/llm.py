@@ -25,27 +25,38 @@ projections, MLP, norms and head (analysis/llm_structure.py).
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
 from layerscope.analysis import llm_counts, llm_structure
 from layerscope.analysis.capture.nodynamo import without_dynamo
+from layerscope.analysis.llm_gpus import (
+    GPU,
+    GPUS,
+    WEIGHT_DTYPES,
+    T,
+    dtype_name,
+    gpu_spec,
+    nbytes,
+    peak_flops,
+)
+from layerscope.analysis.llm_source import (
+    LLMSource,
+    _meta,
+    _with_layers,
+    check_tokens,
+    resolve_llm,
+    with_layers,
+)
 from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
     ATTENTION,
-    DTYPE_BYTES,
     AttentionLayers,
     DecodeCost,
     KVCache,
@@ -53,269 +64,18 @@ from layerscope.core.llm_records import (
     LLMRoofline,
     PrefillCost,
 )
-from layerscope.frontends import hf_config_keys, llm_attention
+from layerscope.frontends import llm_attention
 from layerscope.frontends.llm_attention import LayerAttention
-from layerscope.frontends.llm_configs import HF_PREFIX, LLMConfig
+from layerscope.frontends.llm_configs import LLMConfig
 
-WEIGHT_DTYPES = tuple(DTYPE_BYTES)
-_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
-                  "half": "fp16", "float8": "fp8", "float8_e4m3fn": "fp8"}
-
-
-@dataclass(frozen=True)
-class GPU:
-    """Peak dense FLOP/s per dtype, memory bandwidth (bytes/s) and memory size (bytes)."""
-
-    name: str
-    bf16_flops: float
-    bandwidth: float
-    memory: int
-    fp8_flops: float | None = None
-    fp32_flops: float | None = None
-
-
-# Vendor datasheet figures, dense (the datasheets' headline tensor figures are "with sparsity",
-# twice these). H100 SXM / PCIe: NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / 1,513
-# TFLOPS sparse, FP8 3,958 / 3,026 sparse, FP32 67 / 51 TFLOPS, HBM3 3.35 TB/s, HBM2e 2 TB/s,
-# 80 GB). H200 SXM: NVIDIA H200 datasheet (same tensor cores as H100 SXM, 4.8 TB/s, 141 GB).
-# A100 SXM: NVIDIA A100 datasheet (BF16 312 TFLOPS dense, FP32 19.5, 40 GB HBM2 1,555 GB/s,
-# 80 GB HBM2e 2,039 GB/s; no FP8). L4: NVIDIA L4 datasheet (BF16 242 TFLOPS sparse, FP8 485
-# sparse, FP32 30.3, 300 GB/s, 24 GB). RTX 4090: NVIDIA Ada GPU architecture whitepaper,
-# appendix A (BF16 with FP32 accumulate 165.2 dense, FP8 with FP32 accumulate 330.3 dense, FP32
-# 82.6 TFLOPS, 1,008 GB/s, 24 GB GDDR6X).
-T = 1e12
-GPUS: dict[str, GPU] = {g.name: g for g in (
-    GPU("h100-sxm", 989.4 * T, 3.35e12, 80 * 10**9, fp8_flops=1978.9 * T, fp32_flops=67 * T),
-    GPU("h100-pcie", 756.5 * T, 2.0e12, 80 * 10**9, fp8_flops=1513 * T, fp32_flops=51 * T),
-    GPU("h200", 989.4 * T, 4.8e12, 141 * 10**9, fp8_flops=1978.9 * T, fp32_flops=67 * T),
-    GPU("a100-40gb", 312 * T, 1.555e12, 40 * 10**9, fp32_flops=19.5 * T),
-    GPU("a100-80gb", 312 * T, 2.039e12, 80 * 10**9, fp32_flops=19.5 * T),
-    GPU("l4", 121 * T, 300e9, 24 * 10**9, fp8_flops=242.5 * T, fp32_flops=30.3 * T),
-    GPU("rtx-4090", 165.2 * T, 1.008e12, 24 * 10**9, fp8_flops=330.3 * T, fp32_flops=82.6 * T),
-)}
-_GPU_ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "4090": "rtx-4090"}
-_GPU_FILE_KEYS = {"name": str, "bf16_flops": float, "bandwidth_bytes_per_s": float,
-                  "memory_bytes": int, "fp8_flops": float, "fp32_flops": float}
-
-
-def dtype_name(value: Any, name: str = "dtype") -> str:
-    """'bf16', 'bfloat16', ... -> one of WEIGHT_DTYPES."""
-    text = str(value).strip().lower().removeprefix("torch.")
-    text = _DTYPE_ALIASES.get(text, text)
-    if text not in DTYPE_BYTES:
-        raise UserError(f"{name} must be one of {', '.join(WEIGHT_DTYPES)}, got {value!r}",
-                        arguments=name)
-    return text
-
-
-def nbytes(elements: int, dtype: str) -> int:
-    """Bytes of ``elements`` values stored as ``dtype`` (int4: two per byte, rounded up)."""
-    return math.ceil(elements * DTYPE_BYTES[dtype])
-
-
-# ---------------------------------------------------------------- GPUs
-def gpu_spec(spec: str | GPU) -> GPU:
-    """A built-in GPU by name (``h100-sxm``, ``a100-80gb``, ...) or a JSON file with ``name``,
-    ``bf16_flops``, ``bandwidth_bytes_per_s``, ``memory_bytes`` and optionally ``fp8_flops``,
-    ``fp32_flops``."""
-    if isinstance(spec, GPU):
-        return spec
-    text = str(spec).strip()
-    key = _GPU_ALIASES.get(text.lower().replace(" ", "-"), text.lower().replace(" ", "-"))
-    if key in GPUS:
-        return GPUS[key]
-    if not text.lower().endswith(".json"):
-        raise _gpu_error(f"gpu: unknown GPU {text!r}: use one of {', '.join(GPUS)} or a JSON "
-                        "file (name, bf16_flops, bandwidth_bytes_per_s, memory_bytes)")
-    return _gpu_file(text)
-
-
-# an error about the ``gpu`` argument (the CLI shows --gpu)
-_gpu_error = functools.partial(UserError, arguments="gpu")
-
-
-def _gpu_file(path: str) -> GPU:
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except FileNotFoundError:
-        raise _gpu_error(f"gpu {path}: no such file") from None
-    except IsADirectoryError:
-        raise _gpu_error(f"gpu {path}: is a directory, not a JSON file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise _gpu_error(f"gpu {path}: not a JSON file") from None
-    except OSError as exc:
-        raise _gpu_error(f"gpu {path}: cannot read it ({exc.strerror})") from None
-    if not isinstance(d, dict):
-        raise _gpu_error(f"gpu {path}: expected a JSON object with name, bf16_flops, "
-                        "bandwidth_bytes_per_s, memory_bytes")
-    unknown = sorted(set(d) - set(_GPU_FILE_KEYS))
-    if unknown:
-        raise _gpu_error(f"gpu {path}: unknown key {unknown[0]!r}; the keys are "
-                        f"{', '.join(_GPU_FILE_KEYS)}")
-    for key in ("bf16_flops", "bandwidth_bytes_per_s", "memory_bytes"):
-        if key not in d:
-            raise _gpu_error(f"gpu {path}: {key} is missing")
-    name = d.get("name", path)
-    if not isinstance(name, str) or not name.strip():
-        raise _gpu_error(f"gpu {path}: name must be a non-empty string")
-    got = {k: values.finite_positive_float(d[k], f"gpu {path}: {k}")
-           for k in ("bf16_flops", "bandwidth_bytes_per_s", "fp8_flops", "fp32_flops")
-           if d.get(k) is not None}
-    memory = values.byte_size(d["memory_bytes"], f"gpu {path}: memory_bytes")
-    return GPU(name.strip(), got["bf16_flops"], got["bandwidth_bytes_per_s"], memory,
-               fp8_flops=got.get("fp8_flops"), fp32_flops=got.get("fp32_flops"))
-
-
-def peak_flops(gpu: GPU, dtype: str) -> tuple[float, str | None]:
-    """The dense peak for arithmetic in ``dtype``, and a note when another peak stands in."""
-    if dtype == "fp8":
-        if gpu.fp8_flops:
-            return gpu.fp8_flops, None
-        return gpu.bf16_flops, f"{gpu.name} has no FP8 tensor cores: the bf16 peak is used"
-    if dtype == "fp32":
-        if gpu.fp32_flops:
-            return gpu.fp32_flops, None
-        return gpu.bf16_flops, f"{gpu.name}: no fp32 peak given; the bf16 peak is used"
-    if dtype == "int4":
-        return gpu.bf16_flops, ("int4 weights are dequantised to bf16 for the arithmetic "
-                                "(weight-only quantisation): the bf16 peak is used")
-    return gpu.bf16_flops, None
-
-
-# ---------------------------------------------------------------- model sources
-@dataclass(frozen=True)
-class LLMSource:
-    """A decoder-only LM as configuration plus a builder: ``build(config)`` returns the model on
-    the meta device, taking token ids (batch, seq) int64 and returning logits (or an output with
-    ``.logits``). ``config.num_layers`` is honoured, which is what the extrapolation needs.
-    ``notes``: what a report of this model should say about how it was counted."""
-
-    name: str
-    config: LLMConfig
-    build: Callable[[LLMConfig], nn.Module]
-    # keywords only: two optional tuples side by side are easy to pass the wrong way round
-    notes: tuple[str, ...] = field(default=(), kw_only=True)
-    # what every command on this model should say about its configuration (sizes it leaves
-    # out, filled with transformers' defaults)
-    config_notes: tuple[str, ...] = field(default=(), kw_only=True)
-    # each layer's attention as the model defines it (frontends/llm_attention.py); empty:
-    # plain causal attention with the config's heads on every layer
-    attention: tuple[LayerAttention, ...] = field(default=(), kw_only=True)
-    # what caps the positions at config.max_position, the model failing beyond it (None: a
-    # learned position table when config.position is "learned", else nothing)
-    position_table: str | None = field(default=None, kw_only=True)
-
-    def position_cap(self) -> str | None:
-        """What caps the positions at ``config.max_position`` (None: nothing does)."""
-        from layerscope.frontends.llm_models import position_table
-
-        return self.position_table or position_table(self.config)
-
-    def layer_attention(self) -> tuple[LayerAttention, ...]:
-        c = self.config
-        return self.attention or llm_attention.uniform(c.num_layers, c.num_heads,
-                                                       c.num_kv_heads, c.head_dim)
-
-
-def resolve_llm(model: str | LLMSource) -> LLMSource:
-    """A preset name (``llama-3-70b``), ``hf:PATH/config.json`` or an ``LLMSource``."""
-    if isinstance(model, LLMSource):
-        return model
-    if not isinstance(model, str) or not model.strip():
-        raise UserError("no model given: name an LLM preset (gpt2, llama-3-8b, ...) or "
-                        "hf:PATH/config.json")
-    from layerscope.frontends import llm_models
-
-    model = model.strip()
-    if model.startswith(HF_PREFIX):
-        return _hf_source(model)
-    config = llm_models.llm_config(model.lower())
-    return LLMSource(config.name, config, _meta(llm_models.build))
-
-
-def _meta(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.Module]:
-    def on_meta(config: LLMConfig) -> nn.Module:
-        with torch.device("meta"):
-            return build(config)
-
-    return on_meta
-
-
-def _hf_source(spec: str) -> LLMSource:
-    """``hf:``: the config's own architecture, built by ``frontends.llm_models.from_hf`` (meta
-    device, transformers) from a copy of the config with the layer count the extrapolation asks
-    for."""
-    from layerscope.frontends import llm_models
-
-    name, data = llm_models.hf_config_dict(spec)
-    config = llm_models.llm_config_from_hf(data, name, spec)
-    key = hf_config_keys.layers_key(data)
-
-    def build(c: LLMConfig) -> nn.Module:
-        with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
-            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
-                json.dump(_with_layers(data, key, c.num_layers), f)  # a scratch file
-            model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
-                                             shown=spec, checked=True)
-        return model
-
-    # the config block describes the model as built (norm, MLP, biases, positions, tied head):
-    # the keys of a config do not say all of it in every family
-    from layerscope.frontends.llm_built import describe
-
-    one = build(with_layers(config, 1))
-    config = dataclasses.replace(config, **describe(one))
-    notes: tuple[str, ...] = ()
-    if getattr(getattr(one, "config", None), "_attn_implementation", None) == "eager":
-        notes = (f"{name} is built with eager attention (its transformers class has no SDPA "
-                 "path, e.g. attention soft-capping): its attention scores are counted from the "
-                 "config's attention description where the traced matmuls agree with it",)
-    return LLMSource(name, config, build, notes=notes,
-                     config_notes=tuple(hf_config_keys.defaults_note(data, spec)),
-                     attention=llm_attention.from_hf(data, spec),
-                     position_table=llm_models.position_table(config, data))
-
-
-
-def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
-    """The config with ``layers`` blocks: the first ones. Per-layer lists (a list with one entry
-    per layer: ``layer_types``, Llama-4's ``no_rope_layers``, Zamba2's ``layers_block_type``)
-    and per-layer pattern strings (Nemotron-H's ``hybrid_override_pattern``, one character per
-    layer) are cut to match, as transformers checks their length; GPT-Neo's
-    ``attention_types``, runs of layer types, is rewritten as one run per kept layer."""
-    out = {**data, key: layers}
-    total = data.get(key)
-    for name, value in data.items():
-        if isinstance(total, int) and name != key and (
-                isinstance(value, list) or isinstance(value, str) and "pattern" in name) \
-                and len(value) == total:
-            out[name] = value[:layers]
-    if data.get("model_type") == "gpt_neo":
-        kinds = llm_attention.gpt_neo_layer_types(data)[:layers]
-        out["attention_types"] = [[[kind], 1] for kind in kinds]
-        out["attention_layers"] = kinds
-    return out
-
-
-def check_tokens(config: LLMConfig, batch: int, seq: int, what: str) -> None:
-    """Refuse a (batch, seq) of token ids whose widest tensor torch cannot describe even on the
-    meta device (a tensor's size in bytes is an int64 there; the trace would fail deep inside
-    torch with "Storage size calculation overflowed"). The widest tensor per token of a
-    decoder-only LM is the fp32 logits (vocab), the MLP's inner activation of the routed experts
-    or GPT-2's fused q/k/v projection (3 x hidden)."""
-    widest = max(config.vocab_size, config.intermediate_size * config.experts_per_token,
-                 3 * config.hidden_size)
-    if batch * seq * widest * 4 > values.INT64_MAX:
-        raise UserError(f"{what}: {batch:,} x {seq:,} tokens is too many to count: the model's "
-                        f"widest tensor ({batch} x {seq} x {widest} fp32 values) would exceed "
-                        "2**63-1 bytes, more than torch can describe; give fewer tokens (or a "
-                        "config with a smaller vocabulary or MLP)",
-                        arguments=tuple(what.split(" x ")))
-
-
-def with_layers(config: LLMConfig, layers: int) -> LLMConfig:
-    return dataclasses.replace(config, num_layers=layers)
+# with the dtypes, GPUs and model sources, declared in their own modules and importable from
+# here as before (tests build sources with _meta and _with_layers)
+__all__ = ["GPU", "GPUS", "T", "WEIGHT_DTYPES", "Counts", "LLMSource", "attention_records",
+           "check_tokens", "counts", "decode_embedding_saving", "decode_weight_bytes",
+           "decode_weight_params", "dtype_name", "first_layers", "gpu_spec", "layer_terms", "llm",
+           "nbytes", "param_count", "param_counts", "peak_flops", "recurrent_notes",
+           "report_bound", "resolve_llm", "roofline_bound", "source_layer_keys",
+           "structured_counts", "traced_counts", "with_layers", "_meta", "_with_layers"]
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ def view_for(result) -> View:
 
 
 from layerscope.views import (  # noqa: E402
+    ablate,
     activations,
     advice,
     compare,
@@ -37,6 +38,7 @@ from layerscope.views import (  # noqa: E402
     diff,
     graph,
     llm,
+    loop,
     memory,
     ops,
     report,
@@ -50,8 +52,8 @@ register("profile", report.PROFILE)
 register("ops", ops.VIEW)
 register("sweep", sweep.VIEW)
 register("train", training.TRAIN)
-register("ablate", training.ABLATE)
-register("loop", training.LOOP)
+register("ablate", ablate.ABLATE)
+register("loop", loop.LOOP)
 register("activations", activations.VIEW)
 register("compare", compare.VIEW)
 register("graph", graph.VIEW)

@@ -1,39 +1,62 @@
-"""train, ablate and loop (``TrainReport``, ``AblationReport``, ``LoopProfile``): time per
-phase (data, host-to-device, forward, loss, backward, optimizer), per epoch, per variant or per
-batch, and the training curves."""
+"""train (``TrainReport``): time per phase (data, host-to-device, forward, loss, backward,
+optimizer), per epoch and per rank, and the training curves. The ablate and loop views
+(:mod:`.ablate`, :mod:`.loop`) and the phase table they share with it (:mod:`.phase_table`) are
+modules of their own."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from layerscope.core.phases import STEP_PHASES
 from layerscope.core.units import si
 from layerscope.training.ranks import waits_measured
+from layerscope.views.ablate import (
+    ABLATE,
+    ablate_charts,
+    ablate_csv,
+    ablate_facts,
+    ablate_heading,
+    ablate_tables,
+    ablate_terminal,
+    variant_label,
+)
 from layerscope.views.common import (
     PHASE_LABELS,
     cell,
     efficiency_facts,
     efficiency_lines,
-    mean_mark_legend,
-    mean_ms,
     median,
     ms,
-    ms_cell,
-    noise_facts,
-    noise_lines,
     num,
     pct,
     phase_stack,
-    spent_phases,
 )
 from layerscope.views.dataloading import data_facts, data_lines, data_tables
 from layerscope.views.kernels import kernel_lines, kernel_tables
 from layerscope.views.lead import lead_section
+from layerscope.views.loop import (
+    LOOP,
+    LOOP_TOP_LAYERS,
+    loop_charts,
+    loop_csv,
+    loop_facts,
+    loop_heading,
+    loop_tables,
+    loop_terminal,
+)
 from layerscope.views.memory import post_mortem_line, post_mortem_table
+from layerscope.views.phase_table import (
+    COMMUNICATION_LABEL,
+    PHASE_CSV,
+    RANK_PHASE_LABELS,
+    ordered,
+    phase_csv_rows,
+    phase_label,
+    phase_table,
+    phase_title,
+)
 from layerscope.views.sections import (
     PALETTE,
     Cell,
     Chart,
-    Column,
     DataTable,
     Lines,
     Point,
@@ -42,21 +65,21 @@ from layerscope.views.sections import (
     View,
 )
 
-# the phases of a distributed step (core.phases, all of them; the overlapping one is apart)
-RANK_PHASE_LABELS = {p.name: p.label for p in STEP_PHASES} | {"backward": "Backward (compute)"}
-COMMUNICATION_LABEL = "Communication (overlaps backward; not in the total)"
+# train's view; the ablate and loop views and the shared phase table, importable from here as
+# before
+__all__ = ["ABLATE", "BACKWARD_WITH_ALLREDUCE", "COMMUNICATION_LABEL", "LOOP", "LOOP_TOP_LAYERS",
+           "PHASE_CSV", "RANK_PHASE_LABELS", "STRAGGLER_NOT_MEASURED", "TRAIN", "TRANSIENT_WHAT",
+           "ablate_charts", "ablate_csv", "ablate_facts", "ablate_heading", "ablate_tables",
+           "ablate_terminal", "communication_line", "epoch_line", "job_line", "loop_charts",
+           "loop_csv", "loop_facts", "loop_heading", "loop_tables", "loop_terminal",
+           "phase_csv_rows", "phase_label", "phase_labels", "phase_table", "phase_title",
+           "ordered", "ranks_terminal", "straggler_line", "train_charts", "train_csv",
+           "train_facts", "train_heading", "train_tables", "train_terminal", "variant_label"]
+
 # a watched script in a process group of several: DDP's all-reduce runs inside backward
 BACKWARD_WITH_ALLREDUCE = "Backward (incl. all-reduce)"
 STRAGGLER_NOT_MEASURED = ("not measured (the ranks' waits for each other are not timed: a "
                           "rank's step holds its wait inside backward's all-reduce)")
-
-
-def _label(phase: str, labels: dict[str, str] | None = None) -> str:
-    if labels and phase in labels:
-        return labels[phase]
-    if phase == "communication":
-        return COMMUNICATION_LABEL
-    return PHASE_LABELS.get(phase) or RANK_PHASE_LABELS.get(phase, phase)
 
 
 def phase_labels(result, base: dict[str, str]) -> dict[str, str]:
@@ -100,13 +123,6 @@ def _rank_phases(result) -> dict[str, str]:
             if any(p in e["phases"] for e in result.ranks)}
 
 
-def _ordered(seconds: dict[str, float]) -> list[tuple[str, float]]:
-    """A breakdown's phases in step order (a distributed run appends its own phases)."""
-    order = list(RANK_PHASE_LABELS) + ["communication"]
-    return sorted(seconds.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order
-                  else len(order))
-
-
 # ---- headings and key figures -----------------------------------------------------------
 def train_heading(result) -> tuple[str, str]:
     b = result.breakdown
@@ -119,19 +135,6 @@ def train_heading(result) -> tuple[str, str]:
     return (f"{result.recipe} — training",
             f"{len(result.epochs)} epoch(s) · {b['steps']} measured steps · "
             f"device {result.config.get('device')} · run directory {result.run_dir}")
-
-
-def ablate_heading(result) -> tuple[str, str]:
-    return (f"{result.recipe} — ablation",
-            f"device {result.device} · {result.steps} steps ({result.warmup_steps} warm-up "
-            f"excluded) · {result.repeats} repeat(s) · ms per step")
-
-
-def loop_heading(result) -> tuple[str, str]:
-    warm = f"{result.warmup} warm-up batch{'es' if result.warmup != 1 else ''} excluded"
-    return (f"{result.model} on {result.dataset} — inference loop",
-            f"device {result.device} · {result.batches} batches of {result.batch_size} "
-            f"({warm}) · ms per batch")
 
 
 def _samples(b: dict) -> str:
@@ -193,7 +196,7 @@ def _distributed_facts(result) -> list[tuple[str, str]]:
 def straggler_line(s: dict) -> str:
     return (f"rank {s['rank']}: {s['busy_s'] * 1e3:.2f} ms of its own work per step (not "
             f"waiting), {s['excess_s'] * 1e3:+.2f} ms ({s['excess_pct']:+.1f}%) over the median "
-            f"{s['median_busy_s'] * 1e3:.2f} ms; most from {_label(s['phase']).lower()} "
+            f"{s['median_busy_s'] * 1e3:.2f} ms; most from {phase_label(s['phase']).lower()} "
             f"({s['phase_excess_s'] * 1e3:+.2f} ms)")
 
 
@@ -212,28 +215,6 @@ def communication_line(c: dict) -> str:
     return (f"{si(c['bytes_per_step'])}B per step in {len(buckets)} bucket(s) "
             f"(gradients {si(c['gradient_bytes'])}B; ring all-reduce moves "
             f"{si(c['theory_bytes_per_step'])}B per rank)")
-
-
-def ablate_facts(result) -> list[tuple[str, str]]:
-    ok = [v for v in result.variants if v.step]
-    out = [("Variants", f"{len(result.variants)} ({len(ok)} ran)"),
-           ("Steps", f"{result.steps} per run, first {result.warmup_steps} excluded"),
-           ("Repeats", str(result.repeats))]
-    best = max(ok, key=lambda v: v.speedup or 0, default=None)
-    if best and best.speedup:
-        out.append(("Fastest", f"{best.variant}: {best.step['median_s'] * 1e3:.2f} ms per "
-                               f"step, {best.speedup:.2f}x over baseline"))
-    return out + noise_facts(result)
-
-
-def loop_facts(result) -> list[tuple[str, str]]:
-    b = result.phases
-    return [("Data set", result.dataset),
-            ("Batches", f"{result.batches} of {result.batch_size} ({result.warmup} warm-up "
-                        "excluded)"),
-            ("Throughput", f"{num(b.get('throughput_per_s'), '.1f')} samples/s"),
-            ("Layer coverage", pct(result.coverage))] + [("Note", n) for n in result.notes] \
-        + efficiency_facts(result) + noise_facts(result)
 
 
 # ---- row tables -------------------------------------------------------------------------
@@ -258,16 +239,6 @@ def _epochs_table(r) -> RowTable:
     return RowTable("epochs", "Per epoch", cols, rows)
 
 
-def phase_title(warmup_steps: int, left_out: int = 0) -> str:
-    """Say warm-up steps and one-time costs were left out only when some were."""
-    parts = []
-    if warmup_steps:
-        parts.append(f"{warmup_steps} warm-up step{'s' if warmup_steps != 1 else ''} excluded")
-    if left_out:
-        parts.append(f"{left_out} one-time cost{'s' if left_out != 1 else ''} left out")
-    return f"Time per phase ({'; '.join(parts)})" if parts else "Time per phase"
-
-
 TRANSIENT_WHAT = {"compile": "Compile step", "first step": "Slow first step",
                   "profiler start": "Profiler start", "profiler stop": "Profiler stop and export"}
 
@@ -290,66 +261,6 @@ def _transients_table(r) -> RowTable | None:
                                 "phases, MFU or advice)",
                     [("One-time cost", False), ("Seconds", True), ("Where", False),
                      ("Compiling s", True)], cells)
-
-
-def _phase_table(b: dict, warmup_steps: int = 0,
-                 labels: dict[str, str] | None = None, left_out: int = 0) -> RowTable:
-    cols = [("Phase", False), ("Seconds", True), ("Share", True), ("ms / step", True)]
-    wall = b["wall_s"] or 0.0
-    steps = b["steps"] or 1
-    rows = [[Cell(_label(p, labels), p), Cell(f"{s:.3f}", s),
-             Cell(pct(s / wall) if wall else "-", s / wall if wall else None),
-             Cell(f"{s / steps * 1e3:.2f}", s / steps * 1e3)] for p, s in _ordered(b["seconds"])]
-    return RowTable("phases", phase_title(warmup_steps, left_out), cols, rows,
-                    ["Total", f"{wall:.3f}", "100.0%" if wall else "-",
-                     f"{wall / steps * 1e3:.2f}"])
-
-
-def variant_label(v) -> str:
-    """An ablation variant's name, with what ``all`` stood for."""
-    return f"{v.variant} = {v.expanded}" if v.expanded else v.variant
-
-
-def _loop_layers_table(r, layers=None) -> RowTable:
-    """Forward time per layer (``layers``: these rows of ``r.layers``, by default all)."""
-    layers = r.layers if layers is None else layers
-    cols = [Column("Layer", wrap=True), Column("Type"), Column("Median ms", True),
-            Column("Mean ms", True, priority=1), Column("p10 ms", True, priority=2),
-            Column("p90 ms", True, priority=2), Column("Share of forward", True)]
-    rows = [[cell(row.name), cell(row.type), ms_cell(row.time["median_s"]),
-             Cell(mean_ms(row.time), ms_cell(row.time.get("mean_s")).sort),
-             ms_cell(row.time["p10_s"]), ms_cell(row.time["p90_s"]),
-             Cell(pct(row.share), row.share)] for row in layers]
-    legend = mean_mark_legend(row.time for row in layers)
-    return RowTable("layers", "Forward time per layer, per batch"
-                    + (f" ({legend})" if legend else ""), cols, rows)
-
-
-def _ablate_phases(a) -> dict[str, str]:
-    return spent_phases(PHASE_LABELS, [v.phases_ms or {} for v in a.variants])
-
-
-def _ablate_table(a) -> RowTable:
-    labels = _ablate_phases(a)
-    cols = [Column("Variant")] + [Column(p, True, priority=2) for p in labels.values()] + [
-        Column("Total ms", True), Column("Speed-up", True), Column("Beyond noise", priority=1),
-        Column("Status", wrap=True)]
-    rows = []
-    for v in a.variants:
-        if v.status != "ok" or not v.phases_ms:
-            rows.append([cell(variant_label(v))] + [Cell("-")] * (len(labels) + 3)
-                        + [Cell(v.reason or v.status, v.status,
-                                style="yellow" if v.status == "n/a" else "red")])
-            continue
-        noise = "-" if v.beyond_noise is None else ("yes" if v.beyond_noise else "no")
-        rows.append([cell(variant_label(v))]
-                    + [Cell(f"{v.phases_ms.get(p, 0.0):.2f}", v.phases_ms.get(p))
-                       for p in labels]
-                    + [Cell(f"{v.step['median_s'] * 1e3:.2f}", v.step["median_s"] * 1e3),
-                       Cell("-" if not v.speedup else f"{v.speedup:.2f}x", v.speedup),
-                       Cell(noise), Cell("ok")])
-    return RowTable("variants", "Variants (ms per step; speed-up = baseline / variant)",
-                    cols, rows)
 
 
 def _ranks_table(r) -> RowTable:
@@ -423,7 +334,7 @@ def _watch_tables(r) -> list[RowTable]:
 
 def train_tables(r) -> list[RowTable]:
     left_out = _transients_table(r)
-    tables = [_phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0,
+    tables = [phase_table(r.breakdown, (r.config or {}).get("warmup_steps") or 0,
                            phase_labels(r, {}), len(left_out.rows) if left_out else 0)]
     tables += [left_out] if left_out else []
     if r.epochs or not getattr(r, "script", None):
@@ -435,56 +346,20 @@ def train_tables(r) -> list[RowTable]:
     return tables + _watch_tables(r) + data_tables(r) + kernel_tables(r)
 
 
-def ablate_tables(a) -> list[RowTable]:
-    return [_ablate_table(a)]
-
-
-def loop_tables(r) -> list[RowTable]:
-    return [_phase_table(r.phases), _loop_layers_table(r)]
-
-
 # ---- CSV --------------------------------------------------------------------------------
-# train and loop: one row per phase of each scope (the run's measured steps, each epoch, each
-# rank), then the scope's total; the scope's steps, samples and tokens on each of its rows
-PHASE_CSV = ["scope", "phase", "seconds", "share", "ms_per_step", "steps", "samples", "tokens"]
-
-
-def _phase_csv_rows(scope: str, b: dict) -> list[list]:
-    wall, steps = b.get("wall_s") or 0.0, b.get("steps") or 0
-    counts = [steps, b.get("samples"), b.get("tokens")]
-    return [[scope, phase, s, s / wall if wall else None, s / steps * 1e3 if steps else None,
-             *counts] for phase, s in [*_ordered(b["seconds"]), ("total", wall)]]
 
 
 def train_csv(r) -> DataTable:
-    rows = _phase_csv_rows("run", r.breakdown)
+    rows = phase_csv_rows("run", r.breakdown)
     for i, b in enumerate(r.epoch_breakdown):
-        rows += _phase_csv_rows(f"epoch {r.epochs[i]['epoch'] if i < len(r.epochs) else i + 1}",
+        rows += phase_csv_rows(f"epoch {r.epochs[i]['epoch'] if i < len(r.epochs) else i + 1}",
                                 b)
     for e in r.ranks or []:  # per step in the entry: the rank's seconds are per step x steps
         steps = e.get("steps") or 0
-        rows += _phase_csv_rows(f"rank {e['rank']}", {
+        rows += phase_csv_rows(f"rank {e['rank']}", {
             "seconds": {p: v * steps for p, v in e["phases"].items()}, "steps": steps,
             "wall_s": e["step_s"] * steps})
     return DataTable(PHASE_CSV, rows)
-
-
-def loop_csv(r) -> DataTable:
-    return DataTable(PHASE_CSV, _phase_csv_rows("batches", r.phases))
-
-
-def ablate_csv(a) -> DataTable:
-    """One row per variant: its ms per step in each phase, then the step's."""
-    cols = (["variant", "status"] + [f"{p}_ms" for p in PHASE_LABELS]
-            + ["step_ms", "speedup", "beyond_noise", "reason"])
-    rows = []
-    for v in a.variants:
-        ms_of = v.phases_ms or {}
-        step = (v.step or {}).get("median_s")
-        rows.append([variant_label(v), v.status] + [ms_of.get(p) for p in PHASE_LABELS]
-                    + [None if step is None else step * 1e3, v.speedup, v.beyond_noise,
-                       v.reason])
-    return DataTable(cols, rows)
 
 
 # ---- charts -----------------------------------------------------------------------------
@@ -536,31 +411,6 @@ def train_charts(r) -> list[Chart]:
     return out
 
 
-def loop_charts(r) -> list[Chart]:
-    b = r.phases
-    steps = b.get("steps") or 0
-    per = {p: (s / steps * 1e3 if steps else 0.0) for p, s in b["seconds"].items()}
-    tip = f"{steps} measured batches of {r.batch_size}"
-    return [phase_stack("loop-phases", "Time per phase, per batch", [r.dataset], [per], [tip],
-                         "data set")]
-
-
-def ablate_charts(a) -> list[Chart]:
-    ran = [v for v in a.variants if v.status == "ok" and v.phases_ms]
-    if not ran:
-        return []
-    tips = [f"{v.variant}: {v.step['median_s'] * 1e3:.2f} ms per step"
-            + (f", {v.speedup:.2f}x over baseline" if v.speedup else "")
-            + ("" if v.beyond_noise is None else
-               (", beyond noise" if v.beyond_noise else ", within noise")) for v in ran]
-    chart = phase_stack("ablate-phases", "Time per phase, per variant",
-                         [v.variant for v in ran], [v.phases_ms for v in ran], tips, "variant")
-    skipped = [f"{v.variant} ({v.reason or v.status})" for v in a.variants if v not in ran]
-    if skipped:
-        chart.note = "not run: " + ", ".join(skipped)
-    return [chart]
-
-
 # ---- terminal ---------------------------------------------------------------------------
 def epoch_line(row: dict) -> str:
     parts = [f"epoch {row['epoch']:>3}", f"step {row['step']}",
@@ -603,7 +453,7 @@ def train_terminal(report) -> list:
     if untracked:
         lines.append(post_mortem_line(pm).removeprefix("layerscope: "))
     left_out = _transients_table(report)
-    out = [_phase_table(b, (report.config or {}).get("warmup_steps") or 0,
+    out = [phase_table(b, (report.config or {}).get("warmup_steps") or 0,
                         phase_labels(report, {}), len(left_out.rows) if left_out else 0)]
     out += [left_out] if left_out else []
     out.append(Lines(lines))
@@ -638,44 +488,5 @@ def ranks_terminal(report) -> RowTable:
                    title=f"Per {_who(report)}, ms per step ({report.world_size} processes)")
 
 
-def ablate_terminal(report) -> list:
-    variants = replace(_ablate_table(report),
-                       title=f"{report.recipe}: ablation on {report.device} ({report.steps} "
-                             f"steps, {report.warmup_steps} warm-up steps excluded, "
-                             f"{report.repeats} repeat(s); ms per step)")
-    return [variants, Lines(["Speed-up: baseline step time / variant step time. Beyond noise: "
-                             "the variant's range (over repeats; p10-p90 of steps with one "
-                             "repeat) does not overlap the baseline's."] + noise_lines(report))]
-
-
-LOOP_TOP_LAYERS = 15
-
-
-def loop_terminal(result) -> list:
-    """``profile --loop``: the phases of each batch, then the slowest layers."""
-    b = result.phases
-    title = (f"{result.model} on {result.dataset}: inference loop on {result.device} "
-             f"({result.batches} batches of {result.batch_size}, {result.warmup} warm-up "
-             f"batch{'es' if result.warmup != 1 else ''} excluded; ms per batch)")
-    top = result.layers[:LOOP_TOP_LAYERS]
-    layers = replace(_loop_layers_table(result, top), caption=mean_mark_legend(
-        row.time for row in top), title=f"Slowest layers (forward ms per batch; top "
-                                        f"{LOOP_TOP_LAYERS})")
-    lines = [f"throughput {b['throughput_per_s'] or 0:.1f} samples/s; batch time median "
-             f"{result.batch_time['median_s'] * 1e3:.2f} ms (p10 "
-             f"{result.batch_time['p10_s'] * 1e3:.2f}, p90 {result.batch_time['p90_s'] * 1e3:.2f})",
-             "layer coverage: " + ("-" if result.coverage is None else f"{result.coverage:.0%}")
-             + " of the forward phase (the rest: "
-             + (getattr(result, "coverage_rest", None) or "the model's own code between layers")
-             + ")"]
-    lines += efficiency_lines(result)
-    lines += [f"note: {n}" for n in result.notes] + noise_lines(result)
-    return [replace(_phase_table(b), title=title), layers, Lines(lines)]
-
-
 TRAIN = View(heading=train_heading, terminal=train_terminal, facts=train_facts,
              tables=train_tables, charts=train_charts, csv=train_csv, lead=lead_section)
-ABLATE = View(heading=ablate_heading, terminal=ablate_terminal, facts=ablate_facts,
-              tables=ablate_tables, charts=ablate_charts, csv=ablate_csv, lead=lead_section)
-LOOP = View(heading=loop_heading, terminal=loop_terminal, facts=loop_facts, tables=loop_tables,
-            charts=loop_charts, csv=loop_csv, lead=lead_section)

@@ -120,8 +120,22 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
             if e.delta.get("activation_bytes"):
                 act_rules.add(e.rule)
 
+    totals = _totals(ctx, ra, rb, contributions, act_rules)
+    unexplained += sum(UNEXPLAINED in t.rules for t in totals if t.diff)
+    explanations += [t.explanation for t in totals if t.diff and t.explanation]
+    identical = not any(r.diff for r in out_rows) and not any(t.diff for t in totals)
+    return Comparison(a=_describe_side(side_a), b=_describe_side(side_b), totals=totals,
+                      rows=out_rows, explanations=explanations, identical=identical,
+                      unexplained=unexplained, notes=notes,
+                      environment=dict(ra.environment or rb.environment or {}),
+                      unrelated=unrelated(side_a, side_b))
+
+
+def _totals(ctx: Context, ra: Any, rb: Any, contributions: dict[str, dict[str, list[int]]],
+            act_rules: set[str]) -> list[TotalRow]:
+    """One row per total, each that differs explained: the peak by the rules that moved
+    activations, any other by the rows' contributions to it."""
     totals: list[TotalRow] = []
-    total_texts: list[str] = []
     for m in TOTAL_METRICS:
         ta, tb = int(getattr(ra.totals, m) or 0), int(getattr(rb.totals, m) or 0)
         tr = TotalRow(m, ta, tb, tb - ta)
@@ -133,13 +147,5 @@ def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
                         sum(int(getattr(r, m) or 0) for r in rb.layers))
                 tr.rules, text = explain_total(m, ta, tb, contributions[m], sums)
             tr.explanation = text + "."
-            unexplained += UNEXPLAINED in tr.rules
-            total_texts.append(tr.explanation)
         totals.append(tr)
-    explanations += total_texts
-    identical = not any(r.diff for r in out_rows) and not any(t.diff for t in totals)
-    return Comparison(a=_describe_side(side_a), b=_describe_side(side_b), totals=totals,
-                      rows=out_rows, explanations=explanations, identical=identical,
-                      unexplained=unexplained, notes=notes,
-                      environment=dict(ra.environment or rb.environment or {}),
-                      unrelated=unrelated(side_a, side_b))
+    return totals

@@ -8,7 +8,9 @@ each layer the static change behind it (:mod:`.static`, through ``layerscope com
 environment differences that make the comparison unfair are listed (:mod:`.unfair`).
 
 Layout: :mod:`.measures` (what each kind timed), :mod:`.verdict`, :mod:`.static`,
-:mod:`.unfair`, :mod:`.join` (``diff_results`` and the summary), :mod:`.gate` (``--fail-if``).
+:mod:`.unfair`, :mod:`.join` (``diff_results``), :mod:`.shifts` (the whole run's shift),
+:mod:`.rows` (one row's verdict and explanation), :mod:`.summary` (the summary sentence),
+:mod:`.notes`, :mod:`.gate` (``--fail-if``).
 """
 from __future__ import annotations
 
