@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 from helpers import run_cli
 
-from layerscope.analysis.memory_track import LimitGuard, _asked_bytes
+from layerscope.analysis.memory_oom import asked_bytes as _asked_bytes
+from layerscope.analysis.memory_track import LimitGuard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -383,7 +383,7 @@ class _UnknownSizes(TorchDispatchMode):
 
 
 def report_of_run(run, name: str, mode: str, inputs: str) -> MemoryReport:
-    from layerscope.analysis.memory_track import live_rows
+    from layerscope.analysis.memory_log import live_rows
 
     log = run.log
     peak_t, peak = log.peak()

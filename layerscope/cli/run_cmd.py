@@ -218,7 +218,7 @@ def _post_mortem_line(watch, output: str | None) -> None:
     """The out-of-memory summary on standard error, and on CUDA the allocator's snapshot
     beside the report (``-o``'s folder, else the working directory; a no-op on a machine
     without CUDA)."""
-    from layerscope.analysis.memory_track import dump_cuda_snapshot
+    from layerscope.analysis.memory_oom import dump_cuda_snapshot
     from layerscope.core.records.memory import PostMortem
     from layerscope.views.memory import post_mortem_line
 

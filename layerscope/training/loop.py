@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from layerscope.analysis.memory_track import LimitGuard
+from layerscope.analysis.memory_limit import LimitGuard
 from layerscope.core.environment import environment, with_load
 from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir
@@ -200,7 +200,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
 class OutOfMemory(Exception):
     """``memory_limit`` (or the machine) ran out of memory: the training stopped. ``report``
     is the run's report up to there (the steps it finished), its ``post_mortem`` what was
-    alive (``analysis.memory_track.LimitGuard``); rank 0 wrote it to RUN_DIR/report.json when
+    alive (``analysis.memory_limit.LimitGuard``); rank 0 wrote it to RUN_DIR/report.json when
     the run folder existed."""
 
     def __init__(self, report: TrainReport):

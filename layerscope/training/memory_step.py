@@ -11,7 +11,7 @@ changed:
   calls, nor a loss module);
 - the first optimizer step is the warm-up (the optimizer's state exists after it); from its end
   to the end of the next step of the same optimizer, every tensor storage is tracked by
-  ``analysis.memory_track.StorageLog`` (a dispatch mode: each storage counted once, with its
+  ``analysis.memory_log.StorageLog`` (a dispatch mode: each storage counted once, with its
   module and phase); the script is then stopped cleanly (``watch.StepLimit``, as
   ``run --steps`` stops it);
 - phases: ``data`` (the loop's code before the forward: the batch, ``zero_grad``, copies to the
@@ -41,7 +41,8 @@ from torch.optim import optimizer as _optim
 from layerscope.analysis.capture import ModuleTracker
 from layerscope.analysis.capture.tensors import storage_key, tensors
 from layerscope.analysis.memory_cuda import cuda_figures, fill_cuda
-from layerscope.analysis.memory_track import Run, StorageLog, param_owners
+from layerscope.analysis.memory_log import StorageLog
+from layerscope.analysis.memory_track import Run, param_owners
 from layerscope.core.records.memory import MemoryReport, Reconciliation
 
 PHASES = ("data", "forward", "loss", "backward", "optimizer")

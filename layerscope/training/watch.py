@@ -148,7 +148,7 @@ class Watch(WatchHooks, StepClock, WatchReport):
     ``kernels``). ``nvtx``: NVTX ranges around each step, phase and module call (with CUDA).
     ``memory_limit``: bytes (or a size such as "512MB"): an allocation that would take the live
     tensor bytes above it raises ``torch.OutOfMemoryError``, and the report's ``post_mortem``
-    says what was alive (``analysis.memory_track.LimitGuard``).
+    says what was alive (``analysis.memory_limit.LimitGuard``).
     ``compile_clock``: the seconds spent compiling so far (default: torch._dynamo's own
     counters, ``dynamo_compile_seconds``); a step in which it grew is a compilation step, kept
     out of the measured steps as a one-time cost (``training.phases.transient_steps``).

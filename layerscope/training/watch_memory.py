@@ -3,7 +3,7 @@
 
 Per phase: the peak RSS and, on CUDA, the peak allocated bytes, read at each phase's end (the
 device's peak statistic is reset there, so the run's own peak is kept apart). The limit: every
-tensor storage of the run counted against it (``analysis.memory_track.LimitGuard``); an
+tensor storage of the run counted against it (``analysis.memory_limit.LimitGuard``); an
 allocation above it raises ``torch.OutOfMemoryError``, and the post-mortem of the error the run
 ended with says what was alive (without a limit, a real out-of-memory error still says what
 failed and where).
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from layerscope.analysis.memory_track import LimitGuard, caught_note, untracked_post_mortem
+from layerscope.analysis.memory_limit import LimitGuard
+from layerscope.analysis.memory_oom import caught_note, untracked_post_mortem
 
 
 def current_rss() -> int:
