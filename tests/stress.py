@@ -53,7 +53,7 @@ def busy(n: int):
 def pytest_round(selection: list[str], report: Path) -> dict:
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider",
-                        "-q", "-rf", f"--junitxml={report}", *selection],
+                        "-rf", f"--junitxml={report}", *selection],
                        cwd=ROOT, capture_output=True, text=True)
     failed = re.findall(r"^FAILED (\S+)", p.stdout, re.MULTILINE)
     tail = p.stdout.strip().splitlines()[-1:] if p.stdout.strip() else []
