@@ -198,7 +198,7 @@ def test_per_layer_lists_and_patterns_are_cut_with_the_layers():
     data = {"model_type": "nemotron_h", "num_hidden_layers": 3,
             "hybrid_override_pattern": "M*-", "layers_block_type": ["mamba", "attention", "mlp"],
             "eos_token_id": [1, 2], "some_pattern_name": "xy"}
-    out = llm_mod._with_layers(data, "num_hidden_layers", 2)
+    out = llm_mod.with_layer_count(data, "num_hidden_layers", 2)
     assert out["hybrid_override_pattern"] == "M*"
     assert out["layers_block_type"] == ["mamba", "attention"]
     assert out["eos_token_id"] == [1, 2] and out["some_pattern_name"] == "xy"

@@ -143,7 +143,7 @@ def test_hf_config_matches_preset_arithmetic(tmp_path):
     data, ref = tiny_hf_llama(tmp_path, intermediate=128, layers=3)
     hf = llm(ref, seq_len=16, context=40)
     config = llm_models.llm_config_from_hf(data, "tiny")
-    preset = llm(LLMSource("tiny", config, llm_mod._meta(llm_models.build)), seq_len=16,
+    preset = llm(LLMSource("tiny", config, llm_mod.meta_builder(llm_models.build)), seq_len=16,
                  context=40)
     for key in ("params_total", "params_active", "kv_cache"):
         assert hf.to_dict()[key] == preset.to_dict()[key], key
@@ -304,7 +304,7 @@ def tiny_llama(**overrides) -> LLMSource:
                 intermediate_size=176, max_position=512)
     base.update(overrides)
     return LLMSource("tiny-llama", LLMConfig("tiny-llama", **base),
-                     llm_mod._meta(llm_models.build))
+                     llm_mod.meta_builder(llm_models.build))
 
 
 # b=2, s=32: T = 64 tokens, bf16 (e = 2).

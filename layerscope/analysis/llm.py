@@ -46,10 +46,10 @@ from layerscope.analysis.llm_gpus import (
 )
 from layerscope.analysis.llm_source import (
     LLMSource,
-    _meta,
-    _with_layers,
     check_tokens,
+    meta_builder,
     resolve_llm,
+    with_layer_count,
     with_layers,
 )
 from layerscope.core import values
@@ -69,13 +69,13 @@ from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import LLMConfig
 
 # with the dtypes, GPUs and model sources, declared in their own modules and importable from
-# here as before (tests build sources with _meta and _with_layers)
+# here as before (tests build sources with meta_builder and with_layer_count)
 __all__ = ["GPU", "GPUS", "T", "WEIGHT_DTYPES", "Counts", "LLMSource", "attention_records",
            "check_tokens", "counts", "decode_embedding_saving", "decode_weight_bytes",
            "decode_weight_params", "dtype_name", "first_layers", "gpu_spec", "layer_terms", "llm",
            "nbytes", "param_count", "param_counts", "peak_flops", "recurrent_notes",
            "report_bound", "resolve_llm", "roofline_bound", "source_layer_keys",
-           "structured_counts", "traced_counts", "with_layers", "_meta", "_with_layers"]
+           "structured_counts", "traced_counts", "with_layers", "meta_builder", "with_layer_count"]
 
 
 @dataclass(frozen=True)

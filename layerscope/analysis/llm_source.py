@@ -68,10 +68,10 @@ def resolve_llm(model: str | LLMSource) -> LLMSource:
     if model.startswith(HF_PREFIX):
         return _hf_source(model)
     config = llm_models.llm_config(model.lower())
-    return LLMSource(config.name, config, _meta(llm_models.build))
+    return LLMSource(config.name, config, meta_builder(llm_models.build))
 
 
-def _meta(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.Module]:
+def meta_builder(build: Callable[[LLMConfig], nn.Module]) -> Callable[[LLMConfig], nn.Module]:
     def on_meta(config: LLMConfig) -> nn.Module:
         with torch.device("meta"):
             return build(config)
@@ -92,7 +92,7 @@ def _hf_source(spec: str) -> LLMSource:
     def build(c: LLMConfig) -> nn.Module:
         with tempfile.TemporaryDirectory(prefix="layerscope-hf-") as folder:
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
-                json.dump(_with_layers(data, key, c.num_layers), f)  # a scratch file
+                json.dump(with_layer_count(data, key, c.num_layers), f)  # a scratch file
             model, _, _ = llm_models.from_hf(HF_PREFIX + os.path.join(folder, "config.json"),
                                              shown=spec, checked=True)
         return model
@@ -115,7 +115,7 @@ def _hf_source(spec: str) -> LLMSource:
 
 
 
-def _with_layers(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
+def with_layer_count(data: dict[str, Any], key: str, layers: int) -> dict[str, Any]:
     """The config with ``layers`` blocks: the first ones. Per-layer lists (a list with one entry
     per layer: ``layer_types``, Llama-4's ``no_rope_layers``, Zamba2's ``layers_block_type``)
     and per-layer pattern strings (Nemotron-H's ``hybrid_override_pattern``, one character per

@@ -69,10 +69,10 @@ from layerscope.training.dataloading_verdict import (  # noqa: F401
     RUNQ_SLACK,
     STARTUP_SHARE,
     FetchEvidence,
-    _cap,
-    _queued,
+    cap_workers,
     fetch_evidence,
     findings,
+    queued_batches,
 )
 
 # one slot of float64s per worker process started while a probe runs

@@ -24,7 +24,7 @@ PIN_SHARE = 0.05  # host-to-device copies this share of the loop without pinning
 MIN_BATCHES = 5  # a training loader that gave fewer batches than this is not judged
 
 
-def _cap(n: float, limit: int) -> int:
+def cap_workers(n: float, limit: int) -> int:
     """Workers to suggest: ``n`` rounded up, between 1 and ``limit``; a loop that did nothing
     but wait (its own time per batch 0, so ``n`` infinite) gets the limit."""
     return limit if not math.isfinite(n) else max(1, min(int(math.ceil(n)), limit))
@@ -46,7 +46,7 @@ class FetchEvidence:
     figures: dict[str, float]
 
 
-def _queued(cpu_s: float, run_wait_s: float) -> float:
+def queued_batches(cpu_s: float, run_wait_s: float) -> float:
     """Of the time a thread wanted a core (on a CPU + waiting for one), the share it waited."""
     return run_wait_s / (cpu_s + run_wait_s) if cpu_s + run_wait_s > 0 else 0.0
 
@@ -96,9 +96,9 @@ def fetch_evidence(lo: LoaderStats, *, load: float | None, cores: int) -> FetchE
     blocked = max(1.0 - c - r, 0.0)
     figs["blocked_share"] = round(blocked, 4)
     loop = ""
-    queued = _queued(c, r)
+    queued = queued_batches(c, r)
     if loop_cpu_s is not None and loop_wait_s is not None:
-        in_loop = _queued(loop_cpu_s, loop_wait_s)
+        in_loop = queued_batches(loop_cpu_s, loop_wait_s)
         figs["loop_queued_share"] = round(in_loop, 4)
         loop = f"; over the loop its thread waited for a core {in_loop:.0%} of its demand"
         queued = max(queued, in_loop)
@@ -264,7 +264,7 @@ def _main_process(k: _Case) -> _Ranked:
             message=f"{head}, {what}: a worker would wait for a core as well; free "
                     "cores (fewer other processes or threads) or cheaper transforms "
                     "remove the wait")
-    n = _cap(k.need, k.limit)
+    n = cap_workers(k.need, k.limit)
     return wait, DataFinding(kind=k.kind, knob="num_workers", value=n, figures=k.figs,
                              message=f"{head}, {what}: set num_workers={n}")
 
@@ -314,7 +314,7 @@ def _oversubscribed_workers(k: _Case) -> _Verdict:
 
 
 def _too_few_workers(k: _Case) -> _Verdict:
-    value = _cap(k.need, k.limit)
+    value = cap_workers(k.need, k.limit)
     return "too_few_workers", "num_workers", value, (
         f"{k.supply}, {k.ev.what}: set num_workers={value}")
 
@@ -342,7 +342,7 @@ _WORKER_RULES: tuple[tuple[Callable[[_Case], bool], Callable[[_Case], _Verdict]]
     (lambda k: k.need <= k.workers, _prefetch),
     (lambda k: k.ev.kind == "unknown", _unknown_workers),
     (lambda k: k.ev.kind == "oversubscribed", _oversubscribed_workers),
-    (lambda k: _may_add(k) and _cap(k.need, k.limit) > k.workers, _too_few_workers),
+    (lambda k: _may_add(k) and cap_workers(k.need, k.limit) > k.workers, _too_few_workers),
     (_may_add, _cannot_keep_up),
     (lambda k: True, _cpu_bound_workers),
 )

@@ -41,32 +41,32 @@ from layerscope.training.dataloading import probing
 # the loop's parts, one module per concern; their names stay importable from here
 from layerscope.training.loop_outputs import (  # noqa: F401
     Callback,
-    _Checkpoints,
-    _save_step,
-    _sinks,
-    _tensorboard_sink,
+    Checkpoints,
+    open_sinks,
+    save_step,
+    tensorboard_sink,
 )
-from layerscope.training.loop_profile import OP_TABLE_TOP, _profiler  # noqa: F401
+from layerscope.training.loop_profile import OP_TABLE_TOP, run_profiler  # noqa: F401
 from layerscope.training.loop_run import (  # noqa: F401
     DRY_RUN_BATCH,
+    LoopRun,
+    SkipBatch,
     Stages,
-    _optimizer_keys,
-    _plain,
-    _Run,
-    _seed_epoch,
-    _Skip,
-    _worker_init,
+    optimizer_keys,
+    plain_value,
+    seed_epoch,
+    worker_init,
 )
 from layerscope.training.loop_steps import (  # noqa: F401
-    _STEP_ORDER,
+    STEP_ORDER,
     TRACE_STEPS,
-    _end_epoch,
-    _epoch,
-    _Measured,
-    _NvtxPhases,
-    _step,
-    _topk,
+    Measured,
+    NvtxPhases,
     evaluate,
+    finish_epoch,
+    one_step,
+    run_epoch,
+    topk_correct,
 )
 from layerscope.training.phases import PHASES, PhaseTimer, PhaseTotals
 from layerscope.training.sinks import Sink
@@ -144,7 +144,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     joined = False
     guarded = ExitStack()  # --memory-limit's guard, when given
     guard: LimitGuard | None = None
-    made: _Run | None = None  # the run, once made (its folder for the post-mortem)
+    made: LoopRun | None = None  # the run, once made (its folder for the post-mortem)
     finished: str | None = None  # the report's path, once the run finished on this rank
     try:
         notes: list[str] = []
@@ -157,16 +157,16 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
         if config.memory_limit is not None:  # every tensor from the model's creation on
             guard = LimitGuard(config.memory_limit)
             guarded.enter_context(guard)
-        run = made = _Run(config, notes, env, device)
+        run = made = LoopRun(config, notes, env, device)
         if config.resume:
             _check_work_left(run)  # before anything in the run folder is written
         writes = run.rank == 0  # rank 0 writes the run folder; the others only measure
         if writes:
             make_dir(run.run_dir, "out")
             make_dir(os.path.join(run.run_dir, "checkpoints"), "checkpoint folder")
-            _write_json(os.path.join(run.run_dir, "config.json"), _plain(config.to_dict()))
+            _write_json(os.path.join(run.run_dir, "config.json"), plain_value(config.to_dict()))
         first_step = run.global_step
-        with _profiler(config.profile if writes else None, run.run_dir) as profiler:
+        with run_profiler(config.profile if writes else None, run.run_dir) as profiler:
             report = _train(run, on_epoch if writes else None, progress if writes else None,
                             getattr(profiler, "paused", nullcontext),
                             guard.post_mortem_of if guard is not None else None,
@@ -210,7 +210,7 @@ class OutOfMemory(Exception):
                          f"({self.post_mortem.phase})")
 
 
-def _report_before_training(config: TrainConfig, made: _Run | None,
+def _report_before_training(config: TrainConfig, made: LoopRun | None,
                             post_mortem: dict[str, Any]) -> TrainReport:
     """The report of a run that ran out of memory before its first step: no step measured,
     the post-mortem."""
@@ -218,7 +218,7 @@ def _report_before_training(config: TrainConfig, made: _Run | None,
     notes.append("training stopped out of memory before its first step (building the model, "
                  "its optimizer or its data under --memory-limit)")
     return TrainReport(
-        recipe=config.recipe, config=_plain(config.to_dict()),
+        recipe=config.recipe, config=plain_value(config.to_dict()),
         run_dir=made.run_dir if made is not None else (config.out or ""), epochs=[],
         breakdown=PhaseTotals().to_dict(), epoch_breakdown=[], step_seconds=[],
         cpu_utilisation=None,
@@ -246,7 +246,7 @@ class AlreadyFinished(Exception):
         return f"already finished {self.done} {self.unit}, more than {self.total}"
 
 
-def _check_work_left(run: _Run) -> None:
+def _check_work_left(run: LoopRun) -> None:
     """``AlreadyFinished`` when a resumed run has no batch left: every epoch done (no epoch
     stopped part-way), or ``steps`` optimizer steps already taken."""
     steps = run.config.steps
@@ -255,7 +255,7 @@ def _check_work_left(run: _Run) -> None:
     if run.start_epoch >= run.epochs and not run.skip_batches:
         raise AlreadyFinished(run.run_dir, run.start_epoch, run.epochs, "epochs")
 
-def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
+def _train(run: LoopRun, on_epoch: Callback | None, progress: Callback | None,
            unprofiled: Callable[[], Any] = nullcontext,
            post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None = None,
            stages: Stages | None = None) -> TrainReport:
@@ -267,8 +267,8 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     c = run.config
     run.stages = stages
     with unprofiled():
-        sinks = _sinks(run, on_epoch, progress)
-    m = _Measured(c.warmup_steps)
+        sinks = open_sinks(run, on_epoch, progress)
+    m = Measured(c.warmup_steps)
     from layerscope.analysis.nvtx import nvtx_ranges
 
     nvtx, step_timer = _step_timer(run)
@@ -297,7 +297,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
     if stopped is not None:
         extra["post_mortem"] = PostMortem.from_dict(stopped)
     return TrainReport(
-        recipe=run.recipe.name, config=_plain(c.to_dict()), run_dir=run.run_dir, epochs=rows,
+        recipe=run.recipe.name, config=plain_value(c.to_dict()), run_dir=run.run_dir, epochs=rows,
         breakdown=m.totals.to_dict(), epoch_breakdown=m.epoch_breakdown,
         step_seconds=m.step_seconds, step_phases=per_step(m.phases) if m.phases else None,
         cpu_utilisation=(time.process_time() - cpu0) / wall if wall else None,
@@ -309,7 +309,7 @@ def _train(run: _Run, on_epoch: Callback | None, progress: Callback | None,
         kernels=window.result() if window is not None else None, **extra)
 
 
-def _step_timer(run: _Run) -> tuple[bool, Any]:
+def _step_timer(run: LoopRun) -> tuple[bool, Any]:
     """Whether the steps get NVTX ranges (``--nvtx`` where CUDA has them; a note where not),
     and the timer of the steps' phases (wrapped to open them)."""
     from layerscope.analysis.nvtx import NO_CUDA_NOTE, available
@@ -318,10 +318,10 @@ def _step_timer(run: _Run) -> tuple[bool, Any]:
     if run.config.nvtx and not available():
         run.notes.append(NO_CUDA_NOTE)
     nvtx = run.config.nvtx and available()
-    return nvtx, (_NvtxPhases(timer) if nvtx else timer)
+    return nvtx, (NvtxPhases(timer) if nvtx else timer)
 
 
-def _epochs(run: _Run, m: _Measured, sinks: list[Sink], step_timer: Any, autocast: Any,
+def _epochs(run: LoopRun, m: Measured, sinks: list[Sink], step_timer: Any, autocast: Any,
             unprofiled: Callable[[], Any], window: Any,
             post_mortem_of: Callable[[BaseException], dict[str, Any] | None] | None
             ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -330,7 +330,7 @@ def _epochs(run: _Run, m: _Measured, sinks: list[Sink], step_timer: Any, autocas
     rows = list(run.history)
     try:
         for epoch in range(run.start_epoch, run.epochs):
-            result, stop = _epoch(run, epoch, m, sinks, step_timer, autocast, unprofiled,
+            result, stop = run_epoch(run, epoch, m, sinks, step_timer, autocast, unprofiled,
                                   window)
             rows = result.rows
             if stop:
@@ -350,7 +350,7 @@ def _epochs(run: _Run, m: _Measured, sinks: list[Sink], step_timer: Any, autocas
     return rows, None
 
 
-def _finish(run: _Run, m: _Measured, sinks: list[Sink], stopped: dict[str, Any] | None,
+def _finish(run: LoopRun, m: Measured, sinks: list[Sink], stopped: dict[str, Any] | None,
             unprofiled: Callable[[], Any]) -> Any:
     """After the epochs: the MFU (unprofiled), the sinks given it and closed, the final model
     saved (rank 0 writes); neither MFU nor model when the run stopped out of memory. Returns
@@ -368,13 +368,13 @@ def _finish(run: _Run, m: _Measured, sinks: list[Sink], stopped: dict[str, Any] 
         run.stage("saving the model")
         final = run.state(run.epochs)["model"] if run.fsdp else run.model.state_dict()
         if run.rank == 0:
-            ckpt.save_atomic({"model": final, "config": _plain(run.config.to_dict()),
+            ckpt.save_atomic({"model": final, "config": plain_value(run.config.to_dict()),
                               "classes": list(run.classes), "recipe": run.recipe.name},
                              os.path.join(run.run_dir, "model.pt"))
     return efficiency
 
 
-def _efficiency(run: _Run, m: _Measured) -> Any:
+def _efficiency(run: LoopRun, m: Measured) -> Any:
     """MFU/HFU of the measured steps: each distinct input's step FLOPs counted once by the
     capture ``analyze`` uses, against this device's peaks (per rank: one device's). None, with
     a note, when the model cannot be counted or no step was measured."""
@@ -396,7 +396,7 @@ def _efficiency(run: _Run, m: _Measured) -> Any:
         return None
 
 
-def _gather_ranks(run: _Run, m: _Measured, efficiency: Any = None) -> dict[str, Any]:
+def _gather_ranks(run: LoopRun, m: Measured, efficiency: Any = None) -> dict[str, Any]:
     """Several processes: every rank's phases and steps gathered on rank 0, which writes the
     merged trace; the report's per-rank fields and notes."""
     c = run.config

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from layerscope.analysis import modes
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
-from layerscope.training.loop_run import _Run
+from layerscope.training.loop_run import LoopRun
 from layerscope.training.sinks import (
     CallbackSink,
     EpochResult,
@@ -22,7 +22,7 @@ from layerscope.training.sinks import (
 Callback = Callable[..., None]
 
 
-def _tensorboard_sink(run: _Run) -> TensorBoardSink:
+def tensorboard_sink(run: LoopRun) -> TensorBoardSink:
     """TensorBoard in RUN_DIR/tensorboard, with the model's graph when it can be traced."""
     writer = summary_writer(os.path.join(run.run_dir, "tensorboard"), "TensorBoard folder",
                             "tensorboard", arguments="tensorboard")
@@ -35,18 +35,18 @@ def _tensorboard_sink(run: _Run) -> TensorBoardSink:
     return TensorBoardSink(writer)
 
 
-class _Checkpoints(Sink):
+class Checkpoints(Sink):
     """RUN_DIR/checkpoints: every ``checkpoint_every`` steps inside an epoch (step-NNNNNN.pt)
     and after each complete epoch (epoch-NNN.pt), each also as last.pt. Every rank takes part
     (FSDP's consolidated state dict is a collective); rank 0 writes."""
 
-    def __init__(self, run: _Run):
+    def __init__(self, run: LoopRun):
         self.run = run
 
     def on_step(self, s: StepResult) -> None:
         every = self.run.config.checkpoint_every
         if every and s.step % every == 0 and s.batch < s.epoch_batches:
-            _save_step(self.run, s.epoch, s.batch, s.sums)
+            save_step(self.run, s.epoch, s.batch, s.sums)
 
     def on_epoch(self, e: EpochResult) -> None:
         if e.complete:
@@ -56,20 +56,20 @@ class _Checkpoints(Sink):
                     ckpt.save_atomic(state, os.path.join(self.run.run_dir, "checkpoints", name))
 
 
-def _sinks(run: _Run, on_epoch: Callback | None, progress: Callback | None) -> list[Sink]:
+def open_sinks(run: LoopRun, on_epoch: Callback | None, progress: Callback | None) -> list[Sink]:
     """The run's outputs, in the order each step and epoch reaches them: TensorBoard (rank 0,
     asked for), checkpoints (every rank), the metrics files (rank 0), the callbacks."""
     sinks: list[Sink] = []
     if run.config.tensorboard and run.rank == 0:
-        sinks.append(_tensorboard_sink(run))
-    sinks.append(_Checkpoints(run))
+        sinks.append(tensorboard_sink(run))
+    sinks.append(Checkpoints(run))
     if run.rank == 0:
         sinks.append(MetricsSink(run.run_dir))
     sinks.append(CallbackSink(progress, on_epoch))
     return sinks
 
 
-def _save_step(run: _Run, epoch: int, batch: int, sums: list[float]) -> None:
+def save_step(run: LoopRun, epoch: int, batch: int, sums: list[float]) -> None:
     """A checkpoint to go on from exactly here: ``batch`` batches of epoch ``epoch`` done, with
     the epoch's running sums (over all ranks); every rank takes part, rank 0 writes."""
     if run.env is not None:

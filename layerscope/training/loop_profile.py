@@ -120,7 +120,7 @@ class _Pyinstrument:
         return False
 
 
-def _profiler(kind: str | None, run_dir: str):
+def run_profiler(kind: str | None, run_dir: str):
     """A context that profiles the training and writes its result into the run directory."""
     if kind is None:
         return nullcontext()

@@ -3,7 +3,7 @@
 keeps (``--resume``).
 
 Determinism: every epoch starts by seeding all RNGs from (seed, epoch) and draws its batch order
-from a generator seeded the same way (``_seed_epoch``), so an epoch is a pure function of the
+from a generator seeded the same way (``seed_epoch``), so an epoch is a pure function of the
 state at its start.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ DRY_RUN_BATCH = 8  # samples in a dry run's one batch unless --batch-size says o
 Stages = Callable[[str, int, "int | None"], None]  # (what, done, total): ``train``'s stages
 
 
-def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
+def seed_epoch(seed: int, epoch: int) -> torch.Generator:
     s = values.derived_seed(seed, epoch)
     torch.manual_seed(s)
     random.seed(s)
@@ -41,7 +41,7 @@ def _seed_epoch(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(s)
 
 
-class _Run:
+class LoopRun:
     """Everything one training run holds; built from a config (and a checkpoint to resume)."""
 
     def __init__(self, config: TrainConfig, notes: list[str],
@@ -148,7 +148,7 @@ class _Run:
 
                 names = [n for n, _ in self.model.named_parameters()]
                 set_optimizer_state_dict(self.model, self.optimizer,
-                                         _optimizer_keys(state["optimizer"], names),
+                                         optimizer_keys(state["optimizer"], names),
                                          options=StateDictOptions(full_state_dict=True))
             else:
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -199,18 +199,18 @@ class _Run:
             full = StateDictOptions(full_state_dict=True, cpu_offload=True)
             model = get_model_state_dict(self.model, options=full)
             names = {n: i for i, (n, _) in enumerate(self.model.named_parameters())}
-            optimizer = _optimizer_keys(
+            optimizer = optimizer_keys(
                 get_optimizer_state_dict(self.model, self.optimizer, options=full), names)
         return {"model": model, "optimizer": optimizer, "world_size": self.world,
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                 "scaler": self.scaler.state_dict() if self.scaler else None,
                 "epoch": epoch, "step": self.global_step, "rng": ckpt.rng_state(),
                 "batch": batch, "partial": partial,
-                "config": _plain(self.config.to_dict()), "history": self.history,
+                "config": plain_value(self.config.to_dict()), "history": self.history,
                 "classes": list(self.classes), "recipe": self.recipe.name}
 
     def loader(self, epoch: int, skip_batches: int = 0) -> DataLoader:
-        gen = _seed_epoch(self.config.seed, epoch)
+        gen = seed_epoch(self.config.seed, epoch)
         c = self.config
         sampler: Sampler = RandomSampler(self.train_set, generator=gen)
         if self.env is not None:
@@ -222,11 +222,11 @@ class _Run:
                                          shuffle=True, seed=c.seed)
             sampler.set_epoch(epoch)
         if skip_batches:
-            sampler = _Skip(sampler, skip_batches * self.batch_size)
+            sampler = SkipBatch(sampler, skip_batches * self.batch_size)
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler,
                           num_workers=c.num_workers, pin_memory=c.pin_memory and self.cuda,
                           persistent_workers=False, drop_last=False,
-                          worker_init_fn=_worker_init, generator=gen)
+                          worker_init_fn=worker_init, generator=gen)
 
     def val_loader(self) -> DataLoader:
         # a dry run validates one batch of the training batch size: a full evaluation batch
@@ -235,7 +235,7 @@ class _Run:
         return DataLoader(self.val_set, batch_size=size, num_workers=self.config.num_workers)
 
 
-def _optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
+def optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
     """An optimizer state dict with its parameters renamed: ``keys`` maps the current keys
     (parameter names, as FSDP's full state dict has them, or the indices a plain optimizer's
     has) to the others. Checkpoints keep the indices, so one process resumes FSDP's as well."""
@@ -247,7 +247,7 @@ def _optimizer_keys(state: dict[str, Any], keys: Any) -> dict[str, Any]:
                              for g in state.get("param_groups", [])]}
 
 
-class _Skip(Sampler):
+class SkipBatch(Sampler):
     """The epoch's own order (the same generator draws) without its first ``n`` indices."""
 
     def __init__(self, inner: Sampler, n: int):
@@ -263,11 +263,11 @@ class _Skip(Sampler):
         return max(len(self.inner) - self.n, 0)
 
 
-def _worker_init(worker_id: int) -> None:
+def worker_init(worker_id: int) -> None:
     s = torch.initial_seed() % 2**32
     random.seed(s)
     np.random.seed(s)
 
 
-def _plain(d: dict[str, Any]) -> dict[str, Any]:
+def plain_value(d: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

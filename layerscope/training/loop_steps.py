@@ -1,5 +1,5 @@
 """The training loop's mechanics: one optimizer step (its phases timed), one epoch's steps and
-its metrics row, validation (``evaluate``), what the measured steps add up to (``_Measured``)
+its metrics row, validation (``evaluate``), what the measured steps add up to (``Measured``)
 and the NVTX ranges of ``--nvtx``."""
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from layerscope.analysis import modes, train_step
 from layerscope.training import checkpoint as ckpt
 from layerscope.training import distributed as dist_run
 from layerscope.training import ranks as rank_table
-from layerscope.training.loop_outputs import _save_step
-from layerscope.training.loop_run import _Run
+from layerscope.training.loop_outputs import save_step
+from layerscope.training.loop_run import LoopRun
 from layerscope.training.phases import PhaseTimer, PhaseTotals
 from layerscope.training.sinks import EpochResult, Sink, StepResult
 
 TRACE_STEPS = 200  # steps per rank in a distributed run's merged trace (the first measured)
 
 
-def _topk(logits: torch.Tensor, target: torch.Tensor, k: int) -> int:
+def topk_correct(logits: torch.Tensor, target: torch.Tensor, k: int) -> int:
     k = min(k, logits.shape[1])
     top = logits.topk(k, dim=1).indices
     return int((top == target.unsqueeze(1)).any(dim=1).sum())
@@ -45,8 +45,8 @@ def evaluate(model: nn.Module, loader: Any, device: str, loss_fn,
                 x = x.contiguous(memory_format=torch.channels_last)
             out = model(x)
             loss_sum += float(loss_fn(out, y, reduction="sum"))
-            top1 += _topk(out, y, 1)
-            top5 += _topk(out, y, 5)
+            top1 += topk_correct(out, y, 1)
+            top5 += topk_correct(out, y, 5)
             total += len(y)
             if progress is not None:
                 progress(i + 1, batches)
@@ -54,7 +54,7 @@ def evaluate(model: nn.Module, loader: Any, device: str, loss_fn,
 
 
 @dataclass
-class _Measured:
+class Measured:
     """What the steps of one invocation measured: the phases of the steps after the warm-up
     (over the run and per epoch), every measured step's wall time, and this rank's steps for
     the merged trace of a distributed run."""
@@ -88,10 +88,10 @@ class _Measured:
         self.epoch = PhaseTotals()
 
 
-_STEP_ORDER = ("data", "h2d", "forward", "loss", "backward", "optimizer")  # _step's marks
+STEP_ORDER = ("data", "h2d", "forward", "loss", "backward", "optimizer")  # _step's marks
 
 
-class _NvtxPhases:
+class NvtxPhases:
     """--nvtx: a ``layerscope::step`` range around each step and a ``layerscope::<phase>`` range
     around each of its phases (the phase table's names), opened and closed at the timer's
     marks; stands in for the timer it wraps."""
@@ -111,15 +111,15 @@ class _NvtxPhases:
     def start(self) -> None:
         self.timer.start()
         self._push("step")
-        self._push(_STEP_ORDER[0])
+        self._push(STEP_ORDER[0])
 
     def mark(self, phase: str) -> None:
         self.timer.mark(phase)
         if self.open == 2:
             self._pop()
-        i = _STEP_ORDER.index(phase) + 1 if phase in _STEP_ORDER else len(_STEP_ORDER)
-        if i < len(_STEP_ORDER) and self.open == 1:
-            self._push(_STEP_ORDER[i])
+        i = STEP_ORDER.index(phase) + 1 if phase in STEP_ORDER else len(STEP_ORDER)
+        if i < len(STEP_ORDER) and self.open == 1:
+            self._push(STEP_ORDER[i])
 
     def stop(self) -> tuple[dict[str, float], float]:
         while self.open:
@@ -127,7 +127,7 @@ class _NvtxPhases:
         return self.timer.stop()
 
 
-def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
+def one_step(run: LoopRun, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -> StepResult:
     """One optimizer step on the next of ``batches``: the copies to the device, then
     ``train_step.step`` (the step ``layerscope memory --mode training`` tracks): zero_grad,
     forward and loss under ``autocast``, backward, the optimizer (through the GradScaler with
@@ -170,7 +170,7 @@ def _step(run: _Run, batches: Iterator[Any], timer: PhaseTimer, autocast: Any) -
                       inputs=(tuple(x.shape), x.dtype))
 
 
-def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseTimer,
+def run_epoch(run: LoopRun, epoch: int, m: Measured, sinks: list[Sink], timer: PhaseTimer,
            autocast: Any, unprofiled: Callable[[], Any],
            window: Any = None) -> tuple[EpochResult, bool]:
     """One epoch's steps (from where a resumed run stopped; up to ``steps``); returns its
@@ -191,7 +191,7 @@ def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseT
     it = iter(loader)
     for i in range(n_batches):
         with window.step() if window is not None else nullcontext():  # --kernels
-            s = _step(run, it, timer, autocast)
+            s = one_step(run, it, timer, autocast)
         loss_sum += s.loss * s.samples
         correct += s.correct
         seen += s.samples
@@ -207,16 +207,16 @@ def _epoch(run: _Run, epoch: int, m: _Measured, sinks: list[Sink], timer: PhaseT
     if not complete:
         # stopped mid-epoch (--steps, --dry-run): a checkpoint to go on from exactly here,
         # taken before validation draws from the random streams
-        _save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
+        save_step(run, epoch, skip + n_batches, [loss_sum, correct, seen])
         stop = True
-    result = _end_epoch(run, epoch, complete, [loss_sum, correct, seen], t_epoch, unprofiled)
+    result = finish_epoch(run, epoch, complete, [loss_sum, correct, seen], t_epoch, unprofiled)
     m.end_epoch()
     for sink in sinks:
         sink.on_epoch(result)
     return result, stop
 
 
-def _end_epoch(run: _Run, epoch: int, complete: bool, sums: list[float], t_epoch: float,
+def finish_epoch(run: LoopRun, epoch: int, complete: bool, sums: list[float], t_epoch: float,
                unprofiled: Callable[[], Any]) -> EpochResult:
     """The epoch's metrics row: loss and top-1 over every rank's samples, the learning rate it
     ran with (the scheduler steps after a complete epoch), validation (unprofiled) and its

@@ -10,13 +10,13 @@ from typing import Any
 
 from layerscope.analysis.diff.facts import settings_differ, static_changes, work_direction
 from layerscope.analysis.diff.measures import KINDS, Measure, Timed, pooled, spread, timed
-from layerscope.analysis.diff.notes import _model, different_models, noise_notes
+from layerscope.analysis.diff.notes import different_models, model_name, noise_notes
 from layerscope.analysis.diff.rows import (
     SAME_WORK,
     WORK_MOVED,
-    _row,
-    _static_rows,
+    diff_row,
     mark_renamed,
+    static_rows,
 )
 from layerscope.analysis.diff.shifts import (
     MAD_SIGMA,
@@ -33,13 +33,13 @@ from layerscope.analysis.diff.shifts import (
 from layerscope.analysis.diff.static import Static, explain, work_sign
 from layerscope.analysis.diff.summary import (
     ATTRIBUTE_TO,
-    _cause,
-    _what_changed,
+    cause_words,
     expected_from_flops,
     pattern,
     pct,
     points_text,
     summary,
+    what_changed,
 )
 from layerscope.analysis.diff.unfair import unfair
 from layerscope.analysis.diff.verdict import ALPHA, MIN_EFFECT, drift_tolerance, rank_p
@@ -129,12 +129,12 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     work = {k: _work(k, st, work_direction(changes)) for k in keys}
     min_rows = MIN_LEVEL_ROWS if st is not None else MIN_BLIND_ROWS
     j = _judging(sides, changed, min_rows)
-    cause = _cause(changes, st is None) if every_row else ""
+    cause = cause_words(changes, st is None) if every_row else ""
     # the end to end of a result without static figures per row: what changed in the whole
     # (profile, analyze: their totals' change, st.total)
-    e2e_cause = _what_changed(changes, True) if changes and st is None else ""
+    e2e_cause = what_changed(changes, True) if changes and st is None else ""
     for key in keys:
-        rows.append(_row(key, *sides[key], e2e_spread, st, min_effect,
+        rows.append(diff_row(key, *sides[key], e2e_spread, st, min_effect,
                          [t.measures[key].median for t in tbs if key in t.measures],
                          j.ps.get(key), j.adjusted.get(key),
                          None if key[0] == "end_to_end" else j.floor, j.row_shift.get(key),
@@ -143,7 +143,7 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
                          and key[0] == "layer" and group_of(key[1]) in j.groups else None,
                          work[key], e2e_cause if key[0] == "end_to_end" else cause))
     if kind == "analyze" and st is not None:
-        rows += _static_rows(st)
+        rows += static_rows(st)
     if kind in ("profile", "analyze"):
         mark_renamed(rows, [r.name for r in bases[-1].layers], [r.name for r in new.layers])
     end_to_end = rows.pop(0) if rows and rows[0].level == "end_to_end" else None
@@ -152,8 +152,8 @@ def diff_results(results: Sequence[Any], names: Sequence[str] | None = None,
     unfair_lines = unfair(bases[-1], new, tbs[-1], tn)
     for base in bases[:-1]:
         unfair_lines += [u for u in unfair(base, new, timed(base), tn) if u not in unfair_lines]
-    files = [DiffFile(n, kind, _model(r), "base") for n, r in zip(names[:-1], bases)]
-    files.append(DiffFile(names[-1], kind, _model(new), "new"))
+    files = [DiffFile(n, kind, model_name(r), "base") for n, r in zip(names[:-1], bases)]
+    files.append(DiffFile(names[-1], kind, model_name(new), "new"))
     notes = list(dict.fromkeys([*(n for t in tbs + [tn] for n in t.notes), *one_sided,
                                 *noise_notes(results, names),
                                 *different_models(bases[-1], new),

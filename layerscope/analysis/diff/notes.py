@@ -26,7 +26,7 @@ def different_models(base: Any, new: Any) -> list[str]:
         return {x["name"] if isinstance(x, dict) else x.name
                 for x in getattr(r, "layers", None) or []}
 
-    a, b = _model(base), _model(new)
+    a, b = model_name(base), model_name(new)
     names_a, names_b = names(base), names(new)
     union = names_a | names_b
     if a == b or not union or 4 * len(names_a & names_b) >= len(union):
@@ -36,5 +36,5 @@ def different_models(base: Any, new: Any) -> list[str]:
             f"model)"]
 
 
-def _model(r: Any) -> str | None:
+def model_name(r: Any) -> str | None:
     return getattr(r, "model", None) or getattr(r, "recipe", None)

@@ -19,7 +19,7 @@ WORK_MOVED = 2.0
 SAME_WORK = "same shapes and work on both sides"
 
 
-def _row(key: tuple[str, str], base: Measure | None, new: Measure | None,
+def diff_row(key: tuple[str, str], base: Measure | None, new: Measure | None,
          e2e_spread: float | None, st: Static | None, min_effect: float,
          base_medians: list[float], p: float | None = None,
          p_adjusted: float | None = None, drift_floor: float | None = None,
@@ -102,7 +102,7 @@ def _wander(tolerance: float) -> str:
     return f"up to ×{math.exp(tolerance):.3g}"
 
 
-def _static_rows(st: Static) -> list[DiffRow]:
+def static_rows(st: Static) -> list[DiffRow]:
     """analyze: one row per layer whose static figures changed, added or removed."""
     rows = [DiffRow(name=n, level="layer", base_s=None, new_s=None, change=None,
                     verdict="changed", explanation=text, basis="static",

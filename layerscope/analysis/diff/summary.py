@@ -18,14 +18,14 @@ from layerscope.core.diff_records import DiffReport, DiffRow, StaticChange
 ATTRIBUTE_TO = {"profile": "layer", "loop": "layer", "train": "phase"}
 
 
-def _cause(changes: list[StaticChange], blind: bool) -> str:
+def cause_words(changes: list[StaticChange], blind: bool) -> str:
     """What every row of a diff whose whole model or settings differ says: the difference, and
     that no shift taken across rows (none is known to do unchanged, comparable work) moved
     its verdict."""
-    return f"{_what_changed(changes, blind)}: no shift across rows"
+    return f"{what_changed(changes, blind)}: no shift across rows"
 
 
-def _what_changed(changes: list[StaticChange], blind: bool) -> str:
+def what_changed(changes: list[StaticChange], blind: bool) -> str:
     what = "the model changed" if blind and any(c.work for c in changes) else "the run changed"
     return f"{what} ({short(changes)})"
 
@@ -83,8 +83,8 @@ def _attribution(report: DiffReport, st: Static | None) -> str:
             text += ", " + st.grew[first.name].replace("its input", "whose input", 1)
     else:  # its own explanation, less what every row says (the summary begins with it)
         own = first.explanation
-        if report.static_changes and own.startswith(_cause(report.static_changes, st is None)):
-            own = own[len(_cause(report.static_changes, st is None)):].removeprefix("; ")
+        if report.static_changes and own.startswith(cause_words(report.static_changes, st is None)):
+            own = own[len(cause_words(report.static_changes, st is None)):].removeprefix("; ")
         if own and own != SAME_WORK:
             text += f" ({own})"
     return text
