@@ -107,7 +107,8 @@ def pytest_configure(config):
               lambda self: f"multiprocessing {type(self).__name__} {self.name}")
         _wrap(os, "fork", lambda: "os.fork()")
         if hasattr(os, "posix_spawn"):
-            _wrap(os, "posix_spawn", lambda path, *a, **k: f"os.posix_spawn {path}")
+            # subprocess itself spawns this way in some cases: the same rule as its other way
+            _wrap(os, "posix_spawn", lambda path, argv, *a, **k: _command(None, argv, path))
 
 
 def _in_unit_tier(item) -> bool:
