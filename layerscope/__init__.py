@@ -6,7 +6,8 @@ from layerscope.renderers import display as _display
 
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
-           "Totals", "__version__", "scaling", "advise", "load", "memory", "diff"]
+           "Totals", "__version__", "scaling", "advise", "load", "memory", "diff",
+           "ProfileSettings"]
 
 
 def load(path):
@@ -39,9 +40,13 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
 
         return analyze
     if name == "profile":
-        from layerscope.analysis.profiling import profile
+        from layerscope.training.profiling import profile
 
         return profile
+    if name == "ProfileSettings":
+        from layerscope.analysis.profiling import ProfileSettings
+
+        return ProfileSettings
     if name == "sweep":
         from layerscope.analysis.sweep import sweep
 

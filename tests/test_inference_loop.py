@@ -45,7 +45,8 @@ def test_loop_cli_synthetic_json(tmp_path):
     (["profile", "mnist-cnn", "--loop", "digits", "--runs", "0"], "--runs must be at least 1"),
     (["profile", "mnist-cnn", "--loop", "digits", "--batch-size", "0"],
      "--batch-size must be at least 1"),
-    (["profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--backward"], "do not apply"),
+    (["profile", "mnist-cnn", "--loop", "mnist", "--synthetic", "--backward"],
+     "--backward does not apply"),
 ], ids=["unknown-dataset", "zero-runs", "zero-batch-size", "backward"])
 def test_loop_bad_input(argv, expected):
     code, _, err = run_cli(*argv)

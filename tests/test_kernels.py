@@ -285,7 +285,8 @@ def test_cli_profile_kernels_json_and_html(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--loop", "digits", "--synthetic", "--kernels"], "--kernels and --nvtx do not apply"),
+    (["--loop", "digits", "--synthetic", "--kernels"],
+     "--loop takes the model's input from the data set: --kernels does not apply"),
     (["--decode", "2", "--nvtx"], "--nvtx"),
 ])
 def test_cli_refuses(argv, words, capsys):

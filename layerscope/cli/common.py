@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
-from layerscope.core.settings import spec_of
+from layerscope.core.settings import REQUIRED, default_of, flag_of, spec_of
 from layerscope.core.values import (
     DEVICE_HELP,
     ORT_LEVEL_HELP,
@@ -72,8 +72,13 @@ class Parser(argparse.ArgumentParser):
         # a core.values parser's message reads as a sentence about the option:
         # "argument --runs: must be at least 1, got 0" -> "--runs must be at least 1, got 0"
         option, sep, rest = message.partition(": ")
+        flag = option.removeprefix("argument ").split("/")[-1]
         if option.startswith("argument -") and rest.startswith(("must ", "each item ")):
-            message = f"{option.removeprefix('argument ').split('/')[-1]} {rest}"
+            message = f"{flag} {rest}"
+        elif option.startswith("argument -") and rest.startswith("unknown "):
+            # "argument --device: unknown device 'tpu': ..." -> "unknown --device 'tpu': ..."
+            word = rest.split()[1]
+            message = f"unknown {flag}{rest[len('unknown ') + len(word):]}"
         elif option.startswith("argument -") and rest.startswith("expected one argument"):
             # argparse reads a value such as -1GB as an option: say how to give it
             flags = option.removeprefix("argument ").split("/")
@@ -239,7 +244,8 @@ SHARED_OPTIONS = {"device": add_device, "memory_limit": add_memory_limit}
 def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
     """The options of a settings dataclass (``core.settings``), in field order: those of
     ``group`` (its title, None: the fields in no group) added to ``group``'s argparse group
-    when given one, else to ``p``. Each option's dest is the field's name."""
+    when given one, else to ``p``. Each option's dest is the field's name; a field without a
+    default is a required positional argument."""
     into = p
     if group is not None:
         into = next((g for g in p._action_groups if g.title == group), None) \
@@ -251,28 +257,64 @@ def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
         if spec.shared:
             SHARED_OPTIONS[spec.shared](into)
             continue
-        kwargs: dict = {"default": f.default, "help": spec.help}
-        if isinstance(f.default, bool):
-            kwargs["action"] = "store_false" if f.default else "store_true"
-        else:
-            if spec.parse is not None:
-                kwargs["type"] = arg(spec.parse, **spec.bounds())
-            if spec.choices is not None:
-                kwargs["choices"] = spec.choices
-            if spec.metavar:
-                kwargs["metavar"] = spec.metavar
-        if spec.positional:
-            into.add_argument(f.name, nargs="?", **kwargs)
-        elif spec.folder:
-            add_output_folder(p, spec.flag or _flag(f.name), dest=f.name, **kwargs)
-        else:
-            into.add_argument(spec.flag or _flag(f.name), dest=f.name, **kwargs)
+        where = _exclusive(p, into, spec.exclusive) if spec.exclusive else into
+        _add_field(p, where, f, spec)
         if spec.reads:
             input_options(p, f.name)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+def add_all_settings(p: argparse.ArgumentParser, cls) -> None:
+    """Every option of a settings dataclass: those in no group, then each group's, in the
+    order the groups first appear among the fields."""
+    groups = [None]
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        if spec is not None and spec.group not in groups:
+            groups.append(spec.group)
+    for group in groups:
+        add_settings(p, cls, group)
+
+
+def _exclusive(p, into, name: str):
+    """The mutually exclusive group ``name`` of parser ``p`` (made in ``into`` on first use)."""
+    groups = p.__dict__.setdefault("_exclusive_groups", {})
+    if name not in groups:
+        groups[name] = into.add_mutually_exclusive_group()
+    return groups[name]
+
+
+def _add_field(p, into, f, spec) -> None:
+    default = default_of(f)
+    kwargs: dict = {"help": spec.help}
+    if default is not REQUIRED:
+        kwargs["default"] = default
+    if spec.consts:
+        which = into if spec.exclusive else p.add_mutually_exclusive_group()
+        for flag, value in spec.consts:
+            which.add_argument(flag, dest=f.name, action="store_const", const=value, **kwargs)
+        return
+    if isinstance(default, bool):
+        kwargs["action"] = (argparse.BooleanOptionalAction if spec.negatable
+                            else "store_false" if default else "store_true")
+    else:
+        if spec.parse is not None:
+            kwargs["type"] = arg(spec.parse, **spec.bounds())
+        if spec.choices is not None:
+            kwargs["choices"] = spec.choices
+        if spec.metavar:
+            kwargs["metavar"] = spec.metavar
+        if spec.append:
+            kwargs["action"] = "append"
+        if spec.nargs is not None:
+            kwargs["nargs"] = spec.nargs
+    if spec.positional:
+        if default is not REQUIRED:
+            kwargs.setdefault("nargs", "?")
+        into.add_argument(f.name, **kwargs)
+    elif spec.folder:
+        add_output_folder(p, flag_of(f), dest=f.name, **kwargs)
+    else:
+        into.add_argument(flag_of(f), dest=f.name, **kwargs)
 
 
 def settings_from(cls, args: argparse.Namespace):

@@ -12,12 +12,21 @@ that one declaration:
   (``cli.common.add_settings``, ``cli.common.settings_from``).
 
 So a new setting is one field; nothing else repeats its name, default or rules.
+
+A command's settings class derives from ``Settings`` (a ``kw_only`` dataclass): its
+``__post_init__`` checks every field, then ``check()``, the rules between fields (``--loop``
+leaves out ``--input``); ``Settings.of(settings, **overrides)`` is how an entry point takes
+both a settings object and keyword arguments; ``recorded()`` is what the saved result keeps
+under ``settings`` (every field but those marked ``record=False``: the model object, input
+tensors), so a new option is saved with no more code; ``flags(**overrides)`` turns overrides
+back into the command line's words (an ablation variant, an advice's command), from the same
+declarations. Options shared by several commands are declared once in ``core.options``.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from layerscope.core.errors import UserError
 
@@ -33,6 +42,13 @@ class OptionSpec:
     ``reads``: the value names a file the command reads (no output may replace it).
     ``folder``: the value names a folder the command creates (its outputs may go inside it).
     ``cli``: False for a setting the Python API offers and the command line does not.
+    ``nargs``: argparse's nargs ("+", "*", argparse.REMAINDER); ``append``: the option may be
+    repeated, each value appended to a list. ``exclusive``: the name of a group of options of
+    which one at most may be given (``--runs`` or ``--min-time``). ``consts``: (flag, value)
+    pairs, each a flag that sets the field to its value (``--dynamo`` / ``--legacy`` set
+    ``exporter``), offered instead of a flag of the field's own. ``negatable``: a bool offered
+    as ``--x`` and ``--no-x``. ``record``: False for a field the saved result leaves out of its
+    settings (a live object: the model, input tensors; or one the result records elsewhere).
     """
     help: str | None = None
     parse: Callable[..., Any] | None = None
@@ -46,18 +62,45 @@ class OptionSpec:
     folder: bool = False
     shared: str | None = None
     cli: bool = True
+    nargs: Any = None
+    append: bool = False
+    exclusive: str | None = None
+    consts: tuple[tuple[str, Any], ...] = ()
+    negatable: bool = False
+    record: bool = True
 
     def bounds(self) -> dict[str, Any]:
         return {} if self.maximum is None else {"maximum": self.maximum}
 
 
+REQUIRED = dataclasses.MISSING  # ``option(REQUIRED)``: a field without a default
+
+
 def option(default: Any = None, help: str | None = None, **spec: Any) -> Any:
-    """A settings field with ``default`` and its ``OptionSpec`` (keyword arguments)."""
-    return dataclasses.field(default=default, metadata={OPTION: OptionSpec(help=help, **spec)})
+    """A settings field with ``default`` (``REQUIRED``: none) and its ``OptionSpec`` (keyword
+    arguments). A list default is copied for each object."""
+    metadata = {OPTION: OptionSpec(help=help, **spec)}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def spec_of(f: dataclasses.Field[Any]) -> OptionSpec | None:
     return f.metadata.get(OPTION)
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's default (a fresh list for a list default; ``REQUIRED`` when it has none)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def flag_of(f: dataclasses.Field[Any]) -> str:
+    """The option that sets a field on the command line (``batch_size``: ``--batch-size``)."""
+    spec = spec_of(f)
+    return (spec.flag if spec is not None and spec.flag else None) \
+        or "--" + f.name.replace("_", "-")
 
 
 def one_of(choices: Sequence[str]) -> str:
@@ -73,10 +116,92 @@ def check_settings(settings: Any) -> None:
     for f in dataclasses.fields(settings):
         spec = spec_of(f)
         value = getattr(settings, f.name)
-        if spec is None or (value is None and f.default is None):
+        if spec is None or (value is None and default_of(f) is None):
             continue
-        if spec.choices is not None and value not in spec.choices:
-            raise UserError(f"unknown {f.name} {value!r}: use {one_of(spec.choices)}",
-                            arguments=f.name)
-        if spec.parse is not None:
-            setattr(settings, f.name, spec.parse(value, f.name, **spec.bounds()))
+        if spec.parse is not None and (spec.append or spec.nargs in ("+", "*")) \
+                and isinstance(value, (list, tuple)):
+            setattr(settings, f.name, [_one(spec, f.name, v) for v in value])
+        else:
+            setattr(settings, f.name, _one(spec, f.name, value))
+
+
+def _one(spec: OptionSpec, name: str, value: Any) -> Any:
+    """One value parsed and checked against its choices (the parser may map an alias onto a
+    choice: ``disable`` is ``disabled``). Choices bound values given as text; an object the
+    API takes in their place (a torch.dtype for ``float16``) is the entry point's to check."""
+    if spec.parse is not None:
+        value = spec.parse(value, name, **spec.bounds())
+    if spec.choices is not None and isinstance(value, str) and value not in spec.choices:
+        raise UserError(f"unknown {name} {value!r}: use {one_of(spec.choices)}",
+                        arguments=name)
+    return value
+
+
+S = TypeVar("S", bound="Settings")
+
+
+class Settings:
+    """Base of a command's settings dataclass (declare it ``@dataclasses.dataclass(kw_only=True)``;
+    see the module docstring). Construction checks every value, then ``check()``."""
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        self.check()
+
+    def check(self) -> None:
+        """The rules between fields (one UserError naming the fields); none by default."""
+
+    @classmethod
+    def of(cls: type[S], settings: S | None = None, **overrides: Any) -> S:
+        """``settings`` (default: the defaults) with ``overrides`` applied, checked again."""
+        if settings is None:
+            return cls(**overrides)
+        if not isinstance(settings, cls):
+            raise UserError(f"settings must be a {cls.__name__}, not "
+                            f"{type(settings).__name__}", arguments="settings")
+        return dataclasses.replace(settings, **overrides) if overrides else settings  # type: ignore[type-var]
+
+    def recorded(self) -> dict[str, Any]:
+        """What the saved result keeps under ``settings``: every field but those declared
+        ``record=False``, by name, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if (spec := spec_of(f)) is None or spec.record}
+
+    @classmethod
+    def flags(cls, **overrides: Any) -> list[str]:
+        """The command-line words that set ``overrides`` (``num_workers=2`` ->
+        ``--num-workers 2``; a bool its flag; a list one flag per item when the option is
+        repeated), in declaration order: an ablation variant or an advice's command written
+        from the same declarations as the parser."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(overrides) - set(fields))
+        if unknown:
+            raise UserError(f"{cls.__name__} has no setting {', '.join(unknown)}",
+                            arguments=tuple(unknown))
+        words: list[str] = []
+        for name, f in fields.items():
+            if name not in overrides:
+                continue
+            words += _words(f, overrides[name])
+        return words
+
+
+def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
+    spec = spec_of(f) or OptionSpec()
+    for flag, const in spec.consts:
+        if value == const:
+            return [flag]
+    flag = flag_of(f)
+    if isinstance(default_of(f), bool):
+        if bool(value) == default_of(f):
+            return []
+        if spec.negatable and not value:
+            return ["--no-" + flag.removeprefix("--")]
+        return [flag]
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) and (spec.append or spec.nargs):
+        if spec.append:
+            return [w for v in value for w in (flag, str(v))]
+        return [flag, *map(str, value)]
+    return [flag, str(value)]
