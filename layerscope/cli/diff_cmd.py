@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_result_output
-from layerscope.core.errors import UserError
+from layerscope.analysis.diff_settings import DiffSettings
+from layerscope.cli.common import add_all_settings, add_result_output, settings_from
 
 FORMATS = ("table", "json", "csv", "html", "md")
 
@@ -17,12 +17,7 @@ def register(sub) -> None:
                     "result. Reads profile, loop, train (and run), sweep, scaling and analyze "
                     "results. Each figure is judged by a rank test of the runs' own samples "
                     "(else the overlap of their p10-p90 ranges) and a minimum change of 3%%.")
-    p.add_argument("files", nargs="+", metavar="FILE.json",
-                   help="saved results: the base (one or more), then the new one")
-    p.add_argument("--fail-if", action="append", default=[], metavar="EXPR",
-                   help="exit 1 when a change beyond the noise passes this threshold, e.g. "
-                        "'step>+5%%', 'layer:*.attn>+10%%', 'phase:backward>+10%%', "
-                        "'end_to_end<-5%%' (repeatable); the failed lines go to stderr")
+    add_all_settings(p, DiffSettings)
     add_result_output(p, FORMATS, "table (default), json, csv, html or md (GitHub Markdown); "
                                   "default from -o's extension",
                       all_help="table: show every layer, also those within the noise")
@@ -34,11 +29,9 @@ def run(args) -> int:
     from layerscope.cli.common import output_result, result_format
 
     fmt = result_format(args, FORMATS, "diff")
-    if len(args.files) < 2:
-        raise UserError("diff needs at least two files: the base (one or more), then the new "
-                        "one")
-    checks = [parse_check(e) for e in args.fail_if]  # a malformed one: before any reading
-    result = diff_files(args.files)
+    s = settings_from(DiffSettings, args)  # a malformed --fail-if: refused before any reading
+    checks = [parse_check(e) for e in s.fail_if]
+    result = diff_files(s.files)
     output_result(result, fmt, args)
     failed = failed_checks(result, checks)
     for line in failed:
