@@ -152,3 +152,23 @@ def test_a_profile_result_records_its_settings():
     again = layerscope.profile(settings=s)
     assert {k: again.settings[k] for k in s.recorded()} == {
         k: r.settings[k] for k in s.recorded()}
+
+
+def test_a_loop_result_records_the_warmup_it_used(monkeypatch):
+    """A default the entry point resolves (loop's warm-up of 1 batch) is recorded as used,
+    not as the None that was given."""
+    import layerscope.training.inference_loop as loop
+    from layerscope.training.profiling import profile
+
+    seen = {}
+
+    class Result:
+        settings: dict = {}
+
+    def fake(model, dataset, **kw):
+        seen.update(kw)
+        return Result()
+
+    monkeypatch.setattr(loop, "profile_loop", fake)
+    r = profile("mnist-cnn", loop="mnist", synthetic=True)
+    assert seen["warmup"] == 1 and r.settings["warmup"] == 1 and r.settings["loop"] == "mnist"

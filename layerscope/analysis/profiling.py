@@ -163,13 +163,15 @@ def profile_model(s: ProfileSettings, *, kwargs: dict[str, Any] | None = None,
     if s.decode is not None:
         from layerscope.analysis.decode import DEFAULT_CONTEXT, DEFAULT_WARMUP, profile_decode
 
-        result = profile_decode(s.model, steps=s.decode, context=s.context or DEFAULT_CONTEXT,
-                                batch_size=s.batch_size or 1, device=s.device, dtype=s.dtype,
-                                threads=s.threads,
-                                warmup=DEFAULT_WARMUP if s.warmup is None else s.warmup,
-                                progress=progress, **testing)
-        return recorded_in(result, s)
-    warmup = WARMUP_DEFAULT if s.warmup is None else s.warmup
+        s = dataclasses.replace(s, context=s.context or DEFAULT_CONTEXT,
+                                batch_size=s.batch_size or 1,
+                                warmup=DEFAULT_WARMUP if s.warmup is None else s.warmup)
+        return recorded_in(profile_decode(
+            s.model, steps=s.decode, context=s.context, batch_size=s.batch_size,
+            device=s.device, dtype=s.dtype, threads=s.threads, warmup=s.warmup,
+            progress=progress, **testing), s)
+    s = dataclasses.replace(s, warmup=WARMUP_DEFAULT if s.warmup is None else s.warmup)
+    warmup = s.warmup
     ref = detect(s.model)
     if ref.is_onnx:
         from layerscope.analysis.ort_profile import profile_onnx

@@ -4,6 +4,7 @@ set's loader (``loop``) by ``inference_loop``, which needs the training layer's 
 Every setting is a field of ``analysis.profiling.ProfileSettings``."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from layerscope.analysis.profiling import (
@@ -30,8 +31,9 @@ def profile(model: Any = None, inputs: Any = None, *, settings: ProfileSettings 
     from layerscope.training.inference_loop import profile_loop
 
     testing = {} if clock is None else {"clock": clock}
+    s = dataclasses.replace(s, warmup=LOOP_WARMUP_DEFAULT if s.warmup is None else s.warmup)
     return recorded_in(profile_loop(
         s.model, s.loop, synthetic=s.synthetic, data_dir=s.data_dir, batch_size=s.batch_size,
-        batches=s.runs, warmup=LOOP_WARMUP_DEFAULT if s.warmup is None else s.warmup,
+        batches=s.runs, warmup=s.warmup,
         device=s.device, num_workers=s.num_workers, threads=s.threads, progress=progress,
         **testing), s)
