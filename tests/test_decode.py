@@ -149,7 +149,7 @@ def test_the_result_is_saved_read_back_and_drawn(config, monkeypatch, tmp_path):
     (["--decode", "0"], "--decode"),
     (["--decode", "2", "--backward"], "--backward does not apply"),
     (["--decode", "2", "--runs", "3"], "--runs does not apply"),
-    (["--context", "8"], "--context is the KV cache of --decode"),
+    (["--context", "8"], "--context sets the KV cache of --decode N: give both"),
 ], ids=["zero-steps", "backward", "runs", "context-alone"])
 def test_bad_decode_options_are_one_line_exit_2(config, argv, message):
     code, out, err = run_cli("profile", config, *argv)

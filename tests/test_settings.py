@@ -127,8 +127,8 @@ def test_every_profile_setting_is_an_option_an_argument_and_recorded():
 
 
 @pytest.mark.parametrize("overrides,words", [
-    ({"context": 8}, "context is the KV cache of decode"),
-    ({"decode": 2, "runs": 3}, "decode times decode steps of a language model: runs does not"),
+    ({"context": 8}, "context sets the KV cache of decode N"),
+    ({"decode": 2, "runs": 3}, r"decode N times decode steps .*: runs does not apply"),
     ({"loop": "digits", "kernels": True, "nvtx": True},
      "loop takes the model's input from the data set: kernels and nvtx do not apply"),
     ({"synthetic": True}, "synthetic is for loop DATASET"),

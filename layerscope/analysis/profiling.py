@@ -85,13 +85,11 @@ class ProfileSettings(Settings):
 
     def check(self) -> None:
         if self.context is not None and self.decode is None:
-            raise UserError("context is the KV cache of decode: give decode N with it",
+            raise UserError("context sets the KV cache of decode N: give both",
                             arguments=("context", "decode"))
         if self.decode is not None:
-            _none_given(self, "decode times decode steps of a language model", (
-                "loop", *LAYER_ONLY, "runs", "roofline"),
-                " (decode N sets the timed steps, context the KV cache, batch_size the "
-                "sequences)")
+            _none_given(self, "decode N times decode steps of a language model (its "
+                              "sequences: batch size)", ("loop", *LAYER_ONLY, "runs", "roofline"))
         elif self.loop is not None:
             _none_given(self, "loop takes the model's input from the data set", LAYER_ONLY)
         else:
@@ -117,13 +115,13 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _none_given(s: Settings, what: str, names: tuple[str, ...], tail: str = "") -> None:
+def _none_given(s: Settings, what: str, names: tuple[str, ...]) -> None:
     """Refuse the settings of ``names`` that were given: ``what`` (which starts with the
     setting that rules them out) leaves them out."""
     given = [n for n in names if _given(s, n)]
     if given:
         verb = "does" if len(given) == 1 else "do"
-        raise UserError(f"{what}: {_listed(given)} {verb} not apply{tail}",
+        raise UserError(f"{what}: {_listed(given)} {verb} not apply",
                         arguments=(what.split()[0], *given))
 
 
