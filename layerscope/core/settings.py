@@ -205,3 +205,18 @@ def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
             return [w for v in value for w in (flag, str(v))]
         return [flag, *map(str, value)]
     return [flag, str(value)]
+
+
+# --- set36a
+def with_model(cls: type[S], settings: S | None, model: Any, inputs: Any,
+               overrides: dict[str, Any], verb: str) -> S:
+    """The settings of an entry point called as ``f(model, inputs, settings=, **overrides)``:
+    ``settings`` (default: the defaults) with the model, inputs and keyword arguments given;
+    without a model anywhere, "give the model to VERB"."""
+    if model is not None:
+        overrides["model"] = model
+    if inputs is not None:
+        overrides["inputs"] = inputs
+    if settings is None and "model" not in overrides:
+        raise UserError(f"give the model to {verb}", arguments="model")
+    return cls.of(settings, **overrides)

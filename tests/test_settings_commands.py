@@ -1,0 +1,102 @@
+"""The commands converted to one settings declaration each (analyze, graph, activations,
+compare, export): every field of a command's settings is an option of its parser (or declared
+``cli=False``), read back by ``settings_from``, and kept in the saved result's settings (or
+declared ``record=False``); each cross-field rule (``check()``) refuses in one line naming the
+fields."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from layerscope.analysis.analyze import AnalyzeSettings
+from layerscope.cli.main import build_parser
+from layerscope.core.errors import UserError
+from layerscope.core.settings import spec_of
+from layerscope.renderers.view_settings import AnalyzeViewSettings
+
+# (command, its settings classes, a command line that parses)
+COMMANDS = [
+    ("analyze", (AnalyzeSettings, AnalyzeViewSettings), ["mnist-cnn"]),
+]
+
+
+def _subparser(command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+@pytest.mark.parametrize("command,classes,argv", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_every_setting_is_an_option_of_its_command(command, classes, argv):
+    p = _subparser(command)
+    dests = {a.dest for a in p._actions}
+    args = p.parse_args(argv)
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            spec = spec_of(f)
+            assert spec is not None, f"{cls.__name__}.{f.name} is not declared with option()"
+            assert (f.name in dests) == spec.cli, f.name
+        from layerscope.cli.common import settings_from
+
+        s = settings_from(cls, args)
+        recorded = s.recorded()
+        for f in dataclasses.fields(cls):
+            assert (f.name in recorded) == spec_of(f).record, f.name
+
+
+# (id, settings class, arguments, the one line of the refusal, the fields it names)
+REFUSALS = [
+    ("analyze-view", AnalyzeViewSettings, {"op_type": "Conv"},
+     "op_type and skip_trivial select the rows of the views ops, attributes, bandwidth "
+     "(view layers shows the whole report)", ("op_type", "skip_trivial", "view")),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs,words,names", [c[1:] for c in REFUSALS],
+                         ids=[c[0] for c in REFUSALS])
+def test_a_cross_field_rule_refuses_in_one_line_naming_the_fields(cls, kwargs, words, names):
+    with pytest.raises(UserError) as e:
+        cls(**kwargs)
+    assert str(e.value) == words and e.value.arguments == names
+
+
+def test_analyze_records_its_settings_below_what_the_analysis_found():
+    """A report's settings keep every recorded setting (batch_size, seq_len: new), with the
+    analysis' own words winning: the dtype's name, no optimizer outside training."""
+    import torch.nn as nn
+
+    import layerscope
+
+    r = layerscope.analyze(nn.Linear(4, 3), (2, 4), batch_size=5, dtype="float16")
+    assert r.settings == {"batch_size": 5, "depth": None, "dtype": "float16",
+                          "mode": "inference", "seq_len": None, "attention": "causal",
+                          "optimizer": None}
+    s = AnalyzeSettings(model=nn.Linear(4, 3), inputs=(2, 4), mode="training",
+                        optimizer="sgd")
+    t = layerscope.analyze(settings=s)
+    assert (t.settings["mode"], t.settings["optimizer"]) == ("training", "sgd")
+    assert layerscope.analyze(settings=s, optimizer="momentum").settings["optimizer"] == \
+        "momentum"
+
+
+def test_analyze_optimizers_are_the_ones_it_counts_state_for():
+    from layerscope.analysis.static import OPTIMIZER_STATE_FACTOR
+
+    optimizer = next(f for f in dataclasses.fields(AnalyzeSettings) if f.name == "optimizer")
+    assert spec_of(optimizer).choices == tuple(OPTIMIZER_STATE_FACTOR)
+
+
+@pytest.mark.parametrize("kwargs,words,names", [
+    ({"attention": "x"}, "unknown attention 'x': use causal or full", ("attention",)),
+    ({"optimizer": "lion"}, "unknown optimizer 'lion': use sgd, momentum, adam or adamw",
+     ("optimizer",)),
+    ({"depth": -1}, "depth must be 0 or more, got -1", ("depth",)),
+    ({"batch_size": 0}, "batch_size must be at least 1, got 0", ("batch_size",)),
+])
+def test_analyze_refuses_a_bad_setting_before_loading_the_model(kwargs, words, names):
+    import layerscope
+
+    with pytest.raises(UserError) as e:
+        layerscope.analyze("no-such-model", **kwargs)
+    assert str(e.value) == words and e.value.arguments == names
