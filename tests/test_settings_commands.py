@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 
 from layerscope.analysis.analyze import AnalyzeSettings
+from layerscope.analysis.graph import GraphSettings
 from layerscope.cli.main import build_parser
 from layerscope.core.errors import UserError
 from layerscope.core.settings import spec_of
@@ -19,6 +20,7 @@ from layerscope.renderers.view_settings import AnalyzeViewSettings
 # (command, its settings classes, a command line that parses)
 COMMANDS = [
     ("analyze", (AnalyzeSettings, AnalyzeViewSettings), ["mnist-cnn"]),
+    ("graph", (GraphSettings,), ["mnist-cnn"]),
 ]
 
 
@@ -100,3 +102,24 @@ def test_analyze_refuses_a_bad_setting_before_loading_the_model(kwargs, words, n
     with pytest.raises(UserError) as e:
         layerscope.analyze("no-such-model", **kwargs)
     assert str(e.value) == words and e.value.arguments == names
+
+
+@pytest.mark.parametrize("cls,kwargs,words,names", [
+    (GraphSettings, {"metric": "speed"}, "unknown metric 'speed': use one of flops, macs, "
+     "params, weight_bytes, bytes_read, bytes_written, activation_bytes, intensity",
+     ("metric",)),
+])
+def test_a_bad_value_is_refused_naming_its_argument(cls, kwargs, words, names):
+    with pytest.raises(UserError) as e:
+        cls(model="mnist-cnn", **kwargs)
+    assert str(e.value).startswith(words) and e.value.arguments == names
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda ls: ls.graph(), "give the model to draw"),
+])
+def test_an_entry_point_without_its_model_says_so(call, words):
+    import layerscope
+
+    with pytest.raises(UserError, match=words):
+        call(layerscope)
