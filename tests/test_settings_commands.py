@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from layerscope.analysis.activations import ActivationsSettings
 from layerscope.analysis.analyze import AnalyzeSettings
 from layerscope.analysis.graph import GraphSettings
 from layerscope.cli.main import build_parser
@@ -21,6 +22,7 @@ from layerscope.renderers.view_settings import AnalyzeViewSettings
 COMMANDS = [
     ("analyze", (AnalyzeSettings, AnalyzeViewSettings), ["mnist-cnn"]),
     ("graph", (GraphSettings,), ["mnist-cnn"]),
+    ("activations", (ActivationsSettings,), ["mnist-cnn"]),
 ]
 
 
@@ -108,6 +110,9 @@ def test_analyze_refuses_a_bad_setting_before_loading_the_model(kwargs, words, n
     (GraphSettings, {"metric": "speed"}, "unknown metric 'speed': use one of flops, macs, "
      "params, weight_bytes, bytes_read, bytes_written, activation_bytes, intensity",
      ("metric",)),
+    (ActivationsSettings, {"seed": -1}, "seed must be", ("seed",)),
+    (ActivationsSettings, {"batch_size": 0}, "batch_size must be at least 1, got 0",
+     ("batch_size",)),
 ])
 def test_a_bad_value_is_refused_naming_its_argument(cls, kwargs, words, names):
     with pytest.raises(UserError) as e:
@@ -117,6 +122,7 @@ def test_a_bad_value_is_refused_naming_its_argument(cls, kwargs, words, names):
 
 @pytest.mark.parametrize("call,words", [
     (lambda ls: ls.graph(), "give the model to draw"),
+    (lambda ls: ls.activations(layers="conv.*"), "give the model to capture"),
 ])
 def test_an_entry_point_without_its_model_says_so(call, words):
     import layerscope
