@@ -12,6 +12,7 @@ import pytest
 
 from layerscope.analysis.activations import ActivationsSettings
 from layerscope.analysis.analyze import AnalyzeSettings
+from layerscope.analysis.compare.join import CompareSettings
 from layerscope.analysis.graph import GraphSettings
 from layerscope.cli.main import build_parser
 from layerscope.core.errors import UserError
@@ -23,6 +24,7 @@ COMMANDS = [
     ("analyze", (AnalyzeSettings, AnalyzeViewSettings), ["mnist-cnn"]),
     ("graph", (GraphSettings,), ["mnist-cnn"]),
     ("activations", (ActivationsSettings,), ["mnist-cnn"]),
+    ("compare", (CompareSettings,), ["mnist-cnn", "resnet20"]),
 ]
 
 
@@ -123,9 +125,26 @@ def test_a_bad_value_is_refused_naming_its_argument(cls, kwargs, words, names):
 @pytest.mark.parametrize("call,words", [
     (lambda ls: ls.graph(), "give the model to draw"),
     (lambda ls: ls.activations(layers="conv.*"), "give the model to capture"),
+    (lambda ls: ls.compare("mnist-cnn"), "give both sides to compare: a and b"),
 ])
 def test_an_entry_point_without_its_model_says_so(call, words):
     import layerscope
 
     with pytest.raises(UserError, match=words):
         call(layerscope)
+
+
+def test_compare_takes_its_settings_or_its_arguments():
+    """Settings and overrides give the same comparison as the positional arguments (two
+    saved-free sides: two Reports, so nothing is analysed twice)."""
+    import torch.nn as nn
+
+    import layerscope
+
+    ra = layerscope.analyze(nn.Sequential(nn.Linear(4, 3)), (2, 4))
+    rb = layerscope.analyze(nn.Sequential(nn.Linear(4, 5)), (2, 4))
+    plain = layerscope.compare(ra, rb)
+    declared = layerscope.compare(settings=CompareSettings(a=ra, b=rb))
+    overridden = layerscope.compare(settings=CompareSettings(a=ra, b=ra), b=rb)
+    assert plain.to_dict() == declared.to_dict() == overridden.to_dict()
+    assert not plain.identical
