@@ -14,6 +14,7 @@ from layerscope.analysis.activations import ActivationsSettings
 from layerscope.analysis.analyze import AnalyzeSettings
 from layerscope.analysis.compare.join import CompareSettings
 from layerscope.analysis.graph import GraphSettings
+from layerscope.analysis.onnx_export import ExportSettings
 from layerscope.cli.main import build_parser
 from layerscope.core.errors import UserError
 from layerscope.core.settings import spec_of
@@ -25,6 +26,7 @@ COMMANDS = [
     ("graph", (GraphSettings,), ["mnist-cnn"]),
     ("activations", (ActivationsSettings,), ["mnist-cnn"]),
     ("compare", (CompareSettings,), ["mnist-cnn", "resnet20"]),
+    ("export", (ExportSettings,), ["mnist-cnn", "-o", "m.onnx"]),
 ]
 
 
@@ -148,3 +150,46 @@ def test_compare_takes_its_settings_or_its_arguments():
     overridden = layerscope.compare(settings=CompareSettings(a=ra, b=ra), b=rb)
     assert plain.to_dict() == declared.to_dict() == overridden.to_dict()
     assert not plain.identical
+
+
+def test_export_checks_the_opset_against_the_exporter_it_uses():
+    """A cross-field rule: the opsets an exporter writes bound ``opset``; the message names
+    the exporter and its range."""
+    from layerscope.analysis.onnx_export import opset_range
+
+    for exporter in ("dynamo", "legacy"):
+        low, high = opset_range(exporter)
+        with pytest.raises(UserError) as e:
+            ExportSettings(model="mnist-cnn", exporter=exporter, opset=high + 1)
+        assert str(e.value).endswith(f"; the {exporter} exporter writes opsets {low} to {high}")
+        assert e.value.arguments == ("opset",)
+        assert ExportSettings(model="mnist-cnn", exporter=exporter, opset=str(high)).opset == high
+
+
+def test_export_flags_keep_their_own_help_and_read_back():
+    """--dynamo and --legacy set one field (``consts``), each flag with its own help; the words
+    ``flags`` writes parse back to the same settings."""
+    p = _subparser("export")
+    helps = {a.option_strings[0]: a.help for a in p._actions if a.dest == "exporter"}
+    assert helps == {"--dynamo": "torch.export-based exporter (default): nodes keep their "
+                                 "module path",
+                     "--legacy": "TorchScript-based exporter (folds BatchNorm into Conv)"}
+    words = ExportSettings.flags(exporter="legacy", verify=False, opset=13, seed=3)
+    assert words == ["--opset", "13", "--legacy", "--seed", "3", "--no-verify"]
+    from layerscope.cli.common import settings_from
+
+    s = settings_from(ExportSettings, p.parse_args(["mnist-cnn", "-o", "m.onnx", *words]))
+    assert (s.exporter, s.verify, s.opset, s.seed, s.path) == ("legacy", False, 13, 3, None)
+    assert settings_from(ExportSettings, p.parse_args(["m", "-o", "m.onnx"])).exporter == "dynamo"
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"path": "m.txt"}, "path 'm.txt': the output file name must end in .onnx"),
+    ({}, "give the path to write (a file name ending in .onnx)"),
+])
+def test_export_refuses_a_path_that_is_not_an_onnx_file(kwargs, words):
+    import layerscope
+
+    with pytest.raises(UserError) as e:
+        layerscope.export_onnx("mnist-cnn", **kwargs)
+    assert str(e.value) == words and e.value.arguments == ("path",)
