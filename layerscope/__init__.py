@@ -7,7 +7,7 @@ from layerscope.renderers import display as _display
 __all__ = ["analyze", "profile", "sweep", "ops", "train", "ablate", "predict", "activations",
            "compare", "graph", "export_onnx", "watch", "llm", "plan", "Report", "LayerRow",
            "Totals", "__version__", "scaling", "advise", "load", "memory", "diff",
-           "ProfileSettings"]
+           "ProfileSettings", "AnalyzeSettings"]
 
 
 def load(path):
@@ -43,6 +43,10 @@ def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free u
         from layerscope.training.profiling import profile
 
         return profile
+    if name == "AnalyzeSettings":
+        from layerscope.analysis.analyze import AnalyzeSettings
+
+        return AnalyzeSettings
     if name == "ProfileSettings":
         from layerscope.analysis.profiling import ProfileSettings
 

@@ -147,7 +147,7 @@ def test_cli_writes_each_format(hand, tmp_path, ext, monkeypatch):
     (["-o", "g.png"], ".svg, .html or .dot"),
     (["--nodes", "Conv"], "matches no node"),
     (["--nodes", "("], "not a valid regular expression"),
-    (["--metric", "speed"], "unknown metric"),
+    (["--metric", "speed"], "unknown --metric"),
 ], ids=["bad-extension", "no-match", "bad-regex", "bad-metric"])
 def test_cli_errors_are_one_line(hand, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

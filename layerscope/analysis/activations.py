@@ -1,16 +1,20 @@
-"""Activation capture: forward hooks save the outputs of matching layers (real run)."""
+"""Activation capture: forward hooks save the outputs of matching layers (real run). Its
+settings (``ActivationsSettings``) are declared here too; torch is imported when a capture
+runs, so the command line builds its parser without it."""
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-import torch.nn as nn
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from layerscope.analysis import modes
-from layerscope.core import values
+from layerscope.core import options, values
 from layerscope.core.activation_records import ActivationCapture, ActivationStat
 from layerscope.core.errors import UserError, first_line
-from layerscope.frontends.inputs import real_inputs
+from layerscope.core.settings import Settings, option, with_model
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
 
 
 def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
@@ -20,16 +24,37 @@ def select_modules(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]
             if name and (rx.fullmatch(name) or rx.fullmatch(type(m).__name__))]
 
 
-def activations(model: str | nn.Module, inputs: Any = None, *, layers: str = ".*",
-                batch_size: int | None = None, seed: int = 0) -> ActivationCapture:
-    """Run the model once on seeded random inputs and keep the outputs of matching layers.
+@dataclasses.dataclass(kw_only=True, eq=False)
+class ActivationsSettings(Settings):
+    """Every setting of ``layerscope activations`` and ``layerscope.activations`` (where the
+    arrays go and how the statistics are shown are the command line's output options)."""
+
+    model: Any = options.model()
+    inputs: Any = options.inputs()
+    batch_size: int | None = options.batch_size()
+    layers: str = option(".*", "regular expression matched (fully) against layer names and "
+                               "types, e.g. 'Conv2d|features.*'")
+    seed: int = option(0, "seed of the random input and of a built-in model's random weights "
+                          "(default 0, as in every command)", parse=values.seed)
+
+
+def activations(model: str | nn.Module | None = None, inputs: Any = None, *,
+                settings: ActivationsSettings | None = None,
+                **overrides: Any) -> ActivationCapture:
+    """Run the model once on seeded random inputs and keep the outputs of matching layers
+    (``layers``: a regular expression on layer names and types; ``batch_size``).
 
     ``seed`` seeds both the input and the weights of built-in models (the same as in export and
-    verify), so two runs give the same arrays."""
+    verify), so two runs give the same arrays. ``settings``: an ``ActivationsSettings``;
+    keyword arguments override its fields."""
+    import torch
+
     from layerscope.analysis.analyze_torch import normalize_inputs
+    from layerscope.frontends.inputs import real_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
-    seed = values.seed(seed, "seed")
+    s = with_model(ActivationsSettings, settings, model, inputs, overrides, "capture")
+    model, inputs, layers, batch_size, seed = s.model, s.inputs, s.layers, s.batch_size, s.seed
     loaded = resolve(model, seed=seed)
     if loaded.frontend == "torchscript":  # forward hooks are how layer outputs are kept
         raise UserError(f"{loaded.name}: activations need forward hooks, which TorchScript "

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from layerscope.analysis import capture, dense_experts, llm_counts, static
@@ -21,7 +20,6 @@ from layerscope.analysis.model_prep import (
     needs_arguments,
     unwrap,
 )
-from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.report import Report
@@ -76,19 +74,12 @@ def load(model: str | nn.Module, inputs: Any = None, batch_size: int | None = No
 
 
 @without_dynamo()  # loading and capture compile nothing
-def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] | None,
-                   batch_size: int | None, depth: int | None, dtype: str | torch.dtype | None,
-                   mode: str, optimizer: str, functions: bool, seq_len: int | None,
-                   attention: str) -> Report:
-    """``layerscope.analyze`` (its arguments checked there) of anything but an ONNX file."""
-    if optimizer not in static.OPTIMIZER_STATE_FACTOR:
-        raise UserError(f"unknown optimizer {optimizer!r}: use one of "
-                        f"{', '.join(static.OPTIMIZER_STATE_FACTOR)}")
-    if depth is not None:
-        depth = values.non_negative_int(depth, "depth")
-    if isinstance(dtype, str):
-        dtype = parse_dtype(dtype)
-    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
+def analyze_module(s: Any, kwargs: dict[str, Any] | None) -> Report:
+    """``layerscope.analyze`` of anything but an ONNX file; ``s``: its ``AnalyzeSettings``
+    (checked there; not imported here, since ``analyze`` imports this module)."""
+    dtype = parse_dtype(s.dtype) if isinstance(s.dtype, str) else s.dtype
+    mode, functions, attention = s.mode, s.functions, s.attention
+    loaded = load(s.model, s.inputs, s.batch_size, kwargs=kwargs, seq_len=s.seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
     notes += loaded.extras.get("notes", [])  # the frontend's (an hf: config's defaults)
     if not has_forward(module):
@@ -124,7 +115,7 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
     if routing is not None:  # experts computed densely: counted as the router's top-k
         notes += dense_experts.count_routed(cap, routing)
     ops, coverage = static.uncounted(cap)
-    totals = static.totals(cap, module, optimizer)
+    totals = static.totals(cap, module, s.optimizer)
     if routing is not None:
         totals.params_active = llm_counts.active_params(module, totals.params, routing)
         notes += llm_counts.moe_notes(routing)
@@ -133,12 +124,12 @@ def analyze_module(model: str | nn.Module, inputs: Any, kwargs: dict[str, Any] |
         frontend=loaded.frontend,
         inputs=describe_all(loaded.inputs, loaded.kwargs),
         totals=totals,
-        layers=static.layer_rows(cap, depth, functions),
+        layers=static.layer_rows(cap, s.depth, functions),
         uncounted_ops=ops,
         op_coverage=coverage,
-        settings={"mode": mode, "depth": depth,
+        settings={"mode": mode, "depth": s.depth,
                   "dtype": str(dtype).removeprefix("torch.") if dtype else None,
-                  "optimizer": optimizer if mode == "training" else None,
+                  "optimizer": s.optimizer if mode == "training" else None,
                   "attention": attention,
                   **({"functions": True} if functions else {})},
         environment=environment(),

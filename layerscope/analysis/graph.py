@@ -14,12 +14,14 @@ count (analysis/graph_collapse.py). The result is data (core/graph_records.py);
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from layerscope.analysis.graph_collapse import collapse as collapse_repeats
-from layerscope.core import tree, values
+from layerscope.core import options, tree, values
 from layerscope.core.errors import UserError
 from layerscope.core.graph_records import METRICS, GraphEdge, GraphNode, ModelGraph
+from layerscope.core.settings import Settings, option, with_model
 from layerscope.frontends.detect import detect
 
 # Nodes hidden by default: they hold data, not work, and would double a graph's size
@@ -177,21 +179,53 @@ def _keep(graph: ModelGraph, pattern: str) -> ModelGraph:
                                            "paths through them are drawn as one edge"])
 
 
-def graph(model: Any, inputs: Any = None, *, batch_size: int | None = None,
-          metric: str = "flops", nodes: str | None = None, all_nodes: bool = False,
-          collapse: bool = True) -> ModelGraph:
+def metric_name(value: Any, name: str | None = None) -> str:
+    """A metric a graph's nodes are coloured by (one of ``METRICS``)."""
+    if value not in METRICS:
+        raise UserError(f"unknown {name or 'metric'} {value!r}: use one of "
+                        f"{', '.join(METRICS)}", arguments=name or ())
+    return str(value)
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class GraphSettings(Settings):
+    """Every setting of ``layerscope graph`` and ``layerscope.graph`` (the drawing's file and
+    the node list's format are the command line's output options, listed before ``PLAIN``'s
+    fields)."""
+
+    model: Any = options.model()
+    inputs: Any = options.inputs()
+    batch_size: int | None = options.batch_size()
+    metric: str = option("flops", "colour by flops (default), macs, params, weight_bytes, "
+                                  "bytes_read, bytes_written, activation_bytes or intensity",
+                         parse=metric_name, metavar="METRIC", group=options.PLAIN)
+    nodes: str | None = option(None, "draw only nodes whose name or type matches (paths "
+                                     "through the others become one edge)", metavar="REGEX",
+                               group=options.PLAIN)
+    all_nodes: bool = option(False, "ONNX: also draw Constant nodes (hidden by default)",
+                             group=options.PLAIN)
+    collapse: bool = option(True, "draw every node: by default, repeated parallel nodes (same "
+                                  "type and output shape between the same nodes, e.g. a "
+                                  "rewrite's tiles) are one node with their count",
+                            flag="--no-collapse", group=options.PLAIN)
+
+
+def graph(model: Any = None, inputs: Any = None, *, settings: GraphSettings | None = None,
+          **overrides: Any) -> ModelGraph:
     """The data-flow graph of ``model`` (a spec, an ``nn.Module`` or an ONNX file) with
     ``metric`` (one of METRICS) on every node; ``nodes``: a regex on node names/types;
     ``collapse``: repeated parallel nodes (same type and output shape between the same nodes)
-    become one node with their count and summed figures."""
-    if metric not in METRICS:
-        raise UserError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
+    become one node with their count and summed figures. ``settings``: a ``GraphSettings``;
+    keyword arguments (``batch_size``, ``metric``, ``nodes``, ``all_nodes``, ``collapse``)
+    override its fields."""
+    s = with_model(GraphSettings, settings, model, inputs, overrides, "draw")
+    model, inputs, batch_size = s.model, s.inputs, s.batch_size
     ref = detect(model)
     if ref.is_onnx:
-        g = _onnx_graph(ref.spec, inputs, batch_size, all_nodes)
+        g = _onnx_graph(ref.spec, inputs, batch_size, s.all_nodes)
     else:
         g = _torch_graph(model, inputs, batch_size)
-    g.metric = metric
-    if nodes:
-        g = _keep(g, nodes)
-    return collapse_repeats(g) if collapse else g
+    g.metric = s.metric
+    if s.nodes:
+        g = _keep(g, s.nodes)
+    return collapse_repeats(g) if s.collapse else g

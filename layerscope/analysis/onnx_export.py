@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerscope.analysis import modes
-from layerscope.core import values
+from layerscope.core import options, values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import check_output, resolve, temp_dir
+from layerscope.core.settings import Settings, option, with_model
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17
@@ -186,30 +187,68 @@ def opset_range(exporter: str) -> tuple[int, int]:
     return low, high
 
 
-def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | None = None,
-                opset: int | None = None, exporter: str = "dynamo", fold_batchnorm: bool = False,
-                verify: bool = True, seed: int = 0) -> ExportResult:
+def onnx_path(value: Any, name: str | None = "path") -> str:
+    """Where an export goes: a file name ending in .onnx."""
+    if not isinstance(value, str) or not value.lower().endswith(".onnx"):
+        raise UserError(f"{name} {value!r}: the output file name must end in .onnx",
+                        arguments=name or ())
+    return value
+
+
+@dataclass(kw_only=True, eq=False)
+class ExportSettings(Settings):
+    """Every setting of ``layerscope export`` and ``layerscope.export_onnx`` (``path`` is the
+    command line's -o, declared with its other output options)."""
+
+    model: Any = options.model()
+    inputs: Any = options.inputs()
+    batch_size: int | None = options.batch_size()
+    path: str | None = option(None, "where to write", parse=onnx_path, cli=False)
+    opset: int | None = option(None, "ONNX opset (default: the exporter's; legacy: 17)",
+                               parse=values.positive_int, group=options.PLAIN)
+    exporter: str = option("dynamo", choices=EXPORTERS, group=options.PLAIN, consts=(
+        ("--dynamo", "dynamo", "torch.export-based exporter (default): nodes keep their "
+                               "module path"),
+        ("--legacy", "legacy", "TorchScript-based exporter (folds BatchNorm into Conv)")))
+    fold_batchnorm: bool = option(False, "dynamo: run the full onnxscript optimizer, folding "
+                                         "BatchNorm into Conv", group=options.PLAIN)
+    seed: int = option(0, "seed of a built-in model's random weights (default 0, the same in "
+                          "every command, so 'verify' agrees)", parse=values.seed,
+                       group=options.PLAIN)
+    verify: bool = option(True, "do not load the result in an onnxruntime session",
+                          flag="--no-verify", group=options.PLAIN)
+
+    def check(self) -> None:
+        if self.opset is not None:  # the opsets the chosen exporter writes
+            low, high = opset_range(self.exporter)
+            try:
+                self.opset = values.whole_number(self.opset, "opset", minimum=low,
+                                                 maximum=high)
+            except UserError as exc:
+                raise UserError(f"{exc}; the {self.exporter} exporter writes opsets {low} to "
+                                f"{high}", arguments=exc.arguments) from None
+
+
+def export_onnx(model: Any = None, path: str | None = None, *,
+                settings: ExportSettings | None = None, **overrides: Any) -> ExportResult:
     """Export a model spec (or module) to ``path``; see the module docstring for the exporters.
 
     ``seed``: built-in models and factories draw their random weights from it (as ``verify``
-    does, so the export verifies against the same spec)."""
+    does, so the export verifies against the same spec). ``settings``: an ``ExportSettings``;
+    keyword arguments (``inputs``, ``batch_size``, ``opset``, ``exporter``,
+    ``fold_batchnorm``, ``verify``, ``seed``) override its fields."""
     from layerscope.analysis.analyze_torch import load
 
-    if exporter not in EXPORTERS:
-        raise UserError(f"unknown exporter {exporter!r}: use {' or '.join(EXPORTERS)}")
-    if not path.lower().endswith(".onnx"):
-        raise UserError(f"path {path!r}: the output file name must end in .onnx",
+    if path is not None:
+        overrides["path"] = path
+    s = with_model(ExportSettings, settings, model, None, overrides, "export")
+    if s.path is None:
+        raise UserError("give the path to write (a file name ending in .onnx)",
                         arguments="path")
-    if opset is not None:
-        low, high = opset_range(exporter)
-        try:
-            opset = values.whole_number(opset, "opset", minimum=low, maximum=high)
-        except UserError as exc:
-            raise UserError(f"{exc}; the {exporter} exporter writes opsets {low} to "
-                            f"{high}", arguments=exc.arguments) from None
+    path, exporter, opset, fold_batchnorm = s.path, s.exporter, s.opset, s.fold_batchnorm
     check_output(path)
     destination_dir = os.path.dirname(os.path.abspath(resolve(path)))
-    loaded = load(model, inputs, batch_size, meta=False, seed=seed)
+    loaded = load(s.model, s.inputs, s.batch_size, meta=False, seed=s.seed)
     xs = _example_inputs(loaded.inputs)
     module = loaded.module
     flags = modes.flags(module)  # every submodule's (a model may mix train and eval ones)
@@ -232,7 +271,7 @@ def export_onnx(model: Any, path: str, *, inputs: Any = None, batch_size: int | 
         finally:
             modes.restore(flags)
         ir_version = _cap_ir_version(tmp_path)
-        verified = verify_loads(tmp_path) if verify else None
+        verified = verify_loads(tmp_path) if s.verify else None
         opset_used, nodes, initializers = _summary(tmp_path)
         _move_into_place(tmpdir, filename, destination_dir, path)
     return ExportResult(path=path, exporter=exporter, opset=opset_used, ir_version=ir_version,

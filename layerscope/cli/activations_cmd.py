@@ -1,23 +1,19 @@
-"""layerscope activations MODEL --layers REGEX -o acts.npz: capture layer outputs."""
+"""layerscope activations MODEL --layers REGEX -o acts.npz: capture layer outputs. Every option
+but the output's is a field of ``analysis.activations.ActivationsSettings``."""
 from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_file_output, add_model_inputs
-from layerscope.core.values import arg, seed, width
+from layerscope.analysis.activations import ActivationsSettings
+from layerscope.cli.common import add_all_settings, add_file_output, settings_from
+from layerscope.core.values import arg, width
 
 UNLIMITED_WIDTH = 10_000
 
 
 def register(sub) -> None:
     p = sub.add_parser("activations", help="save the outputs of matching layers and print stats")
-    add_model_inputs(p)
-    p.add_argument("--layers", default=".*",
-                   help="regular expression matched (fully) against layer names and types, "
-                        "e.g. 'Conv2d|features.*'")
-    p.add_argument("--seed", type=arg(seed), default=0,
-                   help="seed of the random input and of a built-in model's random weights "
-                        "(default 0, as in every command)")
+    add_all_settings(p, ActivationsSettings)
     add_file_output(p, "arrays", (".npz",), default=None, metavar="FILE.npz",
                     help="save arrays here")
     p.add_argument("--format", choices=["table", "json"], default="table")
@@ -33,8 +29,7 @@ def run(args) -> int:
     from layerscope.renderers.activations_out import write_npz
     from layerscope.renderers.terminal import render_table
 
-    capture = activations(args.model, args.input, layers=args.layers,
-                          batch_size=args.batch_size, seed=args.seed)
+    capture = activations(settings=settings_from(ActivationsSettings, args))
     if args.output:
         write_npz(capture, args.output)
         if args.output != "-":

@@ -290,8 +290,9 @@ def _add_field(p, into, f, spec) -> None:
         kwargs["default"] = default
     if spec.consts:
         which = into if spec.exclusive else p.add_mutually_exclusive_group()
-        for flag, value in spec.consts:
-            which.add_argument(flag, dest=f.name, action="store_const", const=value, **kwargs)
+        for flag, value, *help in spec.consts:  # a flag's own help, if it has one
+            which.add_argument(flag, dest=f.name, action="store_const", const=value,
+                               **{**kwargs, "help": help[0] if help else spec.help})
         return
     if isinstance(default, bool):
         kwargs["action"] = (argparse.BooleanOptionalAction if spec.negatable

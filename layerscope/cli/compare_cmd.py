@@ -1,7 +1,9 @@
-"""layerscope compare A B: two reports joined layer by layer, every difference explained."""
+"""layerscope compare A B: two reports joined layer by layer, every difference explained.
+Every option but the output's is a field of ``analysis.compare.join.CompareSettings``."""
 from __future__ import annotations
 
-from layerscope.cli.common import add_result_output
+from layerscope.analysis.compare.join import CompareSettings
+from layerscope.cli.common import add_all_settings, add_result_output, settings_from
 
 FORMATS = ("table", "json", "csv", "html")
 
@@ -14,12 +16,7 @@ def register(sub) -> None:
                                    "(layerscope analyze ... --format json -o FILE.json). Rows "
                                    "are joined by PyTorch module path; every difference gets a "
                                    "sentence saying why.")
-    p.add_argument("a", metavar="A", help="first model or report (the reference)")
-    p.add_argument("b", metavar="B", help="second model or report")
-    p.add_argument("--input", action="append", default=None, metavar="SHAPE[:DTYPE]",
-                   help="input shape for both sides, e.g. 1x3x224x224 (repeat for several "
-                        "inputs); default: each side's own, a TorchScript file takes the other "
-                        "side's")
+    add_all_settings(p, CompareSettings)
     add_result_output(p, FORMATS, "table (default), json, csv or html; default from -o's "
                                   "extension",
                       all_help="table: show every joined row, not only the rows that differ")
@@ -31,6 +28,6 @@ def run(args) -> int:
     from layerscope.cli.common import output_result, result_format
 
     fmt = result_format(args, FORMATS, "compare")
-    result = compare(args.a, args.b, inputs=args.input)
+    result = compare(settings=settings_from(CompareSettings, args))
     output_result(result, fmt, args)
     return 0

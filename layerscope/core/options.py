@@ -95,3 +95,10 @@ def kernels(help: str) -> Any:
 def nvtx(help: str) -> Any:
     """--nvtx: NVTX ranges named after the modules and phases, for Nsight Systems."""
     return option(False, help)
+
+
+# --- set36a
+# The title argparse gives a parser's plain options (Python 3.10+). A field declared in this
+# group is listed among them, where the command adds the group: after an option the command
+# declares by hand between (``graph``, ``export``: -o after --batch-size, as they always were).
+PLAIN = "options"

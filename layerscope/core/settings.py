@@ -46,7 +46,8 @@ class OptionSpec:
     repeated, each value appended to a list. ``exclusive``: the name of a group of options of
     which one at most may be given (``--runs`` or ``--min-time``). ``consts``: (flag, value)
     pairs, each a flag that sets the field to its value (``--dynamo`` / ``--legacy`` set
-    ``exporter``), offered instead of a flag of the field's own. ``negatable``: a bool offered
+    ``exporter``), offered instead of a flag of the field's own; a third item is that flag's
+    help (default: the field's). ``negatable``: a bool offered
     as ``--x`` and ``--no-x``. ``record``: False for a field the saved result leaves out of its
     settings (a live object: the model, input tensors; or one the result records elsewhere).
     """
@@ -65,7 +66,7 @@ class OptionSpec:
     nargs: Any = None
     append: bool = False
     exclusive: str | None = None
-    consts: tuple[tuple[str, Any], ...] = ()
+    consts: tuple[tuple[Any, ...], ...] = ()
     negatable: bool = False
     record: bool = True
 
@@ -188,7 +189,7 @@ class Settings:
 
 def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
     spec = spec_of(f) or OptionSpec()
-    for flag, const in spec.consts:
+    for flag, const, *_ in spec.consts:
         if value == const:
             return [flag]
     flag = flag_of(f)
@@ -205,3 +206,18 @@ def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
             return [w for v in value for w in (flag, str(v))]
         return [flag, *map(str, value)]
     return [flag, str(value)]
+
+
+# --- set36a
+def with_model(cls: type[S], settings: S | None, model: Any, inputs: Any,
+               overrides: dict[str, Any], verb: str) -> S:
+    """The settings of an entry point called as ``f(model, inputs, settings=, **overrides)``:
+    ``settings`` (default: the defaults) with the model, inputs and keyword arguments given;
+    without a model anywhere, "give the model to VERB"."""
+    if model is not None:
+        overrides["model"] = model
+    if inputs is not None:
+        overrides["inputs"] = inputs
+    if settings is None and "model" not in overrides:
+        raise UserError(f"give the model to {verb}", arguments="model")
+    return cls.of(settings, **overrides)

@@ -13,13 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from layerscope.core.units import megabytes, si
+from layerscope.renderers.view_settings import VIEWS
 
-VIEWS = ("layers", "ops", "attributes", "bandwidth", "memory")
 # Nodes that do no arithmetic and only hand on a value: the exporters write many (AlexNet's
 # dynamo export holds more Constant/Identity nodes than real ops); --skip-trivial leaves them out.
 TRIVIAL_OPS = ("Constant", "Identity")
-# Views whose rows --op-type and --skip-trivial select (the others show the whole report).
-FILTERED_VIEWS = ("ops", "attributes", "bandwidth")
 
 # Shown in their own columns of the attributes view; everything else goes to "other".
 CONV_ATTRIBUTES = ("kernel_shape", "strides", "pads", "dilations", "group")

@@ -2,6 +2,7 @@
 explained."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -28,8 +29,25 @@ from layerscope.analysis.compare.sides import (
     source_of,
 )
 from layerscope.analysis.compare.totals import explain_peak, explain_total
+from layerscope.core import options
 from layerscope.core.compare_records import CompareSide, RowNumbers
+from layerscope.core.errors import UserError
+from layerscope.core.settings import REQUIRED, Settings, option
 from layerscope.core.tree import with_ancestors
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class CompareSettings(Settings):
+    """Every setting of ``layerscope compare`` and ``layerscope.compare`` (how the comparison
+    is written is the command line's output options)."""
+
+    a: Any = option(REQUIRED, "first model or report (the reference)", positional=True,
+                    metavar="A", record=False)
+    b: Any = option(REQUIRED, "second model or report", positional=True, metavar="B",
+                    record=False)
+    inputs: Any = options.inputs(
+        "input shape for both sides, e.g. 1x3x224x224 (repeat for several inputs); default: "
+        "each side's own, a TorchScript file takes the other side's", metavar="SHAPE[:DTYPE]")
 
 
 # ------------------------------------------------------------------------------- compare
@@ -55,12 +73,23 @@ def unrelated(side_a: Side, side_b: Side) -> Unrelated | None:
     return Unrelated(matched=matched, a_layers=len(la), b_layers=len(lb))
 
 
-def compare(a: Any, b: Any, inputs: Any = None) -> Comparison:
+def compare(a: Any = None, b: Any = None, inputs: Any = None, *,
+            settings: CompareSettings | None = None, **overrides: Any) -> Comparison:
     """Join two reports of the same model by module path and explain every difference.
 
     ``a``/``b``: a model spec, TorchScript file, ONNX file, saved report JSON or Report.
     ``inputs``: input shapes for both sides (as ``analyze`` takes them); by default each side's
-    own, and a TorchScript file takes the other side's."""
+    own, and a TorchScript file takes the other side's. ``settings``: a ``CompareSettings``;
+    keyword arguments override its fields."""
+    given = {k: v for k, v in (("a", a), ("b", b), ("inputs", inputs)) if v is not None}
+    if settings is None and not {"a", "b"} <= {*given, *overrides}:
+        raise UserError("give both sides to compare: a and b", arguments=("a", "b"))
+    s = CompareSettings.of(settings, **given, **overrides)
+    return _join(s.a, s.b, s.inputs)
+
+
+def _join(a: Any, b: Any, inputs: Any) -> Comparison:
+    """``compare`` of two sides with its settings checked."""
     ra, rb, notes = load_sides(a, b, inputs)
     side_a = Side("A", ra, source_of(a), ra.frontend == "onnx")
     side_b = Side("B", rb, source_of(b), rb.frontend == "onnx")
