@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerscope.core import values
+from layerscope.core.errors import UserError
 from layerscope.core.settings import REQUIRED, option
 
 MODEL_HELP = ("built-in name (resnet50, resnet20, mnist-cnn, llama-3-8b, ...), "
@@ -95,3 +96,15 @@ def kernels(help: str) -> Any:
 def nvtx(help: str) -> Any:
     """--nvtx: NVTX ranges named after the modules and phases, for Nsight Systems."""
     return option(False, help)
+
+
+# --- set36b
+def of_call(cls: Any, settings: Any, overrides: dict[str, Any], what: str,
+            **given: Any) -> Any:
+    """The settings of an entry point's call: ``settings`` (a ``cls``, or None: the defaults)
+    with the positional arguments ``given`` that are not None (``model``, ``inputs``) and the
+    keyword ``overrides``; without a model anywhere, "give the model to WHAT"."""
+    overrides = {**overrides, **{k: v for k, v in given.items() if v is not None}}
+    if settings is None and "model" in given and "model" not in overrides:
+        raise UserError(f"give the model to {what}", arguments="model")
+    return cls.of(settings, **overrides)

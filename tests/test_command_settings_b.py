@@ -1,0 +1,80 @@
+"""One settings declaration per command (core.settings), for sweep, ops, roofline, predict,
+verify, rewrite and scaling: every field of a command's settings class is an option of its
+parser and kept in the saved result's settings (or declared record=False), and each rule
+between fields (``check()``) refuses in one line naming the fields."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+
+from layerscope.cli.common import Parser
+from layerscope.core.errors import UserError
+from layerscope.core.settings import spec_of
+
+# (command, its CLI module, the module and name of its settings class)
+COMMANDS = [
+    ("sweep", "layerscope.cli.sweep_cmd", "layerscope.analysis.sweep", "SweepSettings"),
+]
+
+
+def _settings_class(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
+
+def _parser(cli_module: str, command: str) -> Parser:
+    top = Parser(prog="layerscope")
+    sub = top.add_subparsers(dest="command")
+    importlib.import_module(cli_module).register(sub)
+    return sub.choices[command]
+
+
+@pytest.mark.parametrize("command,cli_module,module,name", COMMANDS,
+                         ids=[c[0] for c in COMMANDS])
+def test_every_setting_is_an_option_and_recorded(command, cli_module, module, name):
+    cls = _settings_class(module, name)
+    dests = {a.dest for a in _parser(cli_module, command)._actions}
+    for f in dataclasses.fields(cls):
+        spec = spec_of(f)
+        assert spec is not None, f"{name}.{f.name} is not declared with option()"
+        if spec.cli:
+            assert f.name in dests, f"{command} has no option for {f.name}"
+    required = {f.name: "x" for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    kept = cls(**required).recorded()
+    assert set(kept) == {f.name for f in dataclasses.fields(cls) if spec_of(f).record}
+
+
+# (settings class, its arguments, words of the one-line refusal, the fields it names)
+REFUSED = [
+    ("layerscope.analysis.sweep", "SweepSettings", {"model": "m", "batch_sizes": [1, 0]},
+     "batch_sizes item must be at least 1", ("batch_sizes",)),
+    ("layerscope.analysis.sweep", "SweepSettings", {"model": "m", "devices": "cpu,tpu"},
+     "unknown device 'tpu' in devices: use cpu or cuda", ("devices",)),
+    ("layerscope.analysis.sweep", "SweepSettings", {"model": "m", "backends": []},
+     "backends must list at least one backend", ("backends",)),
+]
+
+
+@pytest.mark.parametrize("module,name,kwargs,words,arguments", REFUSED,
+                         ids=[f"{r[1]}-{'-'.join(r[4])}" for r in REFUSED])
+def test_a_bad_setting_is_refused_naming_its_fields(module, name, kwargs, words, arguments):
+    with pytest.raises(UserError, match=words) as e:
+        _settings_class(module, name)(**kwargs)
+    assert e.value.arguments == arguments and "\n" not in str(e.value)
+
+
+def test_sweep_lists_take_text_or_sequences_and_are_recorded():
+    import torch.nn as nn
+
+    import layerscope
+    from layerscope.analysis.sweep import SweepSettings
+
+    s = SweepSettings(model="m", batch_sizes="1,16", threads=[None], devices=("cpu",))
+    assert (s.batch_sizes, s.threads, s.devices) == ([1, 16], [None], ["cpu"])
+    r = layerscope.sweep(nn.Linear(4, 2), inputs=(1, 4), runs=2, warmup=0,
+                         backends=["torchscript"])
+    assert {k: r.settings[k] for k in ("batch_sizes", "backends", "devices", "runs")} == {
+        "batch_sizes": [1], "backends": ["torchscript"], "devices": ["cpu"], "runs": 2}
+    assert "model" not in r.settings and r.settings["inputs"] == [[1, 4]]
