@@ -16,6 +16,7 @@ from layerscope.core.settings import spec_of
 # (command, its CLI module, the module and name of its settings class)
 COMMANDS = [
     ("sweep", "layerscope.cli.sweep_cmd", "layerscope.analysis.sweep", "SweepSettings"),
+    ("ops", "layerscope.cli.ops_cmd", "layerscope.analysis.op_profile", "OpsSettings"),
 ]
 
 
@@ -54,6 +55,10 @@ REFUSED = [
      "unknown device 'tpu' in devices: use cpu or cuda", ("devices",)),
     ("layerscope.analysis.sweep", "SweepSettings", {"model": "m", "backends": []},
      "backends must list at least one backend", ("backends",)),
+    ("layerscope.analysis.op_profile", "OpsSettings", {"model": "m", "sort": "calls"},
+     "unknown sort 'calls': use self or total", ("sort",)),
+    ("layerscope.analysis.op_profile", "OpsSettings", {"model": "m", "top": 0},
+     "top must be at least 1", ("top",)),
 ]
 
 
@@ -78,3 +83,14 @@ def test_sweep_lists_take_text_or_sequences_and_are_recorded():
     assert {k: r.settings[k] for k in ("batch_sizes", "backends", "devices", "runs")} == {
         "batch_sizes": [1], "backends": ["torchscript"], "devices": ["cpu"], "runs": 2}
     assert "model" not in r.settings and r.settings["inputs"] == [[1, 4]]
+
+
+def test_ops_records_its_settings_and_the_threads_it_used():
+    import torch.nn as nn
+
+    import layerscope
+
+    r = layerscope.ops(nn.Linear(4, 2), inputs=["1x4"], runs=1, warmup=0, top=3, threads=1)
+    assert {k: r.settings[k] for k in ("top", "runs", "warmup", "sort", "threads")} == {
+        "top": 3, "runs": 1, "warmup": 0, "sort": "self", "threads": 1}
+    assert "trace" not in r.settings and r.settings["inputs"] == [[1, 4]]
