@@ -17,6 +17,8 @@ from layerscope.core.settings import spec_of
 COMMANDS = [
     ("sweep", "layerscope.cli.sweep_cmd", "layerscope.analysis.sweep", "SweepSettings"),
     ("ops", "layerscope.cli.ops_cmd", "layerscope.analysis.op_profile", "OpsSettings"),
+    ("roofline", "layerscope.cli.roofline_cmd", "layerscope.analysis.roofline_settings",
+     "RooflineSettings"),
 ]
 
 
@@ -59,6 +61,8 @@ REFUSED = [
      "unknown sort 'calls': use self or total", ("sort",)),
     ("layerscope.analysis.op_profile", "OpsSettings", {"model": "m", "top": 0},
      "top must be at least 1", ("top",)),
+    ("layerscope.analysis.roofline_settings", "RooflineSettings", {"dtype": "int8"},
+     "unknown dtype 'int8': use float32, float16 or bfloat16", ("dtype",)),
 ]
 
 
@@ -94,3 +98,4 @@ def test_ops_records_its_settings_and_the_threads_it_used():
     assert {k: r.settings[k] for k in ("top", "runs", "warmup", "sort", "threads")} == {
         "top": 3, "runs": 1, "warmup": 0, "sort": "self", "threads": 1}
     assert "trace" not in r.settings and r.settings["inputs"] == [[1, 4]]
+
