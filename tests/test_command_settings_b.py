@@ -19,6 +19,7 @@ COMMANDS = [
     ("ops", "layerscope.cli.ops_cmd", "layerscope.analysis.op_profile", "OpsSettings"),
     ("roofline", "layerscope.cli.roofline_cmd", "layerscope.analysis.roofline_settings",
      "RooflineSettings"),
+    ("predict", "layerscope.cli.predict_cmd", "layerscope.training.predict", "PredictSettings"),
 ]
 
 
@@ -63,6 +64,10 @@ REFUSED = [
      "top must be at least 1", ("top",)),
     ("layerscope.analysis.roofline_settings", "RooflineSettings", {"dtype": "int8"},
      "unknown dtype 'int8': use float32, float16 or bfloat16", ("dtype",)),
+    ("layerscope.training.predict", "PredictSettings", {"source": "r", "index": 2, "image": "x"},
+     "index and image each pick the sample: give one of them", ("index", "image")),
+    ("layerscope.training.predict", "PredictSettings", {"source": "r", "k": 0},
+     "k must be at least 1", ("k",)),
 ]
 
 

@@ -103,8 +103,10 @@ def of_call(cls: Any, settings: Any, overrides: dict[str, Any], what: str,
             **given: Any) -> Any:
     """The settings of an entry point's call: ``settings`` (a ``cls``, or None: the defaults)
     with the positional arguments ``given`` that are not None (``model``, ``inputs``) and the
-    keyword ``overrides``; without a model anywhere, "give the model to WHAT"."""
+    keyword ``overrides``; the first of ``given`` is required: without it anywhere, "give the
+    model to WHAT"."""
     overrides = {**overrides, **{k: v for k, v in given.items() if v is not None}}
-    if settings is None and "model" in given and "model" not in overrides:
-        raise UserError(f"give the model to {what}", arguments="model")
+    first = next(iter(given), None)
+    if settings is None and first is not None and first not in overrides:
+        raise UserError(f"give the {first} to {what}", arguments=first)
     return cls.of(settings, **overrides)
