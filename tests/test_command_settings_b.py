@@ -4,6 +4,7 @@ parser and kept in the saved result's settings (or declared record=False), and e
 between fields (``check()``) refuses in one line naming the fields."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 
@@ -20,6 +21,14 @@ COMMANDS = [
     ("roofline", "layerscope.cli.roofline_cmd", "layerscope.analysis.roofline_settings",
      "RooflineSettings"),
     ("predict", "layerscope.cli.predict_cmd", "layerscope.training.predict", "PredictSettings"),
+    ("verify", "layerscope.cli.verify_cmd", "layerscope.rewrite.settings",
+     "VerifySettings"),
+    ("rewrite tile-linear", "layerscope.cli.rewrite_cmd", "layerscope.rewrite.settings",
+     "PassCheck"),
+    ("rewrite linear-subgraph", "layerscope.cli.rewrite_cmd", "layerscope.rewrite.settings",
+     "LinearSubgraphSettings"),
+    ("rewrite linear-subgraph", "layerscope.cli.rewrite_cmd", "layerscope.rewrite.settings",
+     "SubgraphCheck"),
 ]
 
 
@@ -27,11 +36,17 @@ def _settings_class(module: str, name: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _parser(cli_module: str, command: str) -> Parser:
+def _parser(cli_module: str, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command`` ("rewrite linear-subgraph": a subcommand's subcommand)."""
     top = Parser(prog="layerscope")
     sub = top.add_subparsers(dest="command")
     importlib.import_module(cli_module).register(sub)
-    return sub.choices[command]
+    words = command.split()
+    parser = sub.choices[words[0]]
+    for word in words[1:]:
+        inner = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = inner.choices[word]
+    return parser
 
 
 @pytest.mark.parametrize("command,cli_module,module,name", COMMANDS,
@@ -44,7 +59,7 @@ def test_every_setting_is_an_option_and_recorded(command, cli_module, module, na
         assert spec is not None, f"{name}.{f.name} is not declared with option()"
         if spec.cli:
             assert f.name in dests, f"{command} has no option for {f.name}"
-    required = {f.name: "x" for f in dataclasses.fields(cls)
+    required = {f.name: "1" for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     kept = cls(**required).recorded()
     assert set(kept) == {f.name for f in dataclasses.fields(cls) if spec_of(f).record}
@@ -68,6 +83,10 @@ REFUSED = [
      "index and image each pick the sample: give one of them", ("index", "image")),
     ("layerscope.training.predict", "PredictSettings", {"source": "r", "k": 0},
      "k must be at least 1", ("k",)),
+    ("layerscope.rewrite.settings", "VerifySettings", {"a": "x", "b": "y", "runs": 0},
+     "runs must be at least 1", ("runs",)),
+    ("layerscope.rewrite.settings", "LinearSubgraphSettings", {"m": 0, "k": 1, "n": 1},
+     "m must be at least 1", ("m",)),
 ]
 
 
@@ -104,3 +123,34 @@ def test_ops_records_its_settings_and_the_threads_it_used():
         "top": 3, "runs": 1, "warmup": 0, "sort": "self", "threads": 1}
     assert "trace" not in r.settings and r.settings["inputs"] == [[1, 4]]
 
+
+def test_verify_needs_both_models_and_takes_settings():
+    from layerscope.rewrite.settings import VerifySettings
+    from layerscope.rewrite.verify import verify
+
+    with pytest.raises(UserError, match="verify compares two models: give a and b"):
+        verify("a.onnx")
+    s = VerifySettings(a="a.onnx", b="b.onnx", optimization="disable")
+    assert s.optimization == "disabled" and s.tolerances()["runs"] == 5
+
+
+@pytest.mark.parametrize("argv,expected", [
+    ([], {"m": 2, "k": 3, "n": 4, "tile": 64, "bias": True, "weight_seed": 0}),
+    (["--no-bias", "--tile", "8"], {"bias": False, "tile": 8}),
+    (["--bias"], {"bias": True}),
+])
+def test_linear_subgraph_options_parse_into_its_settings(argv, expected):
+    from layerscope.cli.common import settings_from
+    from layerscope.rewrite.settings import LinearSubgraphSettings, SubgraphCheck
+
+    p = _parser("layerscope.cli.rewrite_cmd", "rewrite linear-subgraph")
+    args = p.parse_args(["--m", "2", "--k", "3", "--n", "4", "-o", "d", *argv])
+    s = settings_from(LinearSubgraphSettings, args)
+    assert {k: getattr(s, k) for k in expected} == expected
+    assert settings_from(SubgraphCheck, args).tolerances()["runs"] == 5
+
+
+def test_linear_subgraph_needs_m_k_and_n():
+    p = _parser("layerscope.cli.rewrite_cmd", "rewrite linear-subgraph")
+    with pytest.raises(UserError, match="required: --m"):
+        p.parse_args(["--k", "3", "--n", "4", "-o", "d"])
