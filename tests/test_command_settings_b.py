@@ -29,6 +29,7 @@ COMMANDS = [
      "LinearSubgraphSettings"),
     ("rewrite linear-subgraph", "layerscope.cli.rewrite_cmd", "layerscope.rewrite.settings",
      "SubgraphCheck"),
+    ("scaling", "layerscope.cli.scaling_cmd", "layerscope.training.scaling", "ScalingSettings"),
 ]
 
 
@@ -87,6 +88,8 @@ REFUSED = [
      "runs must be at least 1", ("runs",)),
     ("layerscope.rewrite.settings", "LinearSubgraphSettings", {"m": 0, "k": 1, "n": 1},
      "m must be at least 1", ("m",)),
+    ("layerscope.training.scaling", "ScalingSettings", {"recipe": "r", "nproc": "1,2000"},
+     "nproc each item must be at most 1024", ("nproc",)),
 ]
 
 

@@ -25,7 +25,7 @@ from layerscope.core import options, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.settings import Settings, one_of, option
+from layerscope.core.settings import Settings, option
 from layerscope.core.stats import TimingStats
 from layerscope.core.sweep_records import SweepCell, SweepReport
 
@@ -101,30 +101,6 @@ def _runner(backend: str, module: nn.Module, xs: list[torch.Tensor], device: str
     raise UserError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
 
 
-def listed(item: Callable[..., Any], allowed: tuple[str, ...] | None = None,
-           what: str = "") -> Callable[..., list[Any]]:
-    """The parser of a list setting: a comma-separated text (``1,16,64``, the CLI's) or a
-    sequence, each item checked by ``item`` (None: kept as given) and, with ``allowed``,
-    one of them ("unknown device 'tpu' in devices: use cpu or cuda"); at least one."""
-    def parse(value: Any, name: str | None = None) -> list[Any]:
-        if isinstance(value, str):
-            items = values.comma_list(value, name, item=item or (lambda t, n: t))
-        else:
-            items = [v if v is None or item is None else item(v, f"{name} item" if name else None)
-                     for v in value]
-        bad = [v for v in items if allowed is not None and v not in allowed]
-        if bad:
-            raise UserError(f"unknown {what} {bad[0]!r}{f' in {name}' if name else ''}: use "
-                            f"{one_of(allowed or ())}", arguments=(name,) if name else ())
-        if not items:
-            raise UserError(f"{name} must list at least one {what or 'value'}",
-                            arguments=(name,) if name else ())
-        return items
-
-    parse.__name__ = "listed"
-    return parse
-
-
 @dataclasses.dataclass(kw_only=True, eq=False)
 class SweepSettings(Settings):
     """Every setting of ``layerscope sweep`` and ``layerscope.sweep``: a new one is a field
@@ -134,16 +110,16 @@ class SweepSettings(Settings):
     model: Any = options.model()
     inputs: Any = options.inputs(metavar="SHAPE[:DTYPE]")
     batch_sizes: list[int] = option([1], "e.g. 1,16,64",
-                                    parse=listed(values.positive_int, what="batch size"))
+                                    parse=options.listed(values.positive_int, what="batch size"))
     threads: list[int | None] | None = option(
         None, "e.g. 1,2 (default: torch's setting)",
-        parse=listed(values.thread_count, what="thread count"))
+        parse=options.listed(values.thread_count, what="thread count"))
     devices: list[str] = option(["cpu"], "e.g. cpu,cuda",
-                                parse=listed(None, DEVICES, "device"))
+                                parse=options.listed(None, DEVICES, "device"))
     backends: list[str] = option(["eager"], "from eager,compile,torchscript,onnxruntime",
-                                 parse=listed(None, BACKENDS, "backend"))
+                                 parse=options.listed(None, BACKENDS, "backend"))
     dtypes: list[str] = option(["float32"], "e.g. float32,bfloat16",
-                               parse=listed(None, what="dtype"))
+                               parse=options.listed(None, what="dtype"))
     runs: int = option(20, parse=values.positive_int)
     warmup: int = option(3, parse=values.non_negative_int)
 
