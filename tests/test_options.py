@@ -231,7 +231,7 @@ def test_ort_levels_one_vocabulary_with_aliases(word, level):
     subs = _subparsers()
     assert subs["profile"].parse_args(["m.onnx", "--optimization", word]).optimization == level
     verify = subs["verify"].parse_args(["a.onnx", "b.onnx", "--ort-optimization", word])
-    assert verify.ort_optimization == level
+    assert verify.optimization == level  # the dest is VerifySettings.optimization
 
 
 def test_ort_levels_map_to_onnxruntime():

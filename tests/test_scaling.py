@@ -89,8 +89,8 @@ def test_failure_line(stderr, expected):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"recipe": "no-such-recipe"}, "no-such-recipe"),
-    ({"nproc": []}, "^nproc: give at least one"),
-    ({"nproc": [0]}, "^nproc must be"),
+    ({"nproc": []}, "^nproc must list at least one world size"),
+    ({"nproc": [0]}, "^nproc item must be at least 1"),
     ({"steps": 0}, "^steps must be"),
     ({"device": "tpu"}, "^unknown device 'tpu'"),
     ({"threads": 0}, "^threads must be"),

@@ -81,10 +81,10 @@ def test_speedup_is_throughput_ratio_and_noise_is_overlap():
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--backends", "tensorrt"], "unknown backend 'tensorrt'"),
+    (["--backends", "tensorrt"], "unknown --backends 'tensorrt'"),
     (["--batch-sizes", "1,x"], "--batch-sizes each item must be a whole number"),
     (["--batch-sizes", "0"], "--batch-sizes each item must be at least 1"),
-    (["--devices", "tpu"], "unknown device 'tpu'"),
+    (["--devices", "tpu"], "unknown --devices 'tpu'"),
 ], ids=["unknown-backend", "bad-batch-list", "zero-batch", "unknown-device"])
 def test_sweep_bad_input(argv, expected):
     code, _, err = run_cli("sweep", "mnist-cnn", *argv)

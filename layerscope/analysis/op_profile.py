@@ -7,30 +7,47 @@ afterwards, so nothing stays on the model or in torch.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import shutil
 import time
 from collections.abc import Callable
-from typing import Any
-
-import torch
-import torch.nn as nn
+from typing import TYPE_CHECKING, Any
 
 from layerscope.analysis import modes
-from layerscope.analysis.profiler_ranges import (
-    RANGE_PREFIX,
-    ModuleRanges,
-    quiet_native_stderr,
-)
-from layerscope.core import values
+from layerscope.core import options, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.optable import OpRow, OpTable
+from layerscope.core.settings import Settings, option
 from layerscope.core.stats import TimingStats
 
+if TYPE_CHECKING:
+    import torch.nn as nn
+
 SORTS = ("self", "total")
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class OpsSettings(Settings):
+    """Every setting of ``layerscope ops`` and ``layerscope.ops``: a new one is a field here
+    (the CLI's option, the API's argument and the saved result's ``settings`` follow)."""
+
+    model: Any = options.model()
+    inputs: list[Any] | None = options.inputs()
+    batch_size: int | None = options.batch_size()
+    device: str = options.device()
+    threads: int | None = options.threads()
+    top: int = option(10, "rows to show (default 10)", parse=values.positive_int)
+    sort: str = option("self", choices=SORTS)
+    group_by_shape: bool = option(False, "one row per op and input shapes")
+    memory: bool = option(False, "add memory columns")
+    trace: str | None = option(None, "write a Chrome/Perfetto trace with one range per module "
+                                     "forward", metavar="OUT.json[.gz]", record=False)
+    runs: int = option(5, "profiled runs (default 5)", parse=values.positive_int)
+    warmup: int = option(2, parse=values.non_negative_int)
 
 
 def _write_trace(prof, path: str) -> None:
@@ -57,6 +74,8 @@ def op_rows(prof, *, cuda: bool, runs: int, top: int, sort: str = "self",
             group_by_shape: bool = False, memory: bool = False) -> tuple[list[OpRow], float, int]:
     """(the ``top`` operator rows, summed self seconds of all ops, distinct ops) per run, from
     a finished torch.profiler session; module ranges and profiler steps are left out."""
+    from layerscope.analysis.profiler_ranges import RANGE_PREFIX
+
     events = [e for e in prof.key_averages(group_by_input_shape=group_by_shape)
               if not e.key.startswith(RANGE_PREFIX) and not e.key.startswith("ProfilerStep")]
 
@@ -83,42 +102,37 @@ def op_rows(prof, *, cuda: bool, runs: int, top: int, sort: str = "self",
     return rows, all_self, len(events)
 
 
-def ops(model: str | nn.Module, inputs: Any = None, *, batch_size: int | None = None,
-        device: str = "cpu", top: int = 10, sort: str = "self", group_by_shape: bool = False,
-        memory: bool = False, trace: str | None = None, runs: int = 5,
-        warmup: int = 2, threads: int | None = None,
-        clock: Callable[[], float] = time.perf_counter) -> OpTable:
+def ops(model: str | nn.Module | None = None, inputs: Any = None, *,
+        settings: OpsSettings | None = None,
+        clock: Callable[[], float] = time.perf_counter, **overrides: Any) -> OpTable:
     """Per-operator time over ``runs`` profiled inferences (per-run figures), with ``threads``
     intra-op threads (as ``profile``); the ``noise`` section (core.noise) comes from the wall
-    time of each profiled run."""
+    time of each profiled run. ``settings``: an ``OpsSettings``; keyword arguments override
+    its fields (``runs=3``)."""
+    import torch
+
     from layerscope.analysis.runtime import check_device, intra_op_threads, prepare_model
 
-    check_device(device)
+    s = options.of_call(OpsSettings, settings, overrides, "profile", model=model, inputs=inputs)
+    check_device(s.device)
     machine = read_machine()  # before our own work adds to the load average
-    if sort not in SORTS:
-        raise UserError(f"unknown sort {sort!r}: use self or total", arguments="sort")
-    top = values.positive_int(top, "top")
-    runs = values.positive_int(runs, "runs")
-    warmup = values.non_negative_int(warmup, "warmup")
-    if threads is not None:
-        threads = values.thread_count(threads, "threads")
-    if trace:
+    if s.trace:
         from layerscope.core.io import check_output
 
-        check_output(trace, "trace")  # before the profiling, not after
-    with intra_op_threads(threads):
+        check_output(s.trace, "trace")  # before the profiling, not after
+    with intra_op_threads(s.threads):
         used = torch.get_num_threads()
-        loaded, module, xs = prepare_model(model, inputs, batch_size, device, None)
-        prof, walls = _profile_runs(loaded.name, module, xs, device, runs, warmup,
-                                    group_by_shape, memory, clock)
-    rows, all_self, n_events = op_rows(prof, cuda=device == "cuda", runs=runs, top=top,
-                                       sort=sort, group_by_shape=group_by_shape, memory=memory)
-    if trace:
-        _write_trace(prof, trace)
-    return OpTable(model=loaded.name, device=device, sort=sort, runs=runs, rows=rows,
-                   total_self_s=all_self, ops_total=n_events, trace=trace,
-                   settings={"group_by_shape": group_by_shape, "memory": memory, "top": top,
-                             "warmup": warmup, "threads": used,
+        loaded, module, xs = prepare_model(s.model, s.inputs, s.batch_size, s.device, None)
+        prof, walls = _profile_runs(loaded.name, module, xs, s.device, s.runs, s.warmup,
+                                    s.group_by_shape, s.memory, clock)
+    rows, all_self, n_events = op_rows(prof, cuda=s.device == "cuda", runs=s.runs, top=s.top,
+                                       sort=s.sort, group_by_shape=s.group_by_shape,
+                                       memory=s.memory)
+    if s.trace:
+        _write_trace(prof, s.trace)
+    return OpTable(model=loaded.name, device=s.device, sort=s.sort, runs=s.runs, rows=rows,
+                   total_self_s=all_self, ops_total=n_events, trace=s.trace,
+                   settings={**s.recorded(), "threads": used,
                              "inputs": [list(x.shape) for x in xs]},
                    environment=environment(),
                    noise=noise_section(TimingStats.of(walls), machine, used))
@@ -128,9 +142,11 @@ def _profile_runs(name: str, module: nn.Module, xs, device: str, runs: int, warm
                   group_by_shape: bool, memory: bool, clock: Callable[[], float]):
     """(the finished profiler, the wall time of each profiled run); the model's flags are
     restored afterwards."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from layerscope.analysis.capture import untouched
+    from layerscope.analysis.profiler_ranges import ModuleRanges, quiet_native_stderr
 
     flags = modes.flags(module)
     cuda = device == "cuda"

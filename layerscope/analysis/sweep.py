@@ -10,6 +10,7 @@ p90/p10) and the most threads any cell used, with the machine read before the fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import itertools
 import os
@@ -17,18 +18,20 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
-
-import torch
-import torch.nn as nn
+from typing import TYPE_CHECKING, Any
 
 from layerscope.analysis import modes
-from layerscope.core import values
+from layerscope.core import options, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
+from layerscope.core.settings import Settings, option
 from layerscope.core.stats import TimingStats
 from layerscope.core.sweep_records import SweepCell, SweepReport
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
 
 BACKENDS = ("eager", "compile", "torchscript", "onnxruntime")
 DEVICES = ("cpu", "cuda")
@@ -37,6 +40,8 @@ DEVICES = ("cpu", "cuda")
 def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
               clock: Callable[[], float] = time.perf_counter) -> TimingStats:
     """Warm-up, then ``runs`` timed calls (one synchronisation per call on CUDA)."""
+    import torch
+
     for _ in range(warmup):
         fn()
     if device == "cuda":
@@ -53,6 +58,8 @@ def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str,
 
 def _export_onnx(module: nn.Module, xs: list[torch.Tensor], path: str) -> None:
     """The TorchScript-based exporter is fast; the dynamo exporter is the fallback."""
+    import torch
+
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         try:
@@ -63,6 +70,8 @@ def _export_onnx(module: nn.Module, xs: list[torch.Tensor], path: str) -> None:
 
 def _runner(backend: str, module: nn.Module, xs: list[torch.Tensor], device: str,
             threads: int | None, workdir: str) -> Callable[[], Any]:
+    import torch
+
     if backend == "eager":
         return lambda: module(*xs)
     if backend == "compile":
@@ -80,53 +89,59 @@ def _runner(backend: str, module: nn.Module, xs: list[torch.Tensor], device: str
 
         path = os.path.join(workdir, f"model_{xs[0].shape[0]}.onnx")
         _export_onnx(module, xs, path)
-        options = ort.SessionOptions()
+        session_options = ort.SessionOptions()
         if threads:
-            options.intra_op_num_threads = threads
+            session_options.intra_op_num_threads = threads
         providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
         if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
             raise RuntimeError("onnxruntime has no CUDAExecutionProvider here")
-        session = ort.InferenceSession(path, options, providers=providers)
+        session = ort.InferenceSession(path, session_options, providers=providers)
         feeds = {i.name: x.detach().cpu().numpy() for i, x in zip(session.get_inputs(), xs)}
         return lambda: session.run(None, feeds)
     raise UserError(f"unknown backend {backend!r}: use {', '.join(BACKENDS)}")
 
 
-def _parse_list(values, kind: str, allowed=None) -> list:
-    if allowed is not None:
-        bad = [v for v in values if v not in allowed]
-        if bad:
-            raise UserError(f"unknown {kind} {bad[0]!r}: use {', '.join(allowed)}")
-    if not values:
-        raise UserError(f"give at least one {kind}")
-    return list(values)
+@dataclasses.dataclass(kw_only=True, eq=False)
+class SweepSettings(Settings):
+    """Every setting of ``layerscope sweep`` and ``layerscope.sweep``: a new one is a field
+    here (the CLI's option, the API's argument and the saved result's ``settings`` follow).
+    Each list setting takes a comma-separated text (``1,16,64``) or a sequence."""
+
+    model: Any = options.model()
+    inputs: Any = options.inputs(metavar="SHAPE[:DTYPE]")
+    batch_sizes: list[int] = option([1], "e.g. 1,16,64",
+                                    parse=options.listed(values.positive_int, what="batch size"))
+    threads: list[int | None] | None = option(
+        None, "e.g. 1,2 (default: torch's setting)",
+        parse=options.listed(values.thread_count, what="thread count"))
+    devices: list[str] = option(["cpu"], "e.g. cpu,cuda",
+                                parse=options.listed(None, DEVICES, "device"))
+    backends: list[str] = option(["eager"], "from eager,compile,torchscript,onnxruntime",
+                                 parse=options.listed(None, BACKENDS, "backend"))
+    dtypes: list[str] = option(["float32"], "e.g. float32,bfloat16",
+                               parse=options.listed(None, what="dtype"))
+    runs: int = option(20, parse=values.positive_int)
+    warmup: int = option(3, parse=values.non_negative_int)
 
 
-def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threads=(None,),
-          devices=("cpu",), backends=("eager",), dtypes=("float32",), runs: int = 20,
-          warmup: int = 3, progress=None) -> SweepReport:
-    """Measure every cell of the grid; failures are recorded in their cell."""
+def sweep(model: str | nn.Module | None = None, inputs: Any = None, *,
+          settings: SweepSettings | None = None, progress=None, **overrides: Any) -> SweepReport:
+    """Measure every cell of the grid (``batch_sizes`` x ``threads`` x ``devices`` x
+    ``backends`` x ``dtypes``, each a list); failures are recorded in their cell.
+    ``settings``: a ``SweepSettings``; keyword arguments override its fields (``runs=5``)."""
+    import torch
+
     from layerscope.analysis.analyze_torch import load
-    from layerscope.analysis.runtime import profile
-    from layerscope.frontends.inputs import parse_dtype, real_inputs
-    from layerscope.frontends.torch_module import with_batch_size
+    from layerscope.frontends.inputs import parse_dtype
 
-    backends = _parse_list(backends, "backend", BACKENDS)
-    devices = _parse_list(devices, "device", DEVICES)
-    dtypes = _parse_list(dtypes, "dtype")
-    dtype_objs = {d: parse_dtype(d) for d in dtypes}
-    batch_sizes = _parse_list(batch_sizes, "batch size")
-    threads = _parse_list(threads, "thread count")
-    batch_sizes = [values.positive_int(b, "batch_sizes item") for b in batch_sizes]
-    threads = [None if t is None else values.thread_count(t, "threads item") for t in threads]
-    runs = values.positive_int(runs, "runs")
-    warmup = values.non_negative_int(warmup, "warmup")
+    s = options.of_call(SweepSettings, settings, overrides, "sweep", model=model, inputs=inputs)
+    dtype_objs = {d: _dtype(d, parse_dtype) for d in s.dtypes}
     machine = read_machine()  # before our own work adds to the load average
-    loaded = load(model, inputs, None, meta=False)
-    base = loaded.module
-    flags = modes.flags(base)
+    loaded = load(s.model, s.inputs, None, meta=False)
+    flags = modes.flags(loaded.module)
     old_threads = torch.get_num_threads()
-    grid = list(itertools.product(devices, backends, dtypes, threads, batch_sizes))
+    grid = list(itertools.product(s.devices, s.backends, s.dtypes, s.threads or [None],
+                                  s.batch_sizes))
     cells: list[SweepCell] = []
     measured: list[tuple[TimingStats, int]] = []  # (latency, threads used) per cell that ran
     try:
@@ -134,34 +149,10 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
             for i, (device, backend, dtype, nthreads, batch) in enumerate(grid):
                 cell = SweepCell(device, backend, dtype, nthreads, batch)
                 cells.append(cell)
-                try:
-                    if device == "cuda" and not torch.cuda.is_available():
-                        raise RuntimeError("no CUDA GPU is available here")
-                    torch.set_num_threads(nthreads or old_threads)
-                    module = base if (device == "cpu" and dtype == "float32") else \
-                        _moved(base, device, dtype_objs[dtype])
-                    modes.set_mode(module, False)
-                    xs = real_inputs(with_batch_size(loaded.inputs, batch), device,
-                                     dtype_objs[dtype])
-                    if backend == "eager":
-                        rep = profile(module, xs, runs=runs, warmup=warmup, roofline=False,
-                                      device=device)
-                        stats = TimingStats(**{k: rep.end_to_end.get(k) for k in (
-                            "median_s", "p10_s", "p90_s", "mean_s", "std_s", "iqr_s", "n",
-                            "samples_s")})  # the runs kept: what layerscope diff ranks
-                        cell.by_type = [{"type": d["type"], "share": d["share"]}
-                                        for d in rep.by_type]
-                    else:
-                        run = _runner(backend, module, xs, device, nthreads, workdir)
-                        with torch.no_grad():
-                            stats = time_runs(run, runs, warmup, device)
-                    cell.latency = stats.to_dict()
+                torch.set_num_threads(nthreads or old_threads)
+                stats = _measure(cell, loaded, dtype_objs[dtype], s, workdir)
+                if stats is not None:
                     measured.append((stats, torch.get_num_threads()))
-                    cell.throughput_per_s = batch / stats.median_s if stats.median_s else None
-                except UserError as exc:
-                    cell.status, cell.error = "error", str(exc)
-                except Exception as exc:  # a cell that cannot run says why; the sweep goes on
-                    cell.status, cell.error = "error", first_line(exc, with_type=True)
                 if progress:
                     progress(i + 1, len(grid))
     finally:
@@ -172,10 +163,61 @@ def sweep(model: str | nn.Module, inputs: Any = None, *, batch_sizes=(1,), threa
     if measured:
         worst = max(measured, key=lambda m: m[0].p90_s / m[0].p10_s if m[0].p10_s > 0 else 0)
         noise = noise_section(worst[0], machine, max(t for _, t in measured))
+    recorded = {k: v for k, v in s.recorded().items() if k not in ("runs", "warmup")}
     return SweepReport(loaded.name, cells,
-                       settings={"runs": runs, "warmup": warmup,
-                                 "inputs": [list(getattr(x, "shape", ())) for x in loaded.inputs]},
+                       settings={"runs": s.runs, "warmup": s.warmup,
+                                 "inputs": [list(getattr(x, "shape", ())) for x in loaded.inputs],
+                                 **recorded},
                        environment=environment(), noise=noise)
+
+
+def _dtype(name: str, parse_dtype: Callable[[str], Any]) -> Any:
+    """One of ``dtypes`` as a torch.dtype (an unknown one refused naming the setting)."""
+    try:
+        return parse_dtype(name)
+    except UserError as exc:
+        raise UserError(str(exc).replace(f"{name!r}:", f"{name!r} in dtypes:", 1),
+                        arguments="dtypes") from None
+
+
+def _measure(cell: SweepCell, loaded: Any, dtype: torch.dtype, s: SweepSettings,
+             workdir: str) -> TimingStats | None:
+    """Time one cell (an eager one by ``profile``, which also gives its share per layer
+    type); a cell that cannot run records why in itself and gives None."""
+    import torch
+
+    from layerscope.analysis.runtime import profile
+    from layerscope.frontends.inputs import real_inputs
+    from layerscope.frontends.torch_module import with_batch_size
+
+    device, base = cell.device, loaded.module
+    try:
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA GPU is available here")
+        module = base if (device == "cpu" and cell.dtype == "float32") else \
+            _moved(base, device, dtype)
+        modes.set_mode(module, False)
+        xs = real_inputs(with_batch_size(loaded.inputs, cell.batch_size), device, dtype)
+        if cell.backend == "eager":
+            rep = profile(module, xs, runs=s.runs, warmup=s.warmup, roofline=False,
+                          device=device)
+            stats = TimingStats(**{k: rep.end_to_end.get(k) for k in (
+                "median_s", "p10_s", "p90_s", "mean_s", "std_s", "iqr_s", "n",
+                "samples_s")})  # the runs kept: what layerscope diff ranks
+            cell.by_type = [{"type": d["type"], "share": d["share"]} for d in rep.by_type]
+        else:
+            run = _runner(cell.backend, module, xs, device, cell.threads, workdir)
+            with torch.no_grad():
+                stats = time_runs(run, s.runs, s.warmup, device)
+    except UserError as exc:
+        cell.status, cell.error = "error", str(exc)
+        return None
+    except Exception as exc:  # a cell that cannot run says why; the sweep goes on
+        cell.status, cell.error = "error", first_line(exc, with_type=True)
+        return None
+    cell.latency = stats.to_dict()
+    cell.throughput_per_s = cell.batch_size / stats.median_s if stats.median_s else None
+    return stats
 
 
 def _moved(module: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:

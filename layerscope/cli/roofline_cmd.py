@@ -1,30 +1,26 @@
-"""layerscope roofline: measure (or show the cached) peak FLOP/s and memory bandwidth."""
+"""layerscope roofline: measure (or show the cached) peak FLOP/s and memory bandwidth.
+Every option but --format is a field of ``analysis.roofline_settings.RooflineSettings``."""
 from __future__ import annotations
 
 import json
 import sys
 
-from layerscope.cli.common import add_device
-from layerscope.core.values import arg, thread_count
+from layerscope.analysis.roofline_settings import RooflineSettings
+from layerscope.cli.common import add_all_settings, settings_from
 
 
 def register(sub) -> None:
     p = sub.add_parser("roofline", help="the machine's measured compute and bandwidth ceilings")
-    add_device(p)
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
-    p.add_argument("--threads", type=arg(thread_count), default=None)
-    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    add_all_settings(p, RooflineSettings)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from layerscope.analysis import roofline
-    from layerscope.analysis.runtime import check_device
-    from layerscope.frontends.inputs import parse_dtype
+    from layerscope.analysis.roofline_settings import roofline_ceilings
 
-    check_device(args.device)
-    c = roofline.ceilings(args.device, parse_dtype(args.dtype), args.threads, refresh=args.refresh)
+    c = roofline_ceilings(settings_from(RooflineSettings, args))
     if args.format == "json":
         sys.stdout.write(json.dumps(c.to_dict(), indent=2) + "\n")
     else:

@@ -4,10 +4,12 @@
 the same everywhere they appear, on the command line and in the Python API."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from layerscope.core import values
-from layerscope.core.settings import REQUIRED, option
+from layerscope.core.errors import UserError
+from layerscope.core.settings import REQUIRED, one_of, option
 
 MODEL_HELP = ("built-in name (resnet50, resnet20, mnist-cnn, llama-3-8b, ...), "
               "hf:PATH/config.json, file.py:factory, package.module:factory or a TorchScript "
@@ -102,3 +104,39 @@ def nvtx(help: str) -> Any:
 # group is listed among them, where the command adds the group: after an option the command
 # declares by hand between (``graph``, ``export``: -o after --batch-size, as they always were).
 PLAIN = "options"
+# --- set36b
+def of_call(cls: Any, settings: Any, overrides: dict[str, Any], what: str,
+            **given: Any) -> Any:
+    """The settings of an entry point's call: ``settings`` (a ``cls``, or None: the defaults)
+    with the positional arguments ``given`` that are not None (``model``, ``inputs``) and the
+    keyword ``overrides``; the first of ``given`` is required: without it anywhere, "give the
+    model to WHAT"."""
+    overrides = {**overrides, **{k: v for k, v in given.items() if v is not None}}
+    first = next(iter(given), None)
+    if settings is None and first is not None and first not in overrides:
+        raise UserError(f"give the {first} to {what}", arguments=first)
+    return cls.of(settings, **overrides)
+
+
+def listed(item: Callable[..., Any] | None, allowed: tuple[str, ...] | None = None,
+           what: str = "") -> Callable[..., list[Any]]:
+    """The parser of a list setting: a comma-separated text (``1,16,64``, the CLI's) or a
+    sequence, each item checked by ``item`` (None: kept as given) and, with ``allowed``,
+    one of them ("unknown device 'tpu' in devices: use cpu or cuda"); at least one."""
+    def parse(value: Any, name: str | None = None) -> list[Any]:
+        if isinstance(value, str):
+            items = values.comma_list(value, name, item=item or (lambda t, n: t))
+        else:
+            items = [v if v is None or item is None else item(v, f"{name} item" if name else None)
+                     for v in value]
+        bad = [v for v in items if allowed is not None and v not in allowed]
+        if bad:
+            raise UserError(f"unknown {what} {bad[0]!r}{f' in {name}' if name else ''}: use "
+                            f"{one_of(allowed or ())}", arguments=(name,) if name else ())
+        if not items:
+            raise UserError(f"{name} must list at least one {what or 'value'}",
+                            arguments=(name,) if name else ())
+        return items
+
+    parse.__name__ = "listed"
+    return parse

@@ -1,6 +1,8 @@
 """A standalone Linear layer as an ONNX graph: Y = X @ W (+ B), seeded random weights."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from layerscope.core import values
@@ -49,3 +51,15 @@ def linear_model(m: int, k: int, n: int, *, bias: bool = True, seed: int = 0):
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+def linear_subgraph(settings: Any = None, **overrides: Any) -> tuple[Any, Any]:
+    """(the Linear graph, tile-linear's ``PassResult`` on it) for ``settings`` (a
+    ``rewrite.settings.LinearSubgraphSettings``; keyword arguments override its fields):
+    what ``rewrite linear-subgraph`` writes."""
+    from layerscope.rewrite import get_pass
+    from layerscope.rewrite.settings import LinearSubgraphSettings
+
+    s = LinearSubgraphSettings.of(settings, **overrides)
+    model = linear_model(s.m, s.k, s.n, bias=s.bias, seed=s.weight_seed)
+    return model, get_pass("tile-linear")(model, tile=s.tile)

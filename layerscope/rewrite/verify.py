@@ -34,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from layerscope.analysis.ort_profile import graph_level
-from layerscope.core import values
 from layerscope.core.callable_module import make_callable
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.limits import check_input_bytes
 from layerscope.frontends.detect import is_onnx_path
 from layerscope.frontends.onnx_model import check_onnx_file
-from layerscope.rewrite import DEFAULT_ATOL, DEFAULT_RTOL
 from layerscope.rewrite.onnx_io import require_onnxruntime
+from layerscope.rewrite.settings import VerifySettings, of_call
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
               "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -83,9 +82,11 @@ class VerifyResult:
         return _json_safe(asdict(self))
 
 
-def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-           seed: int = 0, optimization: str = "disabled") -> VerifyResult:
+def verify(a: Any = None, b: str | None = None, *, settings: VerifySettings | None = None,
+           **overrides: Any) -> VerifyResult:
     """Compare A and B on ``runs`` seeded random inputs; see the module docstring.
+    ``settings``: a ``VerifySettings`` (``rewrite.settings``); keyword arguments
+    override its fields (``runs``, ``rtol``, ``atol``, ``seed``, ``optimization``).
 
     ``a``: an ONNX path, a model spec or an ``nn.Module`` (its train/eval flag is restored).
 
@@ -94,11 +95,8 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
     graph as written (what is being verified) and creates sessions of big tiled graphs far
     faster (alexnet tiled by 64, 14,506 nodes: ~6 s against ~90 s at "all").
     """
-    runs = values.positive_int(runs, "runs")
-    rtol = values.finite_non_negative_float(rtol, "rtol")
-    atol = values.finite_non_negative_float(atol, "atol")
-    seed = values.seed(seed, "seed")
-    optimization = values.ort_level(optimization, "optimization")
+    s = of_call(settings, a, b, overrides)
+    a, b, runs, seed, optimization = s.a, s.b, s.runs, s.seed, s.optimization
     seconds = {}
     t0 = time.perf_counter()
     runner_a = (_OnnxRunner(a, optimization) if is_onnx_path(a) else _TorchRunner(a, seed))
@@ -135,6 +133,7 @@ def verify(a, b: str, runs: int = 5, rtol: float = DEFAULT_RTOL, atol: float = D
                                 f"{_shape(x.shape)}, {b} gives {_shape(y.shape)}")
             acc[i].add(x, y)
 
+    rtol, atol = s.rtol, s.atol
     outputs = [acc_i.result(name, rtol, atol)
                for name, acc_i in zip(runner_b.output_names, acc)]
     total = sum(x.count for x in acc)

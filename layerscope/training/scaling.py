@@ -23,6 +23,7 @@ oversubscription, which the report says.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -31,20 +32,46 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from layerscope.core import values
+from layerscope.core import options, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.io import temp_dir
 from layerscope.core.noise import read_machine
 from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.scaling import ScalingPoint, ScalingReport  # also imported from here
+from layerscope.core.settings import REQUIRED, Settings, option
 from layerscope.core.stats import TimingStats
 from layerscope.training.ablation import usable_cores
-from layerscope.training.recipes import lookup
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 3
 NPROC_MAX = 1024  # a sanity bound on --nproc items: torchrun would start that many processes
+
+
+def _world_size(value: Any, name: str | None = None) -> int:
+    return values.positive_int(value, name, maximum=NPROC_MAX)
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class ScalingSettings(Settings):
+    """Every setting of ``layerscope scaling`` and ``layerscope.scaling``: a new one is a field
+    here (the CLI's option, the API's argument and the saved result's ``settings`` follow)."""
+
+    recipe: str = option(REQUIRED, "a training recipe (digits-cnn, mnist-cnn, ...)",
+                         positional=True, record=False)
+    nproc: list[int] = option([1, 2], "world sizes, e.g. 1,2,4 (default 1,2); each is launched "
+                                      "with torch.distributed.run",
+                              parse=options.listed(_world_size, what="world size"))
+    steps: int = option(DEFAULT_STEPS, "measured steps per world size (default 20)",
+                        parse=values.positive_int)
+    warmup: int = option(DEFAULT_WARMUP, "steps before them, left out (default 3)",
+                         parse=values.non_negative_int)
+    batch_size: int | None = options.batch_size("per rank (default: the recipe's)")
+    threads: int = options.threads("intra-op threads per rank (default 1)", default=1)
+    device: str = options.device()  # gloo on cpu, NCCL with one GPU per rank on cuda
+    synthetic: bool = option(False, "generated data (no dataset needed)")
+    data_dir: str | None = option(None)
+    seed: int = option(0, parse=values.seed)
 
 
 def _train_at(recipe: str, nproc: int, flags: list[str], workdir: str) -> dict[str, Any]:
@@ -76,6 +103,8 @@ def point(report: dict[str, Any], threads: int, cores: int, device: str) -> Scal
     n = int(report.get("world_size") or 1)
     ranks = report.get("ranks") or []
     b = report["breakdown"]
+    from layerscope.training.recipes import lookup
+
     batch = (report.get("config") or {}).get("batch_size") or lookup(report["recipe"]).batch_size
     stats = TimingStats.of(report["step_seconds"], keep=True)
 
@@ -108,26 +137,23 @@ def relative_to_first(points: list[ScalingPoint]) -> None:
         p.efficiency = p.speedup * base.world_size / p.world_size
 
 
-def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
-            steps: int = DEFAULT_STEPS, warmup: int = DEFAULT_WARMUP, device: str = "cpu",
-            batch_size: int | None = None, synthetic: bool = False, data_dir: str | None = None,
-            seed: int = 0, threads: int = 1,
-            progress: Callable[[int, int], None] | None = None) -> ScalingReport:
-    """Train ``recipe`` at each world size in ``nproc``; returns the ScalingReport."""
+def scaling(recipe: str | None = None, nproc: Any = None, *,
+            settings: ScalingSettings | None = None,
+            progress: Callable[[int, int], None] | None = None,
+            **overrides: Any) -> ScalingReport:
+    """Train ``recipe`` at each world size in ``nproc``; returns the ScalingReport.
+    ``settings``: a ``ScalingSettings``; keyword arguments override its fields (``steps=5``)."""
     import torch
 
-    lookup(recipe)
+    from layerscope.training.recipes import lookup
+
+    s = options.of_call(ScalingSettings, settings, overrides, "scaling", recipe=recipe,
+                        nproc=nproc)
+    lookup(s.recipe)
     machine = read_machine()  # before our own processes add to the load average
-    steps = values.positive_int(steps, "steps")
-    warmup = values.non_negative_int(warmup, "warmup")
-    seed = values.seed(seed, "seed")
-    threads = values.thread_count(threads, "threads")
-    if batch_size is not None:
-        batch_size = values.positive_int(batch_size, "batch_size")
-    sizes = sorted({values.positive_int(n, "nproc", maximum=NPROC_MAX) for n in nproc})
-    if not sizes:
-        raise UserError("nproc: give at least one world size, e.g. 1,2", arguments="nproc")
-    device = values.device(device, "device")
+    recipe, steps, warmup, seed, threads = s.recipe, s.steps, s.warmup, s.seed, s.threads
+    batch_size, synthetic, data_dir, device = s.batch_size, s.synthetic, s.data_dir, s.device
+    sizes = sorted(set(s.nproc))
     if device == "cuda" and sizes[-1] > torch.cuda.device_count():
         raise UserError(f"nproc {sizes[-1]}: {torch.cuda.device_count()} CUDA GPUs here; one "
                         f"process per GPU", arguments="nproc")
@@ -164,7 +190,7 @@ def scaling(recipe: str, nproc: list[int] | tuple[int, ...] = (1, 2), *,
         notes.append(f"speed-up and efficiency are against {base.world_size} processes, the "
                      f"smallest world size measured")
     return ScalingReport(recipe=recipe, device=device, points=points,
-                         settings={"nproc": sizes, "steps": steps, "warmup": warmup,
+                         settings={**s.recorded(), "nproc": sizes, "steps": steps, "warmup": warmup,
                                    "batch_size": batch_size, "synthetic": synthetic,
                                    "seed": seed, "cores": cores, "threads_per_rank": threads,
                                    "launcher": "layerscope train --nproc-per-node "
