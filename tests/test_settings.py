@@ -172,3 +172,16 @@ def test_a_loop_result_records_the_warmup_it_used(monkeypatch):
     monkeypatch.setattr(loop, "profile_loop", fake)
     r = profile("mnist-cnn", loop="mnist", synthetic=True)
     assert seen["warmup"] == 1 and r.settings["warmup"] == 1 and r.settings["loop"] == "mnist"
+
+
+def test_a_comma_list_setting_is_written_back_comma_separated():
+    """A single option that takes a list (sweep --batch-sizes 1,16,64) is written back as
+    one comma-separated word, and the parser reads it back to the same list."""
+    from layerscope.analysis.sweep import SweepSettings
+
+    words = SweepSettings.flags(batch_sizes=[1, 16, 64])
+    assert words == ["--batch-sizes", "1,16,64"]
+    p = Parser(prog="sweep")
+    add_all_settings(p, SweepSettings)
+    assert settings_from(SweepSettings, p.parse_args(["mnist-cnn", *words])).batch_sizes == [
+        1, 16, 64]

@@ -205,6 +205,8 @@ def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
         if spec.append:
             return [w for v in value for w in (flag, str(v))]
         return [flag, *map(str, value)]
+    if isinstance(value, (list, tuple)):  # one option taking a list: comma-separated (1,16,64)
+        return [flag, ",".join(map(str, value))]
     return [flag, str(value)]
 
 
