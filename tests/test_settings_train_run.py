@@ -196,3 +196,41 @@ def test_an_advices_change_on_a_script_is_what_if_settings(variant, threads, set
         parsed = settings_from(WhatIf, _subparser("run").parse_args(argv[2:]))
         assert {k: getattr(parsed, k) for k in settings} == settings
         assert argv[-3:] == ["--", "s.py", "--x"]
+
+
+# (a result's saved config, what its typed view reads): a key the result does not hold is "not
+# set"; the switches are booleans; other values are kept as saved
+RUN_CONFIGS = [
+    ({}, {"device": "cpu", "num_workers": None, "amp": False, "what_if": {},
+          "recorded": frozenset()}),
+    ({"device": "cuda", "num_workers": 2, "pin_memory": 1, "seed": 3, "data_dir": "--d"},
+     {"device": "cuda", "num_workers": 2, "pin_memory": True, "seed": 3, "data_dir": "--d",
+      "recorded": frozenset({"device", "num_workers", "pin_memory", "seed", "data_dir"})}),
+    # a run with what-if settings: those it was made with, not the ones left out
+    ({"what_if": ["--threads", "1"], "threads": 1, "num_workers": None, "pin_memory": False},
+     {"what_if": {"threads": 1, "pin_memory": False}, "threads": 1}),
+    ({"threads": 2}, {"what_if": {}, "threads": 2}),  # not a what-if run
+    (None, {"device": "cpu", "recorded": frozenset()}),  # a malformed result: nothing set
+]
+
+
+@pytest.mark.parametrize("config,expected", RUN_CONFIGS,
+                         ids=["empty", "recipe", "what-if", "no-what-if", "not-a-dict"])
+def test_a_results_config_is_read_through_its_typed_view(config, expected):
+    from layerscope.core.records.train import RunConfig
+
+    view = RunConfig.of(config)
+    assert {k: getattr(view, k) for k in expected} == expected
+
+
+def test_the_train_reports_config_keeps_its_saved_shape():
+    """``TrainReport.run_config`` reads the config; the saved dict and its JSON stay as they
+    were (the keys of ``TrainConfig.to_dict``)."""
+    from layerscope.core.records.train import TrainReport
+    from tests.sample_results import train_report
+
+    report = train_report()
+    saved = report.to_dict()["config"]
+    assert report.run_config.seed == saved.get("seed")
+    assert report.run_config.synthetic is bool(saved.get("synthetic"))
+    assert TrainReport.from_dict(report.to_dict()).to_dict()["config"] == saved

@@ -21,6 +21,7 @@ from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.records.advice import Advice, AdviceReport, Gain
+from layerscope.core.records.train import RunConfig
 from layerscope.core.settings import REQUIRED, Settings, option
 
 DEFAULT_STEPS = 20
@@ -121,11 +122,11 @@ def _verify_result(report: AdviceReport, d: dict[str, Any], source: str, *, step
         from layerscope.training.recipes import lookup
 
         lookup(str(facts["recipe"]))  # a built-in recipe, or one line naming it
-        config = d.get("config") or {}
+        config = RunConfig.of(d.get("config"))
         _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
                 repeats=repeats, seed=facts.get("seed", 0),
-                synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
-                threads=config.get("threads"), data_dir=config.get("data_dir"),
+                synthetic=facts.get("synthetic", True), batch_size=config.batch_size,
+                threads=config.threads, data_dir=config.data_dir,
                 progress=progress, facts=facts, result_steps=steps_then)
 
 
@@ -275,7 +276,7 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
         raise UserError(f"{source}: advise reads {', '.join(KINDS)} results, not {kind!r}")
     facts = facts_of(d)
     if kind == "train":
-        facts["threads_flag"] = (d.get("config") or {}).get("threads")
+        facts["threads_flag"] = RunConfig.of(d.get("config")).threads
     items, refused = [], []
     for rule in RULES:
         found = rule.apply(facts)
