@@ -41,7 +41,7 @@ FIELDS = {
     "cudnn_benchmark": (["--cudnn-benchmark"], True),
     "amp": (["--amp"], True),
     "channels_last": (["--channels-last"], True),
-    "profile": (["--profile", "torch"], "torch"),
+    "profile": (["--profile", "pyinstrument"], "pyinstrument"),  # (torch: not with --kernels)
     "kernels": (["--kernels"], True),
     "nvtx": (["--nvtx"], True),
     "dry_run": (["--dry-run"], True),

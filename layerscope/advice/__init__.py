@@ -17,18 +17,45 @@ from layerscope.advice import trust
 from layerscope.advice.facts import KINDS, facts_of
 from layerscope.advice.rule import CannotJudge, facts_text
 from layerscope.advice.rules import RULES
+from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.records.advice import Advice, AdviceReport, Gain
+from layerscope.core.records.train import RunConfig
+from layerscope.core.settings import REQUIRED, Settings, option
 
 DEFAULT_STEPS = 20
 
 
-def advise(result: Any, *, verify: bool = False, steps: int | None = None, repeats: int = 1,
-           progress: Callable[[int, int], None] | None = None, allow_code: bool = False,
-           announce: Callable[[str], None] | None = None) -> AdviceReport:
+@dataclass(kw_only=True, eq=False)
+class AdviseSettings(Settings):
+    """Every setting of ``layerscope advise`` and ``layerscope.advise``: a new one is a field
+    here."""
+
+    result: Any = option(REQUIRED, "JSON written by train, run, profile, sweep, scaling or "
+                                   "ablate (--format json)", positional=True,
+                         metavar="RESULT.json", record=False)
+    verify: bool = option(False, "run each rule's command (ablate for train and ablate results, "
+                                 "sweep for profile and sweep results, the script again with "
+                                 "run's what-if options for run results; fresh processes, the "
+                                 "result's seed) and mark it confirmed, refuted or within the "
+                                 "noise")
+    allow_code: bool = option(
+        False, "let --verify run Python code the result names that is not its own recorded "
+               "script (a model given as file.py:factory or package.module:factory, a script "
+               "outside the folder it ran in, a -m module found elsewhere); without it such a "
+               "result is refused, since a result file, not you, chose that code")
+    steps: int | None = option(None, "steps per ablation or script run, runs per sweep cell "
+                                     "(default 20)", parse=values.positive_int)
+    repeats: int = option(1, "repeats per ablation variant", parse=values.positive_int)
+
+
+def advise(result: Any = None, *, settings: AdviseSettings | None = None,
+           progress: Callable[[int, int], None] | None = None,
+           announce: Callable[[str], None] | None = None, **overrides: Any) -> AdviceReport:
     """What ``result`` (a saved result's path, or a result object) says to change: one entry per
-    rule that fired, with its predicted gain and the command that tests it. ``verify=True``
+    rule that fired, with its predicted gain and the command that tests it. ``settings``: an
+    ``AdviseSettings``; keyword arguments override its fields. ``verify=True``
     runs those commands (a train or ablate result of a recipe: ablate, each variant in a fresh
     process, the result's seed, ``steps`` per run, default 20, ``repeats`` per variant; a
     profile or sweep result: each rule's sweep in a fresh process, ``steps`` runs per cell; a
@@ -42,19 +69,30 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
     or a ``-m`` module found elsewhere is refused unless ``allow_code=True``
     (advice/trust.py). What will run is said to ``announce`` (one line each) before it runs,
     and kept in the report's notes."""
-    from layerscope.core import values
     from layerscope.core.results import read_result
 
-    source = "result"
+    if result is not None:
+        overrides["result"] = result
+    if settings is None and "result" not in overrides:
+        raise UserError("give the result to advise on", arguments="result")
+    s = AdviseSettings.of(settings, **overrides)
+    result, source = s.result, "result"
     if isinstance(result, (str, os.PathLike)):
         source = os.fsdecode(os.fspath(result))
         result = read_result(source)
-    steps = DEFAULT_STEPS if steps is None else values.positive_int(steps, "steps")
-    repeats = values.positive_int(repeats, "repeats")
-    report = advise_result(result, source, steps=steps, repeats=repeats)
-    if not verify:
-        return report
-    d = result.to_dict()
+    steps = DEFAULT_STEPS if s.steps is None else s.steps
+    report = advise_result(result, source, steps=steps, repeats=s.repeats)
+    if s.verify:
+        _verify_result(report, result.to_dict(), source, steps=steps, repeats=s.repeats,
+                       progress=progress, allow_code=s.allow_code, announce=announce)
+    return report
+
+
+def _verify_result(report: AdviceReport, d: dict[str, Any], source: str, *, steps: int,
+                   repeats: int, progress: Callable[[int, int], None] | None,
+                   allow_code: bool, announce: Callable[[str], None] | None) -> None:
+    """``advise(verify=True)``: run the commands that test ``report``'s advice, as the
+    result's kind says (``advise``'s docstring), and mark each rule."""
     facts = facts_of(d)
     facts["loadavg"] = (d.get("environment") or {}).get("loadavg")
     steps_then = _result_steps(d)
@@ -69,11 +107,11 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
         if any(a.argv for a in report.advice):  # something to run: the model must be loadable
             say(trust.check_model(facts.get("subject"), source, allow_code))
         _verify_sweeps(report, steps, facts)
-        return report
+        return
     if d["kind"] == "train" and d.get("script") is not None:
         _verify_runs(report, facts, source, steps=steps, repeats=repeats, progress=progress,
                      result_steps=steps_then, allow_code=allow_code, say=say)
-        return report
+        return
     if d["kind"] not in ("train", "ablate") or not facts.get("recipe") \
             or d.get("script") is not None:
         raise UserError(f"verify runs ablate (a training recipe), sweep (a profile's model) or "
@@ -84,13 +122,12 @@ def advise(result: Any, *, verify: bool = False, steps: int | None = None, repea
         from layerscope.training.recipes import lookup
 
         lookup(str(facts["recipe"]))  # a built-in recipe, or one line naming it
-        config = d.get("config") or {}
+        config = RunConfig.of(d.get("config"))
         _verify(report, recipe=facts["recipe"], device=facts.get("device", "cpu"), steps=steps,
                 repeats=repeats, seed=facts.get("seed", 0),
-                synthetic=facts.get("synthetic", True), batch_size=config.get("batch_size"),
-                threads=config.get("threads"), data_dir=config.get("data_dir"),
+                synthetic=facts.get("synthetic", True), batch_size=config.batch_size,
+                threads=config.threads, data_dir=config.data_dir,
                 progress=progress, facts=facts, result_steps=steps_then)
-    return report
 
 
 def _result_steps(d: dict[str, Any]) -> list[float] | None:
@@ -104,45 +141,44 @@ def _result_steps(d: dict[str, Any]) -> list[float] | None:
 
 
 def _ablate_argv(facts: dict[str, Any], variant: str | None, threads: int | None,
-                steps: int, repeats: int) -> list[str]:
-    argv = ["layerscope", "ablate", str(facts.get("recipe")), "--variants",
-            f"baseline,{variant}" if variant else "baseline", "--steps", str(steps)]
-    if repeats > 1:
-        argv += ["--repeats", str(repeats)]
-    argv += ["--seed", str(facts.get("seed", 0))]
-    if facts.get("synthetic", True):
-        argv.append("--synthetic")
-    elif facts.get("data_dir"):
-        argv += _option("--data-dir", str(facts["data_dir"]))
-    if facts.get("device", "cpu") != "cpu":
-        argv += _option("--device", str(facts["device"]))
-    if facts.get("batch_size"):
-        argv += ["--batch-size", str(facts["batch_size"])]
-    if threads or facts.get("threads_flag"):
-        argv += ["--threads", str(threads or facts["threads_flag"])]
-    return argv
+                 steps: int, repeats: int) -> list[str]:
+    """``layerscope ablate`` of the result's recipe: the baseline and ``variant`` (first, so
+    the command reads as what it tests), at the result's settings, written by
+    ``AblateSettings.flags`` (a value that begins with '-' as ``--option=value``)."""
+    from layerscope.training.ablation import AblateSettings
 
-
-def _option(name: str, value: str) -> list[str]:
-    """``name value`` as arguments; ``name=value`` when the value begins with '-', which a
-    parser would otherwise take for an option of its own (a data folder named --download)."""
-    return [f"{name}={value}"] if value.startswith("-") else [name, value]
+    synthetic = bool(facts.get("synthetic", True))
+    device = facts.get("device", "cpu")
+    rest = {"steps": steps, "repeats": repeats if repeats > 1 else None,
+            "device": None if device == "cpu" else device,
+            "batch_size": facts.get("batch_size") or None, "synthetic": synthetic,
+            "data_dir": None if synthetic else facts.get("data_dir") or None,
+            "seed": facts.get("seed", 0), "threads": threads or facts.get("threads_flag")}
+    return ["layerscope", "ablate", str(facts.get("recipe")),
+            *AblateSettings.flags(variants=f"baseline,{variant}" if variant else "baseline"),
+            *AblateSettings.flags(**rest)]
 
 
 def run_settings(variant: str | None, threads: int | None) -> dict[str, Any] | None:
     """The ``layerscope run`` what-if settings (training.whatif) that make a rule's change on
-    the user's own script; None when the change needs the script's code edited."""
+    the user's own script: the train settings of its ablation variant when ``WhatIf`` has
+    each of them (workers=N, pin-memory); None when the change needs the script's code
+    edited."""
+    import dataclasses
+
+    from layerscope.training.ablation import variant_settings
+    from layerscope.training.whatif import WhatIf
+
     if threads:
         return {"threads": threads}
-    settings: dict[str, Any] = {}
-    for part in (variant or "").split("+"):
-        if part.startswith("workers="):
-            settings["num_workers"] = int(part.split("=", 1)[1])
-        elif part == "pin-memory":
-            settings["pin_memory"] = True
-        else:
-            return None
-    return settings or None
+    if not variant:
+        return None
+    try:
+        settings, _ = variant_settings(variant, "cuda")  # what it sets, wherever it applies
+    except UserError:
+        return None
+    known = {f.name for f in dataclasses.fields(WhatIf)}
+    return settings if settings and set(settings) <= known else None
 
 
 def run_argv(script: dict[str, Any], settings: dict[str, Any], steps: int,
@@ -151,14 +187,17 @@ def run_argv(script: dict[str, Any], settings: dict[str, Any], steps: int,
     ablate's comparisons left out) and ``extra`` options, then the script (or ``-m`` module)
     and its own arguments, as the result recorded them."""
     from layerscope.training.ablation import default_warmup_steps
+    from layerscope.training.script_runner import RunSettings
     from layerscope.training.whatif import WhatIf
 
-    argv = ["layerscope", "run", *WhatIf(**settings).flags(), "--steps", str(steps)]
-    if default_warmup_steps(steps):
-        argv += ["--warmup-steps", str(default_warmup_steps(steps))]
+    argv = ["layerscope", "run", *WhatIf.flags(**WhatIf(**settings).given()),
+            *RunSettings.flags(steps=steps, warmup_steps=default_warmup_steps(steps) or None),
+            *extra]
     target = str(script.get("path") or script.get("name"))
-    argv += [*extra, *(["-m", target] if script.get("module") else ["--", target])]
-    return argv + [str(a) for a in script.get("argv") or []]
+    own = [str(a) for a in script.get("argv") or []]
+    if script.get("module"):
+        return argv + RunSettings.flags(module=[target, *own])
+    return [*argv, "--", target, *own]  # after --: a script named like an option stays one
 
 
 def _run_command(facts: dict[str, Any], variant: str | None, threads: int | None, steps: int,
@@ -237,7 +276,7 @@ def advise_result(result: Any, source: str = "result", *, steps: int = DEFAULT_S
         raise UserError(f"{source}: advise reads {', '.join(KINDS)} results, not {kind!r}")
     facts = facts_of(d)
     if kind == "train":
-        facts["threads_flag"] = (d.get("config") or {}).get("threads")
+        facts["threads_flag"] = RunConfig.of(d.get("config")).threads
     items, refused = [], []
     for rule in RULES:
         found = rule.apply(facts)
@@ -535,7 +574,7 @@ def _run_variant(base: dict[str, Any], settings: dict[str, Any]) -> str:
     """A variant's name: the what-if options of its run, e.g. "--num-workers 2"."""
     from layerscope.training.whatif import WhatIf
 
-    return " ".join(WhatIf(**{**base, **settings}).flags())
+    return " ".join(WhatIf.flags(**WhatIf(**{**base, **settings}).given()))
 
 
 def _read_run(path: str) -> dict[str, Any] | None:

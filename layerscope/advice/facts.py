@@ -36,6 +36,7 @@ import statistics
 from typing import Any
 
 from layerscope.core.phases import BY_NAME as PHASES
+from layerscope.core.records.train import RunConfig
 
 CONTRACTIONS = ("Conv", "Linear", "Bilinear", "matmul", "bmm", "addmm", "mm", "einsum",
                 "MultiheadAttention", "LSTM", "GRU", "RNN")
@@ -187,7 +188,7 @@ def _contraction_time(d: dict[str, Any], total_s: float) -> dict[str, Any]:
     return {}
 
 
-def _loader_facts(d: dict[str, Any], config: dict[str, Any], out: dict[str, Any]
+def _loader_facts(d: dict[str, Any], config: RunConfig, out: dict[str, Any]
                   ) -> dict[str, Any]:
     """The training loaders (those that gave batches with gradients on: a validation or test
     loader is not one), the most batches one of them fed, and the data loader's verdict on
@@ -206,7 +207,7 @@ def _loader_facts(d: dict[str, Any], config: dict[str, Any], out: dict[str, Any]
         return facts
     facts["loader_batches"] = max(lo.get("batches") or 0 for lo in training) \
         if all("batches" in lo for lo in training) else None
-    if "num_workers" not in config:
+    if "num_workers" not in config.recorded:
         # a watched script: the loaders it built (its own settings, or run's what-if ones)
         facts["workers"] = max(lo.get("num_workers") or 0 for lo in training)
         facts["pin_memory"] = all(lo.get("pin_memory") for lo in training)
@@ -222,16 +223,14 @@ def _loader_facts(d: dict[str, Any], config: dict[str, Any], out: dict[str, Any]
 
 
 def _train(d: dict[str, Any]) -> dict[str, Any]:
-    config = d.get("config") or {}
+    config = RunConfig.of(d.get("config"))
     out = {"subject": d.get("recipe"), "recipe": d.get("recipe"),
-           "device": config.get("device") or "cpu", "workers": config.get("num_workers") or 0,
-           "pin_memory": bool(config.get("pin_memory")), "amp": bool(config.get("amp")),
-           "channels_last": bool(config.get("channels_last")),
-           "compile": bool(config.get("compile")), "batch_size": config.get("batch_size"),
-           "steps": config.get("steps"), "seed": config.get("seed"),
-           "synthetic": bool(config.get("synthetic")), "threads": config.get("threads"),
-           "data_dir": config.get("data_dir"),
-           "peak_cuda_bytes": d.get("peak_cuda_bytes")}
+           "device": config.device, "workers": config.num_workers or 0,
+           "pin_memory": config.pin_memory, "amp": config.amp,
+           "channels_last": config.channels_last, "compile": config.compile,
+           "batch_size": config.batch_size, "steps": config.steps, "seed": config.seed,
+           "synthetic": config.synthetic, "threads": config.threads,
+           "data_dir": config.data_dir, "peak_cuda_bytes": d.get("peak_cuda_bytes")}
     breakdown = d.get("breakdown") or {}
     seconds = breakdown.get("seconds") or {}
     group = d.get("process_group") or {}
@@ -251,9 +250,8 @@ def _train(d: dict[str, Any]) -> dict[str, Any]:
     if script:  # a watched script: what it ran (advise reruns it) and in how many processes
         out["script"] = script
         out["world_size"] = d.get("world_size")
-        if config.get("what_if"):  # run's what-if settings: the run to compare against
-            out["what_if"] = {k: config[k] for k in ("num_workers", "pin_memory", "threads")
-                              if config.get(k) is not None}
+        if config.what_if:  # run's what-if settings: the run to compare against
+            out["what_if"] = dict(config.what_if)
     comm = d.get("communication") or {}
     if comm.get("exposed_s") is not None and out.get("step_median_s"):
         out.update(exposed_share=comm["exposed_s"] / out["step_median_s"],

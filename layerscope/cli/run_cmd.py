@@ -13,16 +13,12 @@ the run measured.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
 from layerscope.cli.common import (
-    SHARED_OPTIONS,
     add_output,
-    add_output_folder,
-    add_profiler_flags,
     add_settings,
     write_output,
 )
@@ -33,15 +29,14 @@ from layerscope.cli.script_target import (
     show_report,
     write_before_end,
 )
-from layerscope.core.errors import UserError
 from layerscope.core.phases import STEP_PHASES
-from layerscope.core.values import NPROC_MAX, arg, non_negative_int, positive_int
 
 # set by the parent of ``run --nproc-per-node``: the folder where each rank leaves its report
 RANK_REPORTS_ENV = "LAYERSCOPE_RANK_REPORTS"
 
 
 def register(sub) -> None:
+    from layerscope.training.script_runner import SCRIPT, RunSettings
     from layerscope.training.whatif import GROUP, WhatIf
 
     p = sub.add_parser(
@@ -51,42 +46,10 @@ def register(sub) -> None:
                     f"{', '.join(p.name for p in STEP_PHASES if not p.distributed)}. "
                     "Options go before the script; "
                     "everything after it is the script's.")
-    p.add_argument("--steps", type=arg(positive_int),
-                   help="stop the script cleanly after this many steps")
-    p.add_argument("--step-on", choices=("auto", "optimizer", "backward"), default="auto",
-                   help="what ends a step: auto (default): optimizer.step(), and each "
-                        "backward() in a script that never steps an optimizer; optimizer: "
-                        "optimizer.step() only; backward: each backward() (manual updates)")
-    p.add_argument("--warmup-steps", type=arg(non_negative_int), default=0,
-                   help="steps left out of the phase breakdown")
-    p.add_argument("--layers", action="store_true", help="forward time per layer")
-    p.add_argument("--functions", action="store_true",
-                   help="with --layers: also one row per torch function a container's own "
-                        "code calls (F.relu, the residual add, torch.cat), as analyze "
-                        "--functions counts them; forward only")
-    p.add_argument("--memory", action="store_true",
-                   help="peak RSS (and CUDA memory allocated) per phase")
-    SHARED_OPTIONS["memory_limit"](p)
-    add_profiler_flags(
-        p, kernels="profile 3 training steps after the warm-up (after the first when there is "
-                   "none) with torch.profiler: CPU ops, device kernels and launch time per "
-                   "module of the model, forward and backward",
-        nvtx="NVTX ranges named after the steps, their phases and the model's modules, for "
-             "Nsight Systems (nsys profile layerscope run --nvtx ...); a no-op, with a note, "
-             "without CUDA")
-    add_output_folder(p, "--tensorboard", help="per-step phase scalars for TensorBoard")
-    p.add_argument("--trace", metavar="FILE.json",
-                   help="a Chrome trace (chrome://tracing, Perfetto) of the phases per step")
-    p.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
-                   help="run the script in N processes through torchrun (its own DDP/FSDP code "
-                        "runs as under torchrun) and merge every rank's phases into one report")
+    add_settings(p, RunSettings)  # every option: training/script_runner.py
     add_settings(p, WhatIf, GROUP)
     add_output(p)
-    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
-                   help="run a module as python -m does (the rest goes to it)")
-    p.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT.py ...",
-                   help="the script and its arguments (after -- when an argument of the "
-                        "script could be taken for an option)")
+    add_settings(p, RunSettings, SCRIPT)  # -m MODULE ... or SCRIPT.py ...: the rest is its
     p.set_defaults(run=run)
 
 
@@ -146,28 +109,24 @@ def _launch(args) -> int:
 def run(args) -> int:
     from layerscope.cli.common import settings_from
     from layerscope.training import distributed
-    from layerscope.training.script_runner import check_startable, execute
+    from layerscope.training.script_runner import RunSettings, check_startable, execute
     from layerscope.training.watch import Watch
     from layerscope.training.whatif import WhatIf
 
     target, script_args, is_module = script_target(args)
-    if args.functions and not args.layers:
-        raise UserError("--functions splits the --layers rows: add --layers")
-    if args.kernels and args.nproc_per_node:
-        raise UserError("--kernels profiles the steps of one process: leave out "
-                        "--nproc-per-node (the window is not merged across ranks)")
+    s = settings_from(RunSettings, args)
+    what_if = settings_from(WhatIf, args)
     check_script_outputs(args)  # in the words the user typed
-    absolute_outputs(args)
-    if args.nproc_per_node and distributed.detect() is None:
+    absolute_outputs(args)  # (the output paths the files are written to: args')
+    if s.nproc_per_node and distributed.detect() is None:
         check_startable(target, is_module)  # once here, not one error line per rank
         return _launch(args)
     name = target if is_module else os.path.basename(target)
-    watch = Watch(steps=args.steps, warmup_steps=args.warmup_steps, layers=args.layers,
-                  functions=args.functions,
-                  memory=args.memory, name=name, argv=script_args, trace=bool(args.trace),
-                  step_on=args.step_on, what_if=settings_from(WhatIf, args),
-                  script_path=target, module=is_module, memory_limit=args.memory_limit,
-                  kernels=args.kernels, nvtx=args.nvtx)
+    watch = Watch(steps=s.steps, warmup_steps=s.warmup_steps, layers=s.layers,
+                  functions=s.functions, memory=s.memory, name=name, argv=script_args,
+                  trace=bool(s.trace), step_on=s.step_on, what_if=what_if, script_path=target,
+                  module=is_module, memory_limit=s.memory_limit, kernels=s.kernels,
+                  nvtx=s.nvtx)
     failure: list[str] = []
     starter = os.getpid()
     reported: list[bool] = []

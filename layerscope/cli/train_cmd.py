@@ -13,31 +13,14 @@ from layerscope.cli.common import (
 )
 from layerscope.cli.progress import add_quiet, progress_bar
 from layerscope.core.errors import UserError
-from layerscope.core.values import (
-    NODES_MAX,
-    NPROC_MAX,
-    arg,
-    endpoint,
-    non_negative_int,
-    positive_int,
-)
 
 
 def register(sub) -> None:
-    from layerscope.training.config import DISTRIBUTED, TrainConfig
+    from layerscope.training.config import DISTRIBUTED, LaunchSettings, TrainConfig
 
     p = sub.add_parser("train", help="train a recipe with a per-phase time breakdown")
     add_settings(p, TrainConfig)  # every option of the run: training/config.py
-    g = p.add_argument_group(DISTRIBUTED)  # how to launch it: options of this command only
-    g.add_argument("--nproc-per-node", type=arg(positive_int, maximum=NPROC_MAX), metavar="N",
-                   help="launch N processes on this machine through torchrun (data parallel; "
-                        "--batch-size is per process)")
-    g.add_argument("--nnodes", type=arg(positive_int, maximum=NODES_MAX), default=1,
-                   help="machines taking part (run the same command on each)")
-    g.add_argument("--node-rank", type=arg(non_negative_int, maximum=NODES_MAX - 1), default=0,
-                   help="this machine's rank, 0 .. --nnodes - 1")
-    g.add_argument("--rdzv-endpoint", type=arg(endpoint), metavar="HOST:PORT",
-                   help="the machine of node rank 0 and a free port on it")
+    add_settings(p, LaunchSettings, DISTRIBUTED)  # how to launch it: this command's own
     add_settings(p, TrainConfig, DISTRIBUTED)
     add_output(p)
     add_quiet(p)
@@ -50,7 +33,7 @@ def config_from(args):
     return settings_from(TrainConfig, args)
 
 
-def _launch(args) -> int:
+def _launch(args, how) -> int:
     """The parent of a --nproc-per-node run: check what can be checked once, then torchrun
     starts the ranks, each running this same command line."""
     from layerscope.core.io import check_dir
@@ -63,8 +46,8 @@ def _launch(args) -> int:
     if args.out:
         check_dir(args.out, "--out")
     try:
-        return distributed.launch(args.argv, args.nproc_per_node or 1, args.nnodes,
-                                  args.node_rank, args.rdzv_endpoint)
+        return distributed.launch(args.argv, how.nproc_per_node or 1, how.nnodes, how.node_rank,
+                                  how.rdzv_endpoint)
     except distributed.FailedAfterFinishing as exc:  # the results are complete: exit 0
         print(f"layerscope: warning: {exc}", file=sys.stderr)
         return 0
@@ -91,15 +74,17 @@ def run(args) -> int:
 
     from layerscope.renderers import pick_format
     from layerscope.training import distributed
+    from layerscope.training.config import LaunchSettings
     from layerscope.training.loop import AlreadyFinished, OutOfMemory, train
     from layerscope.views.memory import post_mortem_line
     from layerscope.views.training import epoch_line
 
     check_outputs(args)
     config = config_from(args)  # every setting checked before any work or launch
+    how = settings_from(LaunchSettings, args)
     env = distributed.detect()
-    if env is None and (args.nproc_per_node or args.nnodes > 1):
-        return _launch(args)
+    if env is None and (how.nproc_per_node or how.nnodes > 1):
+        return _launch(args, how)
     if env is not None:  # a rank: its process ends without finalizing (cli/ending.py says why)
         from layerscope.cli.ending import without_finalizing
 

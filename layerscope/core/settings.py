@@ -203,11 +203,18 @@ def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
         return []
     if isinstance(value, (list, tuple)) and (spec.append or spec.nargs):
         if spec.append:
-            return [w for v in value for w in (flag, str(v))]
+            return [w for v in value for w in _valued(flag, v)]
         return [flag, *map(str, value)]
     if isinstance(value, (list, tuple)):  # one option taking a list: comma-separated (1,16,64)
-        return [flag, ",".join(map(str, value))]
-    return [flag, str(value)]
+        return _valued(flag, ",".join(map(str, value)))
+    return _valued(flag, value)
+
+
+def _valued(flag: str, value: Any) -> list[str]:
+    """``flag value``; ``flag=value`` when the value begins with '-', which the parser would
+    otherwise take for an option of its own (a data folder named --download)."""
+    text = str(value)
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
 # --- set36a

@@ -10,15 +10,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from layerscope.core import values
-from layerscope.core.settings import check_settings, option
+from layerscope.core import options, values
+from layerscope.core.errors import UserError
+from layerscope.core.settings import Settings, option
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta")  # training.recipes builds each of them
 DISTRIBUTED = "several processes and machines (torch.distributed)"  # the options' group
 
 
-@dataclass
-class TrainConfig:
+@dataclass(kw_only=True)
+class TrainConfig(Settings):
+    """Every setting of ``layerscope train`` and ``layerscope.train``: a new one is a field here
+    (the CLI's option, the API's argument, config.json and the report's ``config`` follow).
+    Compared by value: a resumed run's settings are checked against the saved ones."""
+
     recipe: str = option("digits-cnn", "digits-cnn (default, offline), mnist-cnn, "
                                        "cifar10-resnet20, cifar100-resnet50", positional=True)
     epochs: int | None = option(None, parse=values.positive_int)
@@ -33,8 +38,8 @@ class TrainConfig:
                                     "counts")
     # (train, val) samples; default: the real sizes
     synthetic_size: tuple[int, int] | None = option(None, cli=False)
-    device: str = option("cpu", parse=values.device, shared="device")
-    memory_limit: int | None = option(None, parse=values.byte_size, shared="memory_limit")
+    device: str = options.device()
+    memory_limit: int | None = options.memory_limit()
     num_workers: int = option(0, parse=values.non_negative_int, maximum=values.WORKERS_MAX)
     pin_memory: bool = option(False)
     compile: bool = option(False, "torch.compile the model")
@@ -76,8 +81,30 @@ class TrainConfig:
         parse=values.finite_positive_float, maximum=values.COMM_TIMEOUT_MAX,
         metavar="SECONDS", group=DISTRIBUTED)
 
-    def __post_init__(self) -> None:
-        check_settings(self)
+    def check(self) -> None:
+        if self.kernels and self.profile == "torch":
+            raise UserError("kernels runs torch.profiler itself over three steps: leave out "
+                            "profile torch", arguments=("kernels", "profile"))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(kw_only=True, eq=False)
+class LaunchSettings(Settings):
+    """How ``layerscope train`` starts its processes through torchrun (``training.distributed
+    .launch``, which checks the node rank and the rendezvous against each other): options of
+    the command, not settings of the run."""
+
+    nproc_per_node: int | None = option(
+        None, "launch N processes on this machine through torchrun (data parallel; "
+              "--batch-size is per process)", parse=values.positive_int,
+        maximum=values.NPROC_MAX, metavar="N", group=DISTRIBUTED)
+    nnodes: int = option(1, "machines taking part (run the same command on each)",
+                         parse=values.positive_int, maximum=values.NODES_MAX, group=DISTRIBUTED)
+    node_rank: int = option(0, "this machine's rank, 0 .. --nnodes - 1",
+                            parse=values.non_negative_int, maximum=values.NODES_MAX - 1,
+                            group=DISTRIBUTED)
+    rdzv_endpoint: str | None = option(None, "the machine of node rank 0 and a free port on it",
+                                       parse=values.endpoint, metavar="HOST:PORT",
+                                       group=DISTRIBUTED)

@@ -26,7 +26,6 @@ import torch
 
 from layerscope.analysis.memory_limit import LimitGuard
 from layerscope.core.environment import environment, with_load
-from layerscope.core.errors import UserError
 from layerscope.core.io import check_dir, make_dir
 from layerscope.core.noise import read_machine
 from layerscope.core.phases import per_step
@@ -128,10 +127,7 @@ def train(config: TrainConfig | None = None, *, on_epoch: Callback | None = None
     each epoch, ``stages(what, done, total)`` through the run's other phases that can take a
     while: each epoch's validation (``epoch N validation``, batches), counting the step's
     FLOPs for the MFU, saving the final model (``done`` 0 and ``total`` None: no count)."""
-    config = dataclasses.replace(config or TrainConfig(), **overrides)
-    if config.kernels and config.profile == "torch":
-        raise UserError("kernels runs torch.profiler itself over three steps: leave out "
-                        "profile torch", arguments=("kernels", "profile"))
+    config = TrainConfig.of(config, **overrides)
     if config.out:
         check_dir(config.out, "out")  # before any work: an existing file is not a run folder
     if config.resume:

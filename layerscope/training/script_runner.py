@@ -14,17 +14,82 @@ first stops the watch and lets the command write what it writes after the script
 (``execute``'s ``abrupt_end``).
 
 The commands that run scripts (cli/run_cmd.py, cli/memory_cmd.py) parse their flags, call
-``execute`` and render its outcome.
+``execute`` and render its outcome. ``layerscope run``'s settings are declared here once
+(``RunSettings``; its what-if settings are ``training.whatif.WhatIf``'s).
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+from layerscope.core import options, values
 from layerscope.core.errors import UserError
+from layerscope.core.settings import Settings, option
+
+# what ends a step (``Watch(step_on=...)``): "auto" (the default) is optimizer steps, or
+# backward passes when no optimizer ever steps; "optimizer" and "backward" are those alone
+STEP_ON = ("auto", "optimizer", "backward")
+SCRIPT = "the script (everything after it is the script's)"  # the options' group
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class RunSettings(Settings):
+    """Every setting of ``layerscope run`` but its what-if ones (``WhatIf``): a new one is a
+    field here. ``module`` and ``script`` take the rest of the command line
+    (``argparse.REMAINDER``): ``cli.script_target`` reads which script runs with which
+    arguments from them."""
+
+    steps: int | None = option(None, "stop the script cleanly after this many steps",
+                               parse=values.positive_int)
+    step_on: str = option(
+        "auto", "what ends a step: auto (default): optimizer.step(), and each backward() in a "
+                "script that never steps an optimizer; optimizer: optimizer.step() only; "
+                "backward: each backward() (manual updates)", choices=STEP_ON)
+    warmup_steps: int = option(0, "steps left out of the phase breakdown",
+                               parse=values.non_negative_int)
+    layers: bool = option(False, "forward time per layer")
+    functions: bool = option(False, "with --layers: also one row per torch function a "
+                                    "container's own code calls (F.relu, the residual add, "
+                                    "torch.cat), as analyze --functions counts them; forward "
+                                    "only")
+    memory: bool = option(False, "peak RSS (and CUDA memory allocated) per phase")
+    memory_limit: int | None = options.memory_limit()
+    kernels: bool = options.kernels(
+        "profile 3 training steps after the warm-up (after the first when there is none) with "
+        "torch.profiler: CPU ops, device kernels and launch time per module of the model, "
+        "forward and backward")
+    nvtx: bool = options.nvtx(
+        "NVTX ranges named after the steps, their phases and the model's modules, for Nsight "
+        "Systems (nsys profile layerscope run --nvtx ...); a no-op, with a note, without CUDA")
+    tensorboard: str | None = option(None, "per-step phase scalars for TensorBoard",
+                                     folder=True)
+    trace: str | None = option(None, "a Chrome trace (chrome://tracing, Perfetto) of the phases "
+                                     "per step", metavar="FILE.json")
+    nproc_per_node: int | None = option(
+        None, "run the script in N processes through torchrun (its own DDP/FSDP code runs as "
+              "under torchrun) and merge every rank's phases into one report",
+        parse=values.positive_int, maximum=values.NPROC_MAX, metavar="N")
+    module: list[str] | None = option(None, "run a module as python -m does (the rest goes to "
+                                            "it)", flag="-m", nargs=argparse.REMAINDER,
+                                      metavar="MODULE ...", group=SCRIPT)
+    script: list[str] = option(
+        [], "the script and its arguments (after -- when an argument of the script could be "
+            "taken for an option)", positional=True, nargs=argparse.REMAINDER,
+        metavar="SCRIPT.py ...", group=SCRIPT)
+
+    def check(self) -> None:
+        if self.functions and not self.layers:
+            raise UserError("functions needs layers: it splits the per-layer rows",
+                            arguments=("functions", "layers"))
+        if self.kernels and self.nproc_per_node:
+            raise UserError("kernels profiles the steps of one process: leave out "
+                            "nproc_per_node (the window is not merged across ranks)",
+                            arguments=("kernels", "nproc_per_node"))
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -355,7 +420,7 @@ def execute(target: str, script_args: list[str], is_module: bool, watch: Any,
 def _script_code(failure: BaseException | None) -> int:
     """The exit code python gives a script that ended with ``failure`` (None: it returned),
     with the traceback python prints."""
-    from layerscope.training.watch import StepLimit
+    from layerscope.training.watch_steps import StepLimit
 
     if failure is None or isinstance(failure, StepLimit):
         return 0

@@ -74,6 +74,7 @@ from layerscope.core.records.train import TrainReport
 from layerscope.training.dataloading import LoaderProbe
 from layerscope.training.model_seen import ModelSeen
 from layerscope.training.phases import PhaseTotals
+from layerscope.training.script_runner import STEP_ON
 from layerscope.training.step_ledger import (
     LayerKey,
     StepLedger,
@@ -94,9 +95,6 @@ __all__ = ["CLOSURE", "EVAL", "STEP_ON", "LayerKey", "StepLimit", "Watch", "acti
            "dynamo_compile_seconds", "optimizer_groups", "process_group_note",
            "quiet_step_limit", "to_device", "transient_text", "transients_note", "watch"]
 
-# what ends a step (see ``Watch``): "auto" (the default) is optimizer steps, or backward
-# passes when no optimizer ever steps; "optimizer" and "backward" are those alone
-STEP_ON = ("auto", "optimizer", "backward")
 _ACTIVE: list[Watch] = []  # the one Watch running now (global hooks: one owner at a time)
 _to_device = to_device  # its name here before the hooks had a module of their own
 

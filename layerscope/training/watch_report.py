@@ -149,7 +149,7 @@ class WatchReport:
                 **({"functions": True} if self.functions else {}),
                 **({"kernels": True} if self.kernels else {}),
                 **({"nvtx": True} if self.nvtx else {}),
-                **given, **({"what_if": self.what_if.flags()} if given else {})}
+                **given, **({"what_if": self.what_if.flags(**given)} if given else {})}
 
     # ---- the report -----------------------------------------------------------------
     def _build_report(self) -> TrainReport:

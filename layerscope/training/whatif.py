@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from layerscope.core import values
-from layerscope.core.settings import check_settings, option
+from layerscope.core.settings import Settings, option
 
 GROUP = "what if (the script's own settings overridden; the report says so)"
 # DataLoader arguments torch refuses without workers (ValueError at construction)
@@ -36,8 +36,8 @@ WORKERS_ONLY = {"prefetch_factor": None, "persistent_workers": False,
                 "multiprocessing_context": None}
 
 
-@dataclass
-class WhatIf:
+@dataclass(kw_only=True, eq=False)
+class WhatIf(Settings):
     num_workers: int | None = option(
         None, "every DataLoader the script builds gets num_workers=N", metavar="N",
         parse=values.non_negative_int, maximum=values.WORKERS_MAX, group=GROUP)
@@ -48,21 +48,11 @@ class WhatIf:
     # what each DataLoader was built with by the script (dataset, num_workers, pin_memory)
     seen: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
-    def __post_init__(self) -> None:
-        check_settings(self)
-
     def given(self) -> dict[str, Any]:
-        """The settings asked for (those left out are the script's own)."""
+        """The settings asked for (those left out are the script's own); ``WhatIf.flags(
+        **given)`` are the ``layerscope run`` options that ask for them."""
         return {f.name: value for f in fields(self) if f.name != "seen"
                 and (value := getattr(self, f.name)) is not None and value is not False}
-
-    def flags(self) -> list[str]:
-        """The ``layerscope run`` options that ask for these settings."""
-        out = []
-        for name, value in self.given().items():
-            flag = "--" + name.replace("_", "-")
-            out += [flag] if value is True else [flag, str(value)]
-        return out
 
     def install(self, patch: Callable[[Any, str, Any], None],
                 undo: Callable[[Callable[[], None]], None]) -> None:
@@ -107,5 +97,6 @@ class WhatIf:
         asked = ", ".join(f"{k}={v}" for k, v in self.given().items())
         own = sorted({(s["num_workers"], s["pin_memory"]) for s in self.seen})
         mine = "; ".join(f"num_workers={w}, pin_memory={p}" for w, p in own)
-        return (f"what if: run with {asked} (layerscope run {' '.join(self.flags())}), not the "
+        flags = " ".join(self.flags(**self.given()))
+        return (f"what if: run with {asked} (layerscope run {flags}), not the "
                 "script's own settings" + (f" ({mine} in its code)" if mine else ""))

@@ -173,6 +173,49 @@ class Straggler(DictRecord):
     phase_excess_s: float | None = field(default=None, metadata={"optional": True})
 
 
+WHAT_IF_KEYS = ("num_workers", "pin_memory", "threads")  # layerscope run's what-if settings
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a train or run result's ``config`` says about how the run ran, typed and read in
+    one place (the saved ``config`` stays the dict it always was: ``TrainConfig``'s fields for
+    a recipe's run, the watch's settings for ``layerscope run``). A key the result does not
+    hold reads as "not set": None, False, or the CPU for ``device``; ``recorded`` names the
+    keys it holds (a watched script records ``num_workers`` only when a what-if set it).
+    Values other than the switches are kept as saved: an advice's command passes each on as
+    one argument."""
+
+    device: str = "cpu"
+    num_workers: Any = None
+    pin_memory: bool = False
+    amp: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    synthetic: bool = False
+    batch_size: Any = None
+    steps: Any = None
+    seed: Any = None
+    threads: Any = None
+    data_dir: Any = None
+    # layerscope run's what-if settings the run was made with ({} when none)
+    what_if: dict[str, Any] = field(default_factory=dict)
+    recorded: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, config: Any) -> RunConfig:
+        """The typed view of a result's ``config`` (a dict; anything else: nothing set)."""
+        c: dict[str, Any] = config if isinstance(config, dict) else {}
+        what_if = {k: c[k] for k in WHAT_IF_KEYS if c.get(k) is not None} \
+            if c.get("what_if") else {}
+        return cls(device=c.get("device") or "cpu", num_workers=c.get("num_workers"),
+                   pin_memory=bool(c.get("pin_memory")), amp=bool(c.get("amp")),
+                   channels_last=bool(c.get("channels_last")), compile=bool(c.get("compile")),
+                   synthetic=bool(c.get("synthetic")), batch_size=c.get("batch_size"),
+                   steps=c.get("steps"), seed=c.get("seed"), threads=c.get("threads"),
+                   data_dir=c.get("data_dir"), what_if=what_if, recorded=frozenset(c))
+
+
 @dataclass(repr=False)  # print() shows its tables (core.display); repr() is one line
 class TrainReport(ResultDocument):
     """One training run: per-epoch metrics and the phase breakdown."""
@@ -255,6 +298,11 @@ class TrainReport(ResultDocument):
     def final(self) -> Any:
         """The last epoch's metrics row (None before the first epoch ends)."""
         return self.epochs[-1] if self.epochs else None
+
+    @property
+    def run_config(self) -> RunConfig:
+        """``config`` read through its typed view (``RunConfig``); the saved dict is unchanged."""
+        return RunConfig.of(self.config)
 
     def __repr__(self) -> str:
         b = self.breakdown
