@@ -205,3 +205,16 @@ def _words(f: dataclasses.Field[Any], value: Any) -> list[str]:
             return [w for v in value for w in (flag, str(v))]
         return [flag, *map(str, value)]
     return [flag, str(value)]
+
+
+# --- set36c
+def settings_of(cls: type[S], settings: S | None, positional: dict[str, Any],
+                overrides: dict[str, Any]) -> S:
+    """The settings of a call: ``settings`` (a ``cls``, or the defaults) with the positional
+    arguments given (those not None) and the keyword arguments; without ``settings`` the
+    first positional one (the model) is required."""
+    given = {k: v for k, v in positional.items() if v is not None}
+    first = next(iter(positional))
+    if settings is None and first not in given and first not in overrides:
+        raise UserError(f"give the {first}", arguments=first)
+    return cls.of(settings, **{**overrides, **given})
