@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from layerscope.analysis.llm_settings import PlanSettings
 from layerscope.analysis.memory_settings import MemorySettings
 from layerscope.cli.common import Parser, add_all_settings, settings_from
 from layerscope.core.errors import UserError
@@ -16,6 +17,7 @@ from layerscope.core.settings import spec_of
 # (settings class, the arguments a valid object needs, fields the result keeps elsewhere)
 COMMANDS = {
     "memory": (MemorySettings, {"model": "mnist-cnn"}, {"model", "inputs", "optimizer"}),
+    "plan": (PlanSettings, {"model": "gpt2", "gpus": 8}, {"model"}),
 }
 
 
@@ -44,6 +46,8 @@ RULES = [
     ("memory", {"model": "mnist-cnn", "fit_seq": True},
      "fit_seq needs a memory budget: give fit SIZE", ("fit_seq", "fit")),
     ("memory", {"model": "mnist-cnn", "optimizer": 3}, "unknown optimizer 3", ("optimizer",)),
+    ("plan", {"model": "gpt2", "gpus": 6, "tp": 4}, "gpus 6 is not a multiple of tp x pp = 4",
+     ("gpus", "tp", "pp")),
 ]
 
 
@@ -82,3 +86,17 @@ def test_a_memory_report_records_its_settings():
                        optimizer="sgd", zero_grad="zeros")
     again = layerscope.memory(settings=s)
     assert again.settings == r.settings and again.peak_bytes == r.peak_bytes
+
+
+def test_plan_parses_its_command_line():
+    p = _parser(PlanSettings)
+    s = settings_from(PlanSettings, p.parse_args(
+        ["gpt2", "--gpus", "8", "--dtype", "bfloat16", "--gpu-memory", "40GB", "--tp", "2"]))
+    assert (s.gpus, s.dtype, s.gpu_memory, s.tp, s.pp) == (8, "bf16", 40 * 10**9, 2, 1)
+    with pytest.raises(UserError, match="required: --gpus"):
+        p.parse_args(["gpt2"])
+    with pytest.raises(UserError, match="--dtype must be one of bf16, fp16, fp32"):
+        p.parse_args(["gpt2", "--gpus", "1", "--dtype", "fp8"])
+    with pytest.raises(UserError, match="^dtype for training must be one of"):
+        PlanSettings(model="gpt2", gpus=1, dtype="int8")
+

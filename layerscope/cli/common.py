@@ -288,6 +288,8 @@ def _add_field(p, into, f, spec) -> None:
     kwargs: dict = {"help": spec.help}
     if default is not REQUIRED:
         kwargs["default"] = default
+    elif not spec.positional:
+        kwargs["required"] = True  # an option without a default (plan --gpus)
     if spec.consts:
         which = into if spec.exclusive else p.add_mutually_exclusive_group()
         for flag, value in spec.consts:
