@@ -164,7 +164,7 @@ def test_moe_active_parameters():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"attention": "sparse"}, "^attention must be"),
+    ({"attention": "sparse"}, "^unknown attention 'sparse'"),
     ({"dtype": "int3"}, "^dtype must be"),
     ({"kv_dtype": "x"}, "^kv_dtype must be"),
     ({"gpu": "tpu-v5"}, "unknown GPU"),

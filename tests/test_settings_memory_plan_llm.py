@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from layerscope.analysis.llm_settings import PlanSettings
+from layerscope.analysis.llm_settings import LLMSettings, PlanSettings
 from layerscope.analysis.memory_settings import MemorySettings
 from layerscope.cli.common import Parser, add_all_settings, settings_from
 from layerscope.core.errors import UserError
@@ -18,6 +18,7 @@ from layerscope.core.settings import spec_of
 COMMANDS = {
     "memory": (MemorySettings, {"model": "mnist-cnn"}, {"model", "inputs", "optimizer"}),
     "plan": (PlanSettings, {"model": "gpt2", "gpus": 8}, {"model"}),
+    "llm": (LLMSettings, {"model": "gpt2"}, {"model"}),
 }
 
 
@@ -72,6 +73,7 @@ def test_memory_parses_its_command_line_and_takes_set_to_none():
     assert memory_settings(s, None, None, {"set_to_none": True}).zero_grad == "none"
 
 
+@pytest.mark.integration  # runs a step / counts a model: over 0.5 CPU-s
 def test_a_memory_report_records_its_settings():
     import torch.nn as nn
 
@@ -100,3 +102,18 @@ def test_plan_parses_its_command_line():
     with pytest.raises(UserError, match="^dtype for training must be one of"):
         PlanSettings(model="gpt2", gpus=1, dtype="int8")
 
+
+@pytest.mark.integration  # runs a step / counts a model: over 0.5 CPU-s
+def test_llm_parses_its_command_line_and_records_its_settings():
+    import layerscope
+
+    s = settings_from(LLMSettings, _parser(LLMSettings).parse_args(
+        ["gpt2", "--seq-len", "64", "--kv-dtype", "float16", "--attention", "full"]))
+    assert (s.seq_len, s.kv_dtype, s.dtype, s.attention) == (64, "fp16", "bf16", "full")
+    with pytest.raises(UserError, match="--kv-dtype must be one of fp32"):
+        _parser(LLMSettings).parse_args(["gpt2", "--kv-dtype", "int3"])
+    r = layerscope.llm(settings=s, context=32)
+    assert r.settings == {"seq_len": 64, "context": 32, "batch_size": 1, "dtype": "bf16",
+                          "kv_dtype": "fp16", "gpu": None, "tp": 1, "attention": "full"}
+    assert layerscope.llm("gpt2", seq_len=64, context=32, kv_dtype="fp16",
+                          attention="full").settings == r.settings

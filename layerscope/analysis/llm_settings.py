@@ -1,4 +1,5 @@
-"""The settings of the language-model commands, each declared once: ``PlanSettings``
+"""The settings of the language-model commands, each declared once: ``LLMSettings``
+(``layerscope llm`` and ``layerscope.llm``, analysis/llm.py) and ``PlanSettings``
 (``layerscope plan`` and ``layerscope.plan``, analysis/plan.py). A module of its own, without
 torch, so that the command line starts without it."""
 from __future__ import annotations
@@ -6,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from layerscope.analysis.llm_gpus import dtype_name
+from layerscope.analysis.llm_gpus import WEIGHT_DTYPES, dtype_name
 from layerscope.core import values
 from layerscope.core.errors import UserError
-from layerscope.core.llm_records import KERNELS, RECOMPUTE, STRATEGIES, TRAIN_DTYPES
+from layerscope.core.llm_records import ATTENTION, KERNELS, RECOMPUTE, STRATEGIES, TRAIN_DTYPES
 from layerscope.core.settings import REQUIRED, Settings, option
 
 LLM_MODEL_HELP = "an LLM preset (llama-3-70b, ...) or hf:PATH/config.json"
@@ -26,6 +27,43 @@ def train_dtype(value: Any, name: str | None = None) -> str:
         raise UserError(f"{name} for training {words}" if name else f"{words} (training)",
                         arguments=name or ())
     return text
+
+
+def weight_dtype(value: Any, name: str | None = None) -> str:
+    """A dtype of weights or of the KV cache: fp32, bf16, ... (or a name of one: bfloat16)."""
+    if name is not None:
+        return dtype_name(value, name)
+    try:
+        return dtype_name(value)
+    except UserError:
+        raise UserError(f"must be one of {', '.join(WEIGHT_DTYPES)}, got {value!r}") from None
+
+
+@dataclasses.dataclass(kw_only=True, eq=False)
+class LLMSettings(Settings):
+    """Every setting of ``layerscope llm`` and ``layerscope.llm``: a new one is a field here
+    (the CLI's option, the API's argument and the report's ``settings`` follow). ``gpu``: a
+    name, a JSON file or a ``GPU`` (the report keeps its name)."""
+
+    model: Any = option(REQUIRED, "an LLM preset (gpt2, llama-3-8b, llama-3-70b, "
+                                  "llama-3.1-405b, mixtral-8x7b, qwen2.5-7b) or "
+                                  "hf:PATH/config.json", positional=True, record=False)
+    seq_len: int | None = option(None, "prompt length S (default: the preset's, 2048 for most)",
+                                 parse=values.positive_int)
+    context: int | None = option(None, "tokens in the KV cache for decode and the cache size "
+                                       "(default: S)", parse=values.positive_int)
+    batch_size: int = option(1, "sequences B", parse=values.positive_int)
+    dtype: str = option("bf16", "weight dtype for the roofline bound (default bf16)",
+                        parse=weight_dtype, choices=WEIGHT_DTYPES)
+    kv_dtype: str | None = option(None, "KV-cache dtype (default: --dtype)", parse=weight_dtype,
+                                  choices=WEIGHT_DTYPES)
+    gpu: Any = option(None, "h100-sxm, h100-pcie, h200, a100-40gb, a100-80gb, l4, rtx-4090 or "
+                            "a JSON file (name, bf16_flops, bandwidth_bytes_per_s, "
+                            "memory_bytes)", metavar="NAME|FILE.json", reads=True)
+    tp: int = option(1, "GPUs the weights and KV cache are split across for the --gpu bound "
+                        "(tensor parallel; default 1)", parse=values.positive_int)
+    attention: str = option("causal", "count causal attention's lower triangle (default) or the "
+                                      "full matrix", choices=ATTENTION)
 
 
 @dataclasses.dataclass(kw_only=True, eq=False)
