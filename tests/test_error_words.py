@@ -29,7 +29,7 @@ CASES = [
      "gpu_memory must be a size such as 80GB",
      ["plan", "gpt2", "--gpus", "1", "--gpu-memory", "lots"], "--gpu-memory must be a size"),
     ("plan-strategy", lambda t: layerscope.plan("gpt2", gpus=1, strategy="zero9"),
-     "strategy must be one of", ["plan", "gpt2", "--gpus", "1", "--strategy", "zero9"],
+     "unknown strategy 'zero9'", ["plan", "gpt2", "--gpus", "1", "--strategy", "zero9"],
      "--strategy"),
     ("llm-batch-size", lambda t: layerscope.llm("gpt2", batch_size=0),
      "batch_size must be at least 1",

@@ -164,7 +164,7 @@ def test_moe_active_parameters():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"attention": "sparse"}, "^attention must be"),
+    ({"attention": "sparse"}, "^unknown attention 'sparse'"),
     ({"dtype": "int3"}, "^dtype must be"),
     ({"kv_dtype": "x"}, "^kv_dtype must be"),
     ({"gpu": "tpu-v5"}, "unknown GPU"),
@@ -445,11 +445,12 @@ def test_moe_fused_and_op_refused(kwargs, message):
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"gpus": 6, "tp": 4}, "multiple"), ({"gpus": 8, "pp": 8}, "pipeline stages"),
-    ({"gpus": 3, "tp": 3}, "heads"), ({"gpus": 8, "strategy": "zero4"}, "^strategy must"),
-    ({"gpus": 8, "recompute": "some"}, "^recompute must"),
+    ({"gpus": 3, "tp": 3}, "heads"),
+    ({"gpus": 8, "strategy": "zero4"}, "^unknown strategy 'zero4'"),
+    ({"gpus": 8, "recompute": "some"}, "^unknown recompute 'some'"),
     ({"gpus": 8, "dtype": "fp8"}, "^dtype for training"),
     ({"gpus": 8, "gpu_memory": "80XB"}, "^gpu_memory must"), ({"gpus": 0}, "^gpus must"),
-    ({"gpus": 8, "kernels": "triton"}, "^kernels must"),
+    ({"gpus": 8, "kernels": "triton"}, "^unknown kernels 'triton'"),
 ], ids=["tp-pp-divide", "pp-layers", "tp-heads", "strategy", "recompute", "dtype", "memory",
         "gpus", "kernels"])
 def test_plan_bad_values(kwargs, message):

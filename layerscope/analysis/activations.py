@@ -10,7 +10,7 @@ from layerscope.analysis import modes
 from layerscope.core import options, values
 from layerscope.core.activation_records import ActivationCapture, ActivationStat
 from layerscope.core.errors import UserError, first_line
-from layerscope.core.settings import Settings, option, with_model
+from layerscope.core.settings import Settings, of_call, option
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,7 @@ def activations(model: str | nn.Module | None = None, inputs: Any = None, *,
     from layerscope.frontends.inputs import real_inputs
     from layerscope.frontends.torch_module import resolve, with_batch_size
 
-    s = with_model(ActivationsSettings, settings, model, inputs, overrides, "capture")
+    s = of_call(ActivationsSettings, settings, overrides, "capture", model=model, inputs=inputs)
     model, inputs, layers, batch_size, seed = s.model, s.inputs, s.layers, s.batch_size, s.seed
     loaded = resolve(model, seed=seed)
     if loaded.frontend == "torchscript":  # forward hooks are how layer outputs are kept

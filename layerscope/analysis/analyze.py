@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from layerscope.core import options, values
 from layerscope.core.errors import UserError
 from layerscope.core.report import Report
-from layerscope.core.settings import Settings, option, with_model
+from layerscope.core.settings import Settings, of_call, option
 from layerscope.frontends.detect import detect
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def analyze(model: str | nn.Module | None = None, inputs: Any = None, *,
     mixture-of-experts LLMs ``totals.params_active`` is the parameters one token uses under
     expected routing (k of E experts).
     """
-    s = with_model(AnalyzeSettings, settings, model, inputs, overrides, "analyze")
+    s = of_call(AnalyzeSettings, settings, overrides, "analyze", model=model, inputs=inputs)
     ref = detect(s.model)
     if ref.is_onnx:
         _refuse_torch_options(ref.spec, kwargs, s)

@@ -128,16 +128,9 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
 
     check_device(device)
     machine = read_machine()  # before our own work adds to the load average
-    steps = values.positive_int(steps, "steps")
-    context = values.positive_int(context, "context")
-    batch_size = values.positive_int(batch_size, "batch_size")
-    warmup = values.non_negative_int(warmup, "warmup")
-    if threads is not None:
-        threads = values.thread_count(threads, "threads")
-    dtype_text = "float32" if dtype is None else str(dtype).removeprefix("torch.")
-    if dtype_text not in _DTYPES:
-        raise UserError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}",
-                        arguments="dtype")
+    steps, context, batch_size, warmup, threads = _counts_checked(steps, context, batch_size,
+                                                                  warmup, threads)
+    dtype_text = _dtype_checked(dtype)
     torch_dtype = _DTYPES[dtype_text]
     spec = _check_model(model)
     source = llm_mod.resolve_llm(spec)
@@ -164,35 +157,9 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
             module, _, _ = llm_models.from_hf(spec, device=device, dtype=torch_dtype)
             ids = torch.randint(config.vocab_size, (batch_size, context + 1)).to(device)
         modes.set_mode(module, False)
-        seconds, prefill_s = [], 0.0
-        try:
-            with torch.no_grad():
-                _sync(device)
-                start = clock()
-                out = module(input_ids=ids[:, :context], use_cache=True, **_last_logits(module))
-                _sync(device)
-                prefill_s = clock() - start
-                name = _cache_argument(module)
-                filled = getattr(out, name, None)
-                if filled is None:
-                    raise UserError(f"{spec}: the model returned no KV cache from its prefill "
-                                    "(use_cache=True), so its decode steps cannot be timed")
-                token = ids[:, context:]
-                for i in range(warmup + steps):
-                    kv = copy.deepcopy(filled)
-                    _sync(device)
-                    start = clock()
-                    module(input_ids=token, use_cache=True, **{name: kv})
-                    _sync(device)
-                    if i >= warmup:
-                        seconds.append(clock() - start)
-                    if progress:
-                        progress(i + 1, warmup + steps)
-        except UserError:
-            raise
-        except Exception as exc:
-            raise UserError(f"{spec}: the decode step failed: "
-                            f"{first_line(exc, with_type=True)}") from exc
+        seconds, prefill_s = _time_steps(module, ids, spec, context, warmup + steps, device,
+                                         clock, progress)
+        seconds = seconds[warmup:]
         ceilings = roofline.ceilings(device, torch_dtype, used_threads)
     stats = TimingStats.of(seconds)
     sheet = datasheet_peak(device, torch_dtype)
@@ -212,3 +179,57 @@ def profile_decode(model: str, *, steps: int, context: int = DEFAULT_CONTEXT,
         settings={"threads": threads or old_threads, "llm_attention": counted.attention_count},
         environment=environment(),
         noise=noise_section(stats, machine, used_threads, repeats="--decode steps"))
+
+
+def _counts_checked(steps: Any, context: Any, batch_size: Any, warmup: Any,
+                    threads: Any) -> tuple[int, int, int, int, int | None]:
+    """profile_decode's counts, each checked in its argument's name."""
+    return (values.positive_int(steps, "steps"), values.positive_int(context, "context"),
+            values.positive_int(batch_size, "batch_size"),
+            values.non_negative_int(warmup, "warmup"),
+            None if threads is None else values.thread_count(threads, "threads"))
+
+
+def _dtype_checked(dtype: Any) -> str:
+    """float32 (None), bfloat16 or float16 (a torch.dtype or its name)."""
+    text = "float32" if dtype is None else str(dtype).removeprefix("torch.")
+    if text not in _DTYPES:
+        raise UserError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}",
+                        arguments="dtype")
+    return text
+
+
+def _time_steps(module, ids, spec: str, context: int, runs: int, device: str,
+                clock: Callable[[], float],
+                progress: Callable[[int, int], None] | None) -> tuple[list[float], float]:
+    """The prefill of ``context`` tokens, timed, then ``runs`` decode steps from a copy of its
+    KV cache, each timed (seconds, in order: the caller drops its warm-up ones)."""
+    seconds, prefill_s = [], 0.0
+    try:
+        with torch.no_grad():
+            _sync(device)
+            start = clock()
+            out = module(input_ids=ids[:, :context], use_cache=True, **_last_logits(module))
+            _sync(device)
+            prefill_s = clock() - start
+            name = _cache_argument(module)
+            filled = getattr(out, name, None)
+            if filled is None:
+                raise UserError(f"{spec}: the model returned no KV cache from its prefill "
+                                "(use_cache=True), so its decode steps cannot be timed")
+            token = ids[:, context:]
+            for i in range(runs):
+                kv = copy.deepcopy(filled)
+                _sync(device)
+                start = clock()
+                module(input_ids=token, use_cache=True, **{name: kv})
+                _sync(device)
+                seconds.append(clock() - start)
+                if progress:
+                    progress(i + 1, runs)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise UserError(f"{spec}: the decode step failed: "
+                        f"{first_line(exc, with_type=True)}") from exc
+    return seconds, prefill_s

@@ -21,7 +21,7 @@ from layerscope.analysis.graph_collapse import collapse as collapse_repeats
 from layerscope.core import options, tree, values
 from layerscope.core.errors import UserError
 from layerscope.core.graph_records import METRICS, GraphEdge, GraphNode, ModelGraph
-from layerscope.core.settings import Settings, option, with_model
+from layerscope.core.settings import Settings, of_call, option
 from layerscope.frontends.detect import detect
 
 # Nodes hidden by default: they hold data, not work, and would double a graph's size
@@ -218,7 +218,7 @@ def graph(model: Any = None, inputs: Any = None, *, settings: GraphSettings | No
     become one node with their count and summed figures. ``settings``: a ``GraphSettings``;
     keyword arguments (``batch_size``, ``metric``, ``nodes``, ``all_nodes``, ``collapse``)
     override its fields."""
-    s = with_model(GraphSettings, settings, model, inputs, overrides, "draw")
+    s = of_call(GraphSettings, settings, overrides, "draw", model=model, inputs=inputs)
     model, inputs, batch_size = s.model, s.inputs, s.batch_size
     ref = detect(model)
     if ref.is_onnx:

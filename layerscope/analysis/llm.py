@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -44,6 +45,7 @@ from layerscope.analysis.llm_gpus import (
     nbytes,
     peak_flops,
 )
+from layerscope.analysis.llm_settings import LLMSettings
 from layerscope.analysis.llm_source import (
     LLMSource,
     check_tokens,
@@ -52,11 +54,9 @@ from layerscope.analysis.llm_source import (
     with_layer_count,
     with_layers,
 )
-from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError
 from layerscope.core.llm_records import (
-    ATTENTION,
     AttentionLayers,
     DecodeCost,
     KVCache,
@@ -64,6 +64,7 @@ from layerscope.core.llm_records import (
     LLMRoofline,
     PrefillCost,
 )
+from layerscope.core.settings import of_call
 from layerscope.frontends import llm_attention
 from layerscope.frontends.llm_attention import LayerAttention
 from layerscope.frontends.llm_configs import LLMConfig
@@ -352,12 +353,12 @@ def roofline_bound(gpu: GPU, dtype: str, prefill_flops: int, prefill_tokens: int
 
 # ---------------------------------------------------------------- the public function
 @without_dynamo()  # the meta builds and the counting compile nothing
-def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | None = None,
-        batch_size: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
-        gpu: str | GPU | None = None, attention: str = "causal", tp: int = 1) -> LLMReport:
+def llm(model: str | LLMSource | None = None, *, settings: LLMSettings | None = None,
+        **overrides: Any) -> LLMReport:
     """Parameters (total and active), weight bytes per dtype, prefill MACs/FLOPs for
     ``batch_size`` x ``seq_len`` tokens, decode MACs/FLOPs per token at ``context`` cached
-    tokens, KV-cache bytes and, with ``gpu``, a roofline bound on tokens/s.
+    tokens, KV-cache bytes and, with ``gpu``, a roofline bound on tokens/s. ``settings``: an
+    ``LLMSettings``; keyword arguments override its fields (``seq_len=4096``).
 
     ``model``: an LLM preset (``llama-3-8b``), ``hf:PATH/config.json`` or an ``LLMSource``.
     ``attention``: ``causal`` counts s(s+1)/2 scores per head (what causal kernels execute),
@@ -365,64 +366,22 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
     attends the whole cache.
     ``tp``: GPUs the weights and the KV cache are split across for the ``gpu`` bound.
     """
-    if attention not in ATTENTION:
-        raise UserError(f"attention must be causal or full, got {attention!r}",
-                        arguments="attention")
-    dtype = dtype_name(dtype)
-    kv_dtype = dtype if kv_dtype is None else dtype_name(kv_dtype, "kv_dtype")
-    batch_size = values.positive_int(batch_size, "batch_size")
-    gpu_obj = None if gpu is None else gpu_spec(gpu)
-    tp = values.positive_int(tp, "tp")
-    source = resolve_llm(model)
+    s = of_call(LLMSettings, settings, overrides, "llm", model=model)
+    kv_dtype = s.kv_dtype or s.dtype
+    gpu_obj = None if s.gpu is None else gpu_spec(s.gpu)  # a bad gpu fails first
+    source = resolve_llm(s.model)
     config = source.config
-    if config.num_heads % tp:
-        raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
+    if config.num_heads % s.tp:
+        raise UserError(f"tp {s.tp} does not divide {source.name}'s {config.num_heads} "
                         "attention heads", arguments="tp")
-    seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
-                                                                                  "seq_len")
-    table = source.position_cap()
-    if context is None:  # the prompt's length; a position table caps it (decode at context
-        # L runs position L + 1)
-        context = min(seq_len, config.max_position - 1) if table else seq_len
-    else:
-        context = values.positive_int(context, "context")
-    check_tokens(config, batch_size, seq_len, "batch_size x seq_len")
-    check_tokens(config, 1, context + 1, "context")
-    notes = [*source.config_notes, *source.notes]
-    for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
-        if table and n > config.max_position:
-            raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
-                            f"{table} ({config.max_position} positions)", arguments=what)
-        if n > config.max_position:
-            notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
-                         f"trained context ({config.max_position:,} tokens); counted anyway")
+    seq_len, context, notes = _positions(s, source)
     layers = source.layer_attention()
-    terms, more_notes = layer_terms(source)
-    notes += more_notes
-    shaped = structured_counts(source, layers, batch_size, seq_len, context, attention, terms)
-    if shaped is None:  # the kernels are not those the config describes: as traced
-        prefill, decode_macs, decode_flops = traced_counts(source, batch_size, seq_len, context,
-                                                           attention, terms)
-        attention_count = "as traced"
-        notes.append("attention counted as the trace met it: the model's attention kernels are "
-                     "not those its configuration describes (attention written out as matmuls, "
-                     "or other heads or widths), so masked kernels count the whole score matrix "
-                     "(a Hugging Face model's masked kernel call: the scores its decoder "
-                     "layer's mask lets each query see, as analyze counts it) and decode is "
-                     "prefill(L + 1) - prefill(L)")
-    else:
-        prefill, decode_macs, decode_flops = shaped
-        attention_count = attention
-        unknown = sum(a.kind == llm_attention.UNKNOWN for a in layers)
-        if unknown:
-            attention_count = "full" if unknown == len(layers) else f"{attention}, some full"
-            notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
-                         "does not know (its mask's structure): their scores are counted as the "
-                         "whole matrix")
-    notes += recurrent_notes(layers)
+    prefill, decode_macs, decode_flops, attention_count, more = _counts(
+        s, source, layers, seq_len, context)
+    notes += more + recurrent_notes(layers)
     total, active = prefill.params, prefill.params_active
     kv_token = nbytes(llm_structure.kv_elements(layers), kv_dtype)
-    kv_total = nbytes(batch_size * llm_structure.kv_elements(layers, context), kv_dtype)
+    kv_total = nbytes(s.batch_size * llm_structure.kv_elements(layers, context), kv_dtype)
     if config.is_moe:
         notes.append(f"mixture of experts: {config.experts_per_token} of {config.num_experts} "
                      "experts per token; active parameters and MACs count the expected routing "
@@ -434,26 +393,76 @@ def llm(model: str | LLMSource, *, seq_len: int | None = None, context: int | No
         params_active=active,
         weight_bytes={d: nbytes(total, d) for d in WEIGHT_DTYPES},
         prefill=PrefillCost(macs=prefill.macs, flops=prefill.flops,
-                            tokens=batch_size * seq_len),
+                            tokens=s.batch_size * seq_len),
         decode=DecodeCost(macs_per_token=decode_macs, flops_per_token=decode_flops,
                           context=context),
         kv_cache=KVCache(bytes_per_token=kv_token, bytes_total=kv_total,
-                         dtype=kv_dtype, batch_size=batch_size, context=context),
+                         dtype=kv_dtype, batch_size=s.batch_size, context=context),
         attention_count=attention_count,
         attention_layers=attention_records(
-            layers, kv_dtype, batch_size, context,
-            attention_count if attention_count == "as traced" else attention),
+            layers, kv_dtype, s.batch_size, context,
+            attention_count if attention_count == "as traced" else s.attention),
         config=config.to_dict(),
-        settings={"seq_len": seq_len, "context": context, "batch_size": batch_size,
-                  "dtype": dtype, "kv_dtype": kv_dtype, "attention": attention,
-                  "gpu": gpu_obj.name if gpu_obj else None, "tp": tp},
+        settings={"seq_len": seq_len, "context": context, "batch_size": s.batch_size,
+                  "dtype": s.dtype, "kv_dtype": kv_dtype, "attention": s.attention,
+                  "gpu": gpu_obj.name if gpu_obj else None, "tp": s.tp},
         environment=environment(),
         notes=notes,
     )
     if gpu_obj is not None:
-        report.roofline, more = report_bound(report, config, gpu_obj, tp)
+        report.roofline, more = report_bound(report, config, gpu_obj, s.tp)
         report.notes += more
     return report
+
+
+def _positions(s: LLMSettings, source: LLMSource) -> tuple[int, int, list[str]]:
+    """The prompt's length and the decode's context (defaults filled in: a position table caps
+    the context, decode at context L running position L + 1), once they are known to fit the
+    model's positions, and the notes so far."""
+    config = source.config
+    seq_len = config.default_seq_len if s.seq_len is None else s.seq_len
+    table = source.position_cap()
+    context = s.context if s.context is not None else (
+        min(seq_len, config.max_position - 1) if table else seq_len)
+    check_tokens(config, s.batch_size, seq_len, "batch_size x seq_len")
+    check_tokens(config, 1, context + 1, "context")
+    notes = [*source.config_notes, *source.notes]
+    for what, value, n in (("seq_len", seq_len, seq_len), ("context", context, context + 1)):
+        if table and n > config.max_position:
+            raise UserError(f"{what} {value} needs {n} positions, more than {source.name}'s "
+                            f"{table} ({config.max_position} positions)", arguments=what)
+        if n > config.max_position:
+            notes.append(f"{what} {value} needs {n:,} positions, beyond {source.name}'s "
+                         f"trained context ({config.max_position:,} tokens); counted anyway")
+    return seq_len, context, notes
+
+
+def _counts(s: LLMSettings, source: LLMSource, layers, seq_len: int, context: int):
+    """Prefill's counts, decode's MACs and FLOPs per token, how attention was counted and the
+    notes saying so: from the structure the config describes, or as traced when the model's
+    kernels are not those."""
+    terms, notes = layer_terms(source)
+    shaped = structured_counts(source, layers, s.batch_size, seq_len, context, s.attention,
+                               terms)
+    if shaped is None:  # the kernels are not those the config describes: as traced
+        prefill, decode_macs, decode_flops = traced_counts(source, s.batch_size, seq_len,
+                                                           context, s.attention, terms)
+        notes.append("attention counted as the trace met it: the model's attention kernels are "
+                     "not those its configuration describes (attention written out as matmuls, "
+                     "or other heads or widths), so masked kernels count the whole score matrix "
+                     "(a Hugging Face model's masked kernel call: the scores its decoder "
+                     "layer's mask lets each query see, as analyze counts it) and decode is "
+                     "prefill(L + 1) - prefill(L)")
+        return prefill, decode_macs, decode_flops, "as traced", notes
+    prefill, decode_macs, decode_flops = shaped
+    attention_count = s.attention
+    unknown = sum(a.kind == llm_attention.UNKNOWN for a in layers)
+    if unknown:
+        attention_count = "full" if unknown == len(layers) else f"{s.attention}, some full"
+        notes.append(f"{unknown} of {len(layers)} layers have an attention type layerscope "
+                     "does not know (its mask's structure): their scores are counted as the "
+                     "whole matrix")
+    return prefill, decode_macs, decode_flops, attention_count, notes
 
 
 def report_bound(report: LLMReport, config: LLMConfig, gpu: GPU, tp: int = 1

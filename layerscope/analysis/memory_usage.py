@@ -5,6 +5,7 @@ both)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,12 @@ import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from layerscope.core import values
+from layerscope.analysis.memory_settings import (
+    DEFAULT_OPTIMIZER,
+    MemorySettings,
+    memory_settings,
+)
+from layerscope.analysis.profiling import recorded_in
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.records.memory import (
     MemoryFit,
@@ -24,59 +30,85 @@ from layerscope.core.records.memory import (
     TimelinePoint,
 )
 
-MODES = ("inference", "training")
 
-
-def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any] | None = None,
-           mode: str = "inference", batch_size: int | None = None,
-           optimizer: str | Callable[[Any], torch.optim.Optimizer] = "adam",
-           set_to_none: bool = True, measure: bool = False,
-           seq_len: int | None = None, fit: int | str | None = None,
-           fit_seq: bool = False, device: str = "cpu") -> MemoryReport:
+def memory(model: str | nn.Module | None = None, inputs: Any = None, *,
+           settings: MemorySettings | None = None, kwargs: dict[str, Any] | None = None,
+           **overrides: Any) -> MemoryReport:
     """The live set of one inference pass (``mode="inference"``: eval mode, no grad) or one
     steady-state training step (``"training"``: ``train_step.step``, the step
     ``layerscope train`` runs: zero_grad, forward, a classifier's cross-entropy or nll against
     int64 labels (any other output's sum), backward, ``optimizer.step()``), by module and kind
-    at its peak and over time.
+    at its peak and over time. ``settings``: a ``MemorySettings``; keyword arguments override
+    its fields (``mode="training"``).
 
     ``model``, ``inputs``, ``kwargs``, ``batch_size``, ``seq_len``: as ``layerscope.analyze``.
-    ``optimizer``: sgd, momentum, adam or adamw, or a function of the parameters returning your
-    optimizer (``lambda ps: torch.optim.Adam(ps, lr=1e-3)``); ``set_to_none``: what your
-    ``optimizer.zero_grad`` does (True, torch's default: gradients are freed each step; False:
-    kept and zeroed). ``measure``: also run the step for real on the CPU (private copies of the
-    weights; inputs given as shapes are zeros) and reconcile its peak with the static one.
-    ``fit``: a memory budget (bytes, or '24GB', '24GiB'): also the largest batch size whose
-    static peak fits it (``report.fit``; with ``measure``, confirmed by measured CPU steps
-    there and one larger); ``fit_seq``: also the longest sequence length that fits it at this
-    batch size (language models, ``report.fit_seq``). ``device``: where ``measure`` runs the
-    step, cpu or cuda (on CUDA the caching allocator's and the driver's figures join the
-    reconciliation, ``memory_cuda``). A forward that needs real values (fake tensors cannot
-    run it) has its step run for real instead of statically; with ``measure`` that one
-    measured step gives both figures. The model is left as it was."""
-    from layerscope.analysis.analyze_torch import load
-    from layerscope.analysis.memory_track import OPTIMIZERS
-    from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
+    ``optimizer``: sgd, momentum, adam, adamw or adadelta (default adam), or a function of the
+    parameters returning your optimizer (``lambda ps: torch.optim.Adam(ps, lr=1e-3)``);
+    ``set_to_none``: what your ``optimizer.zero_grad`` does (True, torch's default: gradients
+    are freed each step; False: kept and zeroed). ``measure``: also run the step for real on
+    the CPU (private copies of the weights; inputs given as shapes are zeros) and reconcile its
+    peak with the static one. ``fit``: a memory budget (bytes, or '24GB', '24GiB'): also the
+    largest batch size whose static peak fits it (``report.fit``; with ``measure``, confirmed
+    by measured CPU steps there and one larger); ``fit_seq``: also the longest sequence length
+    that fits it at this batch size (language models, ``report.fit_seq``). ``device``: where
+    ``measure`` runs the step, cpu or cuda (on CUDA the caching allocator's and the driver's
+    figures join the reconciliation, ``memory_cuda``). A forward that needs real values (fake
+    tensors cannot run it) has its step run for real instead of statically; with ``measure``
+    that one measured step gives both figures. The model is left as it was."""
     from layerscope.analysis.runtime import check_device
+    from layerscope.core.environment import environment
     from layerscope.frontends.inputs import call_text
 
-    device = values.device(device)
-    if device != "cpu" and not measure:
-        raise UserError("device cuda is where the measured step runs: add --measure "
-                        "(measure=True in Python); the static figures use no device",
-                        arguments="device")
-    check_device(device)
-    budget = None if fit is None else values.byte_size(fit, "fit")
-    if fit_seq and budget is None:
-        raise UserError("fit_seq needs a memory budget to fit: give one (--fit SIZE; fit= in "
-                        "Python)", arguments="fit_seq")
-    cap = _seq_cap(model) if fit_seq else None
-    if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r}: use inference or training", arguments="mode")
-    if not callable(optimizer) and optimizer not in OPTIMIZERS:
-        raise UserError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)} "
-                        "or a function of the parameters returning a torch.optim.Optimizer",
-                        arguments="optimizer")
-    loaded = load(model, inputs, batch_size, kwargs=kwargs, seq_len=seq_len)
+    s = memory_settings(settings, model, inputs, overrides)
+    check_device(s.device)
+    cap = _seq_cap(s.model) if s.fit_seq else None
+    loaded, module, notes = _loaded(s, kwargs)
+    optimizer = s.optimizer or DEFAULT_OPTIMIZER
+    step = _Step(loaded, s.mode == "training",
+                 _over_given(optimizer) if callable(optimizer) else optimizer, s.set_to_none)
+    static, real, rss, cuda, ran_real = _runs(s, kwargs, loaded, module, step)
+    report = report_of_run(static, loaded.name, s.mode, call_text(loaded.inputs, loaded.kwargs))
+    report.batch_size = s.batch_size if s.batch_size is not None else _batch(loaded.inputs)
+    report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
+        if step.training else None
+    report.settings = {"mode": s.mode, "measure": s.measure,
+                       **({"set_to_none": s.set_to_none} if step.training else {}),
+                       **({"ran": "real"} if ran_real is not None else {})}
+    report.notes = notes + _notes(step.training, s.set_to_none, ran_real, s.device) \
+        + static.notes
+    if real is not None:
+        report.measured_peak_bytes = real.log.peak()[1]
+        report.reconciliation = reconciliation_of(report.peak_bytes, real, rss)
+        if cuda:
+            from layerscope.analysis.memory_cuda import fill_cuda
+
+            fill_cuda(report.reconciliation, cuda[0])
+    if s.fit is not None:
+        _fits(report, s, kwargs, cap)
+    report.environment = environment()
+    return recorded_in(report, s)
+
+
+@dataclasses.dataclass
+class _Step:
+    """What every run of the step takes besides the module."""
+    loaded: Any
+    training: bool
+    optimizer: Any
+    set_to_none: bool
+
+    def run(self, module: nn.Module, *, real: bool, **how: Any):
+        return _run(module, self.loaded, self.training, self.optimizer, self.set_to_none,
+                    real=real, **how)
+
+
+def _loaded(s: MemorySettings, kwargs: dict[str, Any] | None):
+    """The loaded model, its PyTorch module and the notes unwrapping it made; a module memory
+    cannot track is refused."""
+    from layerscope.analysis.analyze_torch import load
+    from layerscope.analysis.model_prep import has_forward, is_lazy, unwrap
+
+    loaded = load(s.model, s.inputs, s.batch_size, kwargs=kwargs, seq_len=s.seq_len)
     module, notes = unwrap(loaded.module, loaded.name)
     if isinstance(module, torch.jit.ScriptModule) or not has_forward(module):
         raise UserError(f"{loaded.name}: memory needs a PyTorch module with a forward() "
@@ -84,15 +116,25 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
     if is_lazy(module):
         raise UserError(f"{loaded.name} has lazy (uninitialised) parameters: run it once on an "
                         "example input before tracking its memory")
-    training = mode == "training"
-    step_optimizer = _over_given(optimizer) if callable(optimizer) else optimizer
+    return loaded, module, notes
+
+
+def _runs(s: MemorySettings, kwargs: dict[str, Any] | None, loaded, module: nn.Module,
+          step: _Step):
+    """The static run (or, for a forward that needs real values, the step run for real in its
+    place) and, with ``measure``, the measured one: (static, real, its RSS, its CUDA figures,
+    why the step ran for real or None)."""
+    def real_weights(m: nn.Module) -> nn.Module:
+        return _real_weights(s.model, s.inputs, kwargs, s.batch_size, s.seq_len, m, loaded)
+
     needs_real = None  # the static run stopped: the forward needs real values
+    static = None
     try:
-        static = _run(module, loaded, training, step_optimizer, set_to_none, real=False)
+        static = step.run(module, real=False)
     except NeedsRealValues as exc:
         needs_real = exc
     if needs_real is not None:
-        if budget is not None:
+        if s.fit is not None:
             raise UserError(f"{needs_real}; fit traces the step at other batch sizes on fake "
                             "tensors, which this model cannot run on: leave it out for the "
                             "measured figures at this size", arguments="fit")
@@ -100,58 +142,43 @@ def memory(model: str | nn.Module, inputs: Any = None, *, kwargs: dict[str, Any]
         # then serves as both), on private copies of the weights and zero inputs, and the
         # same tracker counts its storages
         try:
-            module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
+            module = real_weights(module)
         except UserError:
             raise UserError(f"{needs_real}, and it is too large to run for real here") from None
-        _refuse_weights_elsewhere(module, device, str(needs_real))
-    elif measure:
-        module = _real_weights(model, inputs, kwargs, batch_size, seq_len, module, loaded)
+        _refuse_weights_elsewhere(module, s.device, str(needs_real))
+    elif s.measure:
+        module = real_weights(module)
         _refuse_weights_elsewhere(
-            module, device, f"{loaded.name}: measure runs the step on the {_where(device)}, "
-                            "and the model's weights are on another device (or the meta "
-                            "device: a config without weights); leave it out for the static "
-                            "figures", arguments="measure")
-    if measure:  # one measured step: with the static run refused, it serves as both
+            module, s.device, f"{loaded.name}: measure runs the step on the "
+                              f"{_where(s.device)}, and the model's weights are on another "
+                              "device (or the meta device: a config without weights); leave "
+                              "it out for the static figures", arguments="measure")
+    real, rss, cuda = None, None, []
+    if s.measure:  # one measured step: with the static run refused, it serves as both
         rss = PeakRss()
-        cuda: list[dict[str, int]] = []
-        real = _run(module, loaded, training, step_optimizer, set_to_none, real=True,
-                    around=rss if device == "cpu" else _with_cuda(rss, cuda), device=device)
-        if needs_real is not None:
-            static = real
+        real = step.run(module, real=True, device=s.device,
+                        around=rss if s.device == "cpu" else _with_cuda(rss, cuda))
+        static = real if needs_real is not None else static
     elif needs_real is not None:  # device is the CPU: a GPU is for measure only
-        static = _run(module, loaded, training, step_optimizer, set_to_none, real=True)
-    ran_real = None if needs_real is None else needs_real.reason
-    report = report_of_run(static, loaded.name, mode, call_text(loaded.inputs, loaded.kwargs))
-    report.batch_size = batch_size if batch_size is not None else _batch(loaded.inputs)
-    report.optimizer = (optimizer if isinstance(optimizer, str) else "custom") \
-        if training else None
-    report.settings = {"mode": mode, "measure": measure,
-                       **({"set_to_none": set_to_none} if training else {})}
-    report.notes = notes + _notes(training, set_to_none, ran_real, device) + static.notes
-    if ran_real is not None:
-        report.settings["ran"] = "real"
-    if measure:
-        report.measured_peak_bytes = real.log.peak()[1]
-        report.reconciliation = reconciliation_of(report.peak_bytes, real, rss)
-        if cuda:
-            from layerscope.analysis.memory_cuda import fill_cuda
+        static = step.run(module, real=True)
+    return static, real, rss, cuda, None if needs_real is None else needs_real.reason
 
-            fill_cuda(report.reconciliation, cuda[0])
-        report.settings["device"] = device
-    if budget is not None:
-        def peak(**over) -> MemoryReport:  # the same step at another size
-            return memory(model, inputs, kwargs=kwargs, mode=mode, optimizer=optimizer,
-                          set_to_none=set_to_none, **{"batch_size": batch_size,
-                                                      "seq_len": seq_len, **over},
-                          device=device if over.get("measure") else "cpu")
 
-        report.fit = _fit_batch(report, budget, peak, measure)
-        if fit_seq:
-            report.fit_seq = _fit_seq(report, seq_len, budget, peak, cap)
-    from layerscope.core.environment import environment
+def _fits(report: MemoryReport, s: MemorySettings, kwargs: dict[str, Any] | None,
+          cap: int | None) -> None:
+    """``report.fit`` (and with ``fit_seq``, ``report.fit_seq``): the same step at other sizes
+    against the budget ``s.fit``."""
+    def peak(**over) -> MemoryReport:  # the same step at another size (measured on the CPU
+        # unless asked, with measure, on the device)
+        over = {"fit": None, "fit_seq": False, "measure": False, **over}
+        return memory(settings=MemorySettings.of(
+            s, **over, device=s.device if over["measure"] else "cpu"), kwargs=kwargs)
 
-    report.environment = environment()
-    return report
+    assert s.fit is not None
+    report.fit = _fit_batch(report, s.fit, peak, s.measure)
+    if s.fit_seq:
+        report.fit_seq = _fit_seq(report, s.seq_len, s.fit, peak, cap)
+
 
 
 def _over_given(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -24,7 +24,7 @@ from layerscope.analysis import modes
 from layerscope.core import options, values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.io import check_output, resolve, temp_dir
-from layerscope.core.settings import Settings, option, with_model
+from layerscope.core.settings import Settings, of_call, option
 
 EXPORTERS = ("dynamo", "legacy")
 LEGACY_DEFAULT_OPSET = 17
@@ -241,7 +241,7 @@ def export_onnx(model: Any = None, path: str | None = None, *,
 
     if path is not None:
         overrides["path"] = path
-    s = with_model(ExportSettings, settings, model, None, overrides, "export")
+    s = of_call(ExportSettings, settings, overrides, "export", model=model)
     if s.path is None:
         raise UserError("give the path to write (a file name ending in .onnx)",
                         arguments="path")

@@ -21,7 +21,7 @@ from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
 from layerscope.core.optable import OpRow, OpTable
-from layerscope.core.settings import Settings, option
+from layerscope.core.settings import Settings, of_call, option
 from layerscope.core.stats import TimingStats
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def ops(model: str | nn.Module | None = None, inputs: Any = None, *,
 
     from layerscope.analysis.runtime import check_device, intra_op_threads, prepare_model
 
-    s = options.of_call(OpsSettings, settings, overrides, "profile", model=model, inputs=inputs)
+    s = of_call(OpsSettings, settings, overrides, "profile", model=model, inputs=inputs)
     check_device(s.device)
     machine = read_machine()  # before our own work adds to the load average
     if s.trace:

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -82,13 +83,13 @@ from layerscope.analysis.capture.nodynamo import without_dynamo
 from layerscope.analysis.llm import (
     LLMSource,
     check_tokens,
-    dtype_name,
     first_layers,
     param_counts,
     resolve_llm,
     source_layer_keys,
     with_layers,
 )
+from layerscope.analysis.llm_settings import PlanSettings
 from layerscope.analysis.plan_saved import (
     TORCH_DTYPES,
     FlashAttention,
@@ -100,15 +101,13 @@ from layerscope.core import values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.llm_records import (
-    KERNELS,
-    RECOMPUTE,
     STRATEGIES,
-    TRAIN_DTYPES,
     PlanActivations,
     PlanLayerGroup,
     PlanReport,
     PlanRow,
 )
+from layerscope.core.settings import of_call
 from layerscope.frontends.llm_configs import LLMConfig, preset
 
 # with the saved-tensor counter, declared in its own module and importable from here as before
@@ -281,79 +280,96 @@ def model_state_bytes(params: int, strategy: str, dtype: str, tp: int, pp: int,
 
 
 @without_dynamo()  # the meta builds and the fake runs compile nothing
-def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: int = 1,
-         pp: int = 1, micro_batch: int = 1, seq_len: int | None = None,
-         recompute: str = "none", dtype: str = "bf16",
-         gpu_memory: int | str = "80GB", kernels: str | None = None,
-         fit: int | str | None = None) -> PlanReport:
+def plan(model: str | LLMSource | None = None, gpus: int | None = None, *,
+         settings: PlanSettings | None = None, **overrides: Any) -> PlanReport:
     """Per-device bytes of weights, gradients, optimizer states and activations for training
     ``model`` on ``gpus`` devices (tensor-parallel ``tp``, pipeline-parallel ``pp``, the rest
     data-parallel), for one ``strategy`` or all of them, and whether each fits ``gpu_memory``.
     ``kernels`` ("fused" or "unfused"; default: fused for a dense preset, else unfused) picks
     how a block's activations are counted (see the module's docstring). ``fit``: a budget per
     GPU (bytes, '80GB', '80GiB'): also each strategy's largest micro-batch whose peak fits it
-    (``fit_micro_batches``).
+    (``fit_micro_batches``). ``settings``: a ``PlanSettings``; keyword arguments override its
+    fields (``tp=8``).
     """
-    gpus = values.positive_int(gpus, "gpus")
-    tp = values.positive_int(tp, "tp")
-    pp = values.positive_int(pp, "pp")
-    micro_batch = values.positive_int(micro_batch, "micro_batch")
-    memory = values.byte_size(gpu_memory, "gpu_memory")
-    budget = None if fit is None else values.byte_size(fit, "fit")
-    if strategy is not None and strategy not in STRATEGIES:
-        raise UserError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
-                        arguments="strategy")
-    if recompute not in RECOMPUTE:
-        raise UserError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}",
-                        arguments="recompute")
-    if kernels is not None and kernels not in KERNELS:
-        raise UserError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}",
-                        arguments="kernels")
-    dtype = dtype_name(dtype)
-    if dtype not in TRAIN_DTYPES:
-        raise UserError(f"dtype for training must be one of {', '.join(TRAIN_DTYPES)}, "
-                        f"got {dtype!r}", arguments="dtype")
-    if gpus % (tp * pp):
-        raise UserError(f"gpus {gpus} is not a multiple of tp x pp = {tp * pp}",
-                        arguments=("gpus", "tp", "pp"))
-    source = resolve_llm(model)
+    s = of_call(PlanSettings, settings, overrides, "plan", model=model, gpus=gpus)
+    source, seq_len, kernels, preset_default = _checked(s)
     config = source.config
-    seq_len = config.default_seq_len if seq_len is None else values.positive_int(seq_len,
-                                                                                  "seq_len")
+    tp, pp, micro_batch, dtype = s.tp, s.pp, s.micro_batch, s.dtype
+    dp = s.gpus // (tp * pp)
+    params, active = param_counts(source)
+    elem = 4 if dtype == "fp32" else 2
+    measured = measure_activations(source, micro_batch, seq_len, dtype)
+    acts = _activations(measured, config, micro_batch, seq_len, elem, pp, s.recompute, kernels)
+    working = acts.recompute_working_bytes // tp
+    rows = _rows(s, source, measured, acts, seq_len, kernels, dp)
+    if s.fit is not None:
+        def peaks(n: int) -> dict[str, int]:
+            again = rows if n == micro_batch else plan(settings=PlanSettings.of(
+                s, model=source, micro_batch=n, seq_len=seq_len, kernels=kernels,
+                fit=None)).strategies
+            return {r.strategy: r.peak_bytes for r in again}
+
+        for row, size in zip(rows, fit_micro_batches(peaks, [r.strategy for r in rows], s.fit)):
+            row.fit_micro_batch = size
+    return PlanReport(
+        model=source.name, params_total=params, params_active=active, gpus=s.gpus, tp=tp,
+        pp=pp, dp=dp, micro_batch=micro_batch, seq_len=seq_len, recompute=s.recompute,
+        dtype=dtype, gpu_memory_bytes=s.gpu_memory, activations=acts, strategies=rows,
+        kernels=kernels, config=config.to_dict(), environment=environment(),
+        notes=[*source.config_notes]
+        + _notes(measured, tp, pp, dtype, s.recompute, working, kernels, preset_default)
+        + ([f"fit: the largest micro-batch per strategy whose peak is at most {s.fit:,} "
+            "bytes, from this plan's per-micro-batch peak (affine in it: solved from "
+            "micro-batches 1 and 2, checked at the answer and the next size)"]
+           if s.fit is not None else []),
+        fit_budget_bytes=s.fit)
+
+
+def _checked(s: PlanSettings) -> tuple[LLMSource, int, str, bool]:
+    """The model ``s`` names, its sequence length and kernels (defaults filled in) and whether
+    it is a preset given by name, once the settings are known to fit it (the positions, the
+    layers for ``pp``, the heads for ``tp``; a mixture of experts is counted unfused, without
+    ``op`` recomputation)."""
+    source = resolve_llm(s.model)
+    config = source.config
+    seq_len = config.default_seq_len if s.seq_len is None else s.seq_len
     table = source.position_cap()
     if table and seq_len > config.max_position:
         raise UserError(f"seq_len {seq_len} is longer than {source.name}'s {table} "
                         f"({config.max_position} positions)", arguments="seq_len")
-    check_tokens(config, micro_batch, seq_len, "micro_batch x seq_len")
-    if pp > config.num_layers:
-        raise UserError(f"pp {pp} is more pipeline stages than {source.name} has layers "
+    check_tokens(config, s.micro_batch, seq_len, "micro_batch x seq_len")
+    if s.pp > config.num_layers:
+        raise UserError(f"pp {s.pp} is more pipeline stages than {source.name} has layers "
                         f"({config.num_layers})", arguments="pp")
-    if config.num_heads % tp:
-        raise UserError(f"tp {tp} does not divide {source.name}'s {config.num_heads} "
+    if config.num_heads % s.tp:
+        raise UserError(f"tp {s.tp} does not divide {source.name}'s {config.num_heads} "
                         "attention heads", arguments="tp")
-    preset_default = isinstance(model, str) and preset(model) is not None
-    if kernels is None:
-        kernels = "fused" if preset_default and not config.is_moe else "unfused"
-    if config.is_moe and (kernels == "fused" or recompute == "op"):
+    preset_default = isinstance(s.model, str) and preset(s.model) is not None
+    kernels = s.kernels or ("fused" if preset_default and not config.is_moe else "unfused")
+    if config.is_moe and (kernels == "fused" or s.recompute == "op"):
         name, value, fix = (("kernels", kernels, "measure it unfused") if kernels == "fused"
-                            else ("recompute", recompute, "choose none, selective or full"))
+                            else ("recompute", s.recompute, "choose none, selective or full"))
         raise UserError(f"{name} {value} is counted for dense blocks only; {source.name} has a "
                         f"mixture of experts: {fix}", arguments=name)
-    dp = gpus // (tp * pp)
-    params, active = param_counts(source)
+    return source, seq_len, kernels, preset_default
+
+
+def _rows(s: PlanSettings, source: LLMSource, measured, acts, seq_len: int, kernels: str,
+          dp: int) -> list[PlanRow]:
+    """One row per strategy (``s.strategy``, or all): its per-device bytes and peak."""
+    config, tp, pp, dtype = source.config, s.tp, s.pp, s.dtype
     elem = 4 if dtype == "fp32" else 2
-    measured = measure_activations(source, micro_batch, seq_len, dtype)
+    params, _ = param_counts(source)
     # the largest block is gathered (a mixture-of-experts block, not a dense first layer)
     block_params = max(g.params for g in measured.groups)
-    acts = _activations(measured, config, micro_batch, seq_len, elem, pp, recompute, kernels)
     held = (acts.blocks_bytes + acts.other_bytes) // tp
     working = acts.recompute_working_bytes // tp
-    loss_grad = micro_batch * seq_len * config.vocab_size * 4 // tp  # fp32, vocab-parallel
+    loss_grad = s.micro_batch * seq_len * config.vocab_size * 4 // tp  # fp32, vocab-parallel
     loss_parallel = loss_grad if tp > 1 else 0  # (one-hot + exp(log-probabilities)), fp32
-    gathered = _gathered_bytes(config, micro_batch, seq_len, elem, tp, recompute,
+    gathered = _gathered_bytes(config, s.micro_batch, seq_len, elem, tp, s.recompute,
                                acts.layers_per_stage * acts.micro_batches_in_flight)
     rows = []
-    for name in ([strategy] if strategy else STRATEGIES):
+    for name in ([s.strategy] if s.strategy else STRATEGIES):
         w, g, o = model_state_bytes(params, name, dtype, tp, pp, dp)
         # zero3/fsdp over more than one replica all-gather each block before it runs (this
         # block's and the prefetched next one's) and reduce-scatter its gradients (this
@@ -363,31 +379,12 @@ def plan(model: str | LLMSource, gpus: int, *, strategy: str | None = None, tp: 
         peak = (w + g + o + held + working + gathered + 2 * loss_grad + loss_parallel
                 + 2 * block_buffers)
         rows.append(PlanRow(strategy=name, weights_bytes=w, grads_bytes=g, optimizer_bytes=o,
-                            activations_bytes=held, peak_bytes=peak, fits=peak <= memory,
+                            activations_bytes=held, peak_bytes=peak, fits=peak <= s.gpu_memory,
                             logprobs_grad_bytes=loss_grad, logits_grad_bytes=loss_grad,
                             gather_bytes=block_buffers, gathered_inputs_bytes=gathered,
                             loss_parallel_bytes=loss_parallel,
                             reduce_scatter_bytes=block_buffers))
-    if budget is not None:
-        def peaks(n: int) -> dict[str, int]:
-            again = rows if n == micro_batch else plan(
-                source, gpus, strategy=strategy, tp=tp, pp=pp, micro_batch=n, seq_len=seq_len,
-                recompute=recompute, dtype=dtype, gpu_memory=memory, kernels=kernels).strategies
-            return {r.strategy: r.peak_bytes for r in again}
-
-        for row, size in zip(rows, fit_micro_batches(peaks, [r.strategy for r in rows], budget)):
-            row.fit_micro_batch = size
-    return PlanReport(
-        model=source.name, params_total=params, params_active=active, gpus=gpus, tp=tp, pp=pp,
-        dp=dp, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, dtype=dtype,
-        gpu_memory_bytes=memory, activations=acts, strategies=rows, kernels=kernels,
-        config=config.to_dict(), environment=environment(),
-        notes=[*source.config_notes]
-        + _notes(measured, tp, pp, dtype, recompute, working, kernels, preset_default)
-        + ([f"fit: the largest micro-batch per strategy whose peak is at most {budget:,} bytes, "
-            "from this plan's per-micro-batch peak (affine in it: solved from micro-batches 1 "
-            "and 2, checked at the answer and the next size)"] if budget is not None else []),
-        fit_budget_bytes=budget)
+    return rows
 
 
 def fit_micro_batches(peaks, strategies: list[str], budget: int) -> list[int]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from layerscope.core import options, values
 from layerscope.core.errors import UserError
-from layerscope.core.settings import Settings, option
+from layerscope.core.settings import Settings, of_call, option
 from layerscope.frontends.detect import detect
 
 WARMUP_DEFAULT = 5  # runs
@@ -133,23 +133,17 @@ def profile(model: Any = None, inputs: Any = None, *, settings: ProfileSettings 
     ``min_time``) or, with ``decode``, of a language model's decode steps. ``settings``: a
     ``ProfileSettings``; keyword arguments override its fields (``runs=10``). Inference over a
     data set (``loop``) is ``layerscope.profile`` (training/profiling.py)."""
-    s = of_call(settings, model, inputs, overrides)
+    s = of_profile_call(settings, model, inputs, overrides)
     if s.loop is not None:
         raise UserError("loop profiles inference over a data set: call layerscope.profile",
                         arguments="loop")
     return profile_model(s, kwargs=kwargs, progress=progress, clock=clock)
 
 
-def of_call(settings: ProfileSettings | None, model: Any, inputs: Any,
-            overrides: dict[str, Any]) -> ProfileSettings:
-    """The settings of a call: ``settings`` with the model, inputs and keyword arguments given."""
-    if model is not None:
-        overrides["model"] = model
-    if inputs is not None:
-        overrides["inputs"] = inputs
-    if settings is None and "model" not in overrides:
-        raise UserError("give the model to profile", arguments="model")
-    return ProfileSettings.of(settings, **overrides)
+def of_profile_call(settings: ProfileSettings | None, model: Any, inputs: Any,
+                    overrides: dict[str, Any]) -> ProfileSettings:
+    """The settings of a ``profile`` call (``core.settings.of_call``)."""
+    return of_call(ProfileSettings, settings, overrides, "profile", model=model, inputs=inputs)
 
 
 def profile_model(s: ProfileSettings, *, kwargs: dict[str, Any] | None = None,

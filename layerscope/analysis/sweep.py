@@ -25,7 +25,7 @@ from layerscope.core import options, values
 from layerscope.core.environment import environment
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.noise import noise_section, read_machine
-from layerscope.core.settings import Settings, option
+from layerscope.core.settings import Settings, of_call, option
 from layerscope.core.stats import TimingStats
 from layerscope.core.sweep_records import SweepCell, SweepReport
 
@@ -134,7 +134,7 @@ def sweep(model: str | nn.Module | None = None, inputs: Any = None, *,
     from layerscope.analysis.analyze_torch import load
     from layerscope.frontends.inputs import parse_dtype
 
-    s = options.of_call(SweepSettings, settings, overrides, "sweep", model=model, inputs=inputs)
+    s = of_call(SweepSettings, settings, overrides, "sweep", model=model, inputs=inputs)
     dtype_objs = {d: _dtype(d, parse_dtype) for d in s.dtypes}
     machine = read_machine()  # before our own work adds to the load average
     loaded = load(s.model, s.inputs, None, meta=False)

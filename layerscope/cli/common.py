@@ -289,7 +289,7 @@ def _add_field(p, into, f, spec) -> None:
     if default is not REQUIRED:
         kwargs["default"] = default
     elif not spec.positional:
-        kwargs["required"] = True  # an option without a default: rewrite linear-subgraph --m
+        kwargs["required"] = True  # an option without a default (plan --gpus)
     if spec.consts:
         which = into if spec.exclusive else p.add_mutually_exclusive_group()
         for flag, value, *help in spec.consts:  # a flag's own help, if it has one

@@ -3,48 +3,21 @@ step goes; for a script, the script's own second training step (``training.memor
 as ``layerscope run`` runs it."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from types import SimpleNamespace
 
-from layerscope.cli.common import (
-    OPTIMIZER_NAMES,
-    add_device,
-    add_mode,
-    add_model_inputs,
-    add_optimizer,
-    add_output,
-    add_seq_len,
-    check_outputs,
-    emit,
-)
+from layerscope.analysis.memory_settings import MemorySettings
+from layerscope.cli.common import add_all_settings, add_output, check_outputs, emit, settings_from
 from layerscope.core.errors import UserError
-from layerscope.core.values import arg, byte_size
+from layerscope.core.settings import flag_of
 
 
 def register(sub) -> None:
     p = sub.add_parser("memory", help="the live memory of one inference pass or training step, "
                                       "by module and kind at its peak, and over time")
-    add_model_inputs(p)
-    add_mode(p)
-    add_optimizer(p, "optimizer whose states --mode training tracks: sgd (none), momentum "
-                     "(SGD with momentum 0.9), adam, adamw or adadelta (default: a train "
-                     "recipe's own for its name, else adam)",
-                  names=OPTIMIZER_NAMES + ("adadelta",), default=None)
-    p.add_argument("--zero-grad", choices=["none", "zeros"], default="none",
-                   help="what optimizer.zero_grad() does between steps: none frees the gradients "
-                        "(set_to_none=True, torch's default), zeros keeps them, zeroed")
-    p.add_argument("--measure", action="store_true",
-                   help="also run the step for real on the CPU (random weights, zero inputs) "
-                        "and reconcile its peak with the static one")
-    add_device(p)  # where --measure runs the step (cuda: the allocator's figures too)
-    p.add_argument("--fit", type=arg(byte_size), default=None, metavar="SIZE",
-                   help="also the largest batch size whose peak fits this budget: 24GB (10^9 "
-                        "bytes), 24GiB (2^30), ...")
-    p.add_argument("--fit-seq", action="store_true",
-                   help="with --fit, for a language model: also the longest --seq-len that "
-                        "fits at --batch-size")
-    add_seq_len(p)
+    add_all_settings(p, MemorySettings)
     add_output(p)
     p.add_argument("script_args", nargs="*", metavar="ARGS",
                    help="with a script (MODEL is SCRIPT.py, or python SCRIPT.py): its "
@@ -55,8 +28,7 @@ def register(sub) -> None:
 
 
 # options that describe a model's inputs or a static search: a script brings its own
-_NOT_FOR_SCRIPTS = (("input", "--input"), ("batch_size", "--batch-size"),
-                    ("seq_len", "--seq-len"), ("fit", "--fit"), ("fit_seq", "--fit-seq"))
+_NOT_FOR_SCRIPTS = ("inputs", "batch_size", "seq_len", "fit", "fit_seq")
 
 
 def names_script(model: str) -> bool:
@@ -79,12 +51,9 @@ def run(args) -> int:
     if args.script_args:
         raise UserError(f"unexpected arguments {' '.join(args.script_args)}: arguments after "
                         "MODEL are a script's (give SCRIPT.py to track a script's step)")
+    s = settings_from(MemorySettings, args)
     check_outputs(args)
-    report = memory(args.model, args.input, batch_size=args.batch_size, mode=args.mode,
-                    optimizer=args.optimizer, set_to_none=args.zero_grad == "none",
-                    measure=args.measure, seq_len=args.seq_len, fit=args.fit,
-                    fit_seq=args.fit_seq, device=args.device)
-    emit(report, args)
+    emit(memory(settings=s), args)
     return 0
 
 
@@ -100,10 +69,13 @@ def _run_script(args) -> int:
     from layerscope.training.memory_step import StepMemory
     from layerscope.training.script_runner import execute
 
-    for dest, flag in _NOT_FOR_SCRIPTS:
-        if getattr(args, dest, None):
-            raise UserError(f"{flag} is for a model given by name: a script's step uses the "
-                            "script's own model, batch and optimizer; leave it out")
+    s = settings_from(MemorySettings, args)
+    fields = {f.name: f for f in dataclasses.fields(MemorySettings)}
+    for name in _NOT_FOR_SCRIPTS:
+        if getattr(s, name):
+            raise UserError(f"{flag_of(fields[name])} is for a model given by name: a script's "
+                            "step uses the script's own model, batch and optimizer; leave it "
+                            "out")
     target, script_args, is_module = script_target(
         SimpleNamespace(module=None, script=[args.model, *args.script_args]))
     check_script_outputs(args)

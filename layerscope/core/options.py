@@ -105,19 +105,6 @@ def nvtx(help: str) -> Any:
 # declares by hand between (``graph``, ``export``: -o after --batch-size, as they always were).
 PLAIN = "options"
 # --- set36b
-def of_call(cls: Any, settings: Any, overrides: dict[str, Any], what: str,
-            **given: Any) -> Any:
-    """The settings of an entry point's call: ``settings`` (a ``cls``, or None: the defaults)
-    with the positional arguments ``given`` that are not None (``model``, ``inputs``) and the
-    keyword ``overrides``; the first of ``given`` is required: without it anywhere, "give the
-    model to WHAT"."""
-    overrides = {**overrides, **{k: v for k, v in given.items() if v is not None}}
-    first = next(iter(given), None)
-    if settings is None and first is not None and first not in overrides:
-        raise UserError(f"give the {first} to {what}", arguments=first)
-    return cls.of(settings, **overrides)
-
-
 def listed(item: Callable[..., Any] | None, allowed: tuple[str, ...] | None = None,
            what: str = "") -> Callable[..., list[Any]]:
     """The parser of a list setting: a comma-separated text (``1,16,64``, the CLI's) or a

@@ -217,16 +217,14 @@ def _valued(flag: str, value: Any) -> list[str]:
     return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
-# --- set36a
-def with_model(cls: type[S], settings: S | None, model: Any, inputs: Any,
-               overrides: dict[str, Any], verb: str) -> S:
-    """The settings of an entry point called as ``f(model, inputs, settings=, **overrides)``:
-    ``settings`` (default: the defaults) with the model, inputs and keyword arguments given;
-    without a model anywhere, "give the model to VERB"."""
-    if model is not None:
-        overrides["model"] = model
-    if inputs is not None:
-        overrides["inputs"] = inputs
-    if settings is None and "model" not in overrides:
-        raise UserError(f"give the model to {verb}", arguments="model")
+def of_call(cls: type[S], settings: S | None, overrides: dict[str, Any], what: str,
+            **given: Any) -> S:
+    """The settings of an entry point's call, ``f(model, inputs, settings=None, **overrides)``:
+    ``settings`` (a ``cls``; None: the defaults) with the positional arguments ``given`` that
+    are not None (``model=model, inputs=inputs``) and the keyword ``overrides``. Without
+    ``settings``, the first of ``given`` is required: "give the model to WHAT"."""
+    overrides = {**overrides, **{k: v for k, v in given.items() if v is not None}}
+    first = next(iter(given), None)
+    if settings is None and first is not None and first not in overrides:
+        raise UserError(f"give the {first} to {what}", arguments=first)
     return cls.of(settings, **overrides)

@@ -6,10 +6,10 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerscope.core import options, values
+from layerscope.core import values
 from layerscope.core.errors import UserError, first_line
 from layerscope.core.infiles import check_input_file
-from layerscope.core.settings import REQUIRED, Settings, option
+from layerscope.core.settings import REQUIRED, Settings, of_call, option
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ def predict(source: str | None = None, *, settings: PredictSettings | None = Non
 
     from layerscope.training.run_model import load_trained
 
-    s = options.of_call(PredictSettings, settings, overrides, "predict", source=source)
+    s = of_call(PredictSettings, settings, overrides, "predict", source=source)
     run = load_trained(s.source)
     recipe, model = run.recipe, run.module
     classes = run.state.get("classes") or []

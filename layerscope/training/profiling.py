@@ -10,7 +10,7 @@ from typing import Any
 from layerscope.analysis.profiling import (
     LOOP_WARMUP_DEFAULT,
     ProfileSettings,
-    of_call,
+    of_profile_call,
     profile_model,
     recorded_in,
 )
@@ -25,7 +25,7 @@ def profile(model: Any = None, inputs: Any = None, *, settings: ProfileSettings 
     timed batches); with ``decode=N``, N decode steps of an ``hf:`` language model.
     ``settings``: a ``ProfileSettings``; keyword arguments override its fields. ``progress(done,
     total)`` as it goes; ``kwargs``: keyword tensors for forward."""
-    s = of_call(settings, model, inputs, overrides)
+    s = of_profile_call(settings, model, inputs, overrides)
     if s.loop is None:
         return profile_model(s, kwargs=kwargs, progress=progress, clock=clock)
     from layerscope.training.inference_loop import profile_loop

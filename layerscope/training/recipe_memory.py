@@ -14,23 +14,24 @@ from typing import Any
 
 import torch
 
+from layerscope.analysis.memory_settings import MemorySettings, memory_settings
 from layerscope.core.records.memory import MemoryReport
 
-DEFAULT_OPTIMIZER = "adam"  # for a model that is not a recipe's
 
-
-def memory(model: Any, inputs: Any = None, *, optimizer: Any = None,
-           **kwargs: Any) -> MemoryReport:
-    """``analysis.memory_usage.memory`` (see it for every argument), with a training recipe's
-    name resolved as the module's doc says. ``optimizer``: None is the recipe's own optimizer
-    (adam for a model that is not a recipe's)."""
+def memory(model: Any = None, inputs: Any = None, *, settings: MemorySettings | None = None,
+           kwargs: dict[str, Any] | None = None, **overrides: Any) -> MemoryReport:
+    """``analysis.memory_usage.memory`` (see it for every argument; ``settings``: a
+    ``MemorySettings``, keyword arguments override its fields), with a training recipe's name
+    resolved as the module's doc says. ``optimizer``: None is the recipe's own optimizer (adam
+    for a model that is not a recipe's)."""
     from layerscope.analysis.memory_usage import memory as analysed
     from layerscope.training.recipes import RECIPES, make_optimizer
 
-    recipe = RECIPES.get(model) if isinstance(model, str) \
-        and not kwargs.get("fit_seq") else None  # fit_seq: for a language model, by name
+    s = memory_settings(settings, model, inputs, overrides)
+    recipe = RECIPES.get(s.model) if isinstance(s.model, str) \
+        and not s.fit_seq else None  # fit_seq: for a language model, by name
     if recipe is None:
-        return analysed(model, inputs, optimizer=optimizer or DEFAULT_OPTIMIZER, **kwargs)
+        return analysed(settings=s, kwargs=kwargs)
     from layerscope.training.data import DATASETS
 
     shape = DATASETS[recipe.data].shape
@@ -39,10 +40,12 @@ def memory(model: Any, inputs: Any = None, *, optimizer: Any = None,
     with torch.random.fork_rng(devices=[]):
         module = recipe.build()
     name, lr = recipe.optimizer, recipe.lr
+    optimizer, inputs = s.optimizer, s.inputs
     chosen = optimizer if optimizer is not None else (
         lambda params: make_optimizer(name, params, lr))
     given = inputs if inputs is not None else ["1x" + "x".join(map(str, shape))]
-    report = analysed(module, given, optimizer=chosen, **kwargs)
+    report = analysed(settings=MemorySettings.of(s, model=module, inputs=given,
+                                                 optimizer=chosen), kwargs=kwargs)
     report.model = recipe.name
     if report.optimizer is None:  # inference
         report.notes.append(f"{recipe.name}: the recipe's model")

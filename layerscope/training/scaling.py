@@ -39,7 +39,7 @@ from layerscope.core.io import temp_dir
 from layerscope.core.noise import read_machine
 from layerscope.core.records.efficiency import Efficiency
 from layerscope.core.records.scaling import ScalingPoint, ScalingReport  # also imported from here
-from layerscope.core.settings import REQUIRED, Settings, option
+from layerscope.core.settings import REQUIRED, Settings, of_call, option
 from layerscope.core.stats import TimingStats
 from layerscope.training.ablation import usable_cores
 
@@ -147,7 +147,7 @@ def scaling(recipe: str | None = None, nproc: Any = None, *,
 
     from layerscope.training.recipes import lookup
 
-    s = options.of_call(ScalingSettings, settings, overrides, "scaling", recipe=recipe,
+    s = of_call(ScalingSettings, settings, overrides, "scaling", recipe=recipe,
                         nproc=nproc)
     lookup(s.recipe)
     machine = read_machine()  # before our own processes add to the load average
