@@ -1,4 +1,6 @@
 """layerscope: where a model's compute, memory and time go."""
+import importlib
+
 from layerscope.core.report import LayerRow, Report, Totals
 from layerscope.core.version import __version__
 from layerscope.frontends import run_files as _run_files
@@ -34,88 +36,37 @@ def load(path):
     return read_result(name)
 
 
+# the public names made on first use, each by the module that defines it under the same name
+# (``memory``: a training recipe's name is the step train runs, so training's wraps analysis's)
+_LAZY = {
+    "analyze": "layerscope.analysis.analyze",
+    "profile": "layerscope.training.profiling",
+    "AnalyzeSettings": "layerscope.analysis.analyze",
+    "ProfileSettings": "layerscope.analysis.profiling",
+    "sweep": "layerscope.analysis.sweep",
+    "ops": "layerscope.analysis.op_profile",
+    "train": "layerscope.training.loop",
+    "ablate": "layerscope.training.ablation",
+    "predict": "layerscope.training.predict",
+    "memory": "layerscope.training.recipe_memory",
+    "activations": "layerscope.analysis.activations",
+    "compare": "layerscope.analysis.compare",
+    "diff": "layerscope.analysis.diff",
+    "graph": "layerscope.analysis.graph",
+    "watch": "layerscope.training.watch",
+    "scaling": "layerscope.training.scaling",
+    "advise": "layerscope.advice",
+    "export_onnx": "layerscope.analysis.onnx_export",
+    "llm": "layerscope.analysis.llm",
+    "plan": "layerscope.analysis.plan",
+}
+
+
 def __getattr__(name):  # lazy: `import layerscope` stays cheap and torch-free until needed
-    if name == "analyze":
-        from layerscope.analysis.analyze import analyze
-
-        return analyze
-    if name == "profile":
-        from layerscope.training.profiling import profile
-
-        return profile
-    if name == "AnalyzeSettings":
-        from layerscope.analysis.analyze import AnalyzeSettings
-
-        return AnalyzeSettings
-    if name == "ProfileSettings":
-        from layerscope.analysis.profiling import ProfileSettings
-
-        return ProfileSettings
-    if name == "sweep":
-        from layerscope.analysis.sweep import sweep
-
-        return sweep
-    if name == "ops":
-        from layerscope.analysis.op_profile import ops
-
-        return ops
-    if name == "train":
-        from layerscope.training.loop import train
-
-        return train
-    if name == "ablate":
-        from layerscope.training.ablation import ablate
-
-        return ablate
-    if name == "predict":
-        from layerscope.training.predict import predict
-
-        return predict
-    if name == "memory":  # a training recipe's name is the step train runs
-        from layerscope.training.recipe_memory import memory
-
-        return memory
-    if name == "activations":
-        from layerscope.analysis.activations import activations
-
-        return activations
-    if name == "compare":
-        from layerscope.analysis.compare import compare
-
-        return compare
-    if name == "diff":
-        from layerscope.analysis.diff import diff
-
-        return diff
-    if name == "graph":
-        from layerscope.analysis.graph import graph
-
-        return graph
-    if name == "watch":
-        from layerscope.training.watch import watch
-
-        return watch
-    if name == "scaling":
-        from layerscope.training.scaling import scaling
-
-        return scaling
-    if name == "advise":
-        from layerscope.advice import advise
-
-        return advise
-    if name == "export_onnx":
-        from layerscope.analysis.onnx_export import export_onnx
-
-        return export_onnx
-    if name == "llm":
-        from layerscope.analysis.llm import llm
-
-        return llm
-    if name == "plan":
-        from layerscope.analysis.plan import plan
-
-        return plan
-    raise AttributeError(f"module 'layerscope' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'layerscope' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 # The API layer wires the layers below it together (docs/architecture.md): records draw themselves

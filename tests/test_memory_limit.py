@@ -352,15 +352,15 @@ def test_views_are_free_and_data_dependent_ops_are_checked_after():
 
 
 def test_the_option_is_declared_once_for_run_and_train():
-    from layerscope.cli import common
     from layerscope.cli.main import build_parser
+    from layerscope.core import options
 
     parser = build_parser()
     subs = next(a for a in parser._actions if a.dest == "command").choices
     found = {name: [(a.help, a.default, a.metavar) for a in sub._actions
                     if "--memory-limit" in a.option_strings] for name, sub in subs.items()}
     assert {k for k, v in found.items() if v} == {"run", "train"}
-    assert found["run"] == found["train"] == [(common.MEMORY_LIMIT_HELP, None, "SIZE")]
+    assert found["run"] == found["train"] == [(options.MEMORY_LIMIT_HELP, None, "SIZE")]
     assert subs["run"].parse_args(["--memory-limit", "2GiB", "s.py"]).memory_limit == 2**30 * 2
     assert subs["train"].parse_args(["mnist-cnn", "--memory-limit", "512MB"]).memory_limit \
         == 512 * 10**6

@@ -11,8 +11,8 @@ from torch.utils.checkpoint import checkpoint
 
 import layerscope
 from layerscope.analysis.memory_track import OPTIMIZERS
-from layerscope.cli.common import OPTIMIZER_NAMES
 from layerscope.core.errors import UserError
+from layerscope.core.options import OPTIMIZER_NAMES
 from tests.helpers import run_cli
 
 F32 = 4

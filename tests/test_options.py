@@ -178,15 +178,12 @@ def test_a_bad_value_is_one_line_naming_the_flag(tmp_path, monkeypatch, argv, me
 
 
 def test_device_is_declared_once():
-    from layerscope.cli import common
-
     helps = set()
     for sub in _subparsers().values():
         for action in sub._actions:
             if "--device" in action.option_strings:
                 helps.add((action.help, action.default))
     assert helps == {(values.DEVICE_HELP, "cpu")}
-    assert common.SHARED_OPTIONS["device"] is common.add_device
 
 
 # (command, its --format choices): --format, -o and --width declared by one helper

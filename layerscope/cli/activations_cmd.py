@@ -5,8 +5,13 @@ from __future__ import annotations
 import sys
 
 from layerscope.analysis.activations import ActivationsSettings
-from layerscope.cli.common import add_all_settings, add_file_output, settings_from
-from layerscope.core.values import arg, width
+from layerscope.cli.common import (
+    add_all_settings,
+    add_file_output,
+    add_format,
+    add_width,
+    settings_from,
+)
 
 UNLIMITED_WIDTH = 10_000
 
@@ -16,9 +21,8 @@ def register(sub) -> None:
     add_all_settings(p, ActivationsSettings)
     add_file_output(p, "arrays", (".npz",), default=None, metavar="FILE.npz",
                     help="save arrays here")
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--width", type=arg(width), default=None,
-                   help="table width in characters (default: the terminal's; unlimited when "
+    add_format(p)
+    add_width(p, help="table width in characters (default: the terminal's; unlimited when "
                         "the output is not a terminal, so names are never cut)")
     p.set_defaults(run=run)
 

@@ -12,14 +12,8 @@ from layerscope.core.errors import UserError
 from layerscope.core.io import STDOUT, outputs
 from layerscope.core.settings import REQUIRED, default_of, flag_of, spec_of
 from layerscope.core.values import (
-    DEVICE_HELP,
-    ORT_LEVEL_HELP,
-    ORT_LEVELS,
     WIDTH_RANGE,
     arg,
-    byte_size,
-    ort_level,
-    positive_int,
     width,
 )
 from layerscope.renderers import FORMATS, format_of, pick_format, render
@@ -212,35 +206,6 @@ def declare_inputs(args) -> None:
     check_output_kind(args)
 
 
-def add_device(p) -> None:
-    """--device, declared once for every command that runs torch (checked by the API:
-    ``core.values.device``, then whether a GPU is there)."""
-    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-
-
-def add_ort_level(p, flag: str, note: str = "") -> None:
-    """onnxruntime's graph optimisation level (``profile --optimization``, ``verify
-    --ort-optimization``): one vocabulary, ``core.values.ORT_LEVELS``, with its aliases."""
-    p.add_argument(flag, type=arg(ort_level), choices=ORT_LEVELS, default=ORT_LEVELS[0],
-                   help=ORT_LEVEL_HELP + note)
-
-
-MEMORY_LIMIT_HELP = ("watch every tensor the run makes: an allocation that would take the live "
-                     "tensor bytes above SIZE (512MB, 2GiB) raises torch.OutOfMemoryError, and "
-                     "the report's post-mortem says what was alive, by module and kind "
-                     "(slower: every op is checked)")
-
-
-def add_memory_limit(p) -> None:
-    """--memory-limit SIZE (run, train): the out-of-memory post-mortem."""
-    p.add_argument("--memory-limit", type=arg(byte_size), metavar="SIZE", default=None,
-                   help=MEMORY_LIMIT_HELP)
-
-
-# options every command declares the same way, by name (a settings field's ``shared``)
-SHARED_OPTIONS = {"device": add_device, "memory_limit": add_memory_limit}
-
-
 def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
     """The options of a settings dataclass (``core.settings``), in field order: those of
     ``group`` (its title, None: the fields in no group) added to ``group``'s argparse group
@@ -253,9 +218,6 @@ def add_settings(p: argparse.ArgumentParser, cls, group=None) -> None:
     for f in dataclasses.fields(cls):
         spec = spec_of(f)
         if spec is None or not spec.cli or spec.group != group:
-            continue
-        if spec.shared:
-            SHARED_OPTIONS[spec.shared](into)
             continue
         where = _exclusive(p, into, spec.exclusive) if spec.exclusive else into
         _add_field(p, where, f, spec)
@@ -327,50 +289,6 @@ def settings_from(cls, args: argparse.Namespace):
                   if (spec := spec_of(f)) is not None and spec.cli})
 
 
-def add_model_inputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="built-in name (resnet50, resnet20, mnist-cnn, llama-3-8b, "
-                                 "...), hf:PATH/config.json, file.py:factory, "
-                                 "package.module:factory or a TorchScript file")
-    p.add_argument("--input", action="append", default=None, metavar="[NAME=]SHAPE[:DTYPE]",
-                   help="input shape such as 1x3x224x224 or 1x128:int64 (scalar: a 0-d "
-                        "tensor), in forward's argument order; NAME=SHAPE[:DTYPE] passes a "
-                        "keyword argument "
-                        "(attention_mask=1x128:int64); repeat for several inputs")
-    p.add_argument("--batch-size", type=arg(positive_int), default=None,
-                   help="override the first dimension")
-
-
-OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw")  # analyze's and memory's --optimizer
-
-
-def add_mode(p: argparse.ArgumentParser) -> None:
-    """--mode inference|training: one forward pass, or a training step (analyze, memory)."""
-    p.add_argument("--mode", choices=["inference", "training"], default="inference")
-
-
-def add_optimizer(p: argparse.ArgumentParser, help: str,
-                  names: tuple[str, ...] = OPTIMIZER_NAMES, default: str | None = "adam") -> None:
-    """--optimizer: sgd (no state), momentum (SGD with momentum 0.9: one state per
-    parameter), adam or adamw (two); ``names``: the choices."""
-    p.add_argument("--optimizer", choices=names, default=default, help=help)
-
-
-def add_llm_options(p: argparse.ArgumentParser) -> None:
-    """--seq-len and --attention: how a language model is fed and its attention counted."""
-    add_seq_len(p)
-    p.add_argument("--attention", choices=["causal", "full"], default="causal",
-                   help="count causal attention kernels (is_causal=True) as the lower triangle "
-                        "incl. the diagonal, s(s+1)/2 scores per head (causal, default), or as "
-                        "the whole matrix the math fallback computes (full)")
-
-
-def add_seq_len(p: argparse.ArgumentParser) -> None:
-    """--seq-len: the S of a language model's token-id inputs."""
-    p.add_argument("--seq-len", type=arg(positive_int), default=None, metavar="S",
-                   help="sequence length of token-id inputs (B x S), e.g. for the LLM presets "
-                        "(default 2048, gpt2 1024)")
-
-
 def add_output(p: argparse.ArgumentParser) -> None:
     add_format_options(p, FORMATS, "table (default), json, csv, html or png (needs -o); default "
                                    "from -o's extension",
@@ -385,10 +303,22 @@ def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...], hel
     command's result is written. ``add_output`` adds the report files to them; a command
     that writes only some formats (diff, compare) checks the one picked with
     ``result_format``."""
-    p.add_argument("--format", choices=formats, default=None, help=help)
+    add_format(p, formats, None, help)
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (atomically) instead of standard output")
-    p.add_argument("--width", type=arg(width), default=None, help=width_help)
+    add_width(p, width_help)
+
+
+def add_format(p: argparse.ArgumentParser, formats: tuple[str, ...] = ("table", "json"),
+               default: str | None = "table", help: str | None = None) -> None:
+    """--format, one of ``formats``: how a command writes its result (the one declaration
+    of the option; ``add_format_options`` adds -o and --width to it)."""
+    p.add_argument("--format", choices=formats, default=default, help=help)
+
+
+def add_width(p: argparse.ArgumentParser, help: str = "table width in characters") -> None:
+    """--width: a table's width in characters."""
+    p.add_argument("--width", type=arg(width), default=None, help=help)
 
 
 def add_result_output(p: argparse.ArgumentParser, formats: tuple[str, ...], help: str,
@@ -415,14 +345,6 @@ def output_result(result, fmt: str, args) -> None:
     --width says otherwise, with every row under --all."""
     options = {"show_all": args.all} if fmt == "table" else {}
     output(render(result, fmt, width=args.width or 160, **options), args.output)
-
-
-def add_profiler_flags(p: argparse.ArgumentParser, kernels: str, nvtx: str) -> None:
-    """--kernels (a torch.profiler window joined to the model's modules) and --nvtx (NVTX
-    ranges for Nsight Systems) of the commands that time a model (profile, run); ``kernels``
-    and ``nvtx``: their help, which says what each command profiles and names."""
-    p.add_argument("--kernels", action="store_true", help=kernels)
-    p.add_argument("--nvtx", action="store_true", help=nvtx)
 
 
 def add_report_files(p: argparse.ArgumentParser) -> None:

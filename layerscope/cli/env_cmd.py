@@ -6,10 +6,11 @@ import sys
 
 
 def register(sub) -> None:
+    from layerscope.cli.common import add_format
+
     p = sub.add_parser("env", help="print the environment: CPU, RAM, OS, Python, torch, CUDA, "
                                    "package versions, GPUs")
-    p.add_argument("--format", choices=["table", "json"], default="table",
-                   help="table (default) or json (the 'environment' object of every report)")
+    add_format(p, help="table (default) or json (the 'environment' object of every report)")
     p.set_defaults(run=run)
 
 

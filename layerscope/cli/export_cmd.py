@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from layerscope.analysis.onnx_export import ExportSettings
-from layerscope.cli.common import add_settings, settings_from
+from layerscope.cli.common import add_file_output, add_settings, settings_from
 from layerscope.core.options import PLAIN
 
 
@@ -13,7 +13,8 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="export a model to ONNX (atomically; verified with "
                                       "onnxruntime)")
     add_settings(p, ExportSettings)  # the model and its inputs
-    p.add_argument("-o", "--output", required=True, metavar="FILE.onnx", help="where to write")
+    add_file_output(p, "an ONNX graph", (".onnx",), required=True, metavar="FILE.onnx",
+                    help="where to write")
     add_settings(p, ExportSettings, PLAIN)  # how it is exported
     p.set_defaults(run=run)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from layerscope.analysis.graph import GraphSettings
-from layerscope.cli.common import add_settings, output, settings_from
+from layerscope.cli.common import add_format, add_settings, output, settings_from
 from layerscope.core.errors import UserError
 from layerscope.core.options import PLAIN
 
@@ -20,9 +20,8 @@ def register(sub) -> None:
                    help="FILE.svg, FILE.html (self-contained, zoom and pan) or FILE.dot; "
                         "FILE.json, FILE.csv or FILE.txt: the nodes and their metrics; "
                         "without it, the top nodes by the metric are listed")
-    p.add_argument("--format", choices=LISTINGS, default=None,
-                   help="the node list as table (default), json or csv; default from -o's "
-                        "extension")
+    add_format(p, LISTINGS, None, help="the node list as table (default), json or csv; "
+                                       "default from -o's extension")
     add_settings(p, GraphSettings, PLAIN)  # what is drawn
     p.set_defaults(run=run)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
-from layerscope.cli.common import add_all_settings, settings_from
+from layerscope.cli.common import add_all_settings, add_format, settings_from
 from layerscope.training.predict import PredictSettings
 
 
 def register(sub) -> None:
     p = sub.add_parser("predict", help="top-1/top-5 of a trained model on one sample")
     add_all_settings(p, PredictSettings)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    add_format(p)
     p.set_defaults(run=run)
 
 

@@ -6,13 +6,13 @@ import json
 import sys
 
 from layerscope.analysis.roofline_settings import RooflineSettings
-from layerscope.cli.common import add_all_settings, settings_from
+from layerscope.cli.common import add_all_settings, add_format, settings_from
 
 
 def register(sub) -> None:
     p = sub.add_parser("roofline", help="the machine's measured compute and bandwidth ceilings")
     add_all_settings(p, RooflineSettings)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    add_format(p)
     p.set_defaults(run=run)
 
 

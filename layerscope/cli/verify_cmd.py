@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from layerscope.cli.common import add_all_settings, settings_from
-from layerscope.core.values import arg, width
+from layerscope.cli.common import add_all_settings, add_format, add_width, settings_from
 from layerscope.rewrite.settings import VerifySettings
 
 
@@ -15,8 +14,8 @@ def register(sub) -> None:
                        description="Exit code 0 when the outputs match, 1 when they do not, "
                                    "2 on bad input.")
     add_all_settings(p, VerifySettings)
-    p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--width", type=arg(width), default=None, help="table width in characters")
+    add_format(p)
+    add_width(p)
     p.set_defaults(run=run)
 
 

@@ -37,8 +37,6 @@ OPTION = "option"  # the metadata key holding a field's option spec
 class OptionSpec:
     """How one setting is given and checked (see the module docstring).
 
-    ``shared``: the name of an option every command declares the same way
-    (``cli.common.SHARED_OPTIONS``, e.g. ``device``); the CLI uses that declaration.
     ``reads``: the value names a file the command reads (no output may replace it).
     ``folder``: the value names a folder the command creates (its outputs may go inside it).
     ``cli``: False for a setting the Python API offers and the command line does not.
@@ -61,7 +59,6 @@ class OptionSpec:
     positional: bool = False
     reads: bool = False
     folder: bool = False
-    shared: str | None = None
     cli: bool = True
     nargs: Any = None
     append: bool = False
