@@ -146,6 +146,15 @@ def _watched(item, phase: str):
                         f"in-process (the unit tier never starts one)", pytrace=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _warm_start_server():
+    """The warm-start server the tests of ``layerscope run`` share (tests/warm_start.py), if
+    one of them started it, stops with the session."""
+    yield
+    if "tests.warm_start" in sys.modules:
+        sys.modules["tests.warm_start"].close_shared()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     return (yield from _watched(item, "setup"))
