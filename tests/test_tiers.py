@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.doc_examples import example_env
-from tests.warm_start import Server
+from tests.warm_start import ENV_CPU_LOG, Server
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.integration  # every test here starts a child pytest or a server
@@ -81,7 +81,7 @@ def test_it(started):
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
-    env = example_env(home)
+    env = {**example_env(home), ENV_CPU_LOG: str(home / "warm-cpu.log")}
     server = Server(tmp_path_factory.mktemp("warm"), env)
     yield env, server.env(env), server.python
     server.close()
@@ -206,10 +206,15 @@ def test_the_warm_python_is_warm(warm, tmp_path):
     client that fell back to a cold start would pass them all)."""
     cold_env, warm_env, client = warm
     (tmp_path / "s.py").write_text("import sys\nprint('torch' in sys.modules)\n")
+    log = Path(warm_env[ENV_CPU_LOG])
+    before = log.read_text().split() if log.exists() else []
     seen = [subprocess.run([python, "s.py"], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=300).stdout
             for env, python in ((cold_env, sys.executable), (warm_env, client))]
     assert seen == ["False\n", "True\n"]
+    # the server notes the command's CPU seconds, which the per-test record adds to the test's
+    (cpu,) = log.read_text().split()[len(before):]
+    assert float(cpu) >= 0  # (a command this small may take less than a clock tick)
 
 
 # what a script finds of the interpreter when it starts under `layerscope run`
@@ -222,7 +227,8 @@ json.dump({"modules": sorted(sys.modules), "threads": threading.active_count(),
            "path": sys.path, "argv": sys.argv, "flags": str(sys.flags),
            "streams": [(repr(s), type(s.buffer).__name__, s.line_buffering, s.write_through,
                         s.errors) for s in (sys.stdin, sys.stdout, sys.stderr)],
-           "main": sorted(vars(sys.modules["__main__"])), "cwd": os.getcwd()},
+           "main": sorted(vars(sys.modules["__main__"])), "cwd": os.getcwd(),
+           "parent": os.getppid()},
           open("state.json", "w"))
 """
 
@@ -247,6 +253,7 @@ def test_a_script_under_layerscope_run_finds_what_a_cold_start_gives(tmp_path, m
         assert p.returncode == 0, p.stderr
         state = json.loads((folder / "state.json").read_text().replace(str(folder), "FOLDER"))
         seen.append(state)
-    assert command[0] != sys.executable  # the second run was warm
+    # the first run is the test's child, the second the server's (a warm start)
+    assert [state.pop("parent") == os.getpid() for state in seen] == [True, False]
     assert seen[0] == seen[1]
     assert "torch" in seen[0]["modules"]

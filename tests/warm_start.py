@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 ENV_SOCKET = "LAYERSCOPE_WARM_SOCKET"
+ENV_CPU_LOG = "LAYERSCOPE_WARM_CPU_LOG"
 _LEN = struct.Struct("!I")
 # What the interpreter and the libraries it loads read from the environment while starting or
 # importing (sys.path, the streams' encoding, warning filters, OpenMP's and MKL's thread counts,
@@ -367,6 +368,16 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os._exit(code & 0xFF)
 
 
+def _note_cpu(usage) -> None:
+    """Append the command's CPU seconds (its own and its waited-for children's, as a cold
+    start's would count in the test's children) to ``LAYERSCOPE_WARM_CPU_LOG``, if named: the
+    per-test record of tests/conftest.py adds them to the test that ran the command."""
+    log = os.environ.get(ENV_CPU_LOG)
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{usage.ru_utime + usage.ru_stime:.3f}\n")
+
+
 def _monitor(conn: socket.socket) -> None:
     """In a forked monitor: fork the command, tell the client its pid, relay its status, kill
     it if the client leaves."""
@@ -385,8 +396,9 @@ def _monitor(conn: socket.socket) -> None:
     except OSError:
         pass
     while True:
-        pid, status = os.waitpid(child, os.WNOHANG)
+        pid, status, usage = os.wait4(child, os.WNOHANG)
         if pid:
+            _note_cpu(usage)
             break
         ready, _, _ = select.select([conn], [], [], 0.05)
         if ready and not conn.recv(1):  # the client is gone: so is its command
@@ -394,7 +406,7 @@ def _monitor(conn: socket.socket) -> None:
                 os.killpg(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            os.waitpid(child, 0)
+            _note_cpu(os.wait4(child, 0)[2])
             os._exit(0)
     kind, value = ((1, os.WTERMSIG(status)) if os.WIFSIGNALED(status)
                    else (0, os.WEXITSTATUS(status)))
