@@ -12,8 +12,10 @@ that train end to end, run the docs' examples, build the wheel or lint, and in-p
 over about half a CPU-second, are marked integration by hand.
 
 ``LAYERSCOPE_TEST_RECORD=FILE`` appends one JSON line per test phase instead of failing (wall
-seconds, the test process's CPU seconds, its waited-for children's CPU seconds, what it
-started, its markers): the figures ``docs/development.md`` gives per tier come from it.
+seconds, the test process's CPU seconds, its waited-for children's CPU seconds (with the CPU
+of the commands a warm-start server of tests/warm_start.py ran for it, also apart as
+``warm_cpu``), what it started, its markers): the figures ``docs/development.md`` gives per
+tier come from it.
 """
 from __future__ import annotations
 
@@ -101,6 +103,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "integration: starts processes, trains end to end, runs "
                             "the docs' examples, builds the wheel or lints (make test runs it; "
                             "make test-quick leaves it out)")
+    record = os.environ.get("LAYERSCOPE_TEST_RECORD")
+    if record:  # the warm-start servers this process starts note their commands' CPU here
+        os.environ["LAYERSCOPE_WARM_CPU_LOG"] = f"{record}.warm-{os.getpid()}"
     if getattr(subprocess.Popen._execute_child, "__wrapped__", None) is None:
         _wrap(subprocess.Popen, "_execute_child", _command)
         _wrap(multiprocessing.process.BaseProcess, "start",
@@ -117,12 +122,24 @@ def _in_unit_tier(item) -> bool:
     return not any(item.get_closest_marker(m) for m in ("integration", "slow", "cuda"))
 
 
+def _warm_cpu() -> float:
+    """CPU seconds of the commands the warm-start servers of this process ran so far
+    (tests/warm_start.py notes each in ``LAYERSCOPE_WARM_CPU_LOG``)."""
+    log = os.environ.get("LAYERSCOPE_WARM_CPU_LOG")
+    try:
+        with open(log or "", encoding="utf-8") as f:
+            return sum(float(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return 0.0
+
+
 def _watched(item, phase: str):
     """Run one phase of a test, noting what it started; record it when asked."""
     _STARTS.what = []
     record = os.environ.get("LAYERSCOPE_TEST_RECORD")
     t0, c0 = time.perf_counter(), time.process_time()
     k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w0 = _warm_cpu()
     passed = False
     try:
         result = yield
@@ -132,11 +149,13 @@ def _watched(item, phase: str):
         started = list(_STARTS.what)
         if record:
             k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            warm = _warm_cpu() - w0
             line = {"test": item.nodeid, "phase": phase,
                     "wall": round(time.perf_counter() - t0, 3),
                     "cpu": round(time.process_time() - c0, 3),
                     "children_cpu": round(k1.ru_utime + k1.ru_stime - k0.ru_utime
-                                          - k0.ru_stime, 3),
+                                          - k0.ru_stime + warm, 3),
+                    "warm_cpu": round(warm, 3),
                     "starts": started, "markers": sorted({m.name for m in item.iter_markers()})}
             with open(record, "a", encoding="utf-8") as f:
                 f.write(json.dumps(line) + "\n")
@@ -144,6 +163,15 @@ def _watched(item, phase: str):
             pytest.fail(f"this test starts a process in its {phase} ({started[0]}) but is not "
                         f"marked integration: mark it @pytest.mark.integration, or keep it "
                         f"in-process (the unit tier never starts one)", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_start_server():
+    """The warm-start server the tests of ``layerscope run`` share (tests/warm_start.py), if
+    one of them started it, stops with the session."""
+    yield
+    if "tests.warm_start" in sys.modules:
+        sys.modules["tests.warm_start"].close_shared()
 
 
 @pytest.hookimpl(wrapper=True)

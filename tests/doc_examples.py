@@ -26,7 +26,8 @@ The convention, shared with whoever writes the docs:
   runs the README's two (``make demo``, then ``make test``) on a clean clone. So the README can
   open with its two commands and nothing above them.
 - All blocks of one page run in page order in one fresh folder; the commands find this
-  checkout's ``layerscope`` and ``python`` first on ``PATH``.
+  checkout's ``layerscope`` and ``python`` first on ``PATH``. A ``python`` block runs in the
+  warm start's ``python`` when the environment names a server (tests/warm_start.py).
 
 Fences are found line by line, at any indentation (as mkdocs' superfences finds them inside list
 items, admonitions and tabs, where a CommonMark parser sees an indented paragraph): an opening
@@ -52,6 +53,8 @@ import time
 import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from tests.warm_start import python_for
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_LANGS = ("sh", "python")
@@ -347,7 +350,7 @@ def run_page(page: str, blocks: list[Block], workdir: Path, env: dict[str, str],
             if block.lang == "python":
                 script = workdir / f"example_L{block.line}.py"
                 script.write_text(command.text, encoding="utf-8")
-                argv, shown = [sys.executable, script.name], f"python {script.name}"
+                argv, shown = [python_for(env), script.name], f"python {script.name}"
             else:
                 argv = ["bash", "-c", "set -o pipefail\n" + command.text]
                 shown = command.text

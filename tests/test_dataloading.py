@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from importlib import resources
 
@@ -25,6 +24,7 @@ from layerscope.core.records.dataloading import LoaderStats
 from layerscope.core.records.train import TrainReport
 from layerscope.training import dataloading
 from layerscope.training.dataloading import LoaderProbe, findings, probing
+from tests.warm_start import python_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLEEP = 0.02  # per sample in __getitem__
@@ -84,7 +84,8 @@ SCRIPT = textwrap.dedent(f"""\
 def _python(*argv: str, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+    command, env = python_command(argv, env)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

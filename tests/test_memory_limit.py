@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -18,6 +17,7 @@ from helpers import run_cli
 
 from layerscope.analysis.memory_oom import asked_bytes as _asked_bytes
 from layerscope.analysis.memory_track import LimitGuard
+from tests.warm_start import python_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,7 +95,8 @@ LIVE = [("", "inputs", BATCH), ("fc1", "parameters", FC1), ("fc2", "parameters",
 def _python(*argv: str, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+    command, env = python_command(argv, env)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import run_cli
 
 from layerscope.training.phases import ALWAYS
+from tests.warm_start import python_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,7 +72,8 @@ def script(tmp_path):
 def _python(*argv: str, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+    command, env = python_command(argv, env)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

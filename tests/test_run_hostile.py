@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from tests.warm_start import python_command
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # two optimizer steps of a tiny model, as every script below trains
@@ -33,7 +35,8 @@ def _python(*argv: str, cwd, timeout: float = 120) -> subprocess.CompletedProces
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
+    command, env = python_command(argv, env)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -250,8 +253,8 @@ def test_a_stale_rank_does_not_suppress_the_report(tmp_path, variables, monkeypa
         monkeypatch.setenv(name, value)
     (tmp_path / "script.py").write_text(TRAIN + "train(2)\n")
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "layerscope", "run", "-o", "r.json",
-                          "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    command, env = python_command(["-m", "layerscope", "run", "-o", "r.json", "script.py"], env)
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert f"RANK={variables['RANK']} in the environment but no launcher's" in run.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -22,6 +21,7 @@ import torch.nn as nn
 import layerscope
 from layerscope.core.errors import UserError
 from layerscope.renderers import render
+from tests.warm_start import python_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +60,8 @@ ITERATIONS = 10
 def _python(tmp_path, *argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True,
+    command, env = python_command(argv, env)
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
