@@ -119,7 +119,7 @@ def test_ablation_noise_comes_from_the_baseline_steps(monkeypatch):
     from layerscope.training import ablation
     from layerscope.training.phases import PHASES
 
-    def fake_run(recipe, flags, common, seed, workdir, tag):
+    def fake_run(recipe, settings, workdir, tag):
         # baseline steps 10, 10, 10, 40 ms; the other variant's steps would not be noisy
         steps = [0.010, 0.010, 0.010, 0.040] if tag.startswith("baseline") else [0.005] * 4
         seconds = {p: 0.0 for p in PHASES} | {"forward": sum(steps)}

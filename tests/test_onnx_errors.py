@@ -102,7 +102,7 @@ CASES = [
      "rejected input image=1x3x32x32: TypeError"),
     ("onnx-to-ops", lambda p: ["ops", _matmul(p)[1]], "this command needs a PyTorch model"),
     ("export-extension", lambda p: ["export", "mnist-cnn", "-o", str(p / "m.txt")],
-     "must end in .onnx"),
+     "give a name ending in .onnx"),
     ("export-unknown-model", lambda p: ["export", "resnt50", "-o", str(p / "m.onnx")],
      "Did you mean: resnet50"),
     ("export-missing-dir", lambda p: ["export", "mnist-cnn", "-o", str(p / "no" / "m.onnx")],

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 MODES = options.MODES
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 @dataclasses.dataclass(kw_only=True, eq=False)

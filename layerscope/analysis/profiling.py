@@ -18,7 +18,7 @@ WARMUP_DEFAULT = 5  # runs
 LOOP_WARMUP_DEFAULT = 1  # batches: a data set's split holds few of them
 LOOP = "inference over a data loader (--loop)"
 DECODE = "decode of a language model (--decode)"
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 # the settings that only profiling a model's layers takes: loop and decode leave them out
 LAYER_ONLY = ("inputs", "backward", "depth", "dtype", "min_time", "functions", "kernels",
               "nvtx")
