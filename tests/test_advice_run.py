@@ -156,7 +156,7 @@ def test_watch_what_if_same_batches_same_order_and_restored(what_if, script_kwar
     assert sorted(x for b in own for x in b) == [float(i) for i in range(40)]
     # everything put back exactly
     assert DataLoader.__init__ is init and torch.get_num_threads() == threads
-    assert w.report().config.get("what_if") == what_if.flags()
+    assert w.report().config.get("what_if") == WhatIf.flags(**what_if.given())
 
 
 # a run result as layerscope run writes it (the facts advise reads), at num_workers=0

@@ -175,6 +175,29 @@ WAITER = ("import pathlib, signal, sys, time\n"
           "pathlib.Path('ready').touch()\ntime.sleep(60)\n")
 
 
+def _heeded(signum):
+    """For Popen's preexec_fn: the child starts with ``signum`` at its default disposition
+    when this process ignores it (a shell's background job ignores SIGINT, and an ignored
+    signal stays ignored across exec), so that a signal test means the same everywhere."""
+    if signal.getsignal(signum) != signal.SIG_IGN:
+        return None
+    return lambda: signal.signal(signum, signal.SIG_DFL)
+
+
+def test_a_signal_the_client_ignores_stays_ignored_as_in_a_cold_start(warm, tmp_path):
+    """A command started with SIGINT ignored (a background job of a shell) keeps it ignored,
+    cold or warm: the client tells the server which signals it was started ignoring."""
+    cold_env, warm_env, client = warm
+    (tmp_path / "s.py").write_text(
+        "import signal\nprint(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)\n")
+    seen = [subprocess.run([python, "s.py"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+                           ).stdout
+            for env, python in ((cold_env, sys.executable), (warm_env, client))]
+    assert seen == ["True\n"] * 2
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1],
                          ids=["sigint", "sigterm", "sigusr1"])
 def test_a_signal_to_the_client_is_the_commands(warm, signum, tmp_path):
@@ -185,7 +208,8 @@ def test_a_signal_to_the_client_is_the_commands(warm, signum, tmp_path):
         folder.mkdir()
         (folder / "s.py").write_text(WAITER)
         proc = subprocess.Popen([python, "s.py"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_heeded(signum))
         try:
             deadline = time.monotonic() + 300
             while not (folder / "ready").exists() and proc.poll() is None \

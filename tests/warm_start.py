@@ -64,6 +64,11 @@ CLIENT = '''import json, os, signal, socket, struct, sys
 REAL = {real!r}
 MODE = {mode!r}
 FORWARD = [getattr(signal, name) for name in {forwarded!r}]
+# the signals this client was started with ignored (a shell's background job ignores SIGINT),
+# which a cold interpreter keeps ignored; the interpreter ignores SIGPIPE and SIGXFSZ itself
+IGNORED = [int(s) for s in signal.valid_signals()
+           if s not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ)
+           and signal.getsignal(s) == signal.SIG_IGN]
 args = sys.argv[1:]
 def cold():
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARD)
@@ -78,7 +83,7 @@ try:
 except OSError:
     cold()
 head = json.dumps({{"mode": MODE, "argv": args, "cwd": os.getcwd(),
-                   "env": dict(os.environ)}}).encode()
+                   "env": dict(os.environ), "ignored": IGNORED}}).encode()
 socket.send_fds(s, [struct.pack("!I", len(head)) + head], [0, 1, 2])
 def receive():
     reply = b""
@@ -324,11 +329,16 @@ def _run_command(request: dict, fds: list[int]) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as the interpreter sets it
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    ignored = request.get("ignored") or ()  # the client's: a cold start keeps them ignored
     os.chdir(request["cwd"])
     if _startup(request["env"]) != _STARTED_WITH:  # read at start or import: start cold
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
         os.execve(sys.executable, _real_argv(request), request["env"])
+    for signum in ignored:
+        signal.signal(signum, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(request["env"])
     sys.stdin, sys.stdout, sys.stderr = (

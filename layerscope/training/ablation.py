@@ -84,8 +84,11 @@ class AblateSettings(Settings):
         if self.warmup_steps is not None and self.warmup_steps >= self.steps:
             raise UserError(f"warmup_steps ({self.warmup_steps}) must be below steps "
                             f"({self.steps})", arguments=("warmup_steps", "steps"))
-        for v in self.variants:
-            variant_settings(v, self.device)  # an unknown or contradictory one: refused now
+        for v in self.variants:  # an unknown or contradictory one: refused now, named
+            try:
+                variant_settings(v, self.device)
+            except UserError as exc:
+                raise UserError(f"variants: {exc}", arguments="variants") from None
 
 
 API_DEFAULTS = {"variants": ["baseline"], "synthetic": True}
