@@ -72,7 +72,7 @@ RULES = [
      "--warmup-steps (4) must be below --steps (4)"),
     # the variants are read when the settings are made, before any training run
     (AblateSettings, {"recipe": "digits-cnn", "variants": "baseline,compile+torchscript"},
-     "variant 'compile\\+torchscript': compile and torchscript exclude each other",
+     "variants: variant 'compile\\+torchscript': compile and torchscript exclude each other",
      ["ablate", "digits-cnn", "--variants", "baseline,compile+torchscript"],
      "variant 'compile+torchscript': compile and torchscript exclude each other"),
 ]
