@@ -185,3 +185,15 @@ def test_a_comma_list_setting_is_written_back_comma_separated():
     add_all_settings(p, SweepSettings)
     assert settings_from(SweepSettings, p.parse_args(["mnist-cnn", *words])).batch_sizes == [
         1, 16, 64]
+
+
+@pytest.mark.parametrize("kwargs,given", [
+    ({}, {}),
+    ({"runs": 3, "bias": True, "files": []}, {"runs": 3}),  # a default or empty: not asked for
+    ({"bias": False, "files": ["a"], "level": "all"}, {"bias": False, "files": ["a"],
+                                                       "level": "all"}),
+])
+def test_given_is_what_differs_from_the_defaults(kwargs, given):
+    """What ``Settings.given`` returns (profile's "does not apply" rules and ``run``'s
+    what-if flags read it): a required field is always given."""
+    assert Every(model="m", **kwargs).given() == {"model": "m", **given}

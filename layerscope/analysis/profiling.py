@@ -93,8 +93,7 @@ class ProfileSettings(Settings):
         elif self.loop is not None:
             _none_given(self, "loop takes the model's input from the data set", LAYER_ONLY)
         else:
-            given = [n for n in ("synthetic", "data_dir", "num_workers")
-                     if _given(self, n)]
+            given = [n for n in ("synthetic", "data_dir", "num_workers") if n in self.given()]
             if given:
                 raise UserError(f"{_listed(given)} {'is' if len(given) == 1 else 'are'} "
                                 "for loop DATASET: give loop with it", arguments=(*given, "loop"))
@@ -104,13 +103,6 @@ class ProfileSettings(Settings):
                             arguments=("functions", "backward"))
 
 
-def _given(s: Settings, name: str) -> bool:
-    """Whether a setting differs from its default (a None or False default: given at all)."""
-    f = next(f for f in dataclasses.fields(s) if f.name == name)  # type: ignore[arg-type]
-    value = getattr(s, name)
-    return value is not None and value != [] and value != f.default
-
-
 def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
@@ -118,7 +110,8 @@ def _listed(names: list[str]) -> str:
 def _none_given(s: Settings, what: str, names: tuple[str, ...]) -> None:
     """Refuse the settings of ``names`` that were given: ``what`` (which starts with the
     setting that rules them out) leaves them out."""
-    given = [n for n in names if _given(s, n)]
+    asked = s.given()
+    given = [n for n in names if n in asked]
     if given:
         verb = "does" if len(given) == 1 else "do"
         raise UserError(f"{what}: {_listed(given)} {verb} not apply",
@@ -168,8 +161,9 @@ def profile_model(s: ProfileSettings, *, kwargs: dict[str, Any] | None = None,
     if ref.is_onnx:
         from layerscope.analysis.ort_profile import profile_onnx
 
+        asked = s.given()
         given = [n for n in ("device", "backward", "depth", "dtype", "functions", "kernels",
-                             "nvtx") if _given(s, n)]
+                             "nvtx") if n in asked]
         if given or kwargs:
             raise UserError("ONNX models are profiled with onnxruntime on the CPU: device, "
                             "backward, depth, dtype, functions, kernels and nvtx do not apply",

@@ -165,6 +165,14 @@ class Settings:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
                 if (spec := spec_of(f)) is None or spec.record}
 
+    def given(self) -> dict[str, Any]:
+        """The settings asked for: each option field whose value is not its default (nor
+        None, nor an empty list), by name, in declaration order. ``cls.flags(**s.given())``
+        are the command-line words that ask for them."""
+        return {f.name: value for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if spec_of(f) is not None and (value := getattr(self, f.name)) is not None
+                and value != [] and value != default_of(f)}
+
     @classmethod
     def flags(cls, **overrides: Any) -> list[str]:
         """The command-line words that set ``overrides`` (``num_workers=2`` ->

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.core import values
@@ -47,12 +47,6 @@ class WhatIf(Settings):
                                  metavar="T", parse=values.thread_count, group=GROUP)
     # what each DataLoader was built with by the script (dataset, num_workers, pin_memory)
     seen: list[dict[str, Any]] = field(default_factory=list, repr=False)
-
-    def given(self) -> dict[str, Any]:
-        """The settings asked for (those left out are the script's own); ``WhatIf.flags(
-        **given)`` are the ``layerscope run`` options that ask for them."""
-        return {f.name: value for f in fields(self) if f.name != "seen"
-                and (value := getattr(self, f.name)) is not None and value is not False}
 
     def install(self, patch: Callable[[Any, str, Any], None],
                 undo: Callable[[Callable[[], None]], None]) -> None:
